@@ -1,0 +1,80 @@
+"""Errors a person can act on.
+
+Every error autotune raises on purpose is an :class:`AutotuneError`. Each class carries
+an ``exit_code`` and a one-line ``hint``; ``cli.py`` is the only place that turns them
+into process exit codes and printed lines. Foreign errors (grpc, docker, protobuf,
+optuna, OS) are translated where they enter, with ``raise ... from exc``.
+
+    AutotuneError                  exit 1
+    ├── UsageError                 exit 2   bad input: nothing was written
+    │   ├── ModelNotFoundError              unknown model / missing repository
+    │   ├── ConfigError                     malformed or invalid config.pbtxt
+    │   └── SearchSpaceError                malformed search space file
+    ├── LaunchError                exit 3   a server could not be started or reached
+    │   ├── ServerExitedError               tritonserver/container exited early
+    │   └── ModelNotReadyError              the model never became ready
+    ├── MeasurementError           exit 4   the load generator could not measure
+    ├── StudyError                 exit 5   the study storage is unusable
+    └── WriteBackError             exit 6   the config could not be written back safely
+"""
+
+from __future__ import annotations
+
+
+class AutotuneError(Exception):
+    """Base class: a message for people, an exit code and a hint."""
+
+    exit_code = 1
+    hint = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+
+class UsageError(AutotuneError):
+    """Bad input from the user; nothing was started or written."""
+
+    exit_code = 2
+    hint = "see 'autotune --help'"
+
+
+class ModelNotFoundError(UsageError):
+    hint = "check --model and --model-repository"
+
+
+class ConfigError(UsageError):
+    hint = "fix the model's config.pbtxt (protobuf text format, model_config.proto)"
+
+
+class SearchSpaceError(UsageError):
+    hint = "see search_spaces/README.md for the format"
+
+
+class LaunchError(AutotuneError):
+    exit_code = 3
+    hint = "look at the server log named above"
+
+
+class ServerExitedError(LaunchError):
+    """The server process or container ended before or while it was used."""
+
+
+class ModelNotReadyError(LaunchError):
+    """The server ran, but the model never reported ready."""
+
+
+class MeasurementError(AutotuneError):
+    exit_code = 4
+    hint = "the server answered with errors; look at its log"
+
+
+class StudyError(AutotuneError):
+    exit_code = 5
+    hint = "check the study storage URL / run directory"
+
+
+class WriteBackError(AutotuneError):
+    exit_code = 6
+    hint = "the model repository was left unchanged unless the message says otherwise"

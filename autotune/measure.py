@@ -1,0 +1,181 @@
+"""Measurements: what one operating point gave, whether it was stable, and the goodput search.
+
+A :class:`Point` is one concurrency level measured to stability; a :class:`Measurement` is
+a candidate's search over concurrency for the best throughput that meets the SLA.
+:func:`find_goodput` decides which concurrency to measure next; it takes the measuring
+function as an argument, so the decision logic is pure and tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotune.objective import Sla
+
+# Named warnings, each with text a person can act on.
+UNSTABLE = "unstable"
+ERRORS = "errors"
+FEW_SAMPLES = "few-samples"
+BEHIND_SCHEDULE = "behind-schedule"
+
+WARNING_TEXT = {
+    UNSTABLE: "throughput or latency never settled within the stability tolerance; "
+    "the figures are from the last windows (raise --max-windows or quiet the machine)",
+    ERRORS: "the server answered some requests with errors (see the server log)",
+    FEW_SAMPLES: "fewer than 100 requests were measured; percentiles are rough",
+    BEHIND_SCHEDULE: "the load generator could not keep the requested rate; "
+    "latency includes the time requests waited to be sent",
+}
+
+
+@dataclass(frozen=True)
+class ServerBreakdown:
+    """Per-request averages from Triton's statistics over the measured windows (microseconds)."""
+
+    queue_us: float = 0.0
+    compute_input_us: float = 0.0
+    compute_infer_us: float = 0.0
+    compute_output_us: float = 0.0
+    requests: int = 0
+    executions: int = 0
+    batch_sizes: dict[int, int] = field(default_factory=dict)  # batch size -> executions
+
+    @property
+    def avg_batch(self) -> float:
+        total = sum(self.batch_sizes.values())
+        return sum(b * n for b, n in self.batch_sizes.items()) / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class Point:
+    """One operating point, measured to stability (or flagged)."""
+
+    concurrency: int  # closed loop; 0 for open loop
+    request_rate: float  # open loop; 0.0 for closed loop
+    throughput: float  # completed inferences per second
+    avg_ms: float
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    requests: int
+    errors: int
+    duration_s: float
+    windows: int
+    stable: bool
+    server: ServerBreakdown = field(default_factory=ServerBreakdown)
+    warnings: tuple[str, ...] = ()
+
+    def latency_ms(self, percentile: int) -> float:
+        return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[percentile]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["server"]["batch_sizes"] = {str(k): v for k, v in self.server.batch_sizes.items()}
+        data["warnings"] = list(self.warnings)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Point:
+        server = dict(data.get("server", {}))
+        server["batch_sizes"] = {int(k): int(v) for k, v in server.get("batch_sizes", {}).items()}
+        return cls(**{**data, "server": ServerBreakdown(**server), "warnings": tuple(data["warnings"])})
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A candidate's goodput search: every point measured and the best one within the SLA."""
+
+    points: tuple[Point, ...]
+    best: Point | None  # highest throughput meeting the SLA; None if no point met it
+
+    @property
+    def feasible(self) -> bool:
+        return self.best is not None
+
+    def closest(self, sla: Sla) -> Point:
+        """The point to report when none is feasible: the lowest latency one."""
+        if self.best is not None:
+            return self.best
+        return min(self.points, key=lambda p: p.latency_ms(sla.percentile))
+
+
+MeasureAt = Callable[[int], Point]
+
+
+def find_goodput(
+    measure_at: MeasureAt,
+    sla: Sla,
+    low: int = 1,
+    high: int = 32,
+    *,
+    saturation_gain: float = 0.03,
+) -> Measurement:
+    """Search concurrency for the highest throughput whose latency meets the SLA.
+
+    Doubles the concurrency from ``low`` while the SLA holds and throughput still grows,
+    then bisects between the last point that met the SLA and the first that broke it.
+    """
+    points: dict[int, Point] = {}
+
+    def at(c: int) -> Point:
+        if c not in points:
+            points[c] = measure_at(c)
+        return points[c]
+
+    good, bad = _grow(at, sla, low, high, saturation_gain)
+    if good is not None and bad is not None:
+        _bisect(at, sla, good, bad, saturation_gain)
+    ordered = tuple(points[c] for c in sorted(points))
+    return Measurement(points=ordered, best=best_point(ordered, sla))
+
+
+def _grow(
+    at: Callable[[int], Point], sla: Sla, low: int, high: int, gain: float
+) -> tuple[int | None, int | None]:
+    c, good = low, None
+    while True:
+        point = at(c)
+        if not sla.met_by(point):
+            return good, c
+        if good is not None and point.throughput < at(good).throughput * (1 + gain):
+            return c, None  # saturated: more concurrency only adds latency
+        good = c
+        if c >= high:
+            return good, None
+        c = min(c * 2, high)
+
+
+def _bisect(at: Callable[[int], Point], sla: Sla, good: int, bad: int, gain: float) -> None:
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if sla.met_by(at(mid)):
+            if at(mid).throughput < at(good).throughput * (1 + gain):
+                return
+            good = mid
+        else:
+            bad = mid
+
+
+def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
+    feasible = [p for p in points if sla.met_by(p)]
+    return max(feasible, key=lambda p: p.throughput, default=None)
+
+
+# ---------------------------------------------------------------- stability (pure)
+
+
+def is_stable(throughputs: Sequence[float], latencies: Sequence[float], tolerance: float) -> bool:
+    """perf_analyzer's rule: the last 3 windows each within ``tolerance`` of their mean."""
+    if len(throughputs) < 3 or len(latencies) < 3:
+        return False
+    return _within(throughputs[-3:], tolerance) and _within(latencies[-3:], tolerance)
+
+
+def _within(values: Sequence[float], tolerance: float) -> bool:
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return False
+    return all(abs(v - mean) <= tolerance * mean for v in values)

@@ -1,0 +1,72 @@
+"""Plain records of a finished (or running) tuning run, as the report and write-back read them.
+
+``study.py`` turns Optuna's trials into :class:`TrialResult`; nothing here imports optuna.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autotune.measure import Measurement, Point
+from autotune.objective import Sla
+from autotune.search_space import Candidate
+
+COMPLETE = "COMPLETE"
+FAIL = "FAIL"
+RUNNING = "RUNNING"
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    number: int
+    state: str  # COMPLETE, FAIL or RUNNING
+    candidate: Candidate | None
+    params: dict[str, object]
+    baseline: bool
+    measurement: Measurement | None  # None for failed trials
+    reason: str = ""  # one line, for failed trials
+    log_tail: str = ""  # the server log's last lines, for failed trials
+    duration_s: float = 0.0
+    reused_from: int | None = None  # a repeat of an earlier trial's candidate: not re-measured
+
+    @property
+    def best(self) -> Point | None:
+        return self.measurement.best if self.measurement else None
+
+    @property
+    def feasible(self) -> bool:
+        return self.best is not None
+
+    def goodput(self) -> float:
+        return self.best.throughput if self.best else 0.0
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Repeated measurements of a finalist at its chosen operating point."""
+
+    trial: int
+    concurrency: int
+    points: tuple[Point, ...]
+    sla_met: int  # how many repeats met the SLA
+
+    @property
+    def median_throughput(self) -> float:
+        values = sorted(p.throughput for p in self.points)
+        return values[len(values) // 2] if values else 0.0
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    model: str
+    sla: Sla
+    launcher: str
+    original_config: str  # config.pbtxt text before tuning
+    started: str  # ISO time
+    finished: str = ""
+    winner: int | None = None  # trial number
+    winner_config: str = ""  # config.pbtxt text of the winner
+    winner_diff: str = ""
+    verifications: tuple[Verification, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)

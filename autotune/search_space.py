@@ -1,0 +1,340 @@
+"""Search space: the dimensions of a Triton config to try, and the Candidate they yield.
+
+Pure logic, no I/O but :func:`load_search_space`. A search space is a YAML mapping; every
+dimension is a list of choices (or ``{min: A, max: B}`` for integers). See
+``search_spaces/README.md`` for the format::
+
+    instance_group:
+      count: {min: 1, max: 4}
+      kind: [KIND_CPU]                 # KIND_GPU needs a GPU; "auto" picks by the machine
+      gpus: [all]                      # or lists of GPU ids: [[0], [0, 1]]
+    max_batch_size: [1, 2, 4, 8, 16, 32]
+    dynamic_batching:
+      enabled: [true, false]
+      preferred_batch_size: [none, max, [4, 8]]
+      max_queue_delay_microseconds: [0, 500, 2000]
+    optimization:
+      tensorrt_fp16: [false, true]     # GPU kinds with onnxruntime/tensorflow only
+    load:
+      concurrency: {min: 1, max: 32}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from autotune.errors import SearchSpaceError
+
+KIND_CHOICES = ("KIND_CPU", "KIND_GPU")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the space: everything a config.pbtxt variant differs by."""
+
+    instance_count: int
+    kind: str
+    gpus: tuple[int, ...]
+    max_batch_size: int
+    dynamic_batching: bool
+    preferred_batch_sizes: tuple[int, ...]
+    max_queue_delay_us: int
+    trt_fp16: bool
+
+    def label(self) -> str:
+        batching = "off"
+        if self.dynamic_batching:
+            pref = ",".join(map(str, self.preferred_batch_sizes)) or "-"
+            batching = f"on(pref {pref}, delay {self.max_queue_delay_us}us)"
+        gpus = f" gpus {','.join(map(str, self.gpus))}" if self.gpus else ""
+        fp16 = " trt-fp16" if self.trt_fp16 else ""
+        kind = self.kind.removeprefix("KIND_").lower()
+        return f"{self.instance_count}x{kind}{gpus} mbs {self.max_batch_size} batching {batching}{fp16}"
+
+
+class Suggester(Protocol):
+    """What the search needs of a trial (optuna.Trial has it)."""
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    instance_count: tuple[int, ...]
+    kind: tuple[str, ...]
+    gpus: tuple[str, ...]  # "all" or "0,1"
+    max_batch_size: tuple[int, ...]
+    dynamic_batching: tuple[bool, ...]
+    preferred_batch_size: tuple[str, ...]  # "none", "max" or "4,8"
+    max_queue_delay_us: tuple[int, ...]
+    trt_fp16: tuple[bool, ...]
+    concurrency_min: int = 1
+    concurrency_max: int = 32
+
+    def suggest(self, trial: Suggester) -> Candidate:
+        """Ask ``trial`` for each dimension; conditional ones only where they apply."""
+        count = trial.suggest_categorical("instance_count", self.instance_count)
+        kind = _pick(trial, "kind", self.kind)
+        gpus = _pick(trial, "gpus", self.gpus) if kind == "KIND_GPU" else "all"
+        mbs = _pick(trial, "max_batch_size", self.max_batch_size)
+        batching = mbs > 0 and _pick(trial, "dynamic_batching", self.dynamic_batching)
+        pref, delay = "none", 0
+        if batching:
+            pref = _pick(trial, "preferred_batch_size", self.preferred_batch_size)
+            delay = _pick(trial, "max_queue_delay_us", self.max_queue_delay_us)
+        fp16 = kind == "KIND_GPU" and _pick(trial, "trt_fp16", self.trt_fp16)
+        return Candidate(
+            instance_count=int(count),
+            kind=str(kind),
+            gpus=decode_gpus(str(gpus)),
+            max_batch_size=int(mbs),
+            dynamic_batching=bool(batching),
+            preferred_batch_sizes=decode_preferred(str(pref), int(mbs)),
+            max_queue_delay_us=int(delay),
+            trt_fp16=bool(fp16),
+        )
+
+    def including(self, candidate: Candidate) -> SearchSpace:
+        """A space that also holds ``candidate`` (so the baseline can be a trial)."""
+        params = params_of(candidate)
+        return replace(
+            self,
+            instance_count=_with(self.instance_count, params["instance_count"]),
+            kind=_with(self.kind, params["kind"]),
+            gpus=_with(self.gpus, params.get("gpus")),
+            max_batch_size=_with(self.max_batch_size, params["max_batch_size"]),
+            dynamic_batching=_with(self.dynamic_batching, params.get("dynamic_batching")),
+            preferred_batch_size=_with(self.preferred_batch_size, params.get("preferred_batch_size")),
+            max_queue_delay_us=_with(self.max_queue_delay_us, params.get("max_queue_delay_us")),
+            trt_fp16=_with(self.trt_fp16, params.get("trt_fp16")),
+        )
+
+    def restricted(self, *, batching: bool, gpu: bool, tensorrt: bool) -> SearchSpace:
+        """Drop choices the model or machine cannot take (no batching, no GPU, no TensorRT)."""
+        space = self
+        if not batching:
+            space = replace(space, max_batch_size=(0,), dynamic_batching=(False,))
+        if not gpu:
+            space = replace(space, kind=("KIND_CPU",))
+        if not tensorrt:
+            space = replace(space, trt_fp16=(False,))
+        return space
+
+    def size(self) -> int:
+        """How many distinct candidates the space holds (conditional dimensions counted)."""
+        batching = sum(
+            len(self.preferred_batch_size) * len(self.max_queue_delay_us) if on else 1
+            for on in self.dynamic_batching
+        )
+        per_kind = sum(
+            len(self.gpus) * len(self.trt_fp16) if kind == "KIND_GPU" else 1 for kind in self.kind
+        )
+        mbs = sum(batching if m > 0 else 1 for m in self.max_batch_size)
+        return len(self.instance_count) * per_kind * mbs
+
+
+def _pick(trial: Suggester, name: str, choices: tuple[Any, ...]) -> Any:
+    return trial.suggest_categorical(name, choices)
+
+
+def _with(choices: tuple[Any, ...], value: Any) -> tuple[Any, ...]:
+    if value is None or value in choices:
+        return choices
+    return (*choices, value)
+
+
+def params_of(candidate: Candidate) -> dict[str, Any]:
+    """The trial parameters that make :meth:`SearchSpace.suggest` return ``candidate``."""
+    params: dict[str, Any] = {
+        "instance_count": candidate.instance_count,
+        "kind": candidate.kind,
+        "max_batch_size": candidate.max_batch_size,
+    }
+    if candidate.kind == "KIND_GPU":
+        params["gpus"] = ",".join(map(str, candidate.gpus)) or "all"
+        params["trt_fp16"] = candidate.trt_fp16
+    if candidate.max_batch_size > 0:
+        params["dynamic_batching"] = candidate.dynamic_batching
+    if candidate.dynamic_batching:
+        params["preferred_batch_size"] = encode_preferred(
+            candidate.preferred_batch_sizes, candidate.max_batch_size
+        )
+        params["max_queue_delay_us"] = candidate.max_queue_delay_us
+    return params
+
+
+def decode_gpus(text: str) -> tuple[int, ...]:
+    return () if text == "all" else tuple(int(x) for x in text.split(","))
+
+
+def decode_preferred(text: str, max_batch_size: int) -> tuple[int, ...]:
+    if text == "none" or max_batch_size <= 0:
+        return ()
+    if text == "max":
+        return (max_batch_size,)
+    return tuple(s for s in (int(x) for x in text.split(",")) if s <= max_batch_size)
+
+
+def encode_preferred(sizes: tuple[int, ...], max_batch_size: int) -> str:
+    if not sizes:
+        return "none"
+    if sizes == (max_batch_size,):
+        return "max"
+    return ",".join(map(str, sizes))
+
+
+# ---------------------------------------------------------------- parsing (YAML -> SearchSpace)
+
+_TOP = {"instance_group", "max_batch_size", "dynamic_batching", "optimization", "load"}
+_SECTIONS = {
+    "instance_group": {"count", "kind", "gpus"},
+    "dynamic_batching": {"enabled", "preferred_batch_size", "max_queue_delay_microseconds"},
+    "optimization": {"tensorrt_fp16"},
+    "load": {"concurrency"},
+}
+
+
+def load_search_space(path: Path, *, gpu_available: bool = False) -> SearchSpace:
+    """Read and check a search space file; every problem is a SearchSpaceError."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise SearchSpaceError(f"search space file not found: {path}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SearchSpaceError(f"{path}: cannot read: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise SearchSpaceError(f"{path}: not valid YAML: {_one_line(exc)}") from exc
+    try:
+        return parse_search_space(raw, gpu_available=gpu_available)
+    except SearchSpaceError as exc:
+        raise SearchSpaceError(f"{path}: {exc}") from exc
+
+
+def parse_search_space(raw: Any, *, gpu_available: bool = False) -> SearchSpace:
+    doc = _mapping(raw, "search space")
+    _known(doc, _TOP, "search space")
+    sections = {key: _mapping(doc.get(key, {}), key) for key in _SECTIONS}
+    for key, allowed in _SECTIONS.items():
+        _known(sections[key], allowed, key)
+    group, batching = sections["instance_group"], sections["dynamic_batching"]
+    mbs = _ints(doc.get("max_batch_size", [1, 2, 4, 8, 16]), "max_batch_size", minimum=0)
+    kinds = _kinds(group.get("kind", ["KIND_CPU"]), gpu_available)
+    conc = _ints(sections["load"].get("concurrency", {"min": 1, "max": 32}), "load.concurrency", 1)
+    return SearchSpace(
+        instance_count=_ints(group.get("count", {"min": 1, "max": 2}), "instance_group.count", 1),
+        kind=kinds,
+        gpus=_gpus(group.get("gpus", ["all"])),
+        max_batch_size=mbs,
+        dynamic_batching=_bools(batching.get("enabled", [True, False]), "dynamic_batching.enabled"),
+        preferred_batch_size=_preferred(batching.get("preferred_batch_size", ["none"]), max(mbs)),
+        max_queue_delay_us=_ints(
+            batching.get("max_queue_delay_microseconds", [0]),
+            "dynamic_batching.max_queue_delay_microseconds",
+            0,
+        ),
+        trt_fp16=_bools(sections["optimization"].get("tensorrt_fp16", [False]), "tensorrt_fp16"),
+        concurrency_min=min(conc),
+        concurrency_max=max(conc),
+    )
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SearchSpaceError(f"{where} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _known(doc: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(doc) - allowed)
+    if unknown:
+        raise SearchSpaceError(
+            f"unknown key {unknown[0]!r} in {where} (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _choices(value: Any, where: str) -> list[Any]:
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    if not items:
+        raise SearchSpaceError(f"{where} is empty: give at least one choice")
+    return items
+
+
+def _ints(value: Any, where: str, minimum: int) -> tuple[int, ...]:
+    if isinstance(value, Mapping):
+        _known(value, {"min", "max", "step"}, where)
+        low, high = _int(value.get("min", minimum), where), _int(value.get("max"), where)
+        step = _int(value.get("step", 1), where)
+        if low > high:
+            raise SearchSpaceError(f"{where}: min {low} > max {high}")
+        if step < 1:
+            raise SearchSpaceError(f"{where}: step must be >= 1")
+        items = list(range(low, high + 1, step))
+    else:
+        items = [_int(v, where) for v in _choices(value, where)]
+    if any(v < minimum for v in items):
+        raise SearchSpaceError(f"{where}: values must be >= {minimum}")
+    return tuple(sorted(set(items)))
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SearchSpaceError(f"{where}: expected an integer, got {value!r}")
+    return value
+
+
+def _bools(value: Any, where: str) -> tuple[bool, ...]:
+    items = _choices(value, where)
+    if not all(isinstance(v, bool) for v in items):
+        raise SearchSpaceError(f"{where}: expected true/false, got {items!r}")
+    return tuple(dict.fromkeys(items))
+
+
+def _kinds(value: Any, gpu_available: bool) -> tuple[str, ...]:
+    items = [str(v).upper() for v in _choices(value, "instance_group.kind")]
+    resolved = [("KIND_GPU" if gpu_available else "KIND_CPU") if v == "AUTO" else v for v in items]
+    bad = [v for v in resolved if v not in KIND_CHOICES]
+    if bad:
+        raise SearchSpaceError(f"instance_group.kind: {bad[0]!r} is not KIND_CPU, KIND_GPU or auto")
+    return tuple(dict.fromkeys(resolved))
+
+
+def _gpus(value: Any) -> tuple[str, ...]:
+    out = []
+    for item in _choices(value, "instance_group.gpus"):
+        if item == "all":
+            out.append("all")
+            continue
+        ids = item if isinstance(item, list) else [item]
+        if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise SearchSpaceError(f"instance_group.gpus: {item!r} is not 'all' or a list of GPU ids")
+        out.append(",".join(map(str, sorted(set(ids)))))
+    return tuple(dict.fromkeys(out))
+
+
+def _preferred(value: Any, max_batch: int) -> tuple[str, ...]:
+    out = []
+    for item in _choices(value, "dynamic_batching.preferred_batch_size"):
+        if item in ("none", "max", None):
+            out.append(item or "none")
+            continue
+        sizes = item if isinstance(item, list) else [item]
+        ints = [_int(s, "dynamic_batching.preferred_batch_size") for s in sizes]
+        if not ints or min(ints) < 1:
+            raise SearchSpaceError(f"dynamic_batching.preferred_batch_size: {item!r} must be >= 1")
+        if max(ints) > max_batch:
+            raise SearchSpaceError(
+                f"dynamic_batching.preferred_batch_size: {max(ints)} > the largest max_batch_size ({max_batch})"
+            )
+        out.append(",".join(map(str, sorted(set(ints)))))
+    return tuple(dict.fromkeys(out))
