@@ -1,0 +1,125 @@
+"""What a person sees: progress bars while tuning, a summary table at the end (rich)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autotune.measure import Point
+from autotune.results import COMPLETE, TrialResult
+from autotune.search_space import Candidate
+
+console = Console(stderr=True, highlight=False)
+
+
+class RichEvents:
+    """Two bars: trials done of the budget, and the trial in flight with its latest point."""
+
+    def __init__(self) -> None:
+        self.run_dir: Path | None = None
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"), console=console, transient=False,
+            disable=not console.is_terminal and not _force(),
+        )
+        self._trials: Any = None
+        self._current: Any = None
+        self._started = time.monotonic()
+
+    def __enter__(self) -> RichEvents:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.__exit__(*exc)
+
+    def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
+        self.run_dir = run_dir
+        budget = f", budget {budget_s / 60:.0f} min" if budget_s else ""
+        self._log(f"run directory: {run_dir}{budget}")
+        self._trials = self._progress.add_task("trials", total=total, status="")
+
+    def trial_started(self, number: int, candidate: Candidate, baseline: bool) -> None:
+        tag = " (baseline: your config)" if baseline else ""
+        if self._current is not None:
+            self._progress.remove_task(self._current)
+        self._current = self._progress.add_task(f"trial {number}", total=None,
+                                                status=f"{candidate.label()}{tag}: starting server")
+
+    def point_measured(self, number: int, point: Point) -> None:
+        self._progress.update(self._current, status=f"c={point.concurrency}: {point.throughput:.0f} infer/s, "
+                              f"p95 {point.p95_ms:.1f} ms")
+
+    def trial_finished(self, result: TrialResult) -> None:
+        if self._trials is not None and result.reason.startswith("verification") is False:
+            self._progress.advance(self._trials)
+        self._log(_trial_line(result))
+
+    def verifying(self, trial: int, concurrency: int, repeat: int, repeats: int) -> None:
+        if self._current is not None:
+            self._progress.update(self._current, description=f"verify {trial}",
+                                  status=f"concurrency {concurrency}, repeat {repeat}/{repeats}")
+
+    def _log(self, text: str) -> None:
+        if self._progress.disable:
+            print(text, file=sys.stderr, flush=True)
+        else:
+            self._progress.console.print(text)
+
+
+def _force() -> bool:
+    return False
+
+
+def _trial_line(result: TrialResult) -> str:
+    label = result.candidate.label() if result.candidate else "?"
+    head = f"trial {result.number:>3} {label}"
+    if result.state != COMPLETE:
+        return f"{head}: FAILED {result.reason}"
+    if result.reused_from is not None:
+        return f"{head}: same as trial {result.reused_from}"
+    assert result.measurement is not None
+    best = result.best
+    if best is None:
+        point = result.measurement.points[0]
+        return f"{head}: misses the SLA even at concurrency {point.concurrency} (p95 {point.p95_ms:.1f} ms)"
+    return (f"{head}: {best.throughput:.0f} infer/s at concurrency {best.concurrency}, "
+            f"p95 {best.p95_ms:.1f} ms ({result.duration_s:.0f} s)")
+
+
+def print_summary(outcome: Any) -> None:
+    out = Console(highlight=False)
+    info, winner, base = outcome.info, outcome.winner, outcome.baseline
+    table = Table(title=f"{info.model}: best config under {info.sla.label}")
+    for col in ("", "config", "concurrency", "infer/s", "p50 ms", f"p{info.sla.percentile} ms", "verified"):
+        table.add_column(col)
+    verified = {v.trial: v for v in info.verifications}
+    for name, result in (("winner", winner), ("baseline", base)):
+        if result is None or result.best is None:
+            continue
+        best, v = result.best, verified.get(result.number)
+        check = f"{v.sla_met}/{len(v.points)} met SLA, median {v.median_throughput:.0f}/s" if v else "-"
+        table.add_row(name, result.candidate.label(), str(best.concurrency), f"{best.throughput:.0f}",
+                      f"{best.p50_ms:.1f}", f"{best.latency_ms(info.sla.percentile):.1f}", check)
+    out.print(table)
+    if winner is None:
+        out.print("[bold red]no config met the SLA[/]: see the report for the closest ones")
+    elif base is not None and base.best is not None and winner.best is not None:
+        gain = _verified_throughput(verified, winner) / max(_verified_throughput(verified, base), 1e-9)
+        out.print(f"winner vs your config: {gain:.2f}x throughput at the SLA")
+    if info.winner_diff:
+        out.print("changes against your config.pbtxt:")
+        out.print(info.winner_diff, markup=False, highlight=False)
+    out.print(f"report: {outcome.run_dir / 'report.html'}")
+    out.print(f"apply it: autotune apply {outcome.run_dir}")
+
+
+def _verified_throughput(verified: dict[int, Any], result: TrialResult) -> float:
+    v = verified.get(result.number)
+    return float(v.median_throughput) if v else result.goodput()

@@ -1,0 +1,241 @@
+"""The command line: the only place that prints for people and turns errors into exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from autotune import __version__
+from autotune.errors import AutotuneError, UsageError
+from autotune.objective import Sla
+from autotune.settings import LAUNCHERS, DockerOptions, RunSettings, parse_duration
+
+EPILOG_RUN = """examples:
+  autotune run --model bertQA --sla-p95-ms 50
+  autotune run --model bertQA --sla-p99-ms 50 --time-budget 10m --write-back
+  autotune run --model bertQA --sla-p95-ms 50 --resume reports/bertQA/20261122-080000
+
+The run directory (reports/<model>/<run-id>/) holds report.html, trials.csv, the
+winner's config (winner.pbtxt, winner.diff), the study (study.db) and the server logs.
+exit codes: 0 ok, 1 error, 2 bad input (nothing written), 3 server failed to start,
+4 measurement failed, 5 study storage, 6 write-back refused, 130 interrupted."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own errors: one line, exit 2
+        raise UsageError(message, hint=f"see '{self.prog} --help'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="autotune",
+        description="Find the best Triton Inference Server config for a model under a latency SLA.",
+    )
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_run(sub)
+    _add_apply(sub)
+    _add_report(sub)
+    _add_clean(sub)
+    from autotune import bench
+
+    bench.add_parser(sub)
+    return parser
+
+
+def _add_run(sub: Any) -> None:
+    run = sub.add_parser(
+        "run", help="tune a model and write the report", epilog=EPILOG_RUN,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Search Triton configs (instances, batching, ...) for the highest throughput "
+        "that meets a latency SLA, measured on a real server.",
+    )
+    run.add_argument("--model", required=True, help="the model's directory name in the repository")
+    run.add_argument("--model-repository", type=Path, default=None,
+                     help="Triton model repository (default: ./model_repository, else examples/model_repository)")
+    sla = run.add_mutually_exclusive_group(required=True)
+    for p in (50, 90, 95, 99):
+        sla.add_argument(f"--sla-p{p}-ms", type=float, metavar="MS", dest=f"sla_p{p}",
+                         help=f"latency SLA on the {p}th percentile, in milliseconds" if p in (95, 99) else argparse.SUPPRESS)
+    run.add_argument("--search-space", type=Path, help="search space YAML (default: the packaged default.yaml)")
+    budget = run.add_argument_group("budget (whichever ends first)")
+    budget.add_argument("--max-trials", type=int, default=20, help="configs to try (default 20)")
+    budget.add_argument("--time-budget", default="12m", help="wall time for the search, e.g. 90s, 10m, 1h "
+                        "(default 12m; 'none' for no limit)")
+    run.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                     help="where Triton runs: a local process (default), a docker container, a remote server")
+    run.add_argument("--protocol", choices=("http", "grpc"), default="http", help="client protocol (default http)")
+    run.add_argument("--write-back", action="store_true", help="write the winner into the model repository")
+    run.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where run directories go")
+    run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run")
+    run.add_argument("--seed", type=int, help="sampler seed, for reproducible searches")
+    run.add_argument("--storage", help="Optuna storage URL shared by several workers (e.g. postgresql://...)")
+    run.add_argument("--study-name", help="study name in --storage (workers of one study use the same)")
+    run.add_argument("--margin", type=float, default=0.05,
+                     help="latency headroom kept under the SLA while searching (default 0.05 = 5%%)")
+    run.add_argument("--finalists", type=int, default=2, help="top configs re-measured at the end (default 2)")
+    run.add_argument("--repeats", type=int, default=3, help="re-measurements of each finalist (default 3)")
+    run.add_argument("--window", type=float, default=1.0, help="measurement window in seconds (default 1.0)")
+    run.add_argument("--tritonserver", type=Path, help="local launcher: the tritonserver binary to use")
+    run.add_argument("--url", default="", help="remote launcher: HOST:HTTP_PORT of a running server")
+    run.add_argument("--grpc-url", default="", help="remote launcher: HOST:GRPC_PORT (for --protocol grpc)")
+    run.add_argument("--image", default=DockerOptions.image, help="docker launcher: Triton image")
+    run.add_argument("--gpus", default="", help="docker launcher: 'all' or GPU ids like 0,1")
+    run.add_argument("--shm-size", default=DockerOptions.shm_size, help="docker launcher: /dev/shm size")
+    run.add_argument("--pull", action="store_true", help="docker launcher: pull the image if it is missing")
+    run.set_defaults(handler=_run)
+
+
+def _add_apply(sub: Any) -> None:
+    apply = sub.add_parser("apply", help="write a run's winning config into the model repository",
+                           description="Atomically write the winner's config.pbtxt (backup kept, diff "
+                           "shown, verified by loading it in Triton), or --undo it.")
+    apply.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    apply.add_argument("--undo", action="store_true", help="restore the config saved before the write-back")
+    apply.add_argument("--no-verify", action="store_true", help="skip loading the written config in Triton")
+    apply.set_defaults(handler=_apply)
+
+
+def _add_report(sub: Any) -> None:
+    report = sub.add_parser("report", help="(re)write report.html and trials.csv of a run")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    report.set_defaults(handler=_report)
+
+
+def _add_clean(sub: Any) -> None:
+    clean = sub.add_parser("clean", help="stop servers and containers left behind by killed runs")
+    clean.set_defaults(handler=_clean)
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def _sla(args: argparse.Namespace) -> Sla:
+    for p in (50, 90, 95, 99):
+        value = getattr(args, f"sla_p{p}")
+        if value is not None:
+            return Sla(p, value)
+    raise UsageError("give an SLA, e.g. --sla-p95-ms 50")
+
+
+def _repository(args: argparse.Namespace) -> Path:
+    if args.model_repository is not None:
+        return Path(args.model_repository)
+    for candidate in (Path("model_repository"), Path("examples/model_repository")):
+        if candidate.is_dir():
+            return candidate
+    raise UsageError("no model repository: give --model-repository DIR")
+
+
+def settings_from(args: argparse.Namespace) -> RunSettings:
+    from autotune.loadgen._closed import WindowPlan
+
+    sla = _sla(args)
+    budget = None if str(args.time_budget).lower() == "none" else parse_duration(args.time_budget)
+    if args.window <= 0:
+        raise UsageError(f"--window must be > 0, got {args.window}")
+    if args.finalists < 0 or args.repeats < 0:
+        raise UsageError("--finalists and --repeats must be >= 0")
+    return RunSettings(
+        model=args.model, repository=_repository(args), sla=sla, search_space=args.search_space,
+        max_trials=args.max_trials, time_budget_s=budget, launcher=args.launcher,
+        write_back=args.write_back, reports_dir=args.reports_dir, run_dir=args.resume,
+        protocol=args.protocol, seed=args.seed, storage=args.storage, study_name=args.study_name,
+        plan=WindowPlan(window_s=args.window, warmup_s=args.window, percentile=sla.percentile),
+        finalists=args.finalists, repeats=args.repeats, margin=args.margin,
+        tritonserver=args.tritonserver, url=args.url, grpc_url=args.grpc_url,
+        docker=DockerOptions(image=args.image, gpus=args.gpus, shm_size=args.shm_size, pull=args.pull),
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from autotune import tuner
+    from autotune._console import RichEvents, print_summary
+    from autotune.gpu import gpu_available
+
+    settings = settings_from(args)
+    prep = tuner.prepare(settings, gpu_available=gpu_available())
+    with RichEvents() as events:
+        outcome = tuner.tune(prep, events)
+    print_summary(outcome)
+    if settings.write_back:
+        return _write_back(outcome.run_dir, verify=True)
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    if args.undo:
+        from autotune.writeback import undo
+
+        path = undo(args.run_dir)
+        print(f"restored {path} from its backup")
+        return 0
+    return _write_back(args.run_dir, verify=not args.no_verify)
+
+
+def _write_back(run_dir: Path, verify: bool) -> int:
+    from autotune.writeback import write_back
+
+    result = write_back(run_dir, verify=verify)
+    print(result.diff or "(the winner's config equals the current one: nothing to change)")
+    print(f"wrote {result.path} (backup: {result.backup})" + (" and loaded it in Triton" if result.verified else ""))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from autotune.reload import reload_outcome
+    from autotune.tuner import write_outputs
+
+    path = write_outputs(reload_outcome(args.run_dir))
+    print(f"wrote {path}")
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from autotune.launch import _pids
+
+    reaped = _pids.reap()
+    containers: list[str] = []
+    try:
+        from autotune.launch.docker import reap_containers
+
+        containers = reap_containers()
+    except AutotuneError:
+        pass  # no container engine reachable: nothing of ours can be running there
+    print(f"stopped {len(reaped)} server process(es) and {len(containers)} container(s) left by earlier runs")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        code: int = args.handler(args)
+        return code
+    except AutotuneError as exc:
+        if debug:
+            raise
+        _print_error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("\ninterrupted: servers stopped; finished trials are kept (resume with --resume RUN_DIR)",
+              file=sys.stderr)
+        return 130
+
+
+def _print_error(exc: AutotuneError) -> None:
+    lines = str(exc).splitlines() or [type(exc).__name__]
+    print(f"autotune: error: {lines[0]}", file=sys.stderr)
+    if len(lines) > 1:
+        print("\n".join("  " + line for line in lines[1:]), file=sys.stderr)
+    if exc.hint:
+        print(f"  hint: {exc.hint}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""The embedded default: a tritonserver process on this machine.
+
+Where tritonserver comes from, in order: ``--tritonserver PATH``; ``tritonserver`` on PATH
+(with ``/opt/tritonserver/backends`` as in the NGC image); the nvidia-pytriton wheel (the
+``local`` extra), which needs its bundled libraries on LD_LIBRARY_PATH and a backend folder
+whose python stub matches this interpreter. The server's PATH starts with this
+interpreter's ``bin`` so the python backend stub finds the packages of this environment.
+
+The server runs in its own process group; teardown is SIGTERM to the group, then SIGKILL,
+and always happens (exceptions, Ctrl-C) because :meth:`LocalLauncher.serve` is a context
+manager. Every started server is recorded in a pid file so a later start can reap leftovers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.errors import LaunchError, ServerExitedError
+from autotune.launch import _pids
+from autotune.launch._common import Server, free_ports, read_tail, wait_model_ready
+
+STOP_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Installation:
+    """A tritonserver binary and what it needs to run."""
+
+    binary: Path
+    backend_dir: Path
+    library_path: tuple[Path, ...] = ()
+
+
+def find_installation(binary: Path | None = None, cache_dir: Path | None = None) -> Installation:
+    if binary is not None:
+        if not binary.is_file():
+            raise LaunchError(f"tritonserver not found at {binary}", hint="check --tritonserver")
+        return Installation(binary, _ngc_backends(binary))
+    on_path = shutil.which("tritonserver")
+    if on_path:
+        return Installation(Path(on_path), _ngc_backends(Path(on_path)))
+    wheel = _pytriton_installation(cache_dir or _default_cache())
+    if wheel is None:
+        raise LaunchError(
+            "no tritonserver found: not on PATH and the nvidia-pytriton wheel is not installed",
+            hint="pip install 'autotune[local]', or use --launcher docker / --tritonserver PATH",
+        )
+    return wheel
+
+
+def _ngc_backends(binary: Path) -> Path:
+    return binary.resolve().parent.parent / "backends"
+
+
+def _default_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autotune"
+
+
+def _pytriton_installation(cache_dir: Path) -> Installation | None:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+    binary = root / "bin" / "tritonserver"
+    if not binary.is_file():
+        return None
+    libs = root.parent.parent / "nvidia_pytriton.libs"
+    return Installation(binary, _python_backend_dir(root, cache_dir), (libs,))
+
+
+def _python_backend_dir(root: Path, cache_dir: Path) -> Path:
+    """A backend folder with the python backend and the stub for this interpreter."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise LaunchError(f"nvidia-pytriton has no python backend stub for Python {version}")
+    files = [*sorted((root / "backends" / "python").glob("*.*")), stub]
+    digest = hashlib.sha256("".join(f"{f}:{f.stat().st_size}" for f in files).encode()).hexdigest()[:12]
+    target = cache_dir / "backends" / digest
+    python = target / "python"
+    if not (python / stub.name).is_file():
+        tmp = cache_dir / "backends" / f".{digest}.{os.getpid()}"
+        (tmp / "python").mkdir(parents=True, exist_ok=True)
+        for item in files:
+            shutil.copy2(item, tmp / "python" / item.name)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+class LocalLauncher:
+    """Starts one tritonserver process per :meth:`serve`."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        installation: Installation | None = None,
+        *,
+        pid_dir: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+        ready_timeout_s: float = 180.0,
+    ) -> None:
+        self._installation = installation
+        self._pid_dir = pid_dir
+        self._extra_args = extra_args
+        self._ready_timeout_s = ready_timeout_s
+
+    @property
+    def installation(self) -> Installation:
+        if self._installation is None:
+            self._installation = find_installation()
+        return self._installation
+
+    @contextmanager
+    def serve(self, repository: Path, model: str, log_path: Path) -> Iterator[Server]:
+        for attempt in range(2):
+            http_port, grpc_port = free_ports(2)
+            proc = self._start(repository, log_path, http_port, grpc_port)
+            try:
+                server = Server(
+                    "127.0.0.1", http_port, grpc_port, log_path,
+                    alive=lambda p=proc: p.poll() is None,  # type: ignore[misc]
+                    description=f"tritonserver (pid {proc.pid})",
+                )
+                try:
+                    wait_model_ready(server, model, self._ready_timeout_s)
+                except ServerExitedError:
+                    if attempt == 0 and _port_clash(log_path):
+                        continue  # someone took a port between our check and the bind
+                    raise
+                yield server
+                return
+            finally:
+                stop_process(proc)
+                _pids.forget(self._pid_dir, proc.pid)
+
+    def _start(self, repository: Path, log_path: Path, http_port: int, grpc_port: int) -> subprocess.Popen[bytes]:
+        inst = self.installation
+        args = [
+            str(inst.binary),
+            f"--model-repository={repository}",
+            f"--backend-directory={inst.backend_dir}",
+            "--http-address=127.0.0.1",
+            f"--http-port={http_port}",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={grpc_port}",
+            "--allow-metrics=false",
+            "--exit-timeout-secs=5",
+            "--log-verbose=0",
+            *self._extra_args,
+        ]
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("wb") as log:
+            try:
+                proc = subprocess.Popen(
+                    args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self._environment(), start_new_session=True,
+                )
+            except OSError as exc:
+                raise LaunchError(f"cannot start {inst.binary}: {exc}") from exc
+        _pids.remember(self._pid_dir, proc.pid, str(inst.binary))
+        return proc
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        libs = [str(p) for p in self.installation.library_path]
+        if libs:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
+        return env
+
+
+def _port_clash(log_path: Path) -> bool:
+    tail = read_tail(log_path, 40).lower()
+    return "address already in use" in tail or "failed to bind" in tail
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM the process group, wait, then SIGKILL; never raises for a gone process."""
+    if proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    _signal_group(proc.pid, signal.SIGKILL)  # stubs left behind in the group, if any
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

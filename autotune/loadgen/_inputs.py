@@ -1,0 +1,178 @@
+"""Request payloads: tensors from the model's metadata, encoded once for HTTP and gRPC.
+
+Random data honours each input's datatype and shape (integers in [0, 100) so embedding
+lookups stay in range; BYTES as short strings), or comes from perf_analyzer's
+``--input-data`` JSON format. Requests are encoded once, before the load starts.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune.errors import UsageError
+
+NP_TYPES: dict[str, Any] = {
+    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+    "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
+    "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+    "BYTES": np.object_,
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]  # without the batch dimension; -1 for variable
+
+
+@dataclass(frozen=True)
+class ModelIO:
+    name: str
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any], config: Mapping[str, Any]) -> ModelIO:
+        mbs = int(config.get("max_batch_size", 0))
+
+        def specs(items: Sequence[Mapping[str, Any]]) -> tuple[TensorSpec, ...]:
+            return tuple(
+                TensorSpec(t["name"], t["datatype"], tuple(int(d) for d in t["shape"])[1 if mbs > 0 else 0 :])
+                for t in items
+            )
+
+        return cls(metadata["name"], mbs, specs(metadata.get("inputs", [])), specs(metadata.get("outputs", [])))
+
+
+@dataclass(frozen=True)
+class Payload:
+    """One request's tensors, in request order, with the batch dimension included."""
+
+    model: str
+    tensors: tuple[tuple[TensorSpec, np.ndarray], ...]
+    outputs: tuple[str, ...]
+    batch_size: int
+
+
+def random_payload(
+    io: ModelIO,
+    batch_size: int = 1,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+) -> Payload:
+    rng = np.random.default_rng(seed)
+    tensors = []
+    for spec in io.inputs:
+        dims = _dims(spec, shapes or {})
+        full = (batch_size, *dims) if io.max_batch_size > 0 else dims
+        tensors.append((spec, _random(spec.datatype, full, rng)))
+    return Payload(io.name, tuple(tensors), tuple(o.name for o in io.outputs), batch_size)
+
+
+def payload_from_file(io: ModelIO, path: Path, batch_size: int = 1) -> Payload:
+    """perf_analyzer's ``--input-data`` JSON: ``{"data": [{"NAME": [...] | {"content": [...],
+    "shape": [...]}}]}``; the first entry is used."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        entry = doc["data"][0]
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise UsageError(f"{path}: not perf_analyzer input data: {exc}") from exc
+    tensors = []
+    for spec in io.inputs:
+        if spec.name not in entry:
+            raise UsageError(f"{path}: no data for input {spec.name!r}")
+        tensors.append((spec, _from_json(spec, entry[spec.name], io.max_batch_size, batch_size)))
+    return Payload(io.name, tuple(tensors), tuple(o.name for o in io.outputs), batch_size)
+
+
+def _from_json(spec: TensorSpec, value: Any, mbs: int, batch_size: int) -> np.ndarray:
+    content, shape = (value["content"], value.get("shape")) if isinstance(value, dict) else (value, None)
+    dims = tuple(shape) if shape else tuple(d if d > 0 else -1 for d in spec.shape)
+    dtype = NP_TYPES[spec.datatype]
+    if spec.datatype == "BYTES":
+        array = np.array([str(v).encode() for v in np.ravel(content)], dtype=np.object_)
+    else:
+        array = np.asarray(content, dtype=dtype)
+    try:
+        array = array.reshape(dims)
+    except ValueError as exc:
+        raise UsageError(f"input {spec.name!r}: data does not fit shape {list(dims)}") from exc
+    return np.stack([array] * batch_size) if mbs > 0 else array
+
+
+def _dims(spec: TensorSpec, shapes: Mapping[str, Sequence[int]]) -> tuple[int, ...]:
+    if spec.name in shapes:
+        return tuple(int(d) for d in shapes[spec.name])
+    if any(d < 0 for d in spec.shape):
+        raise UsageError(
+            f"input {spec.name!r} has a variable shape {list(spec.shape)}: give --shape {spec.name}:D1,D2"
+        )
+    return spec.shape
+
+
+def _random(datatype: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    if datatype not in NP_TYPES:
+        raise UsageError(f"datatype {datatype} is not supported by the load generator")
+    if datatype == "BYTES":
+        flat = [bytes(rng.integers(97, 123, size=8, dtype=np.uint8)) for _ in range(int(np.prod(shape)))]
+        return np.array(flat, dtype=np.object_).reshape(shape)
+    if datatype == "BOOL":
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if datatype.startswith(("INT", "UINT")):
+        return rng.integers(0, 100, size=shape).astype(NP_TYPES[datatype])
+    return rng.random(size=shape).astype(NP_TYPES[datatype])
+
+
+def raw_bytes(array: np.ndarray, datatype: str) -> bytes:
+    """Triton's binary tensor encoding (BYTES: 4-byte little-endian length before each item)."""
+    if datatype != "BYTES":
+        return np.ascontiguousarray(array).tobytes()
+    parts = []
+    for item in array.ravel():
+        data = item if isinstance(item, bytes) else str(item).encode()
+        parts.append(struct.pack("<I", len(data)) + data)
+    return b"".join(parts)
+
+
+def http_request(payload: Payload, host: str) -> bytes:
+    """A complete HTTP/1.1 infer request using the binary tensor data extension."""
+    blobs = [raw_bytes(a, s.datatype) for s, a in payload.tensors]
+    header = {
+        "inputs": [
+            {"name": s.name, "shape": list(a.shape), "datatype": s.datatype,
+             "parameters": {"binary_data_size": len(b)}}
+            for (s, a), b in zip(payload.tensors, blobs, strict=True)
+        ],
+        "outputs": [{"name": o, "parameters": {"binary_data": True}} for o in payload.outputs],
+    }
+    head = json.dumps(header, separators=(",", ":")).encode()
+    body = head + b"".join(blobs)
+    start = (
+        f"POST /v2/models/{payload.model}/infer HTTP/1.1\r\nHost: {host}\r\n"
+        "Content-Type: application/octet-stream\r\n"
+        f"Inference-Header-Content-Length: {len(head)}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return start.encode() + body
+
+
+def grpc_request(payload: Payload) -> Any:
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=payload.model)
+    for spec, array in payload.tensors:
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = spec.name, spec.datatype
+        tensor.shape.extend(array.shape)
+        request.raw_input_contents.append(raw_bytes(array, spec.datatype))
+    for name in payload.outputs:
+        request.outputs.add().name = name
+    return request

@@ -1,0 +1,69 @@
+"""Frozen settings, parsed once from the command line (and an optional YAML file)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotune.errors import UsageError
+from autotune.loadgen._closed import WindowPlan
+from autotune.objective import Sla
+
+LAUNCHERS = ("local", "docker", "remote")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")
+_UNITS = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '10m', '1.5h' -> seconds; anything else is a UsageError."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise UsageError(f"cannot read time budget {text!r}: use e.g. 90s, 10m or 1h")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    image: str = "nvcr.io/nvidia/tritonserver:24.10-py3"
+    gpus: str = ""  # "", "all" or "0,1"
+    shm_size: str = "1g"
+    pull: bool = False
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    model: str
+    repository: Path
+    sla: Sla
+    search_space: Path | None = None  # None: the packaged default
+    max_trials: int = 20
+    time_budget_s: float | None = 12 * 60.0
+    launcher: str = "local"
+    write_back: bool = False
+    reports_dir: Path = Path("reports")
+    run_dir: Path | None = None  # set for --resume
+    protocol: str = "http"
+    seed: int | None = None
+    storage: str | None = None  # an Optuna RDB URL; default SQLite in the run directory
+    study_name: str | None = None
+    plan: WindowPlan = field(default_factory=WindowPlan)
+    finalists: int = 2
+    repeats: int = 3
+    margin: float = 0.05  # the search keeps this fraction of headroom under the SLA
+    tritonserver: Path | None = None
+    url: str = ""  # remote launcher: host:http_port
+    grpc_url: str = ""
+    docker: DockerOptions = field(default_factory=DockerOptions)
+
+    def __post_init__(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise UsageError(f"unknown launcher {self.launcher!r} (choose from {', '.join(LAUNCHERS)})")
+        if self.max_trials < 1:
+            raise UsageError(f"--max-trials must be >= 1, got {self.max_trials}")
+        if not 0.0 <= self.margin < 0.5:
+            raise UsageError(f"--margin must be in [0, 0.5), got {self.margin}")
+        if self.protocol not in ("http", "grpc"):
+            raise UsageError(f"--protocol must be http or grpc, got {self.protocol!r}")
+        if self.launcher == "remote" and not self.url:
+            raise UsageError("--launcher remote needs --url HOST:PORT of a running tritonserver")

@@ -1,0 +1,192 @@
+"""The study: Optuna through ask/tell, the only module that imports optuna.
+
+Two objectives (goodput up, latency at the SLA percentile down) with the SLA as a
+constraint the sampler uses while it searches. Every asked trial is told: COMPLETE with
+its measurement, or FAIL with a one-line reason and the server log's tail in user
+attributes. Storage is any Optuna RDB URL: SQLite in the run directory by default,
+PostgreSQL for several workers on one study.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.errors import StudyError
+from autotune.measure import Measurement, Point
+from autotune.objective import Sla, scores
+from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult
+from autotune.search_space import Candidate, SearchSpace
+
+DIRECTIONS = ("maximize", "minimize")
+INTERRUPTED = "interrupted: the tuner stopped while this trial ran"
+
+optuna.logging.set_verbosity(logging.WARNING)
+
+
+# Optuna >= 5 stores constraints on the trial (Trial.set_constraint); older ones ask a function.
+_TRIAL_CONSTRAINTS = hasattr(optuna.Trial, "set_constraint")
+
+
+def _constraints(trial: FrozenTrial) -> Sequence[float]:
+    return [float(trial.user_attrs.get("constraint", 0.0))]
+
+
+def _sampler(seed: int | None, startup_trials: int) -> optuna.samplers.BaseSampler:
+    extra: dict[str, Any] = {} if _TRIAL_CONSTRAINTS else {"constraints_func": _constraints}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=startup_trials, multivariate=True, group=True, **extra
+        )
+
+
+@dataclass
+class Asked:
+    """A trial in flight: its number, the candidate, and Optuna's handle."""
+
+    number: int
+    candidate: Candidate
+    trial: optuna.Trial
+
+
+class Study:
+    def __init__(self, study: optuna.Study, space: SearchSpace, sla: Sla) -> None:
+        self._study, self.space, self.sla = study, space, sla
+
+    @classmethod
+    def open(
+        cls, storage: str, name: str, space: SearchSpace, sla: Sla, *,
+        seed: int | None = None, startup_trials: int = 6,
+    ) -> Study:
+        sampler = _sampler(seed, startup_trials)
+        try:
+            study = optuna.create_study(
+                storage=storage, study_name=name, directions=list(DIRECTIONS),
+                sampler=sampler, load_if_exists=True,
+            )
+        except Exception as exc:  # optuna/sqlalchemy raise many kinds here
+            raise StudyError(f"cannot open study {name!r} at {_redact(storage)}: {exc}") from exc
+        return cls(study, space, sla)
+
+    # ------------------------------------------------------------ asking and telling
+
+    def enqueue(self, params: dict[str, Any], baseline: bool = False) -> None:
+        attrs = {"baseline": True} if baseline else {}
+        self._study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)
+
+    def ask(self) -> Asked:
+        trial = self._study.ask()
+        candidate = self.space.suggest(trial)
+        trial.set_user_attr("candidate", _candidate_json(candidate))
+        return Asked(trial.number, candidate, trial)
+
+    def tell_measured(self, asked: Asked, measurement: Measurement, duration_s: float,
+                      reused_from: int | None = None) -> None:
+        point = measurement.closest(self.sla)
+        trial = asked.trial
+        trial.set_user_attr("measurement", _measurement_json(measurement))
+        violation = 0.0 if measurement.feasible else self.sla.violation(point)
+        trial.set_user_attr("constraint", violation)
+        if _TRIAL_CONSTRAINTS:
+            trial.set_constraint("sla", violation)
+        trial.set_user_attr("duration_s", round(duration_s, 3))
+        if reused_from is not None:
+            trial.set_user_attr("reused_from", reused_from)
+        self._study.tell(trial, list(scores(point, self.sla)))
+
+    def tell_failed(self, asked: Asked, reason: str, log_tail: str, duration_s: float) -> None:
+        trial = asked.trial
+        trial.set_user_attr("reason", reason[:500])
+        trial.set_user_attr("log_tail", log_tail[-4000:])
+        trial.set_user_attr("duration_s", round(duration_s, 3))
+        self._study.tell(trial, state=TrialState.FAIL)
+
+    def fail_interrupted(self) -> list[dict[str, Any]]:
+        """Mark trials left RUNNING by a killed tuner as failed; return their params to re-run."""
+        params = []
+        for trial in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            self._study._storage.set_trial_user_attr(trial._trial_id, "reason", INTERRUPTED)
+            self._study.tell(trial.number, state=TrialState.FAIL)
+            if trial.params:
+                params.append(dict(trial.params))
+        return params
+
+    # ------------------------------------------------------------ reading
+
+    def measured(self, candidate: Candidate) -> TrialResult | None:
+        """An earlier COMPLETE trial of the same candidate, if any (not measured twice)."""
+        for result in self.results():
+            if result.state == COMPLETE and result.candidate == candidate and result.reused_from is None:
+                return result
+        return None
+
+    def results(self) -> list[TrialResult]:
+        return [_result(t) for t in self._study.get_trials(deepcopy=False)]
+
+    def set_attr(self, key: str, value: Any) -> None:
+        self._study.set_user_attr(key, value)
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self._study.user_attrs.get(key, default)
+
+    @property
+    def finished_trials(self) -> int:
+        states = (TrialState.COMPLETE, TrialState.FAIL)
+        return len(self._study.get_trials(deepcopy=False, states=states))
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def _candidate_json(candidate: Candidate) -> dict[str, Any]:
+    data = asdict(candidate)
+    data["gpus"] = list(candidate.gpus)
+    data["preferred_batch_sizes"] = list(candidate.preferred_batch_sizes)
+    return data
+
+
+def candidate_from_json(data: dict[str, Any]) -> Candidate:
+    return Candidate(**{**data, "gpus": tuple(data["gpus"]),
+                        "preferred_batch_sizes": tuple(data["preferred_batch_sizes"])})
+
+
+def _measurement_json(measurement: Measurement) -> dict[str, Any]:
+    best = measurement.points.index(measurement.best) if measurement.best else None
+    return {"points": [p.to_dict() for p in measurement.points], "best": best}
+
+
+def measurement_from_json(data: dict[str, Any]) -> Measurement:
+    points = tuple(Point.from_dict(p) for p in data["points"])
+    best = data.get("best")
+    return Measurement(points=points, best=points[best] if best is not None else None)
+
+
+def _result(trial: FrozenTrial) -> TrialResult:
+    attrs = trial.user_attrs
+    state = {TrialState.COMPLETE: COMPLETE, TrialState.FAIL: FAIL}.get(trial.state, RUNNING)
+    measurement = attrs.get("measurement")
+    candidate = attrs.get("candidate")
+    return TrialResult(
+        number=trial.number,
+        state=state,
+        candidate=candidate_from_json(candidate) if candidate else None,
+        params=dict(trial.params),
+        baseline=bool(attrs.get("baseline")),
+        measurement=measurement_from_json(measurement) if measurement else None,
+        reason=str(attrs.get("reason", "")),
+        log_tail=str(attrs.get("log_tail", "")),
+        duration_s=float(attrs.get("duration_s", 0.0)),
+        reused_from=attrs.get("reused_from"),
+    )
+

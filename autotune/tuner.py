@@ -1,0 +1,430 @@
+"""A tuning run, start to finish: trials, verification of the finalists, the winner.
+
+    candidate --apply--> ModelConfig --stage--> repository --Launcher--> Server
+      --LoadGenerator / find_goodput--> Measurement --> Study.tell
+
+The tuner reports progress through an :class:`Events` object and prints nothing itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from autotune import model_config as mcfg
+from autotune.errors import AutotuneError, ConfigError, LaunchError, MeasurementError, UsageError
+from autotune.launch import make_launcher
+from autotune.launch._common import Launcher, Server, failure_line
+from autotune.loadgen import LoadGenerator
+from autotune.loadgen._closed import WindowPlan
+from autotune.measure import Measurement, Point, find_goodput
+from autotune.objective import Sla
+from autotune.results import COMPLETE, RunInfo, TrialResult, Verification
+from autotune.search_space import Candidate, SearchSpace, load_search_space, params_of
+from autotune.settings import RunSettings
+from autotune.staging import stage_model
+from autotune.study import Asked, Study
+
+RUN_FILE = "run.json"
+
+
+class Events(Protocol):
+    """What a run tells the person watching it (the CLI draws progress bars from these)."""
+
+    def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None: ...
+    def trial_started(self, number: int, candidate: Candidate, baseline: bool) -> None: ...
+    def point_measured(self, number: int, point: Point) -> None: ...
+    def trial_finished(self, result: TrialResult) -> None: ...
+    def verifying(self, trial: int, concurrency: int, repeat: int, repeats: int) -> None: ...
+
+
+class SilentEvents:
+    def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None: ...
+    def trial_started(self, number: int, candidate: Candidate, baseline: bool) -> None: ...
+    def point_measured(self, number: int, point: Point) -> None: ...
+    def trial_finished(self, result: TrialResult) -> None: ...
+    def verifying(self, trial: int, concurrency: int, repeat: int, repeats: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_dir: Path
+    info: RunInfo
+    trials: tuple[TrialResult, ...]
+
+    @property
+    def winner(self) -> TrialResult | None:
+        return next((t for t in self.trials if t.number == self.info.winner), None)
+
+    @property
+    def baseline(self) -> TrialResult | None:
+        return next((t for t in self.trials if t.baseline and t.state == COMPLETE), None)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything checked before anything is started or written."""
+
+    settings: RunSettings
+    original: mcfg.ModelConfig
+    model_dir: Path
+    space: SearchSpace
+    baseline: Candidate
+
+
+def prepare(settings: RunSettings, gpu_available: bool = False) -> Prepared:
+    """Validate the input (UsageError on anything wrong); writes nothing."""
+    original = mcfg.load_config(settings.repository, settings.model)
+    space = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
+    baseline = mcfg.candidate_of(original)
+    space = space.restricted(
+        batching=original.max_batch_size > 0, gpu=gpu_available, tensorrt=mcfg.supports_tensorrt(original)
+    ).including(baseline)
+    _check_writable(settings.reports_dir if settings.run_dir is None else settings.run_dir)
+    return Prepared(settings, original, mcfg.model_dir(settings.repository, settings.model), space, baseline)
+
+
+def default_space_path() -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("autotune.search_spaces").joinpath("default.yaml")))
+
+
+def _check_writable(path: Path) -> None:
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise UsageError(f"report directory is not writable: {path}")
+
+
+def tune(prep: Prepared, events: Events | None = None) -> Outcome:
+    events = events or SilentEvents()
+    settings = prep.settings
+    run_dir, fresh = _open_run_dir(prep)
+    study = _open_study(prep, run_dir)
+    if fresh:
+        _seed(study, prep)
+    requeue = study.fail_interrupted()
+    for params in requeue:
+        study.enqueue(params)
+    launcher = make_launcher(settings, run_dir)
+    started = time.monotonic()
+    events.run_started(run_dir, settings.max_trials, settings.time_budget_s)
+    trial_runner = _TrialRunner(prep, launcher, run_dir, events)
+    while study.finished_trials < settings.max_trials and _time_left(settings, started, study):
+        trial_runner.run(study)
+    verifications = _verify(prep, launcher, run_dir, study, events)
+    return _finish(prep, run_dir, study, verifications)
+
+
+def _open_run_dir(prep: Prepared) -> tuple[Path, bool]:
+    settings = prep.settings
+    if settings.run_dir is not None:
+        run_file = settings.run_dir / RUN_FILE
+        if not run_file.is_file():
+            raise UsageError(f"--resume {settings.run_dir}: not a run directory (no {RUN_FILE})")
+        recorded = json.loads(run_file.read_text(encoding="utf-8"))
+        if recorded["model"] != settings.model:
+            raise UsageError(f"--resume {settings.run_dir}: that run tuned {recorded['model']!r}")
+        return settings.run_dir, False
+    run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = settings.reports_dir / settings.model / run_id
+    suffix = 1
+    while run_dir.exists():
+        suffix += 1
+        run_dir = settings.reports_dir / settings.model / f"{run_id}-{suffix}"
+    run_dir.mkdir(parents=True)
+    record = {
+        "run_id": run_dir.name,
+        "model": settings.model,
+        "repository": str(settings.repository.resolve()),
+        "sla": {"percentile": settings.sla.percentile, "limit_ms": settings.sla.limit_ms},
+        "launcher": settings.launcher,
+        "original_config": mcfg.config_text(prep.original),
+        "original_digest": file_digest(prep.model_dir / mcfg.CONFIG_NAME),
+        "started": _now(),
+    }
+    _write_json(run_dir / RUN_FILE, record)
+    return run_dir, True
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{run_dir}: not a run directory ({exc})") from exc
+    return data
+
+
+def file_digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def study_storage(settings: RunSettings, run_dir: Path) -> str:
+    return settings.storage or f"sqlite:///{(run_dir / 'study.db').resolve()}"
+
+
+def _open_study(prep: Prepared, run_dir: Path) -> Study:
+    settings = prep.settings
+    name = settings.study_name or f"{settings.model}-{run_dir.name}"
+    return Study.open(study_storage(settings, run_dir), name, prep.space, settings.sla, seed=settings.seed)
+
+
+def _seed(study: Study, prep: Prepared) -> None:
+    """The original config first, then sound heuristics: batching at the largest batch size
+    with one instance and with as many instances as cores (capped by the space)."""
+    study.enqueue(params_of(prep.baseline), baseline=True)
+    for candidate in heuristic_seeds(prep.space, os.cpu_count() or 1):
+        study.enqueue(params_of(candidate))
+
+
+def heuristic_seeds(space: SearchSpace, cores: int) -> list[Candidate]:
+    mbs = max(space.max_batch_size)
+    if mbs == 0 or True not in space.dynamic_batching:
+        return []
+    kind = space.kind[0]
+    counts = sorted({min(space.instance_count), _closest(space.instance_count, cores)})
+    pref = "none" if "none" in space.preferred_batch_size else space.preferred_batch_size[0]
+    seeds = []
+    for count in counts:
+        params = {"instance_count": count, "kind": kind, "max_batch_size": mbs, "dynamic_batching": True,
+                  "preferred_batch_size": pref, "max_queue_delay_us": min(space.max_queue_delay_us),
+                  "gpus": space.gpus[0], "trt_fp16": False}
+        seeds.append(space.suggest(_Fixed(params)))
+    return seeds
+
+
+def _closest(choices: tuple[int, ...], target: int) -> int:
+    return min(choices, key=lambda c: (abs(c - target), c))
+
+
+class _Fixed:
+    def __init__(self, params: dict[str, Any]) -> None:
+        self._params = params
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        return self._params[name]
+
+
+def _time_left(settings: RunSettings, started: float, study: Study) -> bool:
+    if settings.time_budget_s is None:
+        return True
+    elapsed = time.monotonic() - started
+    done = max(1, study.finished_trials)
+    # stop when the next trial would likely overrun the budget (verification included)
+    per_trial = elapsed / done if study.finished_trials else 0.0
+    return elapsed + per_trial * 0.5 < settings.time_budget_s
+
+
+class _TrialRunner:
+    def __init__(self, prep: Prepared, launcher: Launcher, run_dir: Path, events: Events) -> None:
+        self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run_dir, events
+        self.search_sla = _tightened(prep.settings.sla, prep.settings.margin)
+
+    def run(self, study: Study) -> None:
+        asked = study.ask()
+        baseline = bool(asked.trial.user_attrs.get("baseline"))
+        self.events.trial_started(asked.number, asked.candidate, baseline)
+        start = time.monotonic()
+        earlier = study.measured(asked.candidate)
+        try:
+            if earlier is not None and earlier.measurement is not None:
+                study.tell_measured(asked, earlier.measurement, 0.0, reused_from=earlier.number)
+            else:
+                measurement = self.measure(asked)
+                study.tell_measured(asked, measurement, time.monotonic() - start)
+        except (LaunchError, MeasurementError, ConfigError) as exc:
+            log = self.log_path(asked.number)
+            tail = _tail(log)
+            study.tell_failed(asked, _reason(exc, tail), tail, time.monotonic() - start)
+        except BaseException:
+            study.tell_failed(asked, "interrupted: the tuner stopped during this trial", "",
+                              time.monotonic() - start)
+            raise
+        self.events.trial_finished(next(r for r in study.results() if r.number == asked.number))
+
+    def log_path(self, number: int) -> Path:
+        return self.run_dir / "logs" / f"trial-{number:03d}.log"
+
+    def measure(self, asked: Asked) -> Measurement:
+        settings = self.prep.settings
+        with self.serve(asked.candidate, self.log_path(asked.number), asked.number) as server:
+            gen = LoadGenerator.connect(server.host, server.http_port, server.grpc_port, settings.model,
+                                        protocol=settings.protocol, plan=settings.plan)
+
+            def at(concurrency: int) -> Point:
+                point = gen.at_concurrency(concurrency)
+                self.events.point_measured(asked.number, point)
+                return point
+
+            space = self.prep.space
+            return find_goodput(at, self.search_sla, space.concurrency_min, space.concurrency_max)
+
+    def serve(self, candidate: Candidate, log: Path, number: int) -> Any:
+        config = mcfg.apply_candidate(self.prep.original, candidate)
+        stage = self.run_dir / "stage" / f"trial-{number:03d}"
+        stage_model(self.prep.model_dir, config, stage)
+        return _cleanup_after(self.launcher.serve(stage, self.prep.settings.model, log), stage)
+
+
+class _cleanup_after:  # noqa: N801 - used like a function
+    """Wrap a server context so the staged repository is removed when it ends."""
+
+    def __init__(self, inner: Any, stage: Path) -> None:
+        self.inner, self.stage = inner, stage
+
+    def __enter__(self) -> Server:
+        try:
+            server: Server = self.inner.__enter__()
+        except BaseException:
+            shutil.rmtree(self.stage, ignore_errors=True)
+            raise
+        return server
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.inner.__exit__(*exc)
+        finally:
+            shutil.rmtree(self.stage, ignore_errors=True)
+
+
+def _tightened(sla: Sla, margin: float) -> Sla:
+    return replace(sla, limit_ms=sla.limit_ms * (1.0 - margin))
+
+
+def _tail(log: Path) -> str:
+    from autotune.launch._common import read_tail
+
+    return read_tail(log, 40) if log.exists() else ""
+
+
+def _reason(exc: AutotuneError, tail: str) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    detail = failure_line(tail)
+    return f"{first} — {detail}" if detail and detail not in first else first
+
+
+# ---------------------------------------------------------------- verification and the winner
+
+
+def _verify(prep: Prepared, launcher: Launcher, run_dir: Path, study: Study, events: Events) -> list[Verification]:
+    """Re-measure the finalists (and the baseline) at their operating points, several times,
+    with longer windows, so that noise cannot crown a loser."""
+    settings = prep.settings
+    if settings.repeats < 1:
+        return []
+    results = study.results()
+    ranked = sorted((r for r in results if r.feasible and r.reused_from is None),
+                    key=lambda r: r.goodput(), reverse=True)
+    chosen = ranked[: settings.finalists]
+    base = next((r for r in results if r.baseline and r.feasible), None)
+    if base is not None and base not in chosen:
+        chosen.append(base)
+    done = {v["trial"]: v for v in study.attr("verifications", [])}
+    plan = replace(settings.plan, window_s=settings.plan.window_s * 2, max_windows=settings.plan.max_windows)
+    runner = _TrialRunner(prep, launcher, run_dir, events)
+    out = []
+    for result in chosen:
+        if result.number in done:
+            out.append(_verification_from_json(done[result.number]))
+            continue
+        verification = _verify_one(runner, result, plan, settings, events)
+        if verification is None:
+            continue
+        out.append(verification)
+        study.set_attr("verifications", [_verification_json(v) for v in out])
+    return out
+
+
+def _verify_one(runner: _TrialRunner, result: TrialResult, plan: WindowPlan, settings: RunSettings,
+                events: Events) -> Verification | None:
+    assert result.best is not None and result.candidate is not None
+    concurrency = result.best.concurrency
+    log = runner.run_dir / "logs" / f"verify-{result.number:03d}.log"
+    points: list[Point] = []
+    try:
+        with runner.serve(result.candidate, log, 1000 + result.number) as server:
+            gen = LoadGenerator.connect(server.host, server.http_port, server.grpc_port, settings.model,
+                                        protocol=settings.protocol, plan=plan)
+            for i in range(settings.repeats):
+                events.verifying(result.number, concurrency, i + 1, settings.repeats)
+                points.append(gen.at_concurrency(concurrency))
+    except (LaunchError, MeasurementError) as exc:
+        events.trial_finished(replace(result, reason=f"verification failed: {exc}"))
+        return None
+    met = sum(settings.sla.met_by(p) for p in points)
+    return Verification(result.number, concurrency, tuple(points), met)
+
+
+def _verification_json(v: Verification) -> dict[str, Any]:
+    return {"trial": v.trial, "concurrency": v.concurrency, "sla_met": v.sla_met,
+            "points": [p.to_dict() for p in v.points]}
+
+
+def _verification_from_json(data: dict[str, Any]) -> Verification:
+    return Verification(int(data["trial"]), int(data["concurrency"]),
+                        tuple(Point.from_dict(p) for p in data["points"]), int(data["sla_met"]))
+
+
+def choose_winner(results: list[TrialResult], verifications: list[Verification]) -> int | None:
+    """Verified finalists that met the SLA in most repeats, by median throughput; else the
+    best feasible trial by its search measurement."""
+    passing = [v for v in verifications if v.sla_met * 2 > len(v.points)]
+    if passing:
+        return max(passing, key=lambda v: v.median_throughput).trial
+    verified = {v.trial for v in verifications}
+    feasible = [r for r in results if r.feasible and r.reused_from is None and r.number not in verified]
+    if feasible:
+        return max(feasible, key=lambda r: r.goodput()).number
+    return None
+
+
+def _finish(prep: Prepared, run_dir: Path, study: Study, verifications: list[Verification]) -> Outcome:
+    results = study.results()
+    winner = choose_winner(results, verifications)
+    record = read_run(run_dir)
+    info = RunInfo(
+        run_id=record["run_id"], model=prep.settings.model, sla=prep.settings.sla,
+        launcher=prep.settings.launcher, original_config=record["original_config"],
+        started=record["started"], finished=_now(), winner=winner,
+        verifications=tuple(verifications),
+    )
+    if winner is not None:
+        candidate = next(r.candidate for r in results if r.number == winner)
+        assert candidate is not None
+        config = mcfg.apply_candidate(prep.original, candidate)
+        info = replace(info, winner_config=mcfg.config_text(config),
+                       winner_diff=mcfg.config_diff(prep.original, config))
+        mcfg.write_config(config, run_dir / "winner.pbtxt")
+        (run_dir / "winner.diff").write_text(info.winner_diff, encoding="utf-8")
+    record.update(finished=info.finished, winner=winner)
+    _write_json(run_dir / RUN_FILE, record)
+    outcome = Outcome(run_dir, info, tuple(results))
+    write_outputs(outcome)
+    return outcome
+
+
+def write_outputs(outcome: Outcome) -> Path:
+    from autotune.report import write_report
+
+    return write_report(outcome.info, list(outcome.trials), outcome.run_dir)
+

@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""Build the example model repositories: ONNX graphs with random weights, served by
+Triton's python backend through ``templates/onnx_model.py``.
+
+    bertQA  a BERT question-answering encoder: input_ids, segment_ids, input_mask INT64 [seq]
+            -> start_logits, end_logits FP32 [seq]
+    cnn     a small image classifier: image FP32 [3, 64, 64] -> probs FP32 [10]
+
+For each model it writes ``<out>/<name>/1/model.onnx`` (same arguments, same bytes),
+copies the template to ``<out>/<name>/1/model.py`` and writes ``<out>/<name>/config.pbtxt``
+only when there is none (an existing config is the user's, tuned or not). A stamp beside
+model.onnx records what it was built from, so a second run with the same arguments only
+checks. Nothing is downloaded; weights come from a seeded numpy generator.
+
+Tests import this file by path and call :func:`build`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+from google.protobuf import text_format
+from onnx import TensorProto, helper, numpy_helper
+from tritonclient.grpc import model_config_pb2 as mc
+
+HERE = Path(__file__).resolve().parent
+TEMPLATE = HERE.parent / "templates" / "onnx_model.py"
+DEFAULT_OUT = HERE / "model_repository"
+OPSET = 17
+IR_VERSION = 8  # the IR of opset 17: loads in onnxruntime >= 1.13
+# Bump when the graphs change: it invalidates every stamp.
+BUILDER_VERSION = 2
+STAMP = "model.onnx.stamp"
+MAX_BATCH_SIZE = 16
+BERT_INPUTS = ("input_ids", "segment_ids", "input_mask")
+BERT_OUTPUTS = ("start_logits", "end_logits")
+
+
+@dataclass(frozen=True)
+class BertSpec:
+    layers: int = 4
+    hidden: int = 256
+    heads: int = 4
+    intermediate: int = 0  # 0: 4 * hidden
+    seq: int = 128
+    vocab: int = 30522
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.layers, self.hidden, self.heads, self.seq, self.vocab) < 1:
+            raise ValueError(f"bertQA sizes must be positive: {self}")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.intermediate == 0:
+            object.__setattr__(self, "intermediate", 4 * self.hidden)
+
+
+@dataclass(frozen=True)
+class CnnSpec:
+    channels: tuple[int, ...] = (32, 64, 128, 128)
+    image: int = 64
+    classes: int = 10
+    seed: int = 0
+
+
+Spec = BertSpec | CnnSpec
+SPECS: dict[str, type[BertSpec] | type[CnnSpec]] = {"bertQA": BertSpec, "cnn": CnnSpec}
+
+
+class _Graph:
+    """Nodes and initializers of one ONNX graph, with unique names and seeded weights."""
+
+    def __init__(self, seed: int) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[TensorProto] = []
+        self.rng = np.random.default_rng(seed)
+        self._count = 0
+
+    def _name(self, stem: str) -> str:
+        self._count += 1
+        return f"{stem}_{self._count}"
+
+    def const(self, stem: str, array: npt.ArrayLike, dtype: type[Any] = np.float32) -> str:
+        name = self._name(stem)
+        self.initializers.append(numpy_helper.from_array(np.asarray(array, dtype=dtype), name))
+        return name
+
+    def weight(self, stem: str, shape: Sequence[int], std: float) -> str:
+        return self.const(stem, self.rng.standard_normal(shape, dtype=np.float32) * np.float32(std))
+
+    def op(self, op_type: str, inputs: Sequence[str], outputs: int = 1, **attrs: Any) -> list[str]:
+        names = [self._name(op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=names[0], **attrs))
+        return names
+
+    def op1(self, op_type: str, inputs: Sequence[str], **attrs: Any) -> str:
+        return self.op(op_type, inputs, **attrs)[0]
+
+    def linear(self, x: str, n_in: int, n_out: int, std: float) -> str:
+        y = self.op1("MatMul", [x, self.weight("w", [n_in, n_out], std)])
+        return self.op1("Add", [y, self.const("b", np.zeros(n_out))])
+
+    def layer_norm(self, x: str, width: int) -> str:
+        scale, bias = self.const("ln_scale", np.ones(width)), self.const("ln_bias", np.zeros(width))
+        return self.op1("LayerNormalization", [x, scale, bias], axis=-1, epsilon=1e-12)
+
+    def gelu(self, x: str) -> str:
+        """0.5 * x * (1 + erf(x / sqrt 2)): opset 17 has no Gelu; onnxruntime fuses this."""
+        erf = self.op1("Erf", [self.op1("Div", [x, self.const("sqrt2", math.sqrt(2.0))])])
+        half_x = self.op1("Mul", [x, self.const("half", 0.5)])
+        return self.op1("Mul", [half_x, self.op1("Add", [erf, self.const("one", 1.0)])])
+
+    def model(self, name: str, inputs: list[Any], outputs: list[Any]) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", OPSET)],
+            ir_version=IR_VERSION,
+            producer_name="autotune-examples",
+            producer_version=str(BUILDER_VERSION),
+        )
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def _attention(g: _Graph, x: str, mask: str, spec: BertSpec) -> str:
+    """Multi-head self-attention over [batch, seq, hidden]; mask is [batch, 1, 1, seq]."""
+    head = spec.hidden // spec.heads
+    split = g.const("heads_shape", [0, 0, spec.heads, head], np.int64)
+    merge = g.const("hidden_shape", [0, 0, spec.hidden], np.int64)
+
+    def heads(perm: list[int]) -> str:
+        projected = g.linear(x, spec.hidden, spec.hidden, 0.02)
+        return g.op1("Transpose", [g.op1("Reshape", [projected, split])], perm=perm)
+
+    q, k, v = heads([0, 2, 1, 3]), heads([0, 2, 3, 1]), heads([0, 2, 1, 3])
+    scores = g.op1("Div", [g.op1("MatMul", [q, k]), g.const("sqrt_head", math.sqrt(head))])
+    probs = g.op1("Softmax", [g.op1("Add", [scores, mask])], axis=-1)
+    context = g.op1("Transpose", [g.op1("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+    return g.linear(g.op1("Reshape", [context, merge]), spec.hidden, spec.hidden, 0.02)
+
+
+def _encoder_layer(g: _Graph, x: str, mask: str, spec: BertSpec) -> str:
+    x = g.layer_norm(g.op1("Add", [x, _attention(g, x, mask, spec)]), spec.hidden)
+    inner = g.gelu(g.linear(x, spec.hidden, spec.intermediate, 0.02))
+    ffn = g.linear(inner, spec.intermediate, spec.hidden, 0.02)
+    return g.layer_norm(g.op1("Add", [x, ffn]), spec.hidden)
+
+
+def bert_model(spec: BertSpec) -> onnx.ModelProto:
+    """Embeddings (word + position + token type), encoder layers, a Linear(hidden, 2) head."""
+    g = _Graph(spec.seed)
+    # Ids are folded into range (ids mod vocab, segments mod 2, mask clipped to 0/1) so that
+    # random load-test data is valid input, as it is for perf_analyzer's default random data.
+    ids = g.op1("Mod", ["input_ids", g.const("vocab", spec.vocab, np.int64)])
+    segments = g.op1("Mod", ["segment_ids", g.const("two", 2, np.int64)])
+    words = g.op1("Gather", [g.weight("word_embeddings", [spec.vocab, spec.hidden], 0.02), ids])
+    types = g.op1("Gather", [g.weight("type_embeddings", [2, spec.hidden], 0.02), segments])
+    positions = g.weight("position_embeddings", [spec.seq, spec.hidden], 0.02)
+    x = g.op1("Add", [g.op1("Add", [words, types]), positions])
+    x = g.layer_norm(x, spec.hidden)
+    unit = g.op1("Min", ["input_mask", g.const("one_id", 1, np.int64)])
+    keep = g.op1("Cast", [unit], to=TensorProto.FLOAT)
+    blocked = g.op1("Mul", [g.op1("Sub", [g.const("one", 1.0), keep]), g.const("neg", -10000.0)])
+    mask = g.op1("Unsqueeze", [blocked, g.const("axes", [1, 2], np.int64)])
+    for _ in range(spec.layers):
+        x = _encoder_layer(g, x, mask, spec)
+    logits = g.linear(x, spec.hidden, 2, 0.02)
+    halves = g.op("Split", [logits, g.const("split", [1, 1], np.int64)], outputs=2, axis=-1)
+    last = g.const("last_axis", [-1], np.int64)
+    for half, name in zip(halves, ["start_logits", "end_logits"], strict=True):
+        g.nodes.append(helper.make_node("Squeeze", [half, last], [name], name=name))
+    batch_seq: list[str | int] = ["batch", spec.seq]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, batch_seq) for n in BERT_INPUTS]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, batch_seq) for n in BERT_OUTPUTS]
+    return g.model("bertQA", inputs, outputs)
+
+
+def cnn_model(spec: CnnSpec) -> onnx.ModelProto:
+    """Conv3x3+Relu+MaxPool blocks, global average pool, Gemm, Softmax."""
+    g = _Graph(spec.seed)
+    x, width = "image", 3
+    for channels in spec.channels:
+        kernel = g.weight("conv_w", [channels, width, 3, 3], math.sqrt(2.0 / (9 * width)))
+        conv = g.op1("Conv", [x, kernel, g.const("conv_b", np.zeros(channels))], pads=[1, 1, 1, 1])
+        x, width = g.op1("MaxPool", [g.op1("Relu", [conv])], kernel_shape=[2, 2], strides=[2, 2]), channels
+    pooled = g.op1("Flatten", [g.op1("GlobalAveragePool", [x])], axis=1)
+    gemm_w = g.weight("fc_w", [width, spec.classes], math.sqrt(1.0 / width))
+    logits = g.op1("Gemm", [pooled, gemm_w, g.const("fc_b", np.zeros(spec.classes))])
+    g.nodes.append(helper.make_node("Softmax", [logits], ["probs"], name="probs", axis=1))
+    image: list[str | int] = ["batch", 3, spec.image, spec.image]
+    inputs = [helper.make_tensor_value_info("image", TensorProto.FLOAT, image)]
+    outputs = [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", spec.classes])]
+    return g.model("cnn", inputs, outputs)
+
+
+def _tensor(name: str, data_type: int, dims: Sequence[int]) -> dict[str, Any]:
+    return {"name": name, "data_type": data_type, "dims": list(dims)}
+
+
+def model_config(name: str, spec: Spec) -> mc.ModelConfig:
+    """The untuned default a user starts from: python backend, one CPU instance, no batcher."""
+    config = mc.ModelConfig(name=name, backend="python", max_batch_size=MAX_BATCH_SIZE)
+    if isinstance(spec, BertSpec):
+        config.input.extend(mc.ModelInput(**_tensor(n, mc.TYPE_INT64, [spec.seq])) for n in BERT_INPUTS)
+        config.output.extend(mc.ModelOutput(**_tensor(n, mc.TYPE_FP32, [spec.seq])) for n in BERT_OUTPUTS)
+    else:
+        config.input.append(mc.ModelInput(**_tensor("image", mc.TYPE_FP32, [3, spec.image, spec.image])))
+        config.output.append(mc.ModelOutput(**_tensor("probs", mc.TYPE_FP32, [spec.classes])))
+    config.instance_group.append(mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU))
+    config.parameters["intra_op_threads"].string_value = "1"
+    return config
+
+
+def _signature(config: mc.ModelConfig) -> list[tuple[str, int, list[int]]]:
+    tensors = [*config.input, *config.output]
+    return [(t.name, t.data_type, list(t.dims)) for t in tensors]
+
+
+def _check_existing_config(path: Path, expected: mc.ModelConfig) -> None:
+    """An existing config stays, but its tensors must match the model being built."""
+    existing = text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+    if _signature(existing) != _signature(expected):
+        raise ValueError(
+            f"{path} declares tensors {_signature(existing)} but the model built here has "
+            f"{_signature(expected)}: remove that config.pbtxt or build into another --out"
+        )
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write beside the target, then rename: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _stamp(name: str, spec: Spec) -> dict[str, Any]:
+    """What model.onnx is built from, as it reads back from JSON (tuples become lists)."""
+    stamp = {"builder": BUILDER_VERSION, "model": name, "spec": asdict(spec)}
+    return dict(json.loads(json.dumps(stamp)))
+
+
+def _up_to_date(version_dir: Path, wanted: dict[str, Any]) -> bool:
+    stamp, onnx_path = version_dir / STAMP, version_dir / "model.onnx"
+    if not (stamp.is_file() and onnx_path.is_file()):
+        return False
+    recorded = json.loads(stamp.read_text(encoding="utf-8"))
+    digest = recorded.pop("sha256", None)
+    return bool(recorded == wanted and digest == _sha256(onnx_path))
+
+
+def _spec(model: str, sizes: dict[str, Any]) -> Spec:
+    if model not in SPECS:
+        raise ValueError(f"unknown model {model!r}; known: {', '.join(SPECS)}")
+    try:
+        return SPECS[model](**sizes)
+    except TypeError as exc:
+        raise ValueError(f"{model}: unknown size argument: {exc}") from exc
+
+
+def build(model: str, out: Path, force: bool = False, **sizes: int) -> Path:
+    """Write ``out/model`` (config.pbtxt if missing, 1/model.onnx, 1/model.py); return that dir."""
+    spec = _spec(model, sizes)
+    model_dir, version_dir = out / model, out / model / "1"
+    config_path = model_dir / "config.pbtxt"
+    config = model_config(model, spec)
+    if config_path.exists():
+        _check_existing_config(config_path, config)
+    else:
+        _write_atomic(config_path, text_format.MessageToString(config).encode())
+    template = TEMPLATE.read_bytes()
+    if not (version_dir / "model.py").is_file() or (version_dir / "model.py").read_bytes() != template:
+        _write_atomic(version_dir / "model.py", template)
+    wanted = _stamp(model, spec)
+    if force or not _up_to_date(version_dir, wanted):
+        proto = bert_model(spec) if isinstance(spec, BertSpec) else cnn_model(spec)
+        _write_atomic(version_dir / "model.onnx", proto.SerializeToString(deterministic=True))
+        wanted["sha256"] = _sha256(version_dir / "model.onnx")
+        _write_atomic(version_dir / STAMP, json.dumps(wanted, indent=1, sort_keys=True).encode())
+    return model_dir
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Build the example Triton model repositories (random weights, no downloads).",
+        epilog="Sizes apply to bertQA; cnn has fixed sizes. Same arguments give byte-identical model.onnx.",
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model repository (%(default)s)")
+    parser.add_argument(
+        "--models", nargs="+", choices=list(SPECS), default=list(SPECS), help="models to build"
+    )
+    defaults = BertSpec()
+    for size in ("layers", "hidden", "heads", "seq", "vocab"):
+        parser.add_argument(f"--{size}", type=int, default=getattr(defaults, size), help="(%(default)s)")
+    parser.add_argument("--intermediate", type=int, default=0, help="FFN width (0: 4 * hidden)")
+    parser.add_argument("--seed", type=int, default=0, help="weights' RNG seed (%(default)s)")
+    parser.add_argument("--force", action="store_true", help="rebuild model.onnx even when up to date")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    bert_sizes = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "intermediate", "seq", "vocab")}
+    for model in args.models:
+        sizes = {**(bert_sizes if model == "bertQA" else {}), "seed": args.seed}
+        started = time.perf_counter()
+        try:
+            path = build(model, args.out, force=args.force, **sizes)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{model}: {path} ({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

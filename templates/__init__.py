@@ -1,0 +1,1 @@
+"""Templates shipped inside the package (importlib.resources: autotune.templates)."""

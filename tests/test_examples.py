@@ -1,0 +1,235 @@
+"""The example models (examples/build_models.py) and the python-backend ONNX wrapper
+(templates/onnx_model.py), without a server: builds are deterministic, the graphs run in
+onnxruntime, and batching several requests into one call gives each its own answer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "build_models.py"
+TEMPLATE = ROOT / "templates" / "onnx_model.py"
+TINY = {"layers": 1, "hidden": 32, "heads": 2, "seq": 16, "vocab": 100}
+SEQ = TINY["seq"]
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def builder() -> ModuleType:
+    return _load("autotune_examples_build_models", SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def wrapper() -> Iterator[ModuleType]:
+    """templates/onnx_model.py, importing the real triton_python_backend_utils from pytriton."""
+    pytriton = importlib.util.find_spec("pytriton")
+    if pytriton is None or not pytriton.submodule_search_locations:
+        pytest.skip("needs nvidia-pytriton for triton_python_backend_utils.py")
+    utils = Path(pytriton.submodule_search_locations[0]) / "tritonserver/backends/python"
+    _load("triton_python_backend_utils", utils / "triton_python_backend_utils.py")
+    yield _load("autotune_templates_onnx_model", TEMPLATE)
+    del sys.modules["triton_python_backend_utils"]
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(builder: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(builder.build("bertQA", tmp_path_factory.mktemp("repo"), **TINY)) / "1" / "model.onnx"
+
+
+def _session(path: Path) -> Any:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _bert_feeds(batch: int, seed: int = 0) -> dict[str, np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, SEQ), np.int64)
+    mask[:, SEQ - 3 :] = 0
+    return {
+        "input_ids": rng.integers(0, TINY["vocab"], (batch, SEQ), dtype=np.int64),
+        "segment_ids": np.tile((np.arange(SEQ) >= SEQ // 2).astype(np.int64), (batch, 1)),
+        "input_mask": mask,
+    }
+
+
+def test_same_arguments_give_identical_bytes(builder: ModuleType, tmp_path: Path) -> None:
+    first = builder.build("bertQA", tmp_path / "a", **TINY)
+    second = builder.build("bertQA", tmp_path / "b", **TINY)
+    other_seed = builder.build("bertQA", tmp_path / "c", seed=1, **TINY)
+    onnx_bytes = (first / "1/model.onnx").read_bytes()
+    assert onnx_bytes == (second / "1/model.onnx").read_bytes()
+    assert onnx_bytes != (other_seed / "1/model.onnx").read_bytes()
+    assert (first / "1/model.py").read_bytes() == TEMPLATE.read_bytes()
+    assert (first / "config.pbtxt").read_text() == (second / "config.pbtxt").read_text()
+
+
+def test_second_build_only_checks_and_force_rebuilds(builder: ModuleType, tmp_path: Path) -> None:
+    onnx_path = builder.build("bertQA", tmp_path, **TINY) / "1/model.onnx"
+    built = onnx_path.stat().st_ino
+    builder.build("bertQA", tmp_path, **TINY)
+    assert onnx_path.stat().st_ino == built
+    builder.build("bertQA", tmp_path, force=True, **TINY)
+    assert onnx_path.stat().st_ino != built
+
+
+def test_changed_onnx_is_rebuilt(builder: ModuleType, tmp_path: Path) -> None:
+    onnx_path = builder.build("bertQA", tmp_path, **TINY) / "1/model.onnx"
+    original = onnx_path.read_bytes()
+    onnx_path.write_bytes(b"not a model")
+    builder.build("bertQA", tmp_path, **TINY)
+    assert onnx_path.read_bytes() == original
+
+
+def test_existing_config_is_kept(builder: ModuleType, tmp_path: Path) -> None:
+    config_path = builder.build("bertQA", tmp_path, **TINY) / "config.pbtxt"
+    tuned = text_format.Parse(config_path.read_text(), mc.ModelConfig())
+    tuned.dynamic_batching.max_queue_delay_microseconds = 500
+    config_path.write_text(text_format.MessageToString(tuned))
+    builder.build("bertQA", tmp_path, force=True, **TINY)
+    assert text_format.Parse(config_path.read_text(), mc.ModelConfig()) == tuned
+
+
+def test_config_that_disagrees_with_the_model_is_an_error(builder: ModuleType, tmp_path: Path) -> None:
+    builder.build("bertQA", tmp_path, **TINY)
+    with pytest.raises(ValueError, match=r"remove that config\.pbtxt"):
+        builder.build("bertQA", tmp_path, **{**TINY, "seq": 8})
+
+
+def test_unknown_model_or_size_is_an_error(builder: ModuleType, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown model"):
+        builder.build("resnet", tmp_path)
+    with pytest.raises(ValueError, match="unknown size"):
+        builder.build("cnn", tmp_path, layers=2)
+    with pytest.raises(ValueError, match="multiple of heads"):
+        builder.build("bertQA", tmp_path, **{**TINY, "heads": 3})
+
+
+def test_default_config_is_the_untuned_starting_point(builder: ModuleType) -> None:
+    config = builder.model_config("bertQA", builder.BertSpec())
+    assert (config.backend, config.max_batch_size) == ("python", 16)
+    assert not config.HasField("dynamic_batching")
+    assert [(g.count, g.kind) for g in config.instance_group] == [(1, mc.ModelInstanceGroup.KIND_CPU)]
+    assert config.parameters["intra_op_threads"].string_value == "1"
+    assert [(i.name, list(i.dims)) for i in config.input] == [
+        ("input_ids", [128]),
+        ("segment_ids", [128]),
+        ("input_mask", [128]),
+    ]
+    assert [(o.name, o.data_type) for o in config.output] == [
+        ("start_logits", mc.TYPE_FP32),
+        ("end_logits", mc.TYPE_FP32),
+    ]
+
+
+@pytest.mark.parametrize("name", ["bertQA", "cnn"])
+def test_committed_config_is_what_the_builder_writes(builder: ModuleType, name: str) -> None:
+    committed = ROOT / "examples/model_repository" / name / "config.pbtxt"
+    expected = builder.model_config(name, builder.SPECS[name]())
+    assert text_format.Parse(committed.read_text(), mc.ModelConfig()) == expected
+
+
+def test_bert_runs_a_batch_of_three(tiny_bert: Path) -> None:
+    start, end = _session(tiny_bert).run(["start_logits", "end_logits"], _bert_feeds(3))
+    assert start.shape == end.shape == (3, SEQ)
+    assert np.isfinite(start).all() and np.isfinite(end).all()
+    assert not np.allclose(start, end)
+
+
+def test_concatenated_batch_equals_per_item_runs(tiny_bert: Path) -> None:
+    session, feeds = _session(tiny_bert), _bert_feeds(3)
+    batched = session.run(None, feeds)
+    for row in range(3):
+        single = session.run(None, {name: array[row : row + 1] for name, array in feeds.items()})
+        for together, alone in zip(batched, single, strict=True):
+            np.testing.assert_allclose(together[row : row + 1], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_wrapper_runs_requests_as_one_call(wrapper: ModuleType, tiny_bert: Path) -> None:
+    session = wrapper.make_session(str(tiny_bert))
+    calls: list[int] = []
+
+    def run(feeds: dict[str, Any]) -> list[Any]:
+        calls.append(len(feeds["input_ids"]))
+        return list(session.run(["start_logits", "end_logits"], feeds))
+
+    requests = [
+        _bert_feeds(1, seed=1),
+        _bert_feeds(2, seed=2),
+        "missing input 'input_mask'",
+        _bert_feeds(3, seed=3),
+    ]
+    results = wrapper.run_batched(run, requests)
+    assert calls == [6]
+    assert results[2] == "missing input 'input_mask'"
+    for request, result in zip(requests, results, strict=True):
+        if isinstance(request, dict):
+            alone = session.run(["start_logits", "end_logits"], request)
+            for got, want in zip(result, alone, strict=True):
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_wrapper_failure_answers_each_request_with_an_error(wrapper: ModuleType, tiny_bert: Path) -> None:
+    session = wrapper.make_session(str(tiny_bert))
+    bad = _bert_feeds(1)
+    bad["input_ids"][0, 0] = -7  # a marker: the session below fails on any batch holding it
+
+    def run(feeds: dict[str, Any]) -> list[Any]:
+        if (feeds["input_ids"] == -7).any():
+            raise RuntimeError("INVALID_ARGUMENT: the session refused this batch")
+        return list(session.run(None, feeds))
+
+    uneven = {**_bert_feeds(2), "input_mask": np.ones((1, SEQ), np.int64)}
+    results = wrapper.run_batched(run, [bad, _bert_feeds(1), uneven])
+    assert all(isinstance(r, str) for r in results)
+    assert "onnxruntime failed on a batch of 2" in results[0] and results[0] == results[1]
+    assert "one batch dimension" in results[2]
+    assert wrapper.run_each(run, [bad, "missing"])[1] == "missing"
+    assert [len(r) for r in wrapper.run_each(run, [_bert_feeds(1)])] == [2]
+
+
+def test_wrapper_session_options(wrapper: ModuleType, tiny_bert: Path) -> None:
+    options = wrapper.make_session(str(tiny_bert), intra_op_threads=2).get_session_options()
+    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (2, 1)
+    assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+    config = {"parameters": {"intra_op_threads": {"string_value": "2"}}}
+    assert wrapper.config_parameter(config, "intra_op_threads", "1") == "2"
+    assert wrapper.config_parameter(config, "allow_spinning", "0") == "0"
+
+
+def test_cnn_gives_probabilities(builder: ModuleType, tmp_path: Path) -> None:
+    session = _session(builder.build("cnn", tmp_path) / "1/model.onnx")
+    image = np.random.default_rng(0).standard_normal((2, 3, 64, 64), dtype=np.float32)
+    (probs,) = session.run(["probs"], {"image": image})
+    assert probs.shape == (2, 10)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    assert (probs >= 0).all()
+
+
+def test_script_help() -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    assert "--models" in result.stdout and "--seq" in result.stdout

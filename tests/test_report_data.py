@@ -1,0 +1,278 @@
+"""The report's records: rows, operating points, Pareto front, winner/baseline/gain, CSV."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+import autotune.report as report
+from autotune.measure import Measurement, Point, ServerBreakdown
+from autotune.objective import Sla
+from autotune.report import pareto_front, report_data, trials_frame, write_csv
+from autotune.report._data import TrialRow
+from autotune.results import COMPLETE, FAIL, RUNNING, RunInfo, TrialResult, Verification
+from autotune.search_space import Candidate, params_of
+
+SLA = Sla(percentile=95, limit_ms=20.0)
+
+
+def point(
+    c: int, throughput: float, p95: float, *, errors: int = 0, batches: dict[int, int] | None = None
+) -> Point:
+    return Point(
+        concurrency=c, request_rate=0.0, throughput=throughput, avg_ms=p95 * 0.6, p50_ms=p95 * 0.5,
+        p90_ms=p95 * 0.9, p95_ms=p95, p99_ms=p95 * 1.2, requests=1000, errors=errors, duration_s=5.0,
+        windows=3, stable=True,
+        server=ServerBreakdown(queue_us=100.0 * c, compute_infer_us=900.0, batch_sizes=batches or {1: 10}),
+    )  # fmt: skip
+
+
+def candidate(count: int = 1, mbs: int = 8, batching: bool = True) -> Candidate:
+    return Candidate(
+        instance_count=count, kind="KIND_CPU", gpus=(), max_batch_size=mbs, dynamic_batching=batching,
+        preferred_batch_sizes=(), max_queue_delay_us=0, trt_fp16=False,
+    )  # fmt: skip
+
+
+def trial(number: int, *points: Point, baseline: bool = False, cand: Candidate | None = None) -> TrialResult:
+    cand = cand or candidate(count=number + 1)
+    best = max((p for p in points if SLA.met_by(p)), key=lambda p: p.throughput, default=None)
+    return TrialResult(
+        number=number, state=COMPLETE, candidate=cand, params=params_of(cand), baseline=baseline,
+        measurement=Measurement(points=tuple(points), best=best), duration_s=12.0,
+    )  # fmt: skip
+
+
+def failed(number: int) -> TrialResult:
+    cand = candidate(count=4)
+    return TrialResult(
+        number=number, state=FAIL, candidate=cand, params=params_of(cand), baseline=False,
+        measurement=None, reason="model never became ready", log_tail="E1122 out of memory\n", duration_s=3.0,
+    )  # fmt: skip
+
+
+def run(winner: int | None = None, verifications: tuple[Verification, ...] = ()) -> RunInfo:
+    return RunInfo(
+        run_id="r1", model="resnet", sla=SLA, launcher="local", original_config="name: 'resnet'\n",
+        started="2025-01-01T00:00:00", winner=winner, verifications=verifications,
+    )  # fmt: skip
+
+
+def row(
+    number: int, throughput: float, latency: float, *, feasible: bool = True, state: str = COMPLETE
+) -> TrialRow:
+    return TrialRow(
+        number=number, label=f"t{number}", params={}, state=state, baseline=False, feasible=feasible,
+        throughput=throughput, latency_ms=latency,
+    )  # fmt: skip
+
+
+def numbers(rows: list[TrialRow]) -> list[int]:
+    return [r.number for r in rows]
+
+
+# ---------------------------------------------------------------- Pareto front (pure)
+
+
+def test_front_keeps_only_undominated_sorted_by_latency() -> None:
+    rows = [row(0, 100, 10), row(1, 200, 15), row(2, 150, 16), row(3, 300, 30), row(4, 50, 5)]
+    assert numbers(pareto_front(rows)) == [4, 0, 1, 3]  # 2 is beaten by 1 on both
+
+
+def test_front_ties_exact_duplicates_both_stay() -> None:
+    rows = [row(0, 100, 10), row(1, 100, 10), row(2, 90, 10)]
+    assert numbers(pareto_front(rows)) == [0, 1]  # equal points do not dominate each other
+
+
+def test_front_tie_on_one_axis_is_dominated() -> None:
+    # same throughput, more latency -> dominated; same latency, less throughput -> dominated
+    rows = [row(0, 100, 10), row(1, 100, 12), row(2, 80, 10)]
+    assert numbers(pareto_front(rows)) == [0]
+
+
+def test_front_considers_infeasible_rows_and_keeps_their_flag() -> None:
+    rows = [row(0, 100, 10), row(1, 400, 40, feasible=False), row(2, 90, 50, feasible=False)]
+    front = pareto_front(rows)
+    assert numbers(front) == [0, 1]
+    assert [r.feasible for r in front] == [True, False]
+
+
+def test_front_skips_failed_running_unmeasured_and_reused() -> None:
+    rows = [
+        row(0, 100, 10),
+        row(1, 999, 1, state=FAIL),
+        row(2, 999, 1, state=RUNNING),
+        TrialRow(number=3, label="", params={}, state=COMPLETE, baseline=False, feasible=False),
+        TrialRow(number=4, label="", params={}, state=COMPLETE, baseline=False, feasible=True,
+                 throughput=999, latency_ms=1, reused_from=0),
+    ]  # fmt: skip
+    assert numbers(pareto_front(rows)) == [0]
+
+
+def test_front_of_nothing_is_empty() -> None:
+    assert pareto_front([]) == []
+
+
+# ---------------------------------------------------------------- rows and points
+
+
+def test_rows_report_best_point_and_server_side() -> None:
+    t = trial(0, point(1, 100, 5), point(2, 180, 9, batches={1: 2, 2: 6}), point(4, 220, 25))
+    data = report_data(run(), [t])
+    r = data.rows[0]
+    assert (r.concurrency, r.throughput, r.latency_ms, r.feasible) == (2, 180, 9, True)
+    assert (r.p50_ms, r.p95_ms, r.p99_ms, r.avg_ms) == pytest.approx((4.5, 9, 10.8, 5.4))
+    assert (r.queue_us, r.compute_infer_us) == (200.0, 900.0)
+    assert r.avg_batch == pytest.approx(14 / 8)
+    assert r.label == t.candidate.label() if t.candidate else False
+    assert r.params == t.params and r.goodput == 180
+
+
+def test_infeasible_trial_reports_its_closest_point_with_zero_goodput() -> None:
+    t = trial(0, point(1, 100, 30), point(2, 150, 45))
+    r = report_data(run(), [t]).rows[0]
+    assert not r.feasible and r.concurrency == 1 and r.latency_ms == 30
+    assert r.goodput == 0.0
+
+
+def test_failed_trial_row_keeps_reason_and_log_tail() -> None:
+    data = report_data(run(), [trial(0, point(1, 100, 5)), failed(1)])
+    r = data.rows[1]
+    assert (r.state, r.feasible, r.reason, r.log_tail) == (
+        FAIL,
+        False,
+        "model never became ready",
+        "E1122 out of memory\n",
+    )
+    assert r.throughput is None and r.concurrency is None and r.goodput == 0.0 and not r.pareto
+    assert data.count(FAIL) == 1 and data.count(COMPLETE) == 1
+
+
+def test_operating_points_cover_every_measured_point_once() -> None:
+    t0 = trial(0, point(1, 100, 5), point(2, 180, 9), point(4, 220, 25))
+    t1 = trial(1, point(1, 90, 4))
+    reused = TrialResult(number=2, state=COMPLETE, candidate=t1.candidate, params=t1.params, baseline=False,
+                         measurement=t1.measurement, reused_from=1)  # fmt: skip
+    data = report_data(run(), [reused, t1, failed(3), t0])  # order does not matter
+    assert [r.number for r in data.rows] == [0, 1, 2, 3]
+    assert [(p.trial, p.concurrency, p.meets_sla, p.best) for p in data.points] == [
+        (0, 1, True, False), (0, 2, True, True), (0, 4, False, False), (1, 1, True, True),
+    ]  # fmt: skip
+    assert data.points[2].latency_ms == 25
+    assert data.rows[2].reused_from == 1 and not data.rows[2].pareto
+
+
+def test_points_with_errors_do_not_meet_the_sla() -> None:
+    data = report_data(run(), [trial(0, point(1, 100, 5, errors=3))])
+    assert not data.points[0].meets_sla and not data.rows[0].feasible
+
+
+def test_rows_on_the_front_are_marked() -> None:
+    data = report_data(
+        run(), [trial(0, point(1, 100, 5)), trial(1, point(1, 80, 6)), trial(2, point(1, 300, 40))]
+    )
+    assert numbers(list(data.front)) == [0, 2]
+    assert [r.pareto for r in data.rows] == [True, False, True]
+    assert not data.front[1].feasible
+
+
+# ---------------------------------------------------------------- winner, baseline, gain
+
+
+def test_winner_baseline_and_gain_from_the_run() -> None:
+    trials = [
+        trial(0, point(1, 100, 5), baseline=True),
+        trial(1, point(1, 250, 8)),
+        trial(2, point(1, 300, 9)),
+    ]
+    data = report_data(run(winner=1), trials)  # the run chose 1 (say, after verification)
+    assert data.winner is not None and data.winner.number == 1 and data.winner_chosen
+    assert data.baseline is not None and data.baseline.number == 0
+    assert data.gain == pytest.approx(2.5)
+
+
+def test_winner_falls_back_to_best_feasible_so_far() -> None:
+    trials = [
+        trial(0, point(1, 100, 5), baseline=True),
+        trial(1, point(1, 300, 9)),
+        trial(2, point(1, 900, 99)),
+    ]
+    data = report_data(run(winner=None), trials)
+    assert data.winner is not None and data.winner.number == 1 and not data.winner_chosen
+
+
+def test_best_so_far_ties_go_to_lower_latency_then_earlier_trial() -> None:
+    trials = [trial(0, point(1, 300, 9)), trial(1, point(1, 300, 7)), trial(2, point(1, 300, 7))]
+    data = report_data(run(), trials)
+    assert data.winner is not None and data.winner.number == 1
+
+
+def test_no_gain_without_a_feasible_baseline() -> None:
+    infeasible_base = [trial(0, point(1, 100, 50), baseline=True), trial(1, point(1, 300, 9))]
+    assert report_data(run(winner=1), infeasible_base).gain is None
+    no_base = [trial(1, point(1, 300, 9))]
+    data = report_data(run(winner=1), no_base)
+    assert data.baseline is None and data.gain is None
+
+
+def test_no_winner_when_nothing_is_feasible() -> None:
+    data = report_data(run(), [trial(0, point(1, 100, 50), baseline=True), failed(1)])
+    assert data.winner is None and data.gain is None and not data.winner_chosen
+
+
+def test_verifications_are_summarised() -> None:
+    v = Verification(
+        trial=1, concurrency=4, points=(point(4, 240, 8), point(4, 260, 9), point(4, 250, 21)), sla_met=2
+    )
+    data = report_data(run(winner=1, verifications=(v,)), [trial(1, point(4, 250, 8))])
+    (row_,) = data.verifications
+    assert (row_.trial, row_.concurrency, row_.repeats, row_.sla_met) == (1, 4, 3, 2)
+    assert (row_.median_throughput, row_.min_throughput, row_.max_throughput) == (250, 240, 260)
+    assert row_.max_latency_ms == 21 and row_.label == data.rows[0].label
+
+
+# ---------------------------------------------------------------- CSV
+
+
+def test_csv_has_one_row_per_trial_and_params_as_columns(tmp_path: Path) -> None:
+    plain = candidate(count=1, mbs=0, batching=False)  # lacks the batching parameters
+    trials = [trial(0, point(1, 100, 5), baseline=True, cand=plain), trial(1, point(2, 300, 9)), failed(2)]
+    data = report_data(run(winner=1), trials)
+    path = write_csv(data, tmp_path / "out" / "trials.csv")
+    with path.open(newline="", encoding="utf-8") as handle:
+        records = list(csv.DictReader(handle))
+    assert [r["trial"] for r in records] == ["0", "1", "2"]
+    header = list(records[0])
+    assert header[:4] == ["trial", "state", "baseline", "winner"]
+    for name in (
+        "instance_count",
+        "kind",
+        "max_batch_size",
+        "dynamic_batching",
+        "throughput",
+        "p95_ms",
+        "label",
+    ):
+        assert name in header
+    assert records[0]["dynamic_batching"] == "" and records[1]["dynamic_batching"] == "True"  # absent: empty
+    assert records[1]["winner"] == "True" and records[0]["baseline"] == "True"
+    assert records[2]["state"] == FAIL and records[2]["reason"] == "model never became ready"
+    assert records[2]["throughput"] == ""
+    assert not list(path.parent.glob(".*.tmp"))  # the temporary file was renamed away
+
+
+def test_frame_renames_a_parameter_that_clashes_with_a_fixed_column() -> None:
+    t = trial(0, point(1, 100, 5))
+    clash = TrialResult(**{**t.__dict__, "params": {"state": "x", "kind": "KIND_CPU"}})
+    frame = trials_frame(report_data(run(), [clash]))
+    assert frame.loc[0, "param_state"] == "x" and frame.loc[0, "state"] == COMPLETE
+    assert frame.loc[0, "kind"] == "KIND_CPU"
+
+
+def test_exported_names() -> None:
+    assert set(report.__all__) == {
+        "CSV_NAME", "REPORT_NAME", "OperatingPoint", "ReportData", "TrialRow", "VerificationRow",
+        "pareto_front", "render_html", "report_data", "trials_frame", "write_csv", "write_report",
+    }  # fmt: skip
