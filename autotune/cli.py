@@ -230,6 +230,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _print_error(exc: AutotuneError) -> None:
     lines = str(exc).splitlines() or [type(exc).__name__]
+    if isinstance(exc, UsageError):  # bad input: one line, hint included
+        hint = f" ({exc.hint})" if exc.hint else ""
+        print(f"autotune: error: {' '.join(lines)}{hint}", file=sys.stderr)
+        return
     print(f"autotune: error: {lines[0]}", file=sys.stderr)
     if len(lines) > 1:
         print("\n".join("  " + line for line in lines[1:]), file=sys.stderr)

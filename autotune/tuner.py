@@ -100,8 +100,8 @@ def _check_writable(path: Path) -> None:
     probe = path
     while not probe.exists():
         probe = probe.parent
-    if not os.access(probe, os.W_OK):
-        raise UsageError(f"report directory is not writable: {path}")
+    if not probe.is_dir() or not os.access(probe, os.W_OK):
+        raise UsageError(f"report directory is not writable: {path} ({probe} is not a writable directory)")
 
 
 def tune(prep: Prepared, events: Events | None = None) -> Outcome:

@@ -90,14 +90,24 @@ def http_status(host: str, port: int, path: str, timeout: float = 2.0) -> int | 
         conn.close()
 
 
-def wait_model_ready(server: Server, model: str, timeout_s: float = 180.0, poll_s: float = 0.05) -> None:
-    """Poll the model's ready endpoint until 200; early exit or timeout raise with the log tail."""
+def wait_model_ready(
+    server: Server,
+    model: str,
+    timeout_s: float = 180.0,
+    poll_s: float = 0.05,
+    exit_detail: Callable[[], str] | None = None,
+) -> None:
+    """Poll the model's ready endpoint until 200; early exit or timeout raise with the log tail.
+
+    ``exit_detail`` (asked once the server is found dead) adds how it ended, e.g. " with exit code 1".
+    """
     deadline = time.monotonic() + timeout_s
     path = f"/v2/models/{model}/ready"
     for _ in _polls(deadline, poll_s):
         if not server.alive():
+            detail = exit_detail() if exit_detail else ""
             raise ServerExitedError(
-                f"{server.description or 'tritonserver'} exited before model {model!r} was ready"
+                f"{server.description or 'tritonserver'} exited{detail} before model {model!r} was ready"
                 + _tail_suffix(server)
             )
         if http_status(server.host, server.http_port, path) == 200:

@@ -63,6 +63,8 @@ class LatencyHistogram:
         if self.count == 0:
             return 0.0
         rank = max(1, math.ceil(q / 100.0 * self.count))
+        if rank >= self.count:
+            return float(self.max_ns)
         seen = 0
         for i, n in enumerate(self._counts):
             seen += n

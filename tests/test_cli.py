@@ -1,0 +1,102 @@
+"""The command line on bad input: one clear line, exit code 2, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+
+BAD_RUNS = [
+    (["--model", "nope"], "model 'nope' not found"),
+    (["--model-repository", "{tmp}/absent"], "model repository not found"),
+    (["--sla-p95-ms", "0"], "SLA must be > 0"),
+    (["--sla-p95-ms", "-3"], "SLA must be > 0"),
+    (["--sla-p95-ms", "1e9"], "over an hour"),
+    (["--sla-p95-ms", "fast"], "invalid float value"),
+    (["--time-budget", "soon"], "cannot read time budget"),
+    (["--time-budget", "0m"], "cannot read time budget"),
+    (["--max-trials", "0"], "--max-trials must be >= 1"),
+    (["--launcher", "kubernetes"], "invalid choice"),
+    (["--launcher", "remote"], "needs --url"),
+    (["--search-space", "{tmp}/none.yaml"], "search space file not found"),
+    (["--search-space", "{tmp}/bad_key.yaml"], "unknown key 'instances'"),
+    (["--search-space", "{tmp}/empty_range.yaml"], "min 4 > max 1"),
+    (["--search-space", "{tmp}/pref.yaml"], "> the largest max_batch_size"),
+    (["--margin", "0.9"], "--margin must be in"),
+    (["--window", "0"], "--window must be > 0"),
+    (["--protocol", "smtp"], "invalid choice"),
+    (["--resume", "{tmp}"], "not a run directory"),
+]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "bad_key.yaml").write_text("instances: [1]\n")
+    (tmp_path / "empty_range.yaml").write_text("instance_group:\n  count: {min: 4, max: 1}\n")
+    (tmp_path / "pref.yaml").write_text("max_batch_size: [4]\ndynamic_batching:\n  preferred_batch_size: [16]\n")
+    return tmp_path
+
+
+def _argv(extra: list[str], toy_repo: Path, tmp: Path) -> list[str]:
+    base = {"--model": "toy", "--model-repository": str(toy_repo), "--sla-p95-ms": "50",
+            "--reports-dir": str(tmp / "reports")}
+    extra = [e.format(tmp=tmp) for e in extra]
+    for key in list(base):
+        if key in extra:
+            base.pop(key)
+    return ["run", *[x for kv in base.items() for x in kv], *extra]
+
+
+@pytest.mark.parametrize(("extra", "message"), BAD_RUNS)
+def test_bad_run_input(extra: list[str], message: str, toy_repo: Path, files: Path,
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    before = (toy_repo / "toy" / "config.pbtxt").read_bytes()
+    code = main(_argv(extra, toy_repo, files))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err
+    assert err.startswith("autotune: error: ") and len(err.strip().splitlines()) == 1
+    assert not (files / "reports").exists()
+    assert (toy_repo / "toy" / "config.pbtxt").read_bytes() == before
+
+
+def test_malformed_config(toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (toy_repo / "toy" / "config.pbtxt").write_text("max_batch_size: eight\n")
+    assert main(_argv([], toy_repo, tmp_path)) == 2
+    assert "malformed config" in capsys.readouterr().err
+
+
+def test_invalid_config(toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = toy_repo / "toy" / "config.pbtxt"
+    path.write_text(path.read_text().replace("max_batch_size: 8", "max_batch_size: 0") + "dynamic_batching {}\n")
+    assert main(_argv([], toy_repo, tmp_path)) == 2
+    assert "dynamic_batching needs max_batch_size > 0" in capsys.readouterr().err
+
+
+def test_reports_dir_not_writable(toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "file"
+    target.write_text("")
+    code = main(_argv(["--reports-dir", str(target / "sub")], toy_repo, tmp_path))
+    assert code == 2 and "not writable" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [[], ["run"], ["apply"], ["frobnicate"]])
+def test_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("autotune: error: ")
+
+
+def test_apply_on_a_non_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["apply", str(tmp_path)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for words in ("--sla-p95-ms", "--write-back", "--time-budget", "--resume", "exit codes"):
+        assert words in out

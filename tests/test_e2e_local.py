@@ -1,0 +1,106 @@
+"""End to end on a real tritonserver (the nvidia-pytriton wheel): tune, report, write back."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from autotune.reload import reload_outcome
+from autotune.results import COMPLETE, FAIL
+
+pytestmark = pytest.mark.integration
+
+FAST = ["--window", "0.5", "--finalists", "1", "--repeats", "2", "--time-budget", "5m"]
+
+
+def _run(repo: Path, reports: Path, space: Path, *extra: str) -> int:
+    return main(["run", "--model", "toy", "--model-repository", str(repo), "--sla-p95-ms", "60",
+                 "--reports-dir", str(reports), "--search-space", str(space), "--seed", "1", *FAST, *extra])
+
+
+def _run_dir(reports: Path) -> Path:
+    (run_dir,) = list((reports / "toy").iterdir())
+    return run_dir
+
+
+def _our_servers(marker: Path) -> list[int]:
+    """tritonserver processes whose command line names a path under ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "tritonserver" in cmd and str(marker) in cmd:
+                found.append(int(proc.name))
+    return found
+
+
+def test_tune_write_back_and_undo(toy_repo: Path, tmp_path: Path, small_space: Path) -> None:
+    config = toy_repo / "toy" / "config.pbtxt"
+    original = config.read_bytes()
+    reports = tmp_path / "reports"
+    assert _run(toy_repo, reports, small_space, "--max-trials", "4", "--write-back") == 0
+    run_dir = _run_dir(reports)
+    assert (run_dir / "report.html").stat().st_size > 100_000  # plotly inline
+    rows = list(csv.DictReader((run_dir / "trials.csv").open()))
+    assert len(rows) == 4
+    outcome = reload_outcome(run_dir)
+    winner, baseline = outcome.winner, outcome.baseline
+    assert winner is not None and baseline is not None and baseline.number == 0
+    assert all(t.state == COMPLETE for t in outcome.trials)
+    # The toy model sleeps 4 ms per execution: batching or instances beat the plain config.
+    assert winner.goodput() > 1.3 * baseline.goodput()
+    verified = {v.trial: v for v in outcome.info.verifications}
+    assert verified[winner.number].sla_met * 2 > len(verified[winner.number].points)
+    # written back, verified by a load, with a backup; then undone byte for byte
+    assert config.read_bytes() != original
+    assert (run_dir / "winner.pbtxt").read_text() == config.read_text()
+    backups = list(config.parent.glob("config.pbtxt.autotune-*.bak"))
+    assert len(backups) == 1 and backups[0].read_bytes() == original
+    assert main(["apply", "--undo", str(run_dir)]) == 0
+    assert config.read_bytes() == original
+    assert _our_servers(run_dir) == [] and _our_servers(toy_repo) == []
+
+
+def test_failing_candidates_are_recorded_and_the_search_goes_on(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    config = toy_repo / "toy" / "config.pbtxt"
+    config.write_text(config.read_text() + 'parameters { key: "fail_with_batching" value { string_value: "1" } }\n')
+    reports = tmp_path / "reports"
+    assert _run(toy_repo, reports, small_space, "--max-trials", "4") == 0
+    outcome = reload_outcome(_run_dir(reports))
+    failed = [t for t in outcome.trials if t.state == FAIL]
+    assert failed, "the seeded batching candidates must fail to load"
+    for trial in failed:
+        assert trial.candidate is not None and trial.candidate.dynamic_batching
+        assert "refuses dynamic batching" in trial.reason + trial.log_tail
+    assert outcome.winner is not None and not outcome.winner.candidate.dynamic_batching  # type: ignore[union-attr]
+    assert "refuses dynamic batching" in (outcome.run_dir / "report.html").read_text()
+
+
+def test_write_back_refused_when_the_config_changed(toy_repo: Path, tmp_path: Path, small_space: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    reports = tmp_path / "reports"
+    assert _run(toy_repo, reports, small_space, "--max-trials", "2", "--repeats", "0") == 0
+    config = toy_repo / "toy" / "config.pbtxt"
+    config.write_text(config.read_text() + "\n# edited by hand\n")
+    edited = config.read_bytes()
+    assert main(["apply", str(_run_dir(reports))]) == 6
+    assert "changed since the run started" in capsys.readouterr().err
+    assert config.read_bytes() == edited
+
+
+def test_pid_records_are_cleaned(tmp_path: Path, toy_repo: Path, small_space: Path) -> None:
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    try:
+        assert _run(toy_repo, tmp_path / "reports", small_space, "--max-trials", "1", "--repeats", "0") == 0
+        assert list((tmp_path / "cache" / "autotune" / "servers").glob("*.json")) == []
+    finally:
+        del os.environ["XDG_CACHE_HOME"]

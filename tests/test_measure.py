@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from autotune.errors import UsageError
+from autotune.loadgen._histogram import LatencyHistogram
+from autotune.measure import Point, best_point, find_goodput, is_stable
+from autotune.objective import Sla
+
+
+def point(c: int, throughput: float, p95: float, errors: int = 0) -> Point:
+    return Point(c, 0.0, throughput, p95 * 0.8, p95 * 0.7, p95 * 0.9, p95, p95 * 1.2, 100, errors, 1.0, 3, True)
+
+
+def model(capacity: float, service_ms: float):  # type: ignore[no-untyped-def]
+    """A closed-loop server: throughput grows with concurrency up to capacity, then latency grows."""
+
+    def at(c: int) -> Point:
+        tput = min(c * 1000.0 / service_ms, capacity)
+        return point(c, tput, c / tput * 1000.0 * 1.2)
+
+    return at
+
+
+def test_goodput_search_finds_the_knee() -> None:
+    calls: list[int] = []
+    at = model(capacity=200.0, service_ms=10.0)
+
+    def measure(c: int) -> Point:
+        calls.append(c)
+        return at(c)
+
+    result = find_goodput(measure, Sla(95, 100.0), 1, 64)
+    assert result.best is not None and result.best.throughput == 200.0
+    assert result.best.p95_ms <= 100.0
+    assert len(calls) == len(set(calls)) and len(calls) <= 8  # each level once, few levels
+
+
+def test_bisection_between_last_good_and_first_bad() -> None:
+    at = model(capacity=1e9, service_ms=10.0)  # never saturates: latency 12 ms, flat
+    slow = lambda c: point(c, c * 100.0, 10.0 * c)  # noqa: E731 - p95 = 10 ms x concurrency
+    result = find_goodput(slow, Sla(95, 55.0), 1, 32)
+    assert result.best is not None and result.best.concurrency == 5
+    assert [p.concurrency for p in result.points] == [1, 2, 4, 5, 6, 8]
+    assert find_goodput(at, Sla(95, 55.0), 1, 4).best.concurrency == 4  # type: ignore[union-attr]
+
+
+def test_infeasible_candidate_reports_the_closest_point() -> None:
+    result = find_goodput(lambda c: point(c, 10.0 * c, 80.0 * c), Sla(95, 50.0), 1, 32)
+    assert result.best is None and not result.feasible
+    assert [p.concurrency for p in result.points] == [1]
+    assert result.closest(Sla(95, 50.0)).concurrency == 1
+
+
+def test_points_with_errors_never_meet_the_sla() -> None:
+    sla = Sla(95, 50.0)
+    assert not sla.met_by(point(1, 100.0, 10.0, errors=1))
+    assert best_point([point(1, 100.0, 10.0, errors=1), point(2, 50.0, 20.0)], sla).concurrency == 2  # type: ignore[union-attr]
+    assert sla.violation(point(1, 100.0, 10.0, errors=1)) > 0 >= sla.violation(point(1, 100.0, 10.0))
+
+
+@pytest.mark.parametrize(("tput", "lat", "stable"), [
+    ([100, 101, 99], [10, 10.5, 9.8], True),
+    ([100, 130, 99], [10, 10, 10], False),
+    ([100, 100, 100], [10, 10, 14], False),
+    ([100, 100], [10, 10], False),
+    ([50, 300, 100, 101, 99], [1, 99, 10, 10, 10], True),  # only the last three count
+])
+def test_stability_rule(tput: list[float], lat: list[float], stable: bool) -> None:
+    assert is_stable(tput[-3:], lat[-3:], 0.10) is stable
+
+
+@pytest.mark.parametrize("bad", [0.0, -5.0, math.nan, 1e12])
+def test_sla_must_be_positive_and_sane(bad: float) -> None:
+    with pytest.raises(UsageError):
+        Sla(95, bad)
+
+
+def test_histogram_percentiles_match_exact_ones_within_precision() -> None:
+    rng = random.Random(7)
+    values = [int(rng.lognormvariate(16, 0.6)) for _ in range(20000)]
+    hist = LatencyHistogram()
+    for v in values:
+        hist.record(v)
+    values.sort()
+    for q in (50, 90, 95, 99):
+        exact = values[math.ceil(q / 100 * len(values)) - 1]
+        assert abs(hist.percentile_ns(q) - exact) / exact < 0.006
+    assert hist.percentile_ns(100) == values[-1] and hist.min_ns == values[0]
+    assert hist.mean_ns() == pytest.approx(sum(values) / len(values))
+
+
+def test_histogram_merge_equals_one_histogram() -> None:
+    a, b, both = LatencyHistogram(), LatencyHistogram(), LatencyHistogram()
+    for i in range(1, 5000):
+        (a if i % 2 else b).record(i * 997)
+        both.record(i * 997)
+    merged = LatencyHistogram.merged([a, b])
+    assert merged.count == both.count and merged.max_ns == both.max_ns and merged.min_ns == both.min_ns
+    assert all(merged.percentile_ns(q) == both.percentile_ns(q) for q in (1, 50, 99.9))
+
+
+def test_histogram_is_bounded() -> None:
+    hist = LatencyHistogram()
+    hist.record(0)
+    hist.record(10**15)  # absurd values land in the edge buckets
+    assert hist.count == 2 and hist.percentile_ns(100) == 10**15
+    assert LatencyHistogram().percentile_ns(95) == 0.0
