@@ -104,3 +104,29 @@ def test_pid_records_are_cleaned(tmp_path: Path, toy_repo: Path, small_space: Pa
         assert list((tmp_path / "cache" / "autotune" / "servers").glob("*.json")) == []
     finally:
         del os.environ["XDG_CACHE_HOME"]
+
+
+def test_remote_launcher_loads_candidates_through_the_repository_api(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    from autotune.launch.local import LocalLauncher
+
+    launcher = LocalLauncher(extra_args=("--model-control-mode=explicit", "--load-model=toy"))
+    before = (toy_repo / "toy" / "config.pbtxt").read_bytes()
+    with launcher.serve(toy_repo, "toy", tmp_path / "server.log") as server:
+        url = f"{server.host}:{server.http_port}"
+        code = _run(toy_repo, tmp_path / "reports", small_space, "--max-trials", "3", "--repeats", "1",
+                    "--launcher", "remote", "--url", url, "--grpc-url", f"{server.host}:{server.grpc_port}")
+        assert code == 0
+        outcome = reload_outcome(_run_dir(tmp_path / "reports"))
+        assert outcome.winner is not None
+        labels = {t.candidate.label() for t in outcome.trials if t.candidate}
+        assert len(labels) >= 2  # the baseline and at least one other candidate were served
+        for log in (outcome.run_dir / "logs").glob("trial-*.log"):
+            assert "/v2/repository/models/toy/load -> HTTP 200" in log.read_text()
+        # the server is back on its own config after the run
+        from autotune.loadgen._transport import get_json
+
+        config = get_json(server.host, server.http_port, "/v2/models/toy/config")
+        assert config["instance_group"][0]["count"] == 1 and "dynamic_batching" not in config
+    assert (toy_repo / "toy" / "config.pbtxt").read_bytes() == before
