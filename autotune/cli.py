@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +73,9 @@ def _add_run(sub: Any) -> None:
     run.add_argument("--protocol", choices=("http", "grpc"), default="http", help="client protocol (default http)")
     run.add_argument("--write-back", action="store_true", help="write the winner into the model repository")
     run.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where run directories go")
-    run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run")
+    run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run "
+                     "(the same command again also resumes the newest unfinished run of the model)")
+    run.add_argument("--fresh", action="store_true", help="start a new run even if an unfinished one exists")
     run.add_argument("--seed", type=int, help="sampler seed, for reproducible searches")
     run.add_argument("--storage", help="Optuna storage URL shared by several workers (e.g. postgresql://...)")
     run.add_argument("--study-name", help="study name in --storage (workers of one study use the same)")
@@ -158,9 +162,22 @@ def _run(args: argparse.Namespace) -> int:
     from autotune.gpu import gpu_available
 
     settings = settings_from(args)
+    if settings.run_dir is None and not args.fresh:
+        unfinished = tuner.find_unfinished(settings)
+        if unfinished is not None:
+            print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
+            settings = replace(settings, run_dir=unfinished)
     prep = tuner.prepare(settings, gpu_available=gpu_available())
-    with RichEvents() as events:
-        outcome = tuner.tune(prep, events)
+    events = RichEvents()
+    try:
+        with events:
+            outcome = tuner.tune(prep, events)
+    except KeyboardInterrupt:
+        where = f" --resume {events.run_dir}" if events.run_dir else ""
+        print(f"\ninterrupted: servers stopped, finished trials kept; continue with: autotune run "
+              f"--model {settings.model} --sla-p{settings.sla.percentile}-ms {settings.sla.limit_ms:g}{where}",
+              file=sys.stderr)
+        return 130
     print_summary(outcome)
     if settings.write_back:
         return _write_back(outcome.run_dir, verify=True)
@@ -213,6 +230,7 @@ def _clean(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    _terminate_cleanly()
     try:
         args = build_parser().parse_args(argv)
         code: int = args.handler(args)
@@ -226,6 +244,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\ninterrupted: servers stopped; finished trials are kept (resume with --resume RUN_DIR)",
               file=sys.stderr)
         return 130
+
+
+def _terminate_cleanly() -> None:
+    """SIGTERM unwinds like Ctrl-C (servers stopped, trial marked) instead of dying on the spot."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        pass  # not the main thread (e.g. called from a test's worker thread)
 
 
 def _print_error(exc: AutotuneError) -> None:

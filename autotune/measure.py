@@ -67,6 +67,8 @@ class Point:
     stable: bool
     server: ServerBreakdown = field(default_factory=ServerBreakdown)
     warnings: tuple[str, ...] = ()
+    send_rate: float = 0.0  # open loop: requests actually sent per second
+    send_late_p99_ms: float = 0.0  # open loop: p99 of (actual send - scheduled send)
 
     def latency_ms(self, percentile: int) -> float:
         return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[percentile]

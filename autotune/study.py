@@ -77,9 +77,10 @@ class Study:
 
     # ------------------------------------------------------------ asking and telling
 
-    def enqueue(self, params: dict[str, Any], baseline: bool = False) -> None:
+    def enqueue(self, params: dict[str, Any], baseline: bool = False, again: bool = False) -> None:
+        """Queue params for the next ask; ``again`` re-queues a candidate tried before."""
         attrs = {"baseline": True} if baseline else {}
-        self._study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=True)
+        self._study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=not again)
 
     def ask(self) -> Asked:
         trial = self._study.ask()
@@ -108,15 +109,18 @@ class Study:
         trial.set_user_attr("duration_s", round(duration_s, 3))
         self._study.tell(trial, state=TrialState.FAIL)
 
-    def fail_interrupted(self) -> list[dict[str, Any]]:
-        """Mark trials left RUNNING by a killed tuner as failed; return their params to re-run."""
-        params = []
+    def interrupted_params(self) -> list[dict[str, Any]]:
+        """Trials a stopped tuner left behind (RUNNING after kill -9, failed as interrupted after
+        Ctrl-C): the RUNNING ones are told FAIL; each one's params are returned once, to re-run."""
         for trial in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             self._study._storage.set_trial_user_attr(trial._trial_id, "reason", INTERRUPTED)
             self._study.tell(trial.number, state=TrialState.FAIL)
-            if trial.params:
-                params.append(dict(trial.params))
-        return params
+        done = set(self.attr("requeued", []))
+        found = [t for t in self._study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                 if str(t.user_attrs.get("reason", "")).startswith("interrupted") and t.number not in done]
+        if found:
+            self.set_attr("requeued", sorted(done | {t.number for t in found}))
+        return [dict(t.params) for t in found if t.params]
 
     # ------------------------------------------------------------ reading
 
@@ -138,8 +142,10 @@ class Study:
 
     @property
     def finished_trials(self) -> int:
+        """Trials that count against the budget: those interrupted (and re-run) do not."""
         states = (TrialState.COMPLETE, TrialState.FAIL)
-        return len(self._study.get_trials(deepcopy=False, states=states))
+        trials = self._study.get_trials(deepcopy=False, states=states)
+        return sum(not str(t.user_attrs.get("reason", "")).startswith("interrupted") for t in trials)
 
 
 def _redact(url: str) -> str:

@@ -80,6 +80,8 @@ class Prepared:
 
 def prepare(settings: RunSettings, gpu_available: bool = False) -> Prepared:
     """Validate the input (UsageError on anything wrong); writes nothing."""
+    if settings.run_dir is not None:
+        _check_resumable(settings)
     original = mcfg.load_config(settings.repository, settings.model)
     space = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
     baseline = mcfg.candidate_of(original)
@@ -111,9 +113,9 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     study = _open_study(prep, run_dir)
     if fresh:
         _seed(study, prep)
-    requeue = study.fail_interrupted()
-    for params in requeue:
-        study.enqueue(params)
+    for params in study.interrupted_params():
+        study.enqueue(params, again=True)
+    _mark_owner(run_dir)
     launcher = make_launcher(settings, run_dir)
     started = time.monotonic()
     events.run_started(run_dir, settings.max_trials, settings.time_budget_s)
@@ -127,12 +129,6 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
 def _open_run_dir(prep: Prepared) -> tuple[Path, bool]:
     settings = prep.settings
     if settings.run_dir is not None:
-        run_file = settings.run_dir / RUN_FILE
-        if not run_file.is_file():
-            raise UsageError(f"--resume {settings.run_dir}: not a run directory (no {RUN_FILE})")
-        recorded = json.loads(run_file.read_text(encoding="utf-8"))
-        if recorded["model"] != settings.model:
-            raise UsageError(f"--resume {settings.run_dir}: that run tuned {recorded['model']!r}")
         return settings.run_dir, False
     run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = settings.reports_dir / settings.model / run_id
@@ -153,6 +149,54 @@ def _open_run_dir(prep: Prepared) -> tuple[Path, bool]:
     }
     _write_json(run_dir / RUN_FILE, record)
     return run_dir, True
+
+
+def _check_resumable(settings: RunSettings) -> None:
+    assert settings.run_dir is not None
+    record = read_run(settings.run_dir)
+    if record.get("model") != settings.model:
+        raise UsageError(f"--resume {settings.run_dir}: that run tuned {record.get('model')!r}, not {settings.model!r}")
+    sla = record.get("sla", {})
+    if (sla.get("percentile"), sla.get("limit_ms")) != (settings.sla.percentile, settings.sla.limit_ms):
+        raise UsageError(f"--resume {settings.run_dir}: that run's SLA was p{sla.get('percentile')} <= "
+                         f"{sla.get('limit_ms')} ms; resume it with the same SLA")
+    if _owner_alive(record):
+        raise UsageError(f"--resume {settings.run_dir}: process {record['owner_pid']} is still running it")
+
+
+def find_unfinished(settings: RunSettings) -> Path | None:
+    """The newest run of the same model, repository and SLA that stopped before finishing."""
+    folder = settings.reports_dir / settings.model
+    runs = sorted(folder.glob(f"*/{RUN_FILE}"), reverse=True) if folder.is_dir() else []
+    for run_file in runs:
+        try:
+            record = json.loads(run_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        same = (record.get("repository") == str(settings.repository.resolve())
+                and record.get("sla") == {"percentile": settings.sla.percentile, "limit_ms": settings.sla.limit_ms})
+        if same and not record.get("finished") and not _owner_alive(record):
+            return run_file.parent
+    return None
+
+
+def _owner_alive(record: dict[str, Any]) -> bool:
+    pid = record.get("owner_pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _mark_owner(run_dir: Path) -> None:
+    record = read_run(run_dir)
+    record["owner_pid"] = os.getpid()
+    _write_json(run_dir / RUN_FILE, record)
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:

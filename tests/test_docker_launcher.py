@@ -2,15 +2,17 @@
 a whole tuning run, an early exit, a missing image, leftovers of a killed run, Ctrl-C.
 
 The engine is DOCKER_HOST or podman's socket; the image (``localhost/autotune-triton:test``,
-CPU only, python backend) comes from tools/build-triton-image.sh, which these tests run when
-the engine or the image is missing and the script is there. Only containers labelled with
-this test process (or a process it started) are looked at or removed.
+or AUTOTUNE_TEST_IMAGE; CPU only, python backend) comes from build-triton-image.sh, which
+these tests run when the engine or the image is missing and the script is there
+(AUTOTUNE_BUILD_TRITON_IMAGE, shared/tools/ or ../shared/tools/; AUTOTUNE_SKIP_DOCKER=1 skips).
+Only containers labelled with this test process (or a process it started) are looked at or removed.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ import pytest
 from autotune.cli import main
 from autotune.errors import LaunchError, ModelNotReadyError, ServerExitedError
 from autotune.launch import docker as dl
+from autotune.launch._common import failure_line, free_ports, read_tail
 from autotune.model_config import load_config
 from autotune.objective import Sla
 from autotune.settings import DockerOptions, RunSettings
@@ -33,11 +36,12 @@ docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGE = os.environ.get("AUTOTUNE_TRITON_IMAGE", "localhost/autotune-triton:test")
+IMAGE = (os.environ.get("AUTOTUNE_TEST_IMAGE") or os.environ.get("AUTOTUNE_TRITON_IMAGE")
+         or "localhost/autotune-triton:test")
 PODMAN_SOCKET = "unix:///run/podman/podman.sock"
 BUILD_SCRIPTS = [Path(p) for p in (os.environ.get("AUTOTUNE_BUILD_TRITON_IMAGE", ""),
-                                   ROOT / "tools" / "build-triton-image.sh",
-                                   "/work/shared/tools/build-triton-image.sh") if p]
+                                   ROOT / "shared" / "tools" / "build-triton-image.sh",
+                                   ROOT.parent / "shared" / "tools" / "build-triton-image.sh") if p]
 MISSING_IMAGE = "localhost/autotune-no-such-image:never-built"
 TINY_SPACE = ("instance_group:\n  count: [1, 2]\nmax_batch_size: [8]\n"
               "dynamic_batching:\n  enabled: [true, false]\n  max_queue_delay_microseconds: [0]\n"
@@ -69,7 +73,7 @@ def _has_image(client: Any) -> bool:
 def _build() -> str:
     """Run the build script; the DOCKER_HOST it prints."""
     script = next((s for s in BUILD_SCRIPTS if s.is_file()), None)
-    if script is None:
+    if script is None or os.environ.get("AUTOTUNE_SKIP_DOCKER") == "1":
         pytest.skip("no container engine (DOCKER_HOST / podman socket) with the test image, and no "
                     "build-triton-image.sh to set one up (AUTOTUNE_BUILD_TRITON_IMAGE)")
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=1200, check=False)
@@ -118,9 +122,9 @@ def _space(tmp_path: Path) -> Path:
 
 
 def _run_argv(repo: Path, tmp_path: Path, *extra: str) -> list[str]:
-    return ["run", "--model", "toy", "--model-repository", str(repo), "--launcher", "docker", "--image", IMAGE,
-            "--shm-size", "256m", "--reports-dir", str(tmp_path / "reports"), "--search-space",
-            str(_space(tmp_path)), *FAST, *extra]
+    return ["run", "--model", "toy", "--model-repository", str(repo), "--launcher", "docker",
+            "--image", IMAGE, "--shm-size", "256m", "--reports-dir", str(tmp_path / "reports"),
+            "--search-space", str(_space(tmp_path)), *FAST, *extra]
 
 
 # ---------------------------------------------------------------- 1. a whole run
@@ -145,15 +149,18 @@ def test_a_model_that_fails_to_load_ends_the_container_with_its_reason(
     client: Any, toy_repo: Path, tmp_path: Path
 ) -> None:
     config = toy_repo / "toy" / "config.pbtxt"
-    config.write_text(config.read_text() + 'parameters { key: "crash_on_load" value { string_value: "1" } }\n')
+    crash = 'parameters { key: "crash_on_load" value { string_value: "1" } }\n'
+    config.write_text(config.read_text() + crash)
     stage = stage_model(toy_repo / "toy", load_config(toy_repo, "toy"), tmp_path / "stage")
     log = tmp_path / "logs" / "trial.log"
     with pytest.raises((ServerExitedError, ModelNotReadyError)) as info, \
             _launcher(client, ready_timeout_s=60).serve(stage, "toy", log):
         pytest.fail("the model must not become ready")
     message = str(info.value)
-    assert "crash_on_load" in message and "exit code" in message, message
-    assert "crash_on_load" in log.read_text()  # the whole log is kept for the tuner
+    assert "exited with exit code 1" in message and "failed to load all models" in message, message
+    # the tuner's failure reason: the first error line of the log's tail, which is kept whole
+    assert "crash_on_load=1" in failure_line(read_tail(log, 40))
+    assert "Failed to initialize Python stub" in log.read_text()
 
 
 def test_a_failed_start_removes_the_created_container(client: Any, staged_toy: Path) -> None:
@@ -182,6 +189,31 @@ def test_serve_gives_a_ready_server_and_leaves_nothing(client: Any, staged_toy: 
         assert not any(m["RW"] for m in mounts.values())
     assert not server.alive()
     assert "successfully unloaded 'toy'" in log.read_text()  # a graceful stop, and its log kept
+
+
+def test_a_port_taken_at_start_is_retried_on_others(client: Any, staged_toy: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed start (the port is taken) leaves a "created" container: it is removed, and new
+    ports are tried."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        choices = iter([[port, port + 1]])
+        monkeypatch.setattr(dl, "free_ports", lambda n: next(choices, None) or free_ports(n))
+        names: list[str] = []
+        real = dl._create_started
+
+        def recorded(client: Any, request: dict[str, Any]) -> Any:
+            names.append(request["name"])
+            return real(client, request)
+
+        monkeypatch.setattr(dl, "_create_started", recorded)
+        with _launcher(client).serve(staged_toy, "toy", tmp_path / "t.log") as server:
+            assert server.http_port != port
+            assert len(names) == 2
+            with pytest.raises(docker.errors.NotFound):
+                client.containers.get(names[0])
 
 
 def test_an_exception_in_the_block_still_removes_the_container(client: Any, staged_toy: Path,
@@ -264,12 +296,14 @@ def test_autotune_clean_reaps_them(client: Any, capsys: pytest.CaptureFixture[st
 # ---------------------------------------------------------------- 5. Ctrl-C
 
 
-def test_ctrl_c_mid_trial_stops_and_removes_the_container(client: Any, toy_repo: Path, tmp_path: Path) -> None:
+def test_ctrl_c_mid_trial_stops_and_removes_the_container(
+    client: Any, toy_repo: Path, tmp_path: Path
+) -> None:
     argv = _run_argv(toy_repo, tmp_path)
     argv[argv.index("--max-trials") + 1] = "50"
     out = (tmp_path / "out.txt").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", *argv], stdout=out,
+                            stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         _wait_for_a_running_container(client, proc, timeout_s=90)
         time.sleep(1.0)  # into the readiness wait or the measurement

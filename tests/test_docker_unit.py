@@ -144,7 +144,8 @@ def test_the_first_existing_socket_is_used(tmp_path: Path) -> None:
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(path))
         (tmp_path / "plain-file.sock").write_text("")
-        found = dl.engine_url({}, [str(tmp_path / "absent.sock"), str(tmp_path / "plain-file.sock"), str(path)])
+        candidates = [str(tmp_path / "absent.sock"), str(tmp_path / "plain-file.sock"), str(path)]
+        found = dl.engine_url({}, candidates)
     assert found == f"unix://{path}"
     assert dl.engine_url({}, [str(tmp_path / "absent.sock")]) is None
 

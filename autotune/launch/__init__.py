@@ -23,6 +23,8 @@ def make_launcher(settings: RunSettings, run_dir: Path) -> Launcher:
         from autotune.launch.remote import RemoteLauncher
 
         return RemoteLauncher.from_settings(settings)
+    from autotune.launch import _pids
     from autotune.launch.local import LocalLauncher, find_installation
 
+    _pids.reap()  # servers a killed run left behind
     return LocalLauncher(find_installation(settings.tritonserver))

@@ -18,6 +18,7 @@ are translated where they enter, into :class:`LaunchError` and its subclasses.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -285,11 +286,10 @@ class DockerLauncher:
 
     @contextmanager
     def serve(self, repository: Path, model: str, log_path: Path) -> Iterator[Server]:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_bytes(b"")
+        log = _LogCopy(log_path)
         container, (http_port, grpc_port) = self._start(repository, model)
-        log = _LogCopy(container, log_path)
         try:
+            log.follow(container)
             server = Server(
                 "127.0.0.1", http_port, grpc_port, log_path,
                 alive=lambda: _running(container) or log.finish(container),
@@ -312,10 +312,15 @@ class DockerLauncher:
             try:
                 return _create_started(self._client, request), (http_port, grpc_port)
             except LaunchError as exc:
-                if attempt == 0 and "address already in use" in str(exc).lower():
+                if attempt == 0 and _port_taken(str(exc)):
                     continue  # someone took a port between our check and the bind
                 raise
         raise AssertionError("unreachable")
+
+
+def _port_taken(message: str) -> bool:
+    message = message.lower()
+    return "address already in use" in message or "port is already allocated" in message
 
 
 def _create_started(client: docker.DockerClient, request: dict[str, Any]) -> Container:
@@ -327,7 +332,8 @@ def _create_started(client: docker.DockerClient, request: dict[str, Any]) -> Con
     try:
         container.start()
     except BaseException as exc:
-        _remove(container)
+        with contextlib.suppress(LaunchError):  # the start's error is the one to tell
+            _remove(container)
         if isinstance(exc, _ENGINE_ERRORS):
             raise LaunchError(f"container {container.name} did not start: {_why(exc)}",
                               hint="check --image, --gpus and --shm-size") from exc
@@ -369,36 +375,43 @@ def _teardown(container: Container, log: _LogCopy, strict: bool) -> None:
 
 
 class _LogCopy:
-    """Copies a container's output into ``path`` while it runs (the log tail of a failed start),
-    and saves the whole of it when the container has stopped."""
+    """The container's output in ``path``: copied while it runs (so a failed start can quote its
+    tail), and complete once it has stopped."""
 
-    def __init__(self, container: Container, path: Path) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+        self._stream: Any = None
+        self._thread: threading.Thread | None = None
+        self._complete = False
+
+    def follow(self, container: Container) -> None:
         try:
-            self._stream: Any = container.logs(stream=True, follow=True)
+            self._stream = container.logs(stream=True, follow=True)
         except _ENGINE_ERRORS:
-            self._stream = None
+            return  # finish() saves the whole log instead
         self._thread = threading.Thread(target=self._copy, name=f"log-{container.name}", daemon=True)
         self._thread.start()
 
     def _copy(self) -> None:
-        if self._stream is None:
-            return
         try:
             with self.path.open("ab") as handle:
                 for chunk in self._stream:
                     handle.write(chunk)
                     handle.flush()
         except (*_ENGINE_ERRORS, OSError, ValueError):
-            return  # the stream was closed under us; finish() saves the whole log
+            return  # the stream broke or was closed: finish() saves the whole log
+        self._complete = True
 
     def finish(self, container: Container | None, timeout_s: float = 5.0) -> bool:
         """Once it has stopped: let the copy reach the end, else save the engine's whole log.
 
         Returns False, so that ``running() or log.finish(c)`` settles the log before an error quotes it.
         """
-        self._thread.join(timeout_s)
-        if not self._thread.is_alive() or container is None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        if self._complete or container is None:
             return False
         if self._stream is not None:
             self._stream.close()
@@ -409,4 +422,5 @@ class _LogCopy:
         partial = self.path.with_name(self.path.name + ".part")
         partial.write_bytes(data)
         os.replace(partial, self.path)
+        self._complete = True
         return False

@@ -1,33 +1,38 @@
 """The embedded load generator: closed-loop concurrency and open-loop request rate.
 
     gen = LoadGenerator.connect("127.0.0.1", http_port, grpc_port, "bertQA")
-    point = gen.at_concurrency(8)          # a measure.Point, measured to stability
-    point = gen.at_rate(200.0, "poisson")  # latency counted from the scheduled send time
+    point = gen.at_concurrency(8)            # a measure.Point, measured to stability
+    point = gen.at_rate(200.0, "poisson")    # latency counted from the scheduled send time
+    point = gen.with_workers(2).at_concurrency(64)   # two worker processes, merged
+
+See docs/loadgen.md for what is measured and how it compares with perf_analyzer.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autotune.errors import MeasurementError
-from autotune.loadgen._closed import Target, WindowPlan, measure_closed
+from autotune.errors import MeasurementError, UsageError
+from autotune.loadgen._endpoint import PROTOCOLS, Endpoint
 from autotune.loadgen._histogram import LatencyHistogram
-from autotune.loadgen._inputs import (
-    ModelIO, Payload, grpc_request, http_request, payload_from_file, random_payload,
-)
-from autotune.loadgen._stats import StatsSnapshot
-from autotune.loadgen._transport import Connection, GrpcConnection, HttpConnection, get_json
+from autotune.loadgen._inputs import ModelIO, Payload, payload_from_file, random_payload
+from autotune.loadgen._load import Job, Load, clock
+from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule
+from autotune.loadgen._transport import get_json
+from autotune.loadgen._windows import Source, WindowPlan, run_windows, summarise
+from autotune.loadgen._workers import ProcessLoad
 from autotune.measure import Point
 
-__all__ = ["LatencyHistogram", "LoadGenerator", "ModelIO", "WindowPlan"]
-
-PROTOCOLS = ("http", "grpc")
+__all__ = [
+    "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Schedule", "WindowPlan",
+]
 
 
 @dataclass(frozen=True)
@@ -38,34 +43,70 @@ class LoadGenerator:
     io: ModelIO
     payload: Payload
     protocol: str = "http"
-    plan: WindowPlan = WindowPlan()
+    plan: WindowPlan = field(default_factory=WindowPlan)
+    workers: int = 1  # worker processes; 1 runs in this process
+    seed: int = 0  # Poisson schedules
 
     @classmethod
     def connect(
         cls, host: str, http_port: int, grpc_port: int, model: str, *,
         protocol: str = "http", plan: WindowPlan | None = None, batch_size: int = 1,
         input_data: Path | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
+        workers: int = 1, seed: int = 0,
     ) -> LoadGenerator:
         """Read the model's metadata, build the request once and check one answer."""
+        if protocol not in PROTOCOLS:
+            raise UsageError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        if workers < 1 or batch_size < 1:
+            raise UsageError("workers and batch size must be >= 1")
         metadata = get_json(host, http_port, f"/v2/models/{model}")
         config = get_json(host, http_port, f"/v2/models/{model}/config")
         io = ModelIO.from_metadata(metadata, config)
+        if batch_size > 1 and io.max_batch_size < batch_size:
+            raise UsageError(f"batch size {batch_size} exceeds the model's max_batch_size "
+                             f"{io.max_batch_size}")
         if input_data is not None:
             payload = payload_from_file(io, input_data, batch_size)
         else:
             payload = random_payload(io, batch_size, shapes)
-        gen = cls(host, http_port, grpc_port, io, payload, protocol, plan or WindowPlan())
+        gen = cls(host, http_port, grpc_port, io, payload, protocol, plan or WindowPlan(), workers, seed)
         gen.check_answer()
         return gen
 
     def with_plan(self, plan: WindowPlan) -> LoadGenerator:
         return replace(self, plan=plan)
 
-    def at_concurrency(self, concurrency: int) -> Point:
-        async def run() -> Point:
-            return await measure_closed(await self._target(), concurrency, self.plan)
+    def with_workers(self, workers: int) -> LoadGenerator:
+        if workers < 1:
+            raise UsageError(f"workers must be >= 1, got {workers}")
+        return replace(self, workers=workers)
 
-        return asyncio.run(run())
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.host, self.http_port, self.grpc_port, self.protocol, self.payload)
+
+    def at_concurrency(self, concurrency: int) -> Point:
+        """Closed loop: ``concurrency`` requests always in flight."""
+        if concurrency < 1:
+            raise UsageError(f"concurrency must be >= 1, got {concurrency}")
+        return asyncio.run(self._measure(Job(concurrency=concurrency), concurrency=concurrency, rate=0.0))
+
+    def at_rate(self, rate: float, distribution: str = "constant") -> Point:
+        """Open loop: requests sent on a schedule of ``rate`` per second, whatever the answers."""
+        schedule = Schedule(rate, distribution, self.seed)
+        job = Job(schedule=schedule, pool=max(2, min(64, int(rate * 0.005) + 1)))
+        return asyncio.run(self._measure(job, concurrency=0, rate=rate))
+
+    async def _measure(self, job: Job, *, concurrency: int, rate: float) -> Point:
+        endpoint = self.endpoint
+        stats = await endpoint.stats_connection()
+        try:
+            async with _running(endpoint, job, self.workers) as source:
+                before, windows = await run_windows(source, stats, self.plan)
+        finally:
+            await stats.close()
+        return summarise(before, windows, self.plan, concurrency=concurrency, rate=rate,
+                         batch=self.payload.batch_size)
 
     def check_answer(self) -> None:
         """One request through tritonclient: every output must come back non-empty."""
@@ -89,32 +130,22 @@ class LoadGenerator:
             if out is None or np.size(out) == 0:
                 raise MeasurementError(f"model {self.io.name!r} returned an empty output {name!r}")
 
-    async def _target(self) -> Target:
-        stats_conn = await HttpConnection.open(self.host, self.http_port, b"")
-        stats_request = (
-            f"GET /v2/models/{self.io.name}/stats HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode()
-        )
 
-        async def stats() -> StatsSnapshot:
-            status, body = await stats_conn.exchange(stats_request)
-            if status != 200:
-                raise MeasurementError(f"statistics request failed: HTTP {status}")
-            return StatsSnapshot.parse(body)
-
-        return Target(connect=self._connector(), stats=stats, batch_size=self.payload.batch_size)
-
-    def _connector(self) -> Any:
-        if self.protocol == "grpc":
-            request = grpc_request(self.payload)
-            url = f"{self.host}:{self.grpc_port}"
-
-            async def grpc_connect() -> Connection:
-                return await GrpcConnection.open(url, request)
-
-            return grpc_connect
-        raw = http_request(self.payload, self.host)
-
-        async def http_connect() -> Connection:
-            return await HttpConnection.open(self.host, self.http_port, raw)
-
-        return http_connect
+@asynccontextmanager
+async def _running(endpoint: Endpoint, job: Job, workers: int) -> AsyncIterator[Source]:
+    """The job's load, running in this event loop or in worker processes."""
+    if workers == 1:
+        load = Load(endpoint.connector())
+        try:
+            await load.prepare(job)
+            load.start(job, clock())
+            yield load
+        finally:
+            await load.stop()
+        return
+    processes = ProcessLoad()
+    try:
+        await processes.start(endpoint, job.split(workers))
+        yield processes
+    finally:
+        await processes.stop()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from autotune.errors import UsageError
 
@@ -50,7 +51,8 @@ class ModelIO:
                 for t in items
             )
 
-        return cls(metadata["name"], mbs, specs(metadata.get("inputs", [])), specs(metadata.get("outputs", [])))
+        inputs, outputs = specs(metadata.get("inputs", [])), specs(metadata.get("outputs", []))
+        return cls(metadata["name"], mbs, inputs, outputs)
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class Payload:
     """One request's tensors, in request order, with the batch dimension included."""
 
     model: str
-    tensors: tuple[tuple[TensorSpec, np.ndarray], ...]
+    tensors: tuple[tuple[TensorSpec, NDArray[Any]], ...]
     outputs: tuple[str, ...]
     batch_size: int
 
@@ -94,7 +96,7 @@ def payload_from_file(io: ModelIO, path: Path, batch_size: int = 1) -> Payload:
     return Payload(io.name, tuple(tensors), tuple(o.name for o in io.outputs), batch_size)
 
 
-def _from_json(spec: TensorSpec, value: Any, mbs: int, batch_size: int) -> np.ndarray:
+def _from_json(spec: TensorSpec, value: Any, mbs: int, batch_size: int) -> NDArray[Any]:
     content, shape = (value["content"], value.get("shape")) if isinstance(value, dict) else (value, None)
     dims = tuple(shape) if shape else tuple(d if d > 0 else -1 for d in spec.shape)
     dtype = NP_TYPES[spec.datatype]
@@ -119,7 +121,7 @@ def _dims(spec: TensorSpec, shapes: Mapping[str, Sequence[int]]) -> tuple[int, .
     return spec.shape
 
 
-def _random(datatype: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def _random(datatype: str, shape: tuple[int, ...], rng: np.random.Generator) -> NDArray[Any]:
     if datatype not in NP_TYPES:
         raise UsageError(f"datatype {datatype} is not supported by the load generator")
     if datatype == "BYTES":
@@ -132,7 +134,7 @@ def _random(datatype: str, shape: tuple[int, ...], rng: np.random.Generator) -> 
     return rng.random(size=shape).astype(NP_TYPES[datatype])
 
 
-def raw_bytes(array: np.ndarray, datatype: str) -> bytes:
+def raw_bytes(array: NDArray[Any], datatype: str) -> bytes:
     """Triton's binary tensor encoding (BYTES: 4-byte little-endian length before each item)."""
     if datatype != "BYTES":
         return np.ascontiguousarray(array).tobytes()

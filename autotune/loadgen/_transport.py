@@ -1,8 +1,11 @@
 """Connections that send one pre-encoded request again and again, as cheaply as Python can.
 
-HTTP is a raw HTTP/1.1 keep-alive connection on asyncio streams (the request bytes are
-built once); gRPC uses grpc.aio with a prebuilt ModelInferRequest. Both raise InferError
-for an answer that is not a success, with the server's message.
+HTTP is a raw HTTP/1.1 keep-alive connection (an asyncio Protocol; the request bytes are
+built once, one request at a time per connection, like perf_analyzer's HTTP client).
+gRPC is a minimal HTTP/2 client (:mod:`._h2`) whose connections are shared by up to six
+callers, as perf_analyzer's gRPC client shares its channels. Both raise InferError for an
+answer that is not a success, with the server's message; an InferError whose
+``closed`` is set means the connection is gone and the caller should open a new one.
 """
 
 from __future__ import annotations
@@ -10,13 +13,18 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from autotune.errors import MeasurementError
 
 
 class InferError(Exception):
-    """The server answered a request with an error."""
+    """The server answered a request with an error, or the connection broke."""
+
+    def __init__(self, message: str, *, closed: bool = False) -> None:
+        super().__init__(message)
+        self.closed = closed
 
 
 class Connection(Protocol):
@@ -25,84 +33,117 @@ class Connection(Protocol):
     async def close(self) -> None: ...
 
 
+Connector = Callable[[], Awaitable[Connection]]
+
+
+class _Http1(asyncio.Protocol):
+    """One HTTP/1.1 exchange at a time; the answer's status and body resolve a future."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._buffer = b""
+        self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self._lost: InferError | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = InferError(f"connection closed by the server ({exc or 'EOF'})", closed=True)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(self._lost)
+
+    def send(self, request: bytes) -> asyncio.Future[tuple[int, bytes]]:
+        waiter: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        if self._lost is not None:
+            waiter.set_exception(self._lost)
+            return waiter
+        self._waiter = waiter
+        assert self.transport is not None
+        self.transport.write(request)
+        return waiter
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer + data if self._buffer else data
+        parsed = _parse_response(buffer)
+        if parsed is None:
+            self._buffer = buffer
+            return
+        status, body, used = parsed
+        self._buffer = buffer[used:]
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result((status, body))
+
+
+def _parse_response(buffer: bytes) -> tuple[int, bytes, int] | None:
+    """(status, body, bytes used) of one complete response at the start, or None."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = buffer[:end].lower()
+    start = end + 4
+    at = head.find(b"\r\ncontent-length:")
+    if at >= 0:
+        stop = head.find(b"\r\n", at + 2)
+        length = int(head[at + 17 : stop if stop >= 0 else len(head)])
+        if len(buffer) < start + length:
+            return None
+        return int(buffer[9:12]), buffer[start : start + length], start + length
+    if b"\r\ntransfer-encoding: chunked" in head:
+        return _parse_chunked(buffer, int(buffer[9:12]), start)
+    return int(buffer[9:12]), b"", start
+
+
+def _parse_chunked(buffer: bytes, status: int, at: int) -> tuple[int, bytes, int] | None:
+    parts: list[bytes] = []
+    while True:
+        line_end = buffer.find(b"\r\n", at)
+        if line_end < 0:
+            return None
+        size = int(buffer[at:line_end].split(b";")[0], 16)
+        at = line_end + 2
+        if size == 0:
+            trailer_end = buffer.find(b"\r\n", at)  # no trailers expected: just the blank line
+            return None if trailer_end < 0 else (status, b"".join(parts), trailer_end + 2)
+        if len(buffer) < at + size + 2:
+            return None
+        parts.append(buffer[at : at + size])
+        at += size + 2
+
+
 class HttpConnection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> None:
-        self._reader, self._writer, self._request = reader, writer, request
+    def __init__(self, protocol: _Http1, request: bytes) -> None:
+        self._protocol, self._request = protocol, request
 
     @classmethod
     async def open(cls, host: str, port: int, request: bytes) -> HttpConnection:
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.open_connection(host, port)
+            _, protocol = await loop.create_connection(_Http1, host, port)
         except OSError as exc:
             raise MeasurementError(f"cannot connect to {host}:{port}: {exc}") from exc
-        return cls(reader, writer, request)
+        return cls(protocol, request)
 
     async def infer(self) -> None:
-        status, body = await self.exchange(self._request)
+        status, body = await self._protocol.send(self._request)
         if status != 200:
             raise InferError(f"HTTP {status}: {body[:300].decode('utf-8', 'replace')}")
 
     async def exchange(self, request: bytes) -> tuple[int, bytes]:
-        self._writer.write(request)
-        try:
-            head = await self._reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            raise InferError(f"connection closed by the server: {exc}") from exc
-        status = int(head[9:12])
-        lower = head.lower()
-        at = lower.find(b"\r\ncontent-length:")
-        if at >= 0:
-            end = lower.index(b"\r\n", at + 2)
-            body = await self._reader.readexactly(int(lower[at + 17 : end]))
-        elif b"transfer-encoding: chunked" in lower:
-            body = await self._chunked()
-        else:
-            body = b""
-        return status, body
-
-    async def _chunked(self) -> bytes:
-        parts = []
-        while True:
-            size = int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await self._reader.readuntil(b"\r\n")
-                return b"".join(parts)
-            parts.append(await self._reader.readexactly(size))
-            await self._reader.readexactly(2)
+        return await self._protocol.send(request)
 
     async def close(self) -> None:
-        self._writer.close()
-        try:
-            await self._writer.wait_closed()
-        except ConnectionError:
-            pass
+        if self._protocol.transport is not None:
+            self._protocol.transport.close()
 
 
-class GrpcConnection:
-    def __init__(self, channel: Any, request: Any) -> None:
-        from tritonclient.grpc import service_pb2_grpc
+def http_connector(host: str, port: int, request: bytes) -> Connector:
+    async def connect() -> Connection:
+        return await HttpConnection.open(host, port, request)
 
-        self._channel = channel
-        self._call = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer
-        self._request = request
-
-    @classmethod
-    async def open(cls, url: str, request: Any) -> GrpcConnection:
-        import grpc
-
-        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
-        return cls(grpc.aio.insecure_channel(url, options=options), request)
-
-    async def infer(self) -> None:
-        import grpc
-
-        try:
-            await self._call(self._request)
-        except grpc.aio.AioRpcError as exc:
-            raise InferError(f"gRPC {exc.code().name}: {exc.details()}") from exc
-
-    async def close(self) -> None:
-        await self._channel.close()
+    return connect
 
 
 def get_json(host: str, port: int, path: str, timeout: float = 10.0) -> Any:

@@ -1,0 +1,134 @@
+"""Measurement windows, perf_analyzer's way, for closed and open loop alike.
+
+Warmup is discarded. Each window collects the load's :class:`Tally` (completions in a
+bounded histogram, errors, open-loop lateness) and ends with a statistics snapshot from
+the server; a window with fewer than ``min_requests`` completions is extended (up to 4x).
+The run stops when the last ``stable_windows`` windows agree within the tolerance
+(throughput and latency at the plan's percentile), or at ``max_windows`` with an
+``unstable`` warning. The figures come from the last ``stable_windows`` windows.
+
+Open loop adds ``behind-schedule`` when the generator did not send what the schedule
+asked for: fewer than 98% of the due requests sent in the kept windows, or a p99 send
+lateness above max(2 ms, 10% of the p50 latency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from autotune.errors import MeasurementError
+from autotune.loadgen._load import Tally
+from autotune.loadgen._stats import StatsSnapshot, breakdown
+from autotune.measure import BEHIND_SCHEDULE, ERRORS, FEW_SAMPLES, UNSTABLE, Point, is_stable
+
+STATS_TIMEOUT_S = 10.0
+SENT_FRACTION = 0.98
+LATE_FLOOR_MS = 2.0
+LATE_FRACTION = 0.10
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    window_s: float = 1.0
+    warmup_s: float = 1.0
+    tolerance: float = 0.10
+    stable_windows: int = 3
+    max_windows: int = 8
+    min_requests: int = 50  # a window is extended (up to 4x) until it has this many
+    percentile: int = 95  # the latency the stability rule watches
+
+
+class Source(Protocol):
+    """A running load: one event loop's, or worker processes' merged."""
+
+    async def wait(self, seconds: float) -> None: ...
+
+    async def collect(self) -> Tally: ...
+
+
+Stats = Callable[[], Awaitable[StatsSnapshot]]
+
+
+@dataclass(frozen=True)
+class Window:
+    tally: Tally
+    stats: StatsSnapshot  # the server's counters at the window's end
+
+
+async def run_windows(source: Source, stats: Stats, plan: WindowPlan) -> tuple[StatsSnapshot, list[Window]]:
+    """The snapshot before the first window, and the windows measured."""
+    await source.wait(plan.warmup_s)
+    await source.collect()  # the warmup's tally is dropped
+    before = await _stats(stats)
+    windows: list[Window] = []
+    while len(windows) < plan.max_windows:
+        await source.wait(plan.window_s)
+        tally, waited = await source.collect(), plan.window_s
+        while tally.completions < plan.min_requests and waited < 4 * plan.window_s:
+            await source.wait(plan.window_s / 4)
+            tally, waited = tally.then(await source.collect()), waited + plan.window_s / 4
+        windows.append(Window(tally, await _stats(stats)))
+        if _stable(windows, plan):
+            break
+    return before, windows
+
+
+async def _stats(stats: Stats) -> StatsSnapshot:
+    try:
+        return await asyncio.wait_for(stats(), STATS_TIMEOUT_S)
+    except asyncio.TimeoutError as exc:
+        raise MeasurementError(
+            f"the server did not answer a statistics request in {STATS_TIMEOUT_S:.0f} s"
+        ) from exc
+
+
+def _stable(windows: list[Window], plan: WindowPlan) -> bool:
+    throughputs = [w.tally.completions / w.tally.duration_s for w in windows if w.tally.duration_s > 0]
+    latencies = [w.tally.latency.percentile_ns(plan.percentile) for w in windows]
+    return is_stable(throughputs[-plan.stable_windows :], latencies[-plan.stable_windows :], plan.tolerance)
+
+
+def summarise(
+    before: StatsSnapshot, windows: list[Window], plan: WindowPlan, *,
+    concurrency: int, rate: float, batch: int,
+) -> Point:
+    """A Point from the last ``stable_windows`` windows."""
+    kept = windows[-plan.stable_windows :]
+    start = windows[len(windows) - len(kept) - 1].stats if len(windows) > len(kept) else before
+    tally = kept[0].tally
+    for window in kept[1:]:
+        tally = tally.then(window.tally)
+    hist = tally.latency
+    if hist.count == 0:
+        hung = f"no request completed in {tally.duration_s:.1f} s (is the server hung?)"
+        reason = tally.first_error or hung
+        level = f"request rate {rate:g}/s" if rate else f"concurrency {concurrency}"
+        raise MeasurementError(f"no successful request at {level}: {reason}")
+    stable = _stable(windows, plan)
+
+    def ms(q: float) -> float:
+        return hist.percentile_ns(q) / 1e6
+
+    late_p99 = tally.lateness.percentile_ns(99) / 1e6
+    warnings = [UNSTABLE] if not stable else []
+    warnings += [ERRORS] if tally.errors else []
+    warnings += [FEW_SAMPLES] if hist.count < 100 else []
+    warnings += [BEHIND_SCHEDULE] if rate and behind_schedule(tally, late_p99, ms(50)) else []
+    return Point(
+        concurrency=concurrency, request_rate=rate,
+        throughput=hist.count * batch / tally.duration_s,
+        avg_ms=hist.mean_ns() / 1e6, p50_ms=ms(50), p90_ms=ms(90), p95_ms=ms(95), p99_ms=ms(99),
+        requests=hist.count, errors=tally.errors, duration_s=tally.duration_s, windows=len(windows),
+        stable=stable, server=breakdown(start, kept[-1].stats), warnings=tuple(warnings),
+        send_rate=tally.sent / tally.duration_s if rate else 0.0, send_late_p99_ms=late_p99,
+    )  # fmt: skip
+
+
+def behind_schedule(tally: Tally, late_p99_ms: float, p50_ms: float) -> bool:
+    """The generator did not keep its schedule (see the module docstring for the rule)."""
+    if tally.sent < SENT_FRACTION * tally.due:
+        return True
+    return late_p99_ms > max(LATE_FLOOR_MS, LATE_FRACTION * p50_ms)

@@ -1,0 +1,92 @@
+"""Faults on the real server: the tuner killed mid-run and resumed, hung and crashing candidates."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.reload import reload_outcome
+from autotune.results import COMPLETE, FAIL
+from autotune.study import INTERRUPTED
+
+pytestmark = pytest.mark.integration
+
+
+def _servers_under(marker: Path) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "tritonserver" in cmd and str(marker) in cmd:
+                found.append(int(proc.name))
+    return found
+
+
+def _argv(repo: Path, reports: Path, space: Path, trials: int) -> list[str]:
+    return [sys.executable, "-m", "autotune.cli", "run", "--model", "toy", "--model-repository", str(repo),
+            "--sla-p95-ms", "60", "--reports-dir", str(reports), "--search-space", str(space),
+            "--max-trials", str(trials), "--window", "0.5", "--finalists", "1", "--repeats", "1", "--seed", "3"]
+
+
+def _wait_for(predicate, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+def _trial_logs(reports: Path) -> list[Path]:
+    return sorted(reports.glob("toy/*/logs/trial-*.log"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
+def test_tuner_stopped_mid_trial_then_resumed(sig: signal.Signals, toy_repo: Path, tmp_path: Path,
+                                              small_space: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    reports = tmp_path / "reports"
+    argv = _argv(toy_repo, reports, small_space, 4)
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(lambda: len(_trial_logs(reports)) >= 2, 300)  # trial 1 started, trial 0 done
+        time.sleep(1.5)  # into trial 1's measurement
+        proc.send_signal(sig)
+        out = proc.communicate(timeout=60)[0].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run_dir = _trial_logs(reports)[0].parent.parent
+    if sig == signal.SIGKILL:
+        # the server was left running; the next start must reap it
+        pass
+    else:
+        assert proc.returncode == 130, out
+        assert "--resume" in out
+        assert _servers_under(run_dir) == []
+    before = {t.number: t for t in reload_outcome(run_dir).trials if t.state == COMPLETE}
+    assert 0 in before  # the baseline finished before the stop
+
+    again = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "resuming the unfinished run" in again.stderr
+    assert _servers_under(run_dir) == []
+    after = reload_outcome(run_dir)
+    for number, trial in before.items():  # nothing finished was lost or measured again
+        assert after.trials[number].measurement == trial.measurement
+    interrupted = [t for t in after.trials if t.state == FAIL and t.reason.startswith("interrupted")]
+    assert len(interrupted) == 1 and (sig != signal.SIGKILL or interrupted[0].reason == INTERRUPTED)
+    rerun = [t for t in after.trials if t.params == interrupted[0].params and t.state == COMPLETE]
+    assert rerun, "the interrupted candidate is measured again"
+    counted = [t for t in after.trials if not t.reason.startswith("interrupted")]
+    assert len(counted) == 4 and after.info.winner is not None
+    assert (run_dir / "report.html").is_file()
