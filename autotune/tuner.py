@@ -109,6 +109,7 @@ def _check_writable(path: Path) -> None:
 def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     events = events or SilentEvents()
     settings = prep.settings
+    launcher = make_launcher(settings, settings.run_dir)  # a wrong set-up fails before anything is written
     run_dir, fresh = _open_run_dir(prep)
     study = _open_study(prep, run_dir)
     if fresh:
@@ -116,7 +117,6 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     for params in study.interrupted_params():
         study.enqueue(params, again=True)
     _mark_owner(run_dir)
-    launcher = make_launcher(settings, run_dir)
     started = time.monotonic()
     events.run_started(run_dir, settings.max_trials, settings.time_budget_s)
     trial_runner = _TrialRunner(prep, launcher, run_dir, events)

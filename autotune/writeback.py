@@ -34,14 +34,17 @@ def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
     if record.get("winner") is None or not winner_file.is_file():
         raise UsageError(f"{run_dir}: the run has no winner to apply (unfinished, or no config met the SLA)")
     target = Path(record["repository"]) / record["model"] / mcfg.CONFIG_NAME
-    _check_unchanged(target, record)
-    current = mcfg.parse_config(target.read_text(encoding="utf-8"), str(target))
     winner = mcfg.parse_config(winner_file.read_text(encoding="utf-8"), str(winner_file))
     backup = target.with_name(f"{mcfg.CONFIG_NAME}.autotune-{record['run_id']}.bak")
-    shutil.copy2(target, backup)
-    shutil.copy2(target, run_dir / "original.pbtxt")
-    _save_state(run_dir, target, backup)
-    mcfg.write_config(winner, target)
+    if _already_written(run_dir, target, winner, backup, record):
+        current = mcfg.parse_config(backup.read_text(encoding="utf-8"), str(backup))
+    else:  # the normal path; also after a stop that came before the replace
+        _check_unchanged(target, record)
+        current = mcfg.parse_config(target.read_text(encoding="utf-8"), str(target))
+        _copy_atomic(target, backup)
+        _copy_atomic(target, run_dir / "original.pbtxt")
+        _save_state(run_dir, target, backup)
+        mcfg.write_config(winner, target)
     verified = False
     if verify:
         try:
@@ -51,6 +54,21 @@ def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
             shutil.copy2(backup, target)
             raise WriteBackError(f"the written config did not load, so the original was restored: {exc}") from exc
     return WriteBackResult(target, backup, mcfg.config_diff(current, winner), verified)
+
+
+def _already_written(run_dir: Path, target: Path, winner: mcfg.ModelConfig, backup: Path,
+                     record: dict[str, object]) -> bool:
+    """A write-back of this run that was stopped after the replace (so: only verify again)."""
+    if not (run_dir / STATE_FILE).is_file() or not backup.is_file() or not target.is_file():
+        return False
+    same = _normal(target.read_text(encoding="utf-8")) == mcfg.config_text(winner)
+    return same and file_digest(backup) == record.get("original_digest")
+
+
+def _copy_atomic(source: Path, dest: Path) -> None:
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.copy2(source, tmp)
+    tmp.replace(dest)
 
 
 def undo(run_dir: Path) -> Path:
@@ -64,9 +82,7 @@ def undo(run_dir: Path) -> Path:
     written = (run_dir / "winner.pbtxt").read_text(encoding="utf-8")
     if target.exists() and _normal(target.read_text(encoding="utf-8")) != _normal(written):
         raise WriteBackError(f"{target} changed after the write-back; restore {backup} by hand if you mean it")
-    tmp = target.with_name(f".{target.name}.undo")
-    shutil.copy2(backup, tmp)
-    tmp.replace(target)
+    _copy_atomic(backup, target)
     return target
 
 
@@ -82,7 +98,9 @@ def _check_unchanged(target: Path, record: dict[str, object]) -> None:
 
 def _save_state(run_dir: Path, target: Path, backup: Path) -> None:
     data = {"target": str(target), "backup": str(backup)}
-    (run_dir / STATE_FILE).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    tmp = run_dir / f".{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    tmp.replace(run_dir / STATE_FILE)
 
 
 def _normal(text: str) -> str:
@@ -91,8 +109,10 @@ def _normal(text: str) -> str:
 
 def _load_once(repository: Path, model: str, run_dir: Path) -> None:
     """Start Triton on the real repository with only this model loaded, and wait for ready."""
+    from autotune.launch import _pids
     from autotune.launch.local import LocalLauncher
 
+    _pids.reap()  # a verification server a killed write-back left behind
     launcher = LocalLauncher(extra_args=("--model-control-mode=explicit", f"--load-model={model}"))
     with launcher.serve(repository, model, run_dir / "logs" / "writeback-verify.log"):
         pass

@@ -90,3 +90,77 @@ def test_tuner_stopped_mid_trial_then_resumed(sig: signal.Signals, toy_repo: Pat
     counted = [t for t in after.trials if not t.reason.startswith("interrupted")]
     assert len(counted) == 4 and after.info.winner is not None
     assert (run_dir / "report.html").is_file()
+
+
+def _complete(run_dir: Path) -> dict[int, object]:
+    return {t.number: t.measurement for t in reload_outcome(run_dir).trials if t.state == COMPLETE}
+
+
+# (trial logs to wait for beyond those present at the start, seconds to wait after)
+KILL_POINTS = [(1, 0.1), (1, 1.2), (1, 2.5), (2, 0.0), (1, 0.6), (1, 3.5), (1, 1.8), ("verify", 0.4),
+               ("verify", 2.0)]
+
+
+def test_killed_at_many_points_then_resumed_loses_nothing(toy_repo: Path, tmp_path: Path,
+                                                          small_space: Path) -> None:
+    """kill -9 at server start, mid-measurement, between trials and during verification; every
+    restart resumes, reaps the orphaned server, and keeps every finished trial."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    reports = tmp_path / "reports"
+    argv = _argv(toy_repo, reports, small_space, 5)
+    seen: dict[int, object] = {}
+    kills = 0
+    for marker, delay in KILL_POINTS:
+        logs_before = len(_trial_logs(reports))
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            if marker == "verify":
+                _wait_for(lambda: proc.poll() is not None or any(reports.glob("toy/*/logs/verify-*.log")), 600)
+            else:
+                _wait_for(lambda m=marker: proc.poll() is not None or len(_trial_logs(reports)) >= logs_before + m, 300)
+            time.sleep(delay)
+            if proc.poll() is None:
+                proc.kill()
+                kills += 1
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        run_dir = _trial_logs(reports)[0].parent.parent
+        now = _complete(run_dir)
+        assert all(now.get(n) == m for n, m in seen.items()), "a finished trial was lost or changed"
+        seen = now
+    assert kills >= 8
+    final = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stderr
+    outcome = reload_outcome(run_dir)
+    assert all(_complete(run_dir).get(n) == m for n, m in seen.items())
+    assert len([t for t in outcome.trials if not t.reason.startswith("interrupted")]) == 5
+    assert outcome.info.winner is not None and _servers_under(run_dir) == []
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.3, 0.8, 1.5])
+def test_write_back_killed_midway_leaves_original_or_winner(delay: float, toy_repo: Path, tmp_path: Path,
+                                                            small_space: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    reports = tmp_path / "reports"
+    done = subprocess.run([*_argv(toy_repo, reports, small_space, 2), "--repeats", "0"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    run_dir = next(reports.glob("toy/*"))
+    config = toy_repo / "toy" / "config.pbtxt"
+    original, winner = config.read_bytes(), (run_dir / "winner.pbtxt").read_bytes()
+    apply = [sys.executable, "-m", "autotune.cli", "apply", str(run_dir)]
+    proc = subprocess.Popen(apply, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(delay)
+    proc.kill()
+    proc.wait(30)
+    assert config.read_bytes() in (original, winner)  # never a torn file
+    # applying again finishes the job (or finds it done) and verifies it by a load
+    again = subprocess.run(apply, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert config.read_bytes() == winner
+    assert subprocess.run([*apply, "--undo"], env=env, timeout=60).returncode == 0
+    assert config.read_bytes() == original
+    assert _servers_under(toy_repo) == []

@@ -13,12 +13,12 @@ if TYPE_CHECKING:
 __all__ = ["Launcher", "Server", "free_ports", "make_launcher", "wait_model_ready"]
 
 
-def make_launcher(settings: RunSettings, run_dir: Path) -> Launcher:
+def make_launcher(settings: RunSettings, run_dir: Path | None = None) -> Launcher:
     """The launcher the settings ask for (imported lazily: docker is optional at run time)."""
     if settings.launcher == "docker":
         from autotune.launch.docker import DockerLauncher
 
-        return DockerLauncher.from_settings(settings)
+        return DockerLauncher.from_settings(settings, run_dir)
     if settings.launcher == "remote":
         from autotune.launch.remote import RemoteLauncher
 

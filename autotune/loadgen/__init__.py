@@ -19,15 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from autotune.errors import MeasurementError, UsageError
+from autotune.errors import MeasurementError, ModelNotFoundError, UsageError
 from autotune.loadgen._endpoint import PROTOCOLS, Endpoint
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, Payload, payload_from_file, random_payload
 from autotune.loadgen._load import Job, Load, clock
 from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule
-from autotune.loadgen._transport import get_json
+from autotune.loadgen._transport import HttpStatusError, get_json
 from autotune.loadgen._windows import Source, WindowPlan, run_windows, summarise
-from autotune.loadgen._workers import ProcessLoad
 from autotune.measure import Point
 
 __all__ = [
@@ -59,14 +58,20 @@ class LoadGenerator:
             raise UsageError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if workers < 1 or batch_size < 1:
             raise UsageError("workers and batch size must be >= 1")
-        metadata = get_json(host, http_port, f"/v2/models/{model}")
+        try:
+            metadata = get_json(host, http_port, f"/v2/models/{model}")
+        except HttpStatusError as exc:
+            if exc.status in (400, 404):
+                raise ModelNotFoundError(f"model {model!r} is not loaded on the server at {host}:{http_port}",
+                                         hint="check --model") from exc
+            raise
         config = get_json(host, http_port, f"/v2/models/{model}/config")
         io = ModelIO.from_metadata(metadata, config)
         if batch_size > 1 and io.max_batch_size < batch_size:
             raise UsageError(f"batch size {batch_size} exceeds the model's max_batch_size "
                              f"{io.max_batch_size}")
         if input_data is not None:
-            payload = payload_from_file(io, input_data, batch_size)
+            payload = payload_from_file(io, input_data, batch_size, shapes)
         else:
             payload = random_payload(io, batch_size, shapes)
         gen = cls(host, http_port, grpc_port, io, payload, protocol, plan or WindowPlan(), workers, seed)
@@ -143,6 +148,8 @@ async def _running(endpoint: Endpoint, job: Job, workers: int) -> AsyncIterator[
         finally:
             await load.stop()
         return
+    from autotune.loadgen._workers import ProcessLoad  # not at import: it is also a __main__
+
     processes = ProcessLoad()
     try:
         await processes.start(endpoint, job.split(workers))

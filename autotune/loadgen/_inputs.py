@@ -7,6 +7,8 @@ lookups stay in range; BYTES as short strings), or comes from perf_analyzer's
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import struct
 from collections.abc import Mapping, Sequence
@@ -80,35 +82,70 @@ def random_payload(
     return Payload(io.name, tuple(tensors), tuple(o.name for o in io.outputs), batch_size)
 
 
-def payload_from_file(io: ModelIO, path: Path, batch_size: int = 1) -> Payload:
+def payload_from_file(
+    io: ModelIO, path: Path, batch_size: int = 1, shapes: Mapping[str, Sequence[int]] | None = None
+) -> Payload:
     """perf_analyzer's ``--input-data`` JSON: ``{"data": [{"NAME": [...] | {"content": [...],
-    "shape": [...]}}]}``; the first entry is used."""
+    "shape": [...]} | {"b64": "..."}}]}``. The first entry is used for every request; a
+    shape (from the entry, else ``shapes``, else the model's) excludes the batch dimension."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         entry = doc["data"][0]
+        if not isinstance(entry, dict):
+            raise TypeError("data[0] is not an object of inputs (sequence data is not supported)")
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         raise UsageError(f"{path}: not perf_analyzer input data: {exc}") from exc
     tensors = []
     for spec in io.inputs:
         if spec.name not in entry:
             raise UsageError(f"{path}: no data for input {spec.name!r}")
-        tensors.append((spec, _from_json(spec, entry[spec.name], io.max_batch_size, batch_size)))
+        array = _from_json(spec, entry[spec.name], (shapes or {}).get(spec.name))
+        tensors.append((spec, np.stack([array] * batch_size) if io.max_batch_size > 0 else array))
     return Payload(io.name, tuple(tensors), tuple(o.name for o in io.outputs), batch_size)
 
 
-def _from_json(spec: TensorSpec, value: Any, mbs: int, batch_size: int) -> NDArray[Any]:
-    content, shape = (value["content"], value.get("shape")) if isinstance(value, dict) else (value, None)
-    dims = tuple(shape) if shape else tuple(d if d > 0 else -1 for d in spec.shape)
-    dtype = NP_TYPES[spec.datatype]
-    if spec.datatype == "BYTES":
-        array = np.array([str(v).encode() for v in np.ravel(content)], dtype=np.object_)
+def _from_json(spec: TensorSpec, value: Any, shape: Sequence[int] | None) -> NDArray[Any]:
+    """One input's tensor (without the batch dimension) from its JSON value."""
+    if spec.datatype not in NP_TYPES:
+        raise UsageError(f"input {spec.name!r}: datatype {spec.datatype} is not supported")
+    if isinstance(value, dict):
+        shape = value.get("shape", shape)
+        if "b64" in value:
+            array = _from_b64(spec, value["b64"])
+        elif "content" in value:
+            array = _from_content(spec, value["content"])
+        else:
+            raise UsageError(f"input {spec.name!r}: an object needs 'content' or 'b64'")
     else:
-        array = np.asarray(content, dtype=dtype)
+        array = _from_content(spec, value)
+    dims = tuple(int(d) for d in shape) if shape else tuple(d if d > 0 else -1 for d in spec.shape)
     try:
-        array = array.reshape(dims)
+        return array.reshape(dims)
     except ValueError as exc:
-        raise UsageError(f"input {spec.name!r}: data does not fit shape {list(dims)}") from exc
-    return np.stack([array] * batch_size) if mbs > 0 else array
+        raise UsageError(f"input {spec.name!r}: {array.size} values do not fit shape {list(dims)}") from exc
+
+
+def _from_content(spec: TensorSpec, content: Any) -> NDArray[Any]:
+    if spec.datatype == "BYTES":
+        items = np.ravel(np.asarray(content, dtype=np.object_))
+        return np.array([v if isinstance(v, bytes) else str(v).encode() for v in items], dtype=np.object_)
+    try:
+        return np.ravel(np.asarray(content, dtype=NP_TYPES[spec.datatype]))
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"input {spec.name!r}: cannot read the data as {spec.datatype}: {exc}") from exc
+
+
+def _from_b64(spec: TensorSpec, text: Any) -> NDArray[Any]:
+    try:
+        raw = base64.b64decode(str(text), validate=True)
+    except binascii.Error as exc:
+        raise UsageError(f"input {spec.name!r}: 'b64' is not base64: {exc}") from exc
+    if spec.datatype == "BYTES":
+        return np.array([raw], dtype=np.object_)
+    dtype = np.dtype(NP_TYPES[spec.datatype])
+    if len(raw) % dtype.itemsize:
+        raise UsageError(f"input {spec.name!r}: {len(raw)} bytes are not whole {spec.datatype} values")
+    return np.frombuffer(raw, dtype=dtype).copy()
 
 
 def _dims(spec: TensorSpec, shapes: Mapping[str, Sequence[int]]) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._schedule import Schedule
+from autotune.loadgen._timer import DueTimer
 from autotune.loadgen._transport import Connection, Connector, InferError
 
 clock = time.monotonic_ns  # CLOCK_MONOTONIC: the same clock in every process of the machine
@@ -189,10 +190,13 @@ class Load:
         self._spawn(self._dispatcher())
 
     async def _dispatcher(self) -> None:
-        while True:
-            now = clock()
-            self._dispatch_due(now)
-            await asyncio.sleep((self._next_ns - now) / 1e9)
+        timer = DueTimer()
+        try:
+            while True:
+                self._dispatch_due(clock())
+                await timer.until(self._next_ns)
+        finally:
+            timer.close()
 
     def _dispatch_due(self, now: int) -> None:
         due, idle, backlog, recorder = self._next_ns, self._idle, self._backlog, self.recorder
@@ -292,3 +296,5 @@ class Load:
         self._connections = []
         if not self._failed.done():
             self._failed.cancel()
+        elif not self._failed.cancelled():
+            self._failed.exception()  # seen: it was raised, or the run is over anyway

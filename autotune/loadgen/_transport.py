@@ -154,9 +154,19 @@ def get_json(host: str, port: int, path: str, timeout: float = 10.0) -> Any:
         response = conn.getresponse()
         body = response.read()
     except (OSError, http.client.HTTPException) as exc:
-        raise MeasurementError(f"GET http://{host}:{port}{path} failed: {exc}") from exc
+        raise MeasurementError(f"GET http://{host}:{port}{path} failed: {exc}",
+                               hint="is the server running there?") from exc
     finally:
         conn.close()
     if response.status != 200:
-        raise MeasurementError(f"GET {path}: HTTP {response.status}: {body[:200].decode('utf-8', 'replace')}")
+        text = body[:200].decode("utf-8", "replace")
+        raise HttpStatusError(f"GET {path}: HTTP {response.status}: {text}", status=response.status)
     return json.loads(body)
+
+
+class HttpStatusError(MeasurementError):
+    """A GET answered with a status other than 200."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status

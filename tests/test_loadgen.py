@@ -1,0 +1,379 @@
+"""The load generator's pure parts, without a server: schedules, the histogram (merged
+across real processes), window tallies and lateness accounting, the behind-schedule rule,
+perf_analyzer input data, HTTP/1.1 response parsing and the HPACK subset of the gRPC client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autotune.loadgen as loadgen
+from autotune.errors import UsageError
+from autotune.loadgen._h2 import (
+    STATIC_TABLE, UNDECODABLE, H2ProtocolError, decode_header_block, decode_int, encode_int,
+    request_header_block,
+)  # fmt: skip
+from autotune.loadgen._histogram import LatencyHistogram
+from autotune.loadgen._inputs import ModelIO, TensorSpec, http_request, payload_from_file, raw_bytes
+from autotune.loadgen._load import Job, Load, Recorder, Tally, clock
+from autotune.loadgen._schedule import Schedule
+from autotune.loadgen._transport import Connection, InferError, _parse_response
+from autotune.loadgen._windows import behind_schedule
+
+
+def test_exported_names() -> None:
+    assert set(loadgen.__all__) == {
+        "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Schedule", "WindowPlan",
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------- schedules
+
+
+def _first(schedule: Schedule, n: int) -> np.ndarray:
+    return np.concatenate([c for _, c in zip(range(-(-n // 4096)), schedule.chunks(), strict=False)])[:n]
+
+
+@pytest.mark.parametrize("distribution", ["constant", "poisson"])
+def test_schedule_mean_rate(distribution: str) -> None:
+    offsets = _first(Schedule(250.0, distribution, seed=7), 20_000)
+    assert np.all(np.diff(offsets) >= 0)
+    rate = (len(offsets) - 1) / ((offsets[-1] - offsets[0]) / 1e9)
+    assert rate == pytest.approx(250.0, rel=0.03)
+
+
+def test_constant_schedule_is_evenly_spaced() -> None:
+    gaps = np.diff(_first(Schedule(1000.0), 5000))
+    assert gaps.min() >= 999_999 and gaps.max() <= 1_000_001
+
+
+def test_poisson_gaps_are_exponential_and_seeded() -> None:
+    gaps = np.diff(_first(Schedule(100.0, "poisson", seed=3), 20_000)) / 1e9
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.05)  # exponential: CV 1
+    again = _first(Schedule(100.0, "poisson", seed=3), 1000)
+    other = _first(Schedule(100.0, "poisson", seed=4), 1000)
+    assert np.array_equal(again, _first(Schedule(100.0, "poisson", seed=3), 1000))
+    assert not np.array_equal(again, other)
+
+
+@pytest.mark.parametrize("distribution", ["constant", "poisson"])
+def test_worker_shares_add_up_to_the_rate(distribution: str) -> None:
+    whole = Schedule(600.0, distribution, seed=1)
+    shares = [_first(whole.share(i, 3), 6000) for i in range(3)]
+    horizon = min(s[-1] for s in shares)
+    merged = np.sort(np.concatenate([s[s <= horizon] for s in shares]))
+    rate = len(merged) / (horizon / 1e9)
+    assert rate == pytest.approx(600.0, rel=0.03)
+    if distribution == "constant":  # interleaved: exactly 1/rate apart together
+        gaps = np.diff(merged)
+        assert gaps.min() >= 1e9 / 600 - 2 and gaps.max() <= 1e9 / 600 + 2
+
+
+def test_schedule_rejects_bad_input() -> None:
+    with pytest.raises(UsageError, match="distribution"):
+        Schedule(10.0, "uniform")
+    with pytest.raises(UsageError, match="rate"):
+        Schedule(0.0)
+
+
+def test_job_split() -> None:
+    assert [j.concurrency for j in Job(concurrency=5).split(2)] == [3, 2]
+    assert [j.concurrency for j in Job(concurrency=1).split(4)] == [1]  # no idle processes
+    shares = Job(schedule=Schedule(100.0), pool=8).split(2)
+    assert [j.schedule.share_rate for j in shares if j.schedule] == [50.0, 50.0]
+    assert [j.pool for j in shares] == [4, 4]
+
+
+# ---------------------------------------------------------------- histogram
+
+
+def test_histogram_percentiles_within_half_a_percent() -> None:
+    hist = LatencyHistogram()
+    values = np.random.default_rng(0).lognormal(mean=15, sigma=0.6, size=20_000).astype(np.int64)
+    for v in values.tolist():
+        hist.record(v)
+    for q in (50, 90, 95, 99):
+        exact = float(np.percentile(values, q, method="inverted_cdf"))
+        assert hist.percentile_ns(q) == pytest.approx(exact, rel=0.006)
+    assert hist.count == len(values) and hist.total_ns == int(values.sum())
+    assert hist.min_ns == values.min() and hist.max_ns == values.max()
+
+
+def test_histogram_pickles_as_bucket_arrays() -> None:
+    hist = LatencyHistogram()
+    for v in (5_000, 5_000, 80_000, 3_000_000):
+        hist.record(v)
+    data = pickle.dumps(hist)
+    assert len(data) < 1000  # only the non-empty buckets travel
+    back = pickle.loads(data)
+    assert (back.count, back.total_ns, back.min_ns, back.max_ns) == (4, hist.total_ns, 5_000, 3_000_000)
+    assert back.percentile_ns(50) == hist.percentile_ns(50)
+
+
+_CHILD = """
+import pickle, sys
+import numpy as np
+from autotune.loadgen._histogram import LatencyHistogram
+hist = LatencyHistogram()
+for v in np.random.default_rng(int(sys.argv[1])).integers(10_000, 50_000_000, 5000).tolist():
+    hist.record(v)
+sys.stdout.buffer.write(pickle.dumps(hist))
+"""
+
+
+def test_histograms_merge_across_processes() -> None:
+    """Two real processes record, ship their histograms as arrays, the parent adds counts:
+    the same figures as one histogram that saw every value."""
+    parts = [
+        pickle.loads(subprocess.run([sys.executable, "-c", _CHILD, str(seed)], check=True,
+                                    capture_output=True).stdout)
+        for seed in (1, 2)
+    ]
+    merged = LatencyHistogram.merged(parts)
+    whole = LatencyHistogram()
+    for seed in (1, 2):
+        for v in np.random.default_rng(seed).integers(10_000, 50_000_000, 5000).tolist():
+            whole.record(v)
+    assert merged.count == whole.count == 10_000
+    assert (merged.total_ns, merged.min_ns, merged.max_ns) == (whole.total_ns, whole.min_ns, whole.max_ns)
+    for q in (50, 90, 95, 99):
+        assert merged.percentile_ns(q) == whole.percentile_ns(q)
+
+
+# ---------------------------------------------------------------- tallies and lateness
+
+
+def _tally(duration: float, latencies: list[int], late: list[int], due: int, sent: int) -> Tally:
+    tally = Tally(duration, due=due, sent=sent)
+    for v in latencies:
+        tally.latency.record(v)
+    for v in late:
+        tally.lateness.record(v)
+    return tally
+
+
+def test_tally_then_adds_time_and_parallel_averages_it() -> None:
+    a = _tally(1.0, [1_000_000] * 10, [10_000] * 10, 10, 10)
+    b = _tally(1.0, [2_000_000] * 30, [20_000] * 30, 30, 30)
+    later = a.then(b)
+    assert (later.duration_s, later.completions, later.due, later.sent) == (2.0, 40, 40, 40)
+    together = Tally.parallel([a, b])
+    assert (together.duration_s, together.completions, together.lateness.count) == (1.0, 40, 40)
+
+
+def test_recorder_rotate_starts_a_fresh_window() -> None:
+    recorder = Recorder()
+    recorder.latency.record(1_000_000)
+    recorder.sent, recorder.due = 1, 2
+    recorder.fail("HTTP 500: boom")
+    recorder.fail("HTTP 500: again")
+    first = recorder.rotate(connections=3)
+    assert (first.completions, first.sent, first.due, first.errors, first.connections) == (1, 1, 2, 2, 3)
+    assert first.first_error == "HTTP 500: boom"
+    second = recorder.rotate(connections=3)
+    assert (second.completions, second.errors, second.first_error) == (0, 0, "")
+
+
+def test_behind_schedule_rule() -> None:
+    on_time = _tally(1.0, [5_000_000] * 100, [100_000] * 100, due=100, sent=100)
+    assert not behind_schedule(on_time, late_p99_ms=0.1, p50_ms=5.0)
+    unsent = _tally(1.0, [5_000_000] * 90, [100_000] * 90, due=100, sent=90)
+    assert behind_schedule(unsent, late_p99_ms=0.1, p50_ms=5.0)
+    assert behind_schedule(on_time, late_p99_ms=2.5, p50_ms=5.0)  # late beyond the 2 ms floor
+    assert not behind_schedule(on_time, late_p99_ms=2.5, p50_ms=40.0)  # but within 10% of p50
+
+
+class _Gate:
+    """An in-memory connection for the dispatcher's bookkeeping: answers when the gate opens."""
+
+    opened = 0
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        self._gate = gate
+        _Gate.opened += 1
+
+    async def infer(self) -> None:
+        await self._gate.wait()
+
+    async def close(self) -> None:
+        return None
+
+
+def test_open_loop_accounts_for_requests_it_could_not_send() -> None:
+    """A server that never answers: the pool grows to its cap, then due requests wait in the
+    backlog; due counts them, sent does not, and lateness is recorded for every send."""
+
+    async def scenario() -> tuple[Tally, Tally]:
+        gate = asyncio.Event()
+
+        async def connect() -> Connection:
+            return _Gate(gate)
+
+        load = Load(connect, max_connections=5)
+        job = Job(schedule=Schedule(2000.0), pool=2)
+        await load.prepare(job)
+        load.start(job, clock())
+        await load.wait(0.1)
+        stuck = load.rotate()
+        gate.set()  # answers flow again: the backlog drains
+        await load.wait(0.1)
+        flowing = load.rotate()
+        await load.stop()
+        return stuck, flowing
+
+    stuck, flowing = asyncio.run(scenario())
+    assert stuck.connections == 5 and stuck.sent == 5 and stuck.due > 50
+    assert stuck.lateness.count == stuck.sent and stuck.completions == 0
+    assert behind_schedule(stuck, stuck.lateness.percentile_ns(99) / 1e6, 1.0)
+    assert flowing.sent > flowing.due  # the backlog went out late
+    assert flowing.lateness.percentile_ns(99) > flowing.lateness.percentile_ns(10)
+
+
+def test_closed_loop_counts_errors_and_reconnects() -> None:
+    async def scenario() -> Tally:
+        calls = 0
+
+        class Flaky:
+            async def infer(self) -> None:
+                nonlocal calls
+                calls += 1
+                await asyncio.sleep(0)
+                if calls % 3 == 0:
+                    raise InferError("connection closed by the server (EOF)", closed=True)
+                if calls % 3 == 1:
+                    raise InferError("HTTP 500: model failed")
+
+            async def close(self) -> None:
+                return None
+
+        async def connect() -> Connection:
+            return Flaky()
+
+        load = Load(connect)
+        await load.prepare(Job(concurrency=2))
+        load.start(Job(concurrency=2), clock())
+        await load.wait(0.05)
+        tally = load.rotate()
+        await load.stop()
+        return tally
+
+    tally = asyncio.run(scenario())
+    assert tally.errors > 0 and tally.completions > 0
+    assert tally.first_error in ("HTTP 500: model failed", "connection closed by the server (EOF)")
+
+
+# ---------------------------------------------------------------- input data
+
+IO = ModelIO(
+    "m", 8,
+    (TensorSpec("ids", "INT64", (4,)), TensorSpec("text", "BYTES", (2,)), TensorSpec("img", "FP32", (-1, 2))),
+    (TensorSpec("out", "FP32", (1,)),),
+)  # fmt: skip
+
+
+def _write(tmp_path: Path, doc: object) -> Path:
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_input_data_plain_content_and_shape_forms(tmp_path: Path) -> None:
+    doc = {"data": [{
+        "ids": [1, 2, 3, 4],
+        "text": {"content": ["hello", "wörld"], "shape": [2]},
+        "img": {"content": [0.5, 1.5, 2.5, 3.5, 4.5, 5.5], "shape": [3, 2]},
+    }]}  # fmt: skip
+    payload = payload_from_file(IO, _write(tmp_path, doc), batch_size=2)
+    arrays = {spec.name: array for spec, array in payload.tensors}
+    assert arrays["ids"].dtype == np.int64 and arrays["ids"].shape == (2, 4)
+    assert arrays["text"].shape == (2, 2) and arrays["text"][1, 1] == "wörld".encode()
+    assert arrays["img"].shape == (2, 3, 2) and arrays["img"].dtype == np.float32
+    assert raw_bytes(arrays["text"][0], "BYTES") == b"\x05\x00\x00\x00hello\x06\x00\x00\x00w\xc3\xb6rld"
+    request = http_request(payload, "127.0.0.1")
+    assert b'"datatype":"BYTES"' in request and b'"shape":[2,3,2]' in request
+
+
+def test_input_data_b64_and_shape_flag(tmp_path: Path) -> None:
+    ids = np.arange(4, dtype=np.int64)
+    doc = {"data": [{"ids": {"b64": base64.b64encode(ids.tobytes()).decode()},
+                     "text": ["a", "b"], "img": [1, 2, 3, 4]}]}  # fmt: skip
+    payload = payload_from_file(IO, _write(tmp_path, doc), shapes={"img": (2, 2)})
+    arrays = {spec.name: array for spec, array in payload.tensors}
+    assert arrays["ids"].tolist() == [[0, 1, 2, 3]]
+    assert arrays["img"].shape == (1, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"nodata": []}, "not perf_analyzer input data"),
+        ({"data": []}, "not perf_analyzer input data"),
+        ({"data": [[{"ids": [1]}]]}, "sequence data is not supported"),
+        ({"data": [{"ids": [1, 2, 3, 4], "text": ["a", "b"]}]}, "no data for input 'img'"),
+        ({"data": [{"ids": [1, 2, 3], "text": ["a", "b"], "img": [1, 2]}]}, "3 values do not fit shape"),
+        ({"data": [{"ids": ["x"] * 4, "text": ["a", "b"], "img": [1, 2]}]}, "cannot read the data as INT64"),
+        ({"data": [{"ids": {"b64": "!!"}, "text": ["a", "b"], "img": [1, 2]}]}, "is not base64"),
+        ({"data": [{"ids": {"shape": [4]}, "text": ["a", "b"], "img": [1, 2]}]}, "needs 'content' or 'b64'"),
+    ],
+)
+def test_input_data_errors_are_usage_errors(tmp_path: Path, doc: object, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        payload_from_file(IO, _write(tmp_path, doc))
+
+
+def test_input_data_not_json(tmp_path: Path) -> None:
+    path = tmp_path / "data.json"
+    path.write_text("{not json")
+    with pytest.raises(UsageError, match="not perf_analyzer input data"):
+        payload_from_file(IO, path)
+
+
+# ---------------------------------------------------------------- wire formats
+
+
+def test_http_response_parsing() -> None:
+    body = b'{"ok":1}'
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\n"
+    assert _parse_response(head + body + b"HTTP/1.1") == (200, body, len(head) + 8)
+    assert _parse_response(head + body[:3]) is None
+
+
+def test_http_chunked_response() -> None:
+    chunked = b"HTTP/1.1 400 Bad\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nerr:\r\n4\r\n bad\r\n0\r\n\r\n"
+    assert _parse_response(chunked) == (400, b"err: bad", len(chunked))
+    assert _parse_response(chunked[:-3]) is None
+
+
+@pytest.mark.parametrize(("value", "bits"), [(0, 5), (30, 5), (31, 5), (1337, 5), (10, 7), (2**20, 4)])
+def test_hpack_integers_round_trip(value: int, bits: int) -> None:
+    encoded = encode_int(value, bits)
+    assert decode_int(encoded, 0, bits) == (value, len(encoded))
+
+
+def test_hpack_decodes_what_grpc_sends_and_our_request_block() -> None:
+    # a trailers block as gRPC's C-core sends it to a table of size 0: a size update,
+    # ":status 200" indexed, literals with incremental indexing and without indexing
+    block = (b"\x20\x88\x40\x0bgrpc-status\x015\x00\x0cgrpc-message\x0fmodel not found"
+             b"\x5f\x10application/grpc")  # fmt: skip
+    assert decode_header_block(block) == [
+        (b":status", b"200"), (b"grpc-status", b"5"), (b"grpc-message", b"model not found"),
+        (b"content-type", b"application/grpc"),
+    ]  # fmt: skip
+    ours = dict(decode_header_block(request_header_block("host:1", "/inference.GRPCInferenceService/ModelInfer")))
+    assert ours[b":method"] == b"POST" and ours[b":path"].endswith(b"/ModelInfer") and ours[b"te"] == b"trailers"
+    assert len(STATIC_TABLE) == 61 and STATIC_TABLE[30] == (b"content-type", b"")
+
+
+def test_hpack_refuses_a_dynamic_table_and_marks_huffman() -> None:
+    with pytest.raises(H2ProtocolError, match="static table"):
+        decode_header_block(b"\xbe")  # index 62: a dynamic entry we never allowed
+    assert decode_header_block(b"\x00\x01a\x81\x07") == [(b"a", UNDECODABLE)]
