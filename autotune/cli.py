@@ -107,6 +107,7 @@ def _add_apply(sub: Any) -> None:
 def _add_report(sub: Any) -> None:
     report = sub.add_parser("report", help="(re)write report.html and trials.csv of a run")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    report.add_argument("--storage", help="the study's storage URL, if it is not the run's SQLite file")
     report.set_defaults(handler=_report)
 
 
@@ -207,7 +208,7 @@ def _report(args: argparse.Namespace) -> int:
     from autotune.reload import reload_outcome
     from autotune.tuner import write_outputs
 
-    path = write_outputs(reload_outcome(args.run_dir))
+    path = write_outputs(reload_outcome(args.run_dir, args.storage))
     print(f"wrote {path}")
     return 0
 

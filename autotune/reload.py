@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune import tuner
+from autotune.errors import UsageError
 from autotune.objective import Sla
 from autotune.results import RunInfo
 from autotune.search_space import SearchSpace
@@ -14,7 +15,10 @@ from autotune.study import Study
 def reload_outcome(run_dir: Path, storage: str | None = None) -> tuner.Outcome:
     record = tuner.read_run(run_dir)
     sla = Sla(int(record["sla"]["percentile"]), float(record["sla"]["limit_ms"]))
-    url = storage or record.get("storage") or f"sqlite:///{(run_dir / 'study.db').resolve()}"
+    recorded = record.get("storage")
+    if recorded and "***" in recorded and storage is None:
+        raise UsageError(f"{run_dir}: the study lives in {recorded}; give --storage with the password")
+    url = storage or recorded or f"sqlite:///{(run_dir / 'study.db').resolve()}"
     name = record.get("study_name") or f"{record['model']}-{record['run_id']}"
     study = Study.open(url, name, _EMPTY, sla)
     verifications = [tuner._verification_from_json(v) for v in study.attr("verifications", [])]

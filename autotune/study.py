@@ -10,6 +10,9 @@ PostgreSQL for several workers on one study.
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -57,8 +60,9 @@ class Asked:
 
 
 class Study:
-    def __init__(self, study: optuna.Study, space: SearchSpace, sla: Sla) -> None:
+    def __init__(self, study: optuna.Study, space: SearchSpace, sla: Sla, created: bool = False) -> None:
         self._study, self.space, self.sla = study, space, sla
+        self.created = created  # this process made the study (so it queues the baseline and seeds)
 
     @classmethod
     def open(
@@ -66,14 +70,21 @@ class Study:
         seed: int | None = None, startup_trials: int = 6,
     ) -> Study:
         sampler = _sampler(seed, startup_trials)
-        try:
-            study = optuna.create_study(
-                storage=storage, study_name=name, directions=list(DIRECTIONS),
-                sampler=sampler, load_if_exists=True,
-            )
-        except Exception as exc:  # optuna/sqlalchemy raise many kinds here
-            raise StudyError(f"cannot open study {name!r} at {_redact(storage)}: {exc}") from exc
-        return cls(study, space, sla)
+        created = False
+        for attempt in range(3):  # workers starting together race to create the study
+            try:
+                try:
+                    study = optuna.create_study(storage=storage, study_name=name,
+                                                directions=list(DIRECTIONS), sampler=sampler)
+                    created = True
+                except optuna.exceptions.DuplicatedStudyError:
+                    study = optuna.load_study(storage=storage, study_name=name, sampler=sampler)
+                break
+            except Exception as exc:  # optuna/sqlalchemy raise many kinds here
+                if attempt == 2 or isinstance(exc, ImportError):
+                    raise StudyError(f"cannot open study {name!r} at {redact(storage)}: {exc}") from exc
+                time.sleep(0.5 + attempt)
+        return cls(study, space, sla, created)
 
     # ------------------------------------------------------------ asking and telling
 
@@ -86,6 +97,7 @@ class Study:
         trial = self._study.ask()
         candidate = self.space.suggest(trial)
         trial.set_user_attr("candidate", _candidate_json(candidate))
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         return Asked(trial.number, candidate, trial)
 
     def tell_measured(self, asked: Asked, measurement: Measurement, duration_s: float,
@@ -113,6 +125,8 @@ class Study:
         """Trials a stopped tuner left behind (RUNNING after kill -9, failed as interrupted after
         Ctrl-C): the RUNNING ones are told FAIL; each one's params are returned once, to re-run."""
         for trial in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if _worker_alive(str(trial.user_attrs.get("worker", ""))):
+                continue  # another worker of this study is measuring it right now
             self._study._storage.set_trial_user_attr(trial._trial_id, "reason", INTERRUPTED)
             self._study.tell(trial.number, state=TrialState.FAIL)
         done = set(self.attr("requeued", []))
@@ -148,7 +162,24 @@ class Study:
         return sum(not str(t.user_attrs.get("reason", "")).startswith("interrupted") for t in trials)
 
 
-def _redact(url: str) -> str:
+def _worker_alive(worker: str) -> bool:
+    """Whether the process that asked a trial may still run it: a worker on another host is
+    assumed alive; on this host, its pid must exist."""
+    host, _, pid = worker.rpartition(":")
+    if not host or not pid.isdigit():
+        return False
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return int(pid) != os.getpid()
+
+
+def redact(url: str) -> str:
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
         return f"{scheme}://***@{rest.split('@', 1)[1]}"

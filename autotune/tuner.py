@@ -29,7 +29,7 @@ from autotune.results import COMPLETE, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, SearchSpace, load_search_space, params_of
 from autotune.settings import RunSettings
 from autotune.staging import stage_model
-from autotune.study import Asked, Study
+from autotune.study import Asked, Study, redact
 
 RUN_FILE = "run.json"
 
@@ -110,9 +110,9 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     events = events or SilentEvents()
     settings = prep.settings
     launcher = make_launcher(settings, settings.run_dir)  # a wrong set-up fails before anything is written
-    run_dir, fresh = _open_run_dir(prep)
+    run_dir = _open_run_dir(prep)
     study = _open_study(prep, run_dir)
-    if fresh:
+    if study.created:
         _seed(study, prep)
     for params in study.interrupted_params():
         study.enqueue(params, again=True)
@@ -126,10 +126,10 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     return _finish(prep, run_dir, study, verifications)
 
 
-def _open_run_dir(prep: Prepared) -> tuple[Path, bool]:
+def _open_run_dir(prep: Prepared) -> Path:
     settings = prep.settings
     if settings.run_dir is not None:
-        return settings.run_dir, False
+        return settings.run_dir
     run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = settings.reports_dir / settings.model / run_id
     suffix = 1
@@ -143,12 +143,14 @@ def _open_run_dir(prep: Prepared) -> tuple[Path, bool]:
         "repository": str(settings.repository.resolve()),
         "sla": {"percentile": settings.sla.percentile, "limit_ms": settings.sla.limit_ms},
         "launcher": settings.launcher,
+        "storage": redact(settings.storage) if settings.storage else None,
+        "study_name": _study_name(settings, run_dir),
         "original_config": mcfg.config_text(prep.original),
         "original_digest": file_digest(prep.model_dir / mcfg.CONFIG_NAME),
         "started": _now(),
     }
     _write_json(run_dir / RUN_FILE, record)
-    return run_dir, True
+    return run_dir
 
 
 def _check_resumable(settings: RunSettings) -> None:
@@ -227,9 +229,13 @@ def study_storage(settings: RunSettings, run_dir: Path) -> str:
     return settings.storage or f"sqlite:///{(run_dir / 'study.db').resolve()}"
 
 
+def _study_name(settings: RunSettings, run_dir: Path) -> str:
+    return settings.study_name or f"{settings.model}-{run_dir.name}"
+
+
 def _open_study(prep: Prepared, run_dir: Path) -> Study:
     settings = prep.settings
-    name = settings.study_name or f"{settings.model}-{run_dir.name}"
+    name = read_run(run_dir).get("study_name") or _study_name(settings, run_dir)
     return Study.open(study_storage(settings, run_dir), name, prep.space, settings.sla, seed=settings.seed)
 
 

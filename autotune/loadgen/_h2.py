@@ -198,6 +198,7 @@ class H2Protocol(asyncio.Protocol):
         self._stream_window = DEFAULT_WINDOW
         self._max_frame = 16_384
         self._blocked: deque[int] = deque()
+        self._out: list[bytes] = []  # frames of this loop iteration, written in one send
         self._buffer = b""
         self._headers: dict[int, bytes] = {}  # stream -> header block being continued
         self._header_flags: dict[int, int] = {}
@@ -249,13 +250,29 @@ class H2Protocol(asyncio.Protocol):
         self._next_id += 2
         call = _Call(future, self._stream_window)
         self._calls[stream] = call
-        assert self.transport is not None
-        self.transport.write(frame(HEADERS, END_HEADERS, stream, self._header_block))
         call.pending = message
-        self._send_data(stream, call)
+        assert self.transport is not None
+        self._write(frame(HEADERS, END_HEADERS, stream, self._header_block) + self._data_frames(stream, call))
         return future
 
+    def _write(self, data: bytes) -> None:
+        """Queue frames; callers woken in the same loop iteration share one send."""
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(data)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
     def _send_data(self, stream: int, call: _Call) -> None:
+        frames = self._data_frames(stream, call)
+        if frames:
+            self._write(frames)
+
+    def _data_frames(self, stream: int, call: _Call) -> bytes:
+        """DATA frames for as much of the call's request as the windows allow."""
         data = call.pending
         allowed = min(len(data), self._send_window, call.window)
         chunks = []
@@ -272,9 +289,7 @@ class H2Protocol(asyncio.Protocol):
         call.pending = data[at:]
         if call.pending:
             self._blocked.append(stream)
-        if chunks:
-            assert self.transport is not None
-            self.transport.write(b"".join(chunks))
+        return b"".join(chunks)
 
     def _unblock(self) -> None:
         for _ in range(len(self._blocked)):

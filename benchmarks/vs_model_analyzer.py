@@ -1,0 +1,731 @@
+#!/usr/bin/env python3
+"""autotune against Triton Model Analyzer 1.58, on the same machine, model, space and p99 SLA.
+
+    .venv/bin/python benchmarks/vs_model_analyzer.py              # bertQA (p99 50 ms), cnn (p99 20 ms)
+    .venv/bin/python benchmarks/vs_model_analyzer.py --smoke      # the plumbing, end to end, minutes
+    .venv/bin/python benchmarks/vs_model_analyzer.py --models bertQA --modes brute optuna --repeats 5
+
+For each model it runs, one after the other, each on a fresh copy of the model in a temporary
+folder (``examples/model_repository`` is never touched):
+
+- Model Analyzer in each of ``--modes`` (brute, quick, optuna): local launch of the wheel's
+  tritonserver, ``cpu_only``, the constraint ``perf_latency_p99 <= SLA``, the bounds of
+  ``search_spaces/model_analyzer.yaml``. Quick mode walks forever once the instance count is
+  bounded (ENVIRONMENT.md): a watchdog stops it (SIGINT: it saves its checkpoint) when it only
+  repeats measurements it has or when ``--quick-watchdog-s`` runs out, and its best so far counts.
+- ``autotune run --sla-p99-ms SLA --search-space search_spaces/model_analyzer.yaml`` with its
+  default budget, in a fresh reports folder.
+
+Then it re-measures every tool's winner (its config at the concurrency the tool recommends) with
+one instrument, perf_analyzer over gRPC with ``--percentile=99``, ``--repeats`` times,
+round-robin over the tools (a fresh server and a discarded warm-up each time), and prints a
+table per model: wall time, configs and operating points measured, the winner, the re-measured
+median throughput and p99, how many repeats met the SLA, the goodput (the median throughput when
+most repeats met the SLA) and autotune's ratios to each Model Analyzer mode. ``--out`` gets the
+table (.txt) and every figure (.json).
+
+It installs what it needs itself, idempotently, from PyPI and apt only (``_tools.py``): Debian's
+libb64-0d, perf_analyzer from tritonclient 2.41.0 and Model Analyzer in venvs of their own under
+~/.cache/autotune-bench. It runs in autotune's venv (``make install``), whose nvidia-pytriton
+wheel provides tritonserver. Timings are only comparable on a quiet machine: ``--wait-quiet-s``
+waits for the 1-minute load to fall below 0.6 first, and the load seen during each run is
+reported beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import _tools
+import yaml
+
+from autotune import model_config as mcfg
+from autotune.launch._common import free_ports
+from autotune.launch.local import LocalLauncher
+from autotune.search_space import SearchSpace, load_search_space
+from autotune.staging import stage_model
+
+ROOT = _tools.ROOT
+SPACE_FILE = ROOT / "search_spaces" / "model_analyzer.yaml"
+DEFAULT_SLA_MS = {"bertQA": 50.0, "cnn": 20.0}
+MODES = ("brute", "quick", "optuna")
+QUIET_LOAD = 0.6
+# Model Analyzer repeating a measurement it already has this many times in a row is looping.
+LOOP_REPEATS = 100
+STOP_GRACE_S = 120.0  # after SIGINT Model Analyzer finishes the measurement under way
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much each tool may do; ``--smoke`` shrinks everything."""
+
+    space: dict[str, Any]  # the search space YAML given to autotune and translated for MA
+    ma_extra: dict[str, Any]  # further Model Analyzer options
+    ma_timeout_s: float  # brute and optuna (they finish on their own; this is a safety net)
+    quick_watchdog_s: float
+    autotune_args: tuple[str, ...]  # after the common ones; () = autotune's defaults
+    repeats: int
+    window_ms: int  # perf_analyzer's measurement interval when re-measuring
+
+
+def full_budget(args: argparse.Namespace) -> Budget:
+    space = yaml.safe_load(SPACE_FILE.read_text(encoding="utf-8"))
+    return Budget(space, {}, args.ma_timeout_s, args.quick_watchdog_s, (), args.repeats, args.window_ms)
+
+
+def smoke_budget(args: argparse.Namespace) -> Budget:
+    space = yaml.safe_load(SPACE_FILE.read_text(encoding="utf-8"))
+    space["instance_group"]["count"] = {"min": 1, "max": 1}
+    space["max_batch_size"] = [1, 2]
+    space["load"]["concurrency"] = {"min": 1, "max": 2}
+    autotune = ("--max-trials", "2", "--time-budget", "60s", "--finalists", "1", "--repeats", "1",
+                "--window", "0.5")
+    return Budget(space, {"optuna_min_trials": 2, "optuna_max_trials": 2}, 300.0,
+                  min(args.quick_watchdog_s, 60.0), autotune, 1, 1000)
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Winner:
+    """A tool's choice: a config and the concurrency to run it at, with the tool's own figures."""
+
+    config: str  # config.pbtxt text
+    concurrency: int
+    throughput: float
+    p99_ms: float
+    source: str = ""  # where it was read from
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    model: str
+    tool: str  # "autotune", "MA brute", ...
+    status: str  # finished, looped (stopped by the watchdog), timeout, failed
+    wall_s: float
+    configs: int  # distinct configs measured
+    points: int  # operating points (config x concurrency) measured
+    winner: Winner | None
+    note: str = ""
+    to_last_new_s: float | None = None  # MA: wall time to its last new measurement
+    load1: tuple[float, float] = (0.0, 0.0)  # mean and max 1-minute load during the run
+    log: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PaPoint:
+    throughput: float
+    p99_ms: float
+    p95_ms: float
+    p50_ms: float
+    stable: bool
+
+
+@dataclass(frozen=True)
+class Remeasured:
+    tool: str
+    concurrency: int
+    points: tuple[PaPoint, ...]
+    sla_ms: float
+
+    @property
+    def met(self) -> int:
+        return sum(p.p99_ms <= self.sla_ms for p in self.points)
+
+    @property
+    def median_throughput(self) -> float:
+        return statistics.median(p.throughput for p in self.points) if self.points else 0.0
+
+    @property
+    def median_p99(self) -> float:
+        return statistics.median(p.p99_ms for p in self.points) if self.points else 0.0
+
+    @property
+    def goodput(self) -> float:
+        """The median throughput when most repeats met the SLA, else 0."""
+        return self.median_throughput if self.points and self.met * 2 > len(self.points) else 0.0
+
+
+# ---------------------------------------------------------------- load and processes
+
+
+class LoadMonitor:
+    """Samples the 1-minute load average in the background."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every_s,), daemon=True)
+
+    def __enter__(self) -> LoadMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self, every_s: float) -> None:
+        while True:
+            self.samples.append((time.monotonic(), load1()))
+            if self._stop.wait(every_s):
+                return
+
+    def between(self, start: float, end: float) -> tuple[float, float]:
+        values = [v for t, v in self.samples if start <= t <= end] or [load1()]
+        return round(statistics.fmean(values), 2), round(max(values), 2)
+
+
+def load1() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def wait_quiet(limit_s: float) -> float:
+    """Wait (up to ``limit_s``) for the 1-minute load to fall below QUIET_LOAD; the last load."""
+    deadline = time.monotonic() + limit_s
+    while (load := load1()) >= QUIET_LOAD and time.monotonic() < deadline:
+        _tools.log(f"waiting for a quiet machine: load {load:.2f} >= {QUIET_LOAD}")
+        time.sleep(30)
+    return load
+
+
+@dataclass
+class Watch:
+    """What a supervised Model Analyzer process has printed, as it prints it."""
+
+    started: float
+    repeats: int = 0  # consecutive "Existing measurement found" lines
+    profiled: int = 0
+    last_new_s: float | None = None
+
+    def see(self, line: str) -> None:
+        if "Existing measurement found" in line:
+            self.repeats += 1
+        elif "Profiling " in line:
+            self.repeats = 0
+            self.profiled += 1
+        elif "Saved checkpoint" in line and self.repeats == 0:
+            self.last_new_s = time.monotonic() - self.started
+
+
+def supervise(cmd: Sequence[str], cwd: Path, log_path: Path, limit_s: float,
+              env: dict[str, str] | None = None) -> tuple[str, float, Watch]:
+    """Run ``cmd`` to the end, or stop it (SIGINT, then SIGKILL to its group) when it loops or
+    runs out of time; returns (finished | failed | looped | timeout, wall seconds, what it printed)."""
+    started = time.monotonic()
+    watch = Watch(started)
+    with log_path.open("w", encoding="utf-8") as log:
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, bufsize=1, start_new_session=True)
+        reader = threading.Thread(target=_copy_lines, args=(proc, log, watch), daemon=True)
+        reader.start()
+        try:
+            status = _wait(proc, started, limit_s, watch)
+        finally:
+            _stop_group(proc)
+            reader.join(timeout=10)
+    return status, time.monotonic() - started, watch
+
+
+def _copy_lines(proc: subprocess.Popen[str], log: Any, watch: Watch) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        watch.see(line)
+
+
+def _wait(proc: subprocess.Popen[str], started: float, limit_s: float, watch: Watch) -> str:
+    while proc.poll() is None:
+        status = ("looped" if watch.repeats >= LOOP_REPEATS
+                  else "timeout" if time.monotonic() - started > limit_s else "")
+        if status:
+            _interrupt(proc)
+            return status
+        time.sleep(0.5)
+    return "finished" if proc.returncode == 0 else "failed"
+
+
+def _interrupt(proc: subprocess.Popen[str]) -> None:
+    """SIGINT (what Ctrl-C sends): Model Analyzer saves its checkpoint after the current
+    measurement and exits; it is killed if it has not within STOP_GRACE_S."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _tools.log(f"pid {proc.pid} ignored SIGINT for {STOP_GRACE_S:.0f} s: killing its group")
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """Kill what is left of the process group we started (tritonserver, perf_analyzer)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+# ---------------------------------------------------------------- Model Analyzer
+
+
+@dataclass(frozen=True)
+class Peers:
+    """Everything installed and located once, for every run."""
+
+    pa: _tools.PerfAnalyzer
+    model_analyzer: Path
+    server: _tools.Tritonserver
+    models: Path  # a repository of freshly built example models
+    server_wrapper: Path
+    pa_wrapper: Path
+
+
+def install(work: Path, models: Sequence[str]) -> Peers:
+    pa = _tools.ensure_perf_analyzer()
+    server = _tools.find_tritonserver()
+    return Peers(pa, _tools.ensure_model_analyzer(), server, _tools.example_models(models),
+                 server.wrapper(work / "bin" / "tritonserver"), pa.wrapper(work / "bin" / "perf_analyzer"))
+
+
+def ma_bounds(space: SearchSpace) -> dict[str, int]:
+    """The search space in Model Analyzer's terms (its automatic modes try powers of two)."""
+    return {
+        "run_config_search_min_instance_count": min(space.instance_count),
+        "run_config_search_max_instance_count": max(space.instance_count),
+        "run_config_search_min_model_batch_size": min(space.max_batch_size),
+        "run_config_search_max_model_batch_size": max(space.max_batch_size),
+        "run_config_search_min_concurrency": space.concurrency_min,
+        "run_config_search_max_concurrency": space.concurrency_max,
+    }
+
+
+def ma_config(model: str, sla_ms: float, mode: str, repo: Path, out: Path, peers: Peers,
+              bounds: dict[str, int], extra: dict[str, Any]) -> dict[str, Any]:
+    http, grpc, metrics = free_ports(3)
+    path = os.pathsep.join([str(peers.server.stub_bin), os.environ.get("PATH", "")])
+    return {
+        "model_repository": str(repo),
+        "output_model_repository_path": str(out / "models"),
+        "override_output_model_repository": True,
+        "export_path": str(out / "export"),
+        "checkpoint_directory": str(out / "checkpoints"),
+        "triton_launch_mode": "local",
+        "triton_server_path": str(peers.server_wrapper),
+        "perf_analyzer_path": str(peers.pa_wrapper),
+        "triton_server_environment": {"PATH": path},  # the python backend stub's packages
+        "triton_http_endpoint": f"localhost:{http}",
+        "triton_grpc_endpoint": f"localhost:{grpc}",
+        "triton_metrics_url": f"http://localhost:{metrics}/metrics",
+        "run_config_search_mode": mode,
+        **bounds,
+        **extra,
+        "profile_models": {model: {"cpu_only": True, "constraints": {"perf_latency_p99": {"max": sla_ms}}}},
+    }
+
+
+def run_model_analyzer(model: str, sla_ms: float, mode: str, work: Path, peers: Peers, budget: Budget,
+                       space: SearchSpace, monitor: LoadMonitor) -> ToolRun:
+    tool = f"MA {mode}"
+    folder = work / model / f"ma-{mode}"
+    repo, out = folder / "repo", folder / "out"
+    (out / "export").mkdir(parents=True)
+    _tools.copy_model(peers.models, model, repo)
+    config = ma_config(model, sla_ms, mode, repo, out, peers, ma_bounds(space), budget.ma_extra)
+    config_path = folder / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    limit = budget.quick_watchdog_s if mode == "quick" else budget.ma_timeout_s
+    _tools.log(f"{model}: Model Analyzer {mode} (limit {limit:.0f} s; log {folder / 'ma.log'})")
+    start = time.monotonic()
+    status, wall, watch = supervise([str(peers.model_analyzer), "profile", "-f", str(config_path)],
+                                    folder, folder / "ma.log", limit)
+    points = ma_points(out / "checkpoints", model)
+    winner = ma_winner(points, sla_ms, out / "models")
+    reported = ma_reported_winner(out / "export" / "results" / "metrics-model-inference.csv", sla_ms)
+    note = _ma_note(status, watch, points, winner, reported, folder / "ma.log")
+    return ToolRun(model, tool, status, wall, len({p.variant for p in points}), len(points), winner, note,
+                   watch.last_new_s, monitor.between(start, time.monotonic()), str(folder / "ma.log"),
+                   {"config": config, "measurements": [asdict(p) for p in points],
+                    "reported_winner": reported})
+
+
+@dataclass(frozen=True)
+class MaPoint:
+    variant: str
+    concurrency: int
+    throughput: float
+    p99_ms: float
+
+
+def ma_points(checkpoints: Path, model: str) -> list[MaPoint]:
+    """Every measurement in Model Analyzer's newest checkpoint (it is written after each one,
+    so this works for a run that was stopped as well as for one that finished)."""
+    files = sorted(checkpoints.glob("*.ckpt"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+    if not files:
+        return []
+    state = json.loads(files[-1].read_text(encoding="utf-8"))
+    results = state.get("ResultManager.results", {}).get("_results", {}).get(model, {})
+    points = []
+    for variant, (_run_config, measurements) in results.items():
+        for measurement in measurements.values():
+            for mcm in measurement.get("_model_config_measurements", []):
+                metrics = {k: v[1]["_value"] for k, v in mcm.get("_non_gpu_data_from_tag", {}).items()}
+                concurrency = mcm.get("_model_specific_pa_params", {}).get("concurrency-range")
+                if concurrency is None or "perf_throughput" not in metrics:
+                    continue
+                points.append(MaPoint(variant, int(concurrency), float(metrics["perf_throughput"]),
+                                      float(metrics.get("perf_latency_p99", float("inf")))))
+    return points
+
+
+def ma_winner(points: Sequence[MaPoint], sla_ms: float, output_repo: Path) -> Winner | None:
+    """What Model Analyzer recommends: the highest throughput whose p99 met the constraint."""
+    feasible = [p for p in points if p.p99_ms <= sla_ms]
+    if not feasible:
+        return None
+    best = max(feasible, key=lambda p: p.throughput)
+    config_path = output_repo / best.variant / "config.pbtxt"
+    return Winner(config_path.read_text(encoding="utf-8"), best.concurrency, best.throughput, best.p99_ms,
+                  f"{best.variant} (checkpoint)")
+
+
+def ma_reported_winner(results_csv: Path, sla_ms: float) -> dict[str, Any] | None:
+    """The same choice read from the results table Model Analyzer exports when it finishes."""
+    if not results_csv.is_file():
+        return None
+    with results_csv.open(encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("Satisfies Constraints") == "Yes"]
+    if not rows:
+        return {"variant": None}
+    best = max(rows, key=lambda r: float(r["Throughput (infer/sec)"]))
+    return {"variant": best["Model Config Path"], "concurrency": int(best["Concurrency"]),
+            "throughput": float(best["Throughput (infer/sec)"]), "p99_ms": float(best["p99 Latency (ms)"])}
+
+
+def _ma_note(status: str, watch: Watch, points: Sequence[MaPoint], winner: Winner | None,
+             reported: dict[str, Any] | None, log: Path) -> str:
+    notes = []
+    if status == "looped":
+        notes.append(f"stopped after {LOOP_REPEATS} repeats of 'Existing measurement found' "
+                     f"(no new measurement since {watch.last_new_s or 0:.0f} s)")
+    elif status == "timeout":
+        notes.append("stopped by the watchdog")
+    elif status == "failed":
+        notes.append("exited with an error: " + _last_error(log))
+    if not points:
+        notes.append("no measurement")
+    elif winner is None:
+        notes.append("no config met the constraint")
+    if reported is not None and winner is not None and reported.get("variant") != winner.source.split()[0]:
+        notes.append(f"its results table names {reported.get('variant')} (checkpoint: {winner.source})")
+    return "; ".join(notes)
+
+
+def _last_error(log: Path) -> str:
+    text = log.read_text(encoding="utf-8", errors="replace")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    return (errors or lines or ["(no output)"])[-1][:200]
+
+
+# ---------------------------------------------------------------- autotune
+
+
+def run_autotune(model: str, sla_ms: float, work: Path, peers: Peers, budget: Budget, space_file: Path,
+                 monitor: LoadMonitor) -> ToolRun:
+    from autotune.reload import reload_outcome
+
+    folder = work / model / "autotune"
+    repo, reports = folder / "repo", folder / "reports"
+    _tools.copy_model(peers.models, model, repo)
+    cmd = [sys.executable, "-m", "autotune.cli", "run", "--model", model, "--model-repository", str(repo),
+           "--sla-p99-ms", f"{sla_ms:g}", "--search-space", str(space_file), "--reports-dir", str(reports),
+           "--fresh", *budget.autotune_args]
+    _tools.log(f"{model}: {shlex.join(cmd[1:])} (log {folder / 'autotune.log'})")
+    start = time.monotonic()
+    status, wall, _ = supervise(cmd, folder, folder / "autotune.log", 3600.0, env=_plain_terminal())
+    load = monitor.between(start, time.monotonic())
+    run_dirs = sorted((reports / model).glob("*/run.json"))
+    if not run_dirs:
+        return ToolRun(model, "autotune", "failed", wall, 0, 0, None, _last_error(folder / "autotune.log"),
+                       load1=load, log=str(folder / "autotune.log"))
+    outcome = reload_outcome(run_dirs[-1].parent)
+    measured = [t for t in outcome.trials if t.reused_from is None and t.state != "RUNNING"]
+    points = sum(len(t.measurement.points) for t in measured if t.measurement)
+    points += sum(len(v.points) for v in outcome.info.verifications)
+    winner = None
+    if outcome.winner is not None and outcome.winner.best is not None:
+        best = outcome.winner.best
+        winner = Winner(outcome.info.winner_config, best.concurrency, best.throughput, best.p99_ms,
+                        f"trial {outcome.winner.number} ({run_dirs[-1].parent.name})")
+    trials_s = sum(t.duration_s for t in outcome.trials)
+    details = {"run_dir": str(run_dirs[-1].parent), "trials": len(outcome.trials),
+               "trials_s": round(trials_s, 1), "other_s": round(wall - trials_s, 1),
+               "verifications": [{"trial": v.trial, "concurrency": v.concurrency, "sla_met": v.sla_met,
+                                  "median_throughput": v.median_throughput}
+                                 for v in outcome.info.verifications]}
+    note = f"{len(outcome.trials)} trials ({len(outcome.trials) - len(measured)} reused), " \
+           f"{trials_s:.0f} s in trials, {wall - trials_s:.0f} s start-up/verification/report"
+    return ToolRun(model, "autotune", status, wall, len(measured), points, winner, note, None, load,
+                   str(folder / "autotune.log"), details)
+
+
+def _plain_terminal() -> dict[str, str]:
+    return {**os.environ, "TERM": "dumb", "NO_COLOR": "1", "COLUMNS": "120"}
+
+
+# ---------------------------------------------------------------- the common instrument
+
+
+def remeasure(runs: Sequence[ToolRun], sla_ms: float, work: Path, peers: Peers,
+              budget: Budget) -> list[Remeasured]:
+    """Each winner at its concurrency, ``repeats`` times, round-robin over the tools so that a
+    change in the machine's load touches them all alike; a fresh server and a warm-up each time."""
+    chosen = [r for r in runs if r.winner is not None]
+    points: dict[str, list[PaPoint]] = {r.tool: [] for r in chosen}
+    for repeat in range(budget.repeats):
+        for run in chosen:
+            assert run.winner is not None
+            _tools.log(f"{run.model}: perf_analyzer on {run.tool}'s winner at concurrency "
+                       f"{run.winner.concurrency}, repeat {repeat + 1}/{budget.repeats}")
+            point = measure_winner(run.model, run.winner, work / run.model / "remeasure" / _slug(run.tool),
+                                   peers, budget.window_ms)
+            if point is not None:
+                points[run.tool].append(point)
+    return [Remeasured(r.tool, r.winner.concurrency, tuple(points[r.tool]), sla_ms)
+            for r in chosen if r.winner is not None]
+
+
+def _slug(tool: str) -> str:
+    return tool.lower().replace(" ", "-")
+
+
+def measure_winner(model: str, winner: Winner, folder: Path, peers: Peers, window_ms: int) -> PaPoint | None:
+    config = mcfg.parse_config(winner.config)
+    config.name = model
+    stage = folder / "repo"
+    stage_model(peers.models / model, config, stage)
+    launcher = LocalLauncher()
+    with launcher.serve(stage, model, folder / "server.log") as server:
+        port = server.grpc_port
+        perf_analyzer(peers.pa, model, port, winner.concurrency, 1000, folder / "warmup.csv", stability=100)
+        return perf_analyzer(peers.pa, model, port, winner.concurrency, window_ms, folder / "measure.csv")
+
+
+def perf_analyzer(pa: _tools.PerfAnalyzer, model: str, grpc_port: int, concurrency: int, window_ms: int,
+                  out_csv: Path, stability: int = 10) -> PaPoint | None:
+    """One perf_analyzer measurement (its own stability rule, on p99); a measurement that never
+    settles is taken again with the rule relaxed and marked unstable."""
+    for attempt_stability in (stability, 100):
+        out_csv.unlink(missing_ok=True)
+        cmd = [str(pa.binary), "-m", model, "-u", f"127.0.0.1:{grpc_port}", "-i", "grpc",
+               f"--concurrency-range={concurrency}", "--percentile=99", f"--measurement-interval={window_ms}",
+               f"--stability-percentage={attempt_stability}", "--max-trials=10", "-f", str(out_csv)]
+        proc = subprocess.run(cmd, env=pa.env(), capture_output=True, text=True, check=False, timeout=600)
+        if proc.returncode == 0 and out_csv.is_file():
+            return _pa_point(out_csv, stable=attempt_stability == stability)
+        _tools.log(f"perf_analyzer exit {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-300:]}")
+        if attempt_stability == 100:
+            break
+    return None
+
+
+def _pa_point(path: Path, stable: bool) -> PaPoint:
+    with path.open(encoding="utf-8") as f:
+        row = next(csv.DictReader(f))
+    return PaPoint(float(row["Inferences/Second"]), float(row["p99 latency"]) / 1000,
+                   float(row["p95 latency"]) / 1000, float(row["p50 latency"]) / 1000, stable)
+
+
+# ---------------------------------------------------------------- the table
+
+
+def describe(config_text: str) -> str:
+    config = mcfg.parse_config(config_text)
+    count = sum(g.count or 1 for g in config.instance_group) or 1
+    kind = "gpu" if any(g.kind == mcfg.KINDS["KIND_GPU"] for g in config.instance_group) else "cpu"
+    batching = "dyn" if config.HasField("dynamic_batching") else "no-dyn"
+    if config.HasField("dynamic_batching"):
+        db = config.dynamic_batching
+        if db.preferred_batch_size:
+            batching += f" pref {list(db.preferred_batch_size)}"
+        if db.max_queue_delay_microseconds:
+            batching += f" {db.max_queue_delay_microseconds}us"
+    return f"{count}x{kind} mbs {config.max_batch_size} {batching}"
+
+
+def table(model: str, sla_ms: float, runs: Sequence[ToolRun], measured: Sequence[Remeasured],
+          budget: Budget) -> str:
+    by_tool = {m.tool: m for m in measured}
+    head = (f"{model}: p99 <= {sla_ms:g} ms. Re-measured by perf_analyzer (gRPC, --percentile=99, "
+            f"{budget.window_ms} ms windows), {budget.repeats} repeats round-robin, medians.")
+    cols = f"{'tool/mode':<12} {'status':<8} {'wall':>7} {'load':>9} {'configs':>7} {'points':>6}  " \
+           f"{'winner':<22} {'conc':>4} {'own thr':>8} {'thr':>8} {'p99 ms':>7} {'met':>5} {'goodput':>8}"
+    lines = [head, cols, "-" * len(cols)]
+    for run in runs:
+        lines.append(_row(run, by_tool.get(run.tool)))
+    lines += [""] + ratios(runs, by_tool) + [""] + [f"  {r.tool}: {r.note}" for r in runs if r.note]
+    return "\n".join(lines)
+
+
+def _row(run: ToolRun, m: Remeasured | None) -> str:
+    w = run.winner
+    load = f"{run.load1[0]:.1f}/{run.load1[1]:.1f}"
+    left = f"{run.tool:<12} {run.status:<8} {run.wall_s:>6.0f}s {load:>9} {run.configs:>7} {run.points:>6}  "
+    if w is None:
+        return left + f"{'(none)':<22}"
+    mid = f"{describe(w.config):<22} {w.concurrency:>4} {w.throughput:>8.1f} "
+    if m is None or not m.points:
+        return left + mid + f"{'(not re-measured)':>8}"
+    good = f"{m.goodput:>8.1f}" if m.goodput else f"{'MISS':>8}"
+    met = f"{m.met}/{len(m.points)}"
+    return left + mid + f"{m.median_throughput:>8.1f} {m.median_p99:>7.1f} {met:>5} {good}"
+
+
+def ratios(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> list[str]:
+    ours = next((r for r in runs if r.tool == "autotune"), None)
+    if ours is None:
+        return []
+    out = []
+    for run in runs:
+        if run.tool == "autotune":
+            continue
+        g_ours, g_theirs = _goodput(by_tool.get("autotune")), _goodput(by_tool.get(run.tool))
+        goodput = f"{g_ours / g_theirs:.2f}x" if g_theirs else ("n/a (MA has none)" if g_ours else "n/a")
+        wall = ours.wall_s / run.wall_s
+        out.append(f"autotune / {run.tool:<10} goodput {goodput:>6}   wall time {wall:.2f}x")
+    return out
+
+
+def _goodput(m: Remeasured | None) -> float:
+    return m.goodput if m is not None else 0.0
+
+
+# ---------------------------------------------------------------- the run
+
+
+def parse_sla(values: Sequence[str], models: Sequence[str]) -> dict[str, float]:
+    """``--sla-ms 40`` (every model) or ``--sla-ms bertQA=50 cnn=20``."""
+    slas = {m: DEFAULT_SLA_MS.get(m, 50.0) for m in models}
+    for value in values:
+        name, _, ms = value.rpartition("=")
+        for model in ([name] if name else models):
+            slas[model] = float(ms)
+    return slas
+
+
+def bench_model(model: str, sla_ms: float, modes: Sequence[str], work: Path, peers: Peers, budget: Budget,
+                space_file: Path, monitor: LoadMonitor) -> dict[str, Any]:
+    space = load_search_space(space_file)
+    runs = [run_model_analyzer(model, sla_ms, mode, work, peers, budget, space, monitor) for mode in modes]
+    runs.append(run_autotune(model, sla_ms, work, peers, budget, space_file, monitor))
+    start = time.monotonic()
+    measured = remeasure(runs, sla_ms, work, peers, budget)
+    text = table(model, sla_ms, runs, measured, budget)
+    print(text + "\n", flush=True)
+    return {"model": model, "sla_p99_ms": sla_ms, "runs": [asdict(r) for r in runs],
+            "remeasured": [{**asdict(m), "met": m.met, "median_throughput": m.median_throughput,
+                            "median_p99_ms": m.median_p99, "goodput": m.goodput} for m in measured],
+            "remeasure_s": round(time.monotonic() - start, 1),
+            "remeasure_load1": monitor.between(start, time.monotonic()), "table": text}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", help="example models (default: bertQA cnn; --smoke: cnn)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="Model Analyzer modes")
+    parser.add_argument("--sla-ms", nargs="+", default=[], metavar="[MODEL=]MS",
+                        help="p99 SLA in ms (default bertQA=50 cnn=20)")
+    parser.add_argument("--repeats", type=int, default=3, help="perf_analyzer re-measurements of each winner")
+    parser.add_argument("--window-ms", type=int, default=4000, help="perf_analyzer measurement interval")
+    parser.add_argument("--quick-watchdog-s", type=float, default=600.0,
+                        help="time limit for Model Analyzer's quick mode (it loops when bounded)")
+    parser.add_argument("--ma-timeout-s", type=float, default=2400.0, help="time limit for brute and optuna")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results",
+                        help="folder for vs_model_analyzer-<date>.txt and .json")
+    parser.add_argument("--smoke", action="store_true", help="tiny budgets: checks the plumbing in minutes")
+    parser.add_argument("--wait-quiet-s", type=float, default=0.0,
+                        help=f"first wait up to this long for the 1-minute load to fall below {QUIET_LOAD}")
+    parser.add_argument("--keep-work", action="store_true",
+                        help="keep the temporary folder (logs, Model Analyzer's output)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    models = args.models or (["cnn"] if args.smoke else ["bertQA", "cnn"])
+    slas = parse_sla(args.sla_ms, models)
+    budget = smoke_budget(args) if args.smoke else full_budget(args)
+    work = Path(tempfile.mkdtemp(prefix="vs-model-analyzer-"))
+    try:
+        return _bench(args, models, slas, budget, work)
+    finally:
+        if args.keep_work:
+            _tools.log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _bench(args: argparse.Namespace, models: Sequence[str], slas: dict[str, float], budget: Budget,
+           work: Path) -> int:
+    peers = install(work, models)
+    space_file = work / "space.yaml"
+    space_file.write_text(yaml.safe_dump(budget.space, sort_keys=False), encoding="utf-8")
+    load_before = wait_quiet(args.wait_quiet_s) if args.wait_quiet_s > 0 else load1()
+    header = _header(args, load_before)
+    print(header + "\n", flush=True)
+    started = time.monotonic()
+    with LoadMonitor() as monitor:
+        results = [bench_model(m, slas[m], args.modes, work, peers, budget, space_file, monitor)
+                   for m in models]
+        load = monitor.between(started, time.monotonic())
+    footer = f"total {time.monotonic() - started:.0f} s; 1-minute load mean {load[0]} max {load[1]}"
+    print(footer, flush=True)
+    _save(args.out, header, results, footer, budget, args)
+    return 0
+
+
+def _header(args: argparse.Namespace, load_before: float) -> str:
+    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True, check=False).stdout.strip()
+    return (f"vs_model_analyzer {datetime.now(timezone.utc).isoformat(timespec='seconds')}  autotune {rev}  "
+            f"Model Analyzer 1.58.0  perf_analyzer (tritonclient 2.41.0)  {platform.node()}  "
+            f"{os.cpu_count()} cores  load {load_before:.2f} at start\n"
+            f"$ .venv/bin/python benchmarks/vs_model_analyzer.py {shlex.join(sys.argv[1:])}")
+
+
+def _save(out: Path, header: str, results: list[dict[str, Any]], footer: str, budget: Budget,
+          args: argparse.Namespace) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
+    name = f"vs_model_analyzer-{stamp}{'-smoke' if args.smoke else ''}"
+    text = "\n\n".join([header, *(r["table"] for r in results), footer]) + "\n"
+    (out / f"{name}.txt").write_text(text, encoding="utf-8")
+    data = {"header": header, "budget": asdict(budget), "results": results, "footer": footer}
+    (out / f"{name}.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+    _tools.log(f"wrote {out / name}.txt and .json")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,637 @@
+#!/usr/bin/env python3
+"""autotune's load generator side by side with perf_analyzer, on one running tritonserver.
+
+    .venv/bin/python benchmarks/vs_perf_analyzer.py                 # the full comparison (~35 min)
+    .venv/bin/python benchmarks/vs_perf_analyzer.py --quick         # every part once, short (~6 min)
+    .venv/bin/python benchmarks/vs_perf_analyzer.py --parts agreement --protocols grpc --repeats 5
+
+Three parts, each against a tritonserver started with autotune's LocalLauncher on a temporary
+repository holding ``noop`` (a python model that returns its input; written here) and the
+example ``bertQA`` (built by examples/build_models.py; 2 CPU instances, dynamic batching):
+
+agreement   both models, both protocols, concurrency 1, 4 and 16: the tools alternate (PA, us,
+            PA, us, ...) with the same window, stability percentage, max windows and p95 as the
+            watched percentile, ``--repeats`` times; medians and spreads. The server runs on the
+            first half of the CPUs and the load generators on the other half (``--no-pin``
+            shares them): a load generator that shares cores with the server it measures makes
+            its own CPU cost part of the figures (docs/loadgen.md).
+capacity    noop, both protocols, unpinned: the highest throughput each tool drives over
+            concurrency ``--capacity-levels`` (ours with 1 and 2 worker processes).
+rate        noop, both protocols, unpinned, open loop (constant schedule) at fractions of our
+            capacity: the achieved send rate against the asked rate, and whether the
+            ``behind-schedule`` warning is raised when it is not held.
+
+The same perf_analyzer --input-data JSON feeds both tools. perf_analyzer comes from the
+tritonclient 2.41.0 wheel, set up idempotently by ``_tools.ensure_perf_analyzer`` (own venv
+under ~/.cache/autotune-bench, Debian's libb64-0d, pip's CUDA runtime). Prints tables and the
+ratios last; ``--json FILE`` keeps every sample. Two shared cores are noisy: compare only
+figures of one run, and look at the spreads and the machine load printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import _tools
+from google.protobuf import text_format
+from rich.console import Console
+from rich.table import Table
+from tritonclient.grpc import model_config_pb2 as mc
+
+from autotune.launch._common import Server, wait_model_ready
+from autotune.launch.local import LocalLauncher
+from autotune.loadgen import LoadGenerator, WindowPlan
+from autotune.measure import BEHIND_SCHEDULE, Point
+
+MODELS = ("noop", "bertQA")
+LEVELS = (1, 4, 16)
+THROUGHPUT_TOLERANCE, LATENCY_TOLERANCE, CAPACITY_FLOOR, RATE_TOLERANCE = 0.05, 0.10, 0.8, 0.02
+console = Console(highlight=False, width=160)
+
+NOOP_CONFIG = """name: "noop"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+dynamic_batching { }
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+NOOP_MODEL = '''import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Returns its input: what is left is the server's and the client's own cost."""
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
+            )
+            for r in requests
+        ]
+'''
+INPUT_DATA = {
+    "noop": {"INPUT0": {"content": [float(i) for i in range(16)], "shape": [16]}},
+    "bertQA": {"input_ids": [101 + (i * 7) % 97 for i in range(128)], "segment_ids": [0] * 64 + [1] * 64,
+               "input_mask": [1] * 128},
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Settings:
+    window_s: float
+    stability: float  # percent
+    max_windows: int
+    repeats: int
+    capacity_levels: tuple[int, ...]
+    rate_fractions: tuple[float, ...]
+    protocols: tuple[str, ...]
+    parts: tuple[str, ...]
+    pin: bool
+
+    @property
+    def plan(self) -> WindowPlan:
+        return WindowPlan(
+            window_s=self.window_s,
+            warmup_s=self.window_s,
+            tolerance=self.stability / 100,
+            max_windows=self.max_windows,
+            percentile=95,
+        )
+
+
+@dataclass(frozen=True)
+class Sample:
+    throughput: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    stable: bool
+    send_rate: float = 0.0
+    late_p99_ms: float = 0.0
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class Series:
+    """The repeated samples of one tool at one operating point."""
+
+    tool: str
+    samples: list[Sample] = field(default_factory=list)
+    failures: int = 0
+
+    def median(self, name: str) -> float:
+        values = [getattr(s, name) for s in self.samples]
+        return statistics.median(values) if values else float("nan")
+
+    def spread(self, name: str) -> float:
+        """(max - min) / median, in percent."""
+        values = [getattr(s, name) for s in self.samples]
+        middle = self.median(name)
+        return 100 * (max(values) - min(values)) / middle if values and middle else float("nan")
+
+
+# ---------------------------------------------------------------- set-up
+
+
+def build_repository(root: Path) -> Path:
+    repo = root / "repo"
+    (repo / "noop" / "1").mkdir(parents=True)
+    (repo / "noop" / "config.pbtxt").write_text(NOOP_CONFIG)
+    (repo / "noop" / "1" / "model.py").write_text(NOOP_MODEL)
+    bert = _tools.copy_model(_tools.example_models(["bertQA"]), "bertQA", repo)
+    config = text_format.Parse((bert / "config.pbtxt").read_text(), mc.ModelConfig())
+    del config.instance_group[:]
+    config.instance_group.add(count=2, kind=mc.ModelInstanceGroup.KIND_CPU)
+    config.dynamic_batching.SetInParent()
+    (bert / "config.pbtxt").write_text(text_format.MessageToString(config))
+    for model, entry in INPUT_DATA.items():
+        (root / f"{model}.json").write_text(json.dumps({"data": [entry]}))
+    return repo
+
+
+@contextlib.contextmanager
+def serving(repo: Path, log: Path, server_cpus: set[int], client_cpus: set[int]) -> Iterator[Server]:
+    """A tritonserver on ``server_cpus``; this process (and what it starts) on ``client_cpus``."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, server_cpus)
+    try:
+        with LocalLauncher().serve(repo, "noop", log) as server:
+            wait_model_ready(server, "bertQA")
+            os.sched_setaffinity(0, client_cpus)
+            yield server
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def split_cpus(pin: bool) -> tuple[set[int], set[int]]:
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        return set(cpus), set(cpus)
+    half = len(cpus) // 2
+    return set(cpus[:half]), set(cpus[half:])
+
+
+# ---------------------------------------------------------------- one measurement each
+
+
+def perf_analyzer(
+    pa: _tools.PerfAnalyzer,
+    server: Server,
+    model: str,
+    protocol: str,
+    level: str,
+    settings: Settings,
+    data: Path,
+    out: Path,
+) -> Sample | None:
+    """One perf_analyzer run (``level`` is --concurrency-range=N or --request-rate-range=R ...);
+    one that never settles is taken again with the rule relaxed and marked unstable."""
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    for stability in (settings.stability, 100.0):
+        out.unlink(missing_ok=True)
+        cmd = [
+            str(pa.binary),
+            "-m",
+            model,
+            "-u",
+            url,
+            "-i",
+            protocol,
+            level,
+            "--percentile=95",
+            f"--measurement-interval={int(settings.window_s * 1000)}",
+            f"--stability-percentage={stability:g}",
+            f"--max-trials={settings.max_windows}",
+            f"--input-data={data}",
+            "-f",
+            str(out),
+            "--verbose-csv",
+        ]
+        proc = subprocess.run(cmd, env=pa.env(), capture_output=True, text=True, check=False, timeout=900)
+        if proc.returncode == 0 and out.is_file():
+            with out.open(encoding="utf-8") as handle:
+                row = next(csv.DictReader(handle))
+            return Sample(
+                float(row["Inferences/Second"]),
+                float(row["p50 latency"]) / 1000,
+                float(row["p95 latency"]) / 1000,
+                float(row["p99 latency"]) / 1000,
+                stable=stability == settings.stability,
+            )
+        _tools.log(f"perf_analyzer exit {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-300:]}")
+    return None
+
+
+def ours(point: Point) -> Sample:
+    return Sample(
+        point.throughput,
+        point.p50_ms,
+        point.p95_ms,
+        point.p99_ms,
+        point.stable,
+        point.send_rate,
+        point.send_late_p99_ms,
+        point.warnings,
+    )
+
+
+# ---------------------------------------------------------------- the parts
+
+
+def agreement(pa: _tools.PerfAnalyzer, repo: Path, work: Path, settings: Settings) -> list[dict[str, Any]]:
+    rows = []
+    server_cpus, client_cpus = split_cpus(settings.pin)
+    with serving(repo, work / "agreement-server.log", server_cpus, client_cpus) as server:
+        for model in MODELS:
+            for protocol in settings.protocols:
+                gen = LoadGenerator.connect(
+                    server.host,
+                    server.http_port,
+                    server.grpc_port,
+                    model,
+                    protocol=protocol,
+                    plan=settings.plan,
+                    input_data=work / f"{model}.json",
+                )
+                for level in LEVELS:
+                    pa_series, our_series = Series("perf_analyzer"), Series("autotune")
+                    for repeat in range(settings.repeats):
+                        _tools.log(f"agreement {model} {protocol} concurrency {level} repeat {repeat + 1}")
+                        _add(
+                            pa_series,
+                            perf_analyzer(
+                                pa,
+                                server,
+                                model,
+                                protocol,
+                                f"--concurrency-range={level}",
+                                settings,
+                                work / f"{model}.json",
+                                work / "pa.csv",
+                            ),
+                        )
+                        _add(our_series, ours(gen.at_concurrency(level)))
+                    rows.append(
+                        {
+                            "model": model,
+                            "protocol": protocol,
+                            "concurrency": level,
+                            "pa": pa_series,
+                            "ours": our_series,
+                        }
+                    )
+    return rows
+
+
+def capacity(pa: _tools.PerfAnalyzer, repo: Path, work: Path, settings: Settings) -> list[dict[str, Any]]:
+    rows = []
+    everything = set(os.sched_getaffinity(0))
+    with serving(repo, work / "capacity-server.log", everything, everything) as server:
+        for protocol in settings.protocols:
+            gen = LoadGenerator.connect(
+                server.host,
+                server.http_port,
+                server.grpc_port,
+                "noop",
+                protocol=protocol,
+                plan=settings.plan,
+                input_data=work / "noop.json",
+            )
+            for level in settings.capacity_levels:
+                tools = {
+                    "perf_analyzer": Series("perf_analyzer"),
+                    "autotune w1": Series("autotune w1"),
+                    "autotune w2": Series("autotune w2"),
+                }
+                for repeat in range(settings.repeats):
+                    _tools.log(f"capacity {protocol} concurrency {level} repeat {repeat + 1}")
+                    _add(
+                        tools["perf_analyzer"],
+                        perf_analyzer(
+                            pa,
+                            server,
+                            "noop",
+                            protocol,
+                            f"--concurrency-range={level}",
+                            settings,
+                            work / "noop.json",
+                            work / "pa.csv",
+                        ),
+                    )
+                    _add(tools["autotune w1"], ours(gen.with_workers(1).at_concurrency(level)))
+                    _add(tools["autotune w2"], ours(gen.with_workers(2).at_concurrency(level)))
+                rows.append({"protocol": protocol, "concurrency": level, "series": tools})
+    return rows
+
+
+def rates(
+    repo: Path, work: Path, settings: Settings, capacity_rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    rows = []
+    everything = set(os.sched_getaffinity(0))
+    with serving(repo, work / "rate-server.log", everything, everything) as server:
+        for protocol in settings.protocols:
+            top, workers = _our_capacity(capacity_rows, protocol)
+            if not top:
+                continue
+            gen = LoadGenerator.connect(
+                server.host,
+                server.http_port,
+                server.grpc_port,
+                "noop",
+                protocol=protocol,
+                plan=settings.plan,
+                input_data=work / "noop.json",
+                workers=workers,
+            )
+            for fraction in settings.rate_fractions:
+                asked = round(top * fraction, -1)
+                _tools.log(f"rate {protocol} {asked:.0f}/s ({fraction:.0%} of capacity, {workers} worker(s))")
+                rows.append(
+                    {
+                        "protocol": protocol,
+                        "fraction": fraction,
+                        "asked": asked,
+                        "workers": workers,
+                        "sample": ours(gen.at_rate(asked, "constant")),
+                    }
+                )
+    return rows
+
+
+def _add(series: Series, sample: Sample | None) -> None:
+    if sample is None:
+        series.failures += 1
+    else:
+        series.samples.append(sample)
+
+
+def _our_capacity(capacity_rows: list[dict[str, Any]], protocol: str) -> tuple[float, int]:
+    """Our highest median throughput for ``protocol`` and the worker count that reached it."""
+    best, workers = 0.0, 1
+    for row in capacity_rows:
+        if row["protocol"] != protocol:
+            continue
+        for name, series in row["series"].items():
+            if name.startswith("autotune") and series.samples and series.median("throughput") > best:
+                best, workers = series.median("throughput"), int(name[-1])
+    return best, workers
+
+
+# ---------------------------------------------------------------- tables and verdicts
+
+
+def _cell(series: Series, name: str, digits: int) -> str:
+    if not series.samples:
+        return "failed"
+    unstable = sum(not s.stable for s in series.samples)
+    flag = f" ({unstable} unst.)" if unstable else ""
+    return f"{series.median(name):.{digits}f} ±{series.spread(name) / 2:.0f}%{flag}"
+
+
+def agreement_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="agreement: medians ± half the spread (max-min)/median over repeats")
+    for header in (
+        "model",
+        "proto",
+        "conc",
+        "PA infer/s",
+        "our infer/s",
+        "PA p50 ms",
+        "our p50 ms",
+        "PA p95 ms",
+        "our p95 ms",
+    ):
+        table.add_column(header, justify="right")
+    for row in rows:
+        pa, us = row["pa"], row["ours"]
+        table.add_row(
+            row["model"],
+            row["protocol"],
+            str(row["concurrency"]),
+            _cell(pa, "throughput", 0),
+            _cell(us, "throughput", 0),
+            _cell(pa, "p50_ms", 2),
+            _cell(us, "p50_ms", 2),
+            _cell(pa, "p95_ms", 2),
+            _cell(us, "p95_ms", 2),
+        )
+    return table
+
+
+def capacity_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="capacity (noop, unpinned): median infer/s ± half the spread")
+    for header in ("proto", "conc", "perf_analyzer", "autotune w1", "autotune w2"):
+        table.add_column(header, justify="right")
+    for row in rows:
+        table.add_row(
+            row["protocol"],
+            str(row["concurrency"]),
+            *(
+                _cell(row["series"][name], "throughput", 0)
+                for name in ("perf_analyzer", "autotune w1", "autotune w2")
+            ),
+        )
+    return table
+
+
+def rate_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="open loop (noop, constant schedule): asked vs sent")
+    for header in (
+        "proto",
+        "of capacity",
+        "workers",
+        "asked/s",
+        "sent/s",
+        "done/s",
+        "late p99 ms",
+        "p50 ms",
+        "p99 ms",
+        "warnings",
+    ):
+        table.add_column(header, justify="right")
+    for row in rows:
+        s = row["sample"]
+        table.add_row(
+            row["protocol"],
+            f"{row['fraction']:.0%}",
+            str(row["workers"]),
+            f"{row['asked']:.0f}",
+            f"{s.send_rate:.0f}",
+            f"{s.throughput:.0f}",
+            f"{s.late_p99_ms:.2f}",
+            f"{s.p50_ms:.2f}",
+            f"{s.p99_ms:.2f}",
+            " ".join(s.warnings),
+        )
+    return table
+
+
+def verdicts(
+    agreement_rows: list[dict[str, Any]],
+    capacity_rows: list[dict[str, Any]],
+    rate_rows: list[dict[str, Any]],
+    protocols: Sequence[str],
+) -> list[str]:
+    lines = []
+    for row in agreement_rows:
+        pa, us = row["pa"], row["ours"]
+        if not pa.samples or not us.samples:
+            lines.append(f"agreement {row['model']} {row['protocol']} c={row['concurrency']}: no figures")
+            continue
+        ratios = {name: us.median(name) / pa.median(name) for name in ("throughput", "p50_ms", "p95_ms")}
+        ok = abs(ratios["throughput"] - 1) <= THROUGHPUT_TOLERANCE and all(
+            abs(ratios[n] - 1) <= LATENCY_TOLERANCE for n in ("p50_ms", "p95_ms")
+        )
+        lines.append(
+            f"{'PASS' if ok else 'FAIL'} agreement {row['model']:6} {row['protocol']:4} "
+            f"c={row['concurrency']:<2}  throughput x{ratios['throughput']:.3f}  "
+            f"p50 x{ratios['p50_ms']:.3f}  p95 x{ratios['p95_ms']:.3f}"
+        )
+    for protocol in protocols:
+        theirs = max(
+            (
+                r["series"]["perf_analyzer"].median("throughput")
+                for r in capacity_rows
+                if r["protocol"] == protocol and r["series"]["perf_analyzer"].samples
+            ),
+            default=0.0,
+        )
+        top, workers = _our_capacity(capacity_rows, protocol)
+        if theirs and top:
+            ratio = top / theirs
+            lines.append(
+                f"{'PASS' if ratio >= CAPACITY_FLOOR else 'FAIL'} capacity  {protocol:4} ours {top:.0f} "
+                f"(workers={workers}) / perf_analyzer {theirs:.0f} infer/s = x{ratio:.3f}"
+            )
+    for row in rate_rows:
+        s = row["sample"]
+        held = abs(s.send_rate / row["asked"] - 1) <= RATE_TOLERANCE
+        warned = BEHIND_SCHEDULE in s.warnings
+        ok = held if row["fraction"] <= 1.0 else (held or warned)
+        lines.append(
+            f"{'PASS' if ok else 'FAIL'} rate      {row['protocol']:4} {row['fraction']:>5.0%}: sent "
+            f"{s.send_rate:.0f} of {row['asked']:.0f}/s = x{s.send_rate / row['asked']:.3f}"
+            f"{' (behind-schedule warned)' if warned else ''}"
+        )
+    return lines
+
+
+# ---------------------------------------------------------------- main
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="every part once with short windows (a smoke run)"
+    )
+    parser.add_argument("--window", type=float, help="window seconds, both tools (default 2; quick 1)")
+    parser.add_argument("--stability", type=float, default=10.0, help="stability percentage (default 10)")
+    parser.add_argument(
+        "--max-windows", type=int, default=10, help="max windows / PA --max-trials (default 10)"
+    )
+    parser.add_argument("--repeats", type=int, help="repeats per point (default 3; quick 1)")
+    parser.add_argument("--protocols", nargs="+", choices=("http", "grpc"), default=["http", "grpc"])
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("agreement", "capacity", "rate"),
+        default=["agreement", "capacity", "rate"],
+    )
+    parser.add_argument(
+        "--capacity-levels", type=int, nargs="+", help="concurrency (default 16 32 64; quick 32)"
+    )
+    parser.add_argument("--no-pin", action="store_true", help="agreement: share all CPUs (server and tools)")
+    parser.add_argument("--json", type=Path, help="write every sample here")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    return Settings(
+        window_s=args.window or (1.0 if args.quick else 2.0), stability=args.stability,
+        max_windows=args.max_windows, repeats=args.repeats or (1 if args.quick else 3),
+        capacity_levels=tuple(args.capacity_levels or ((32,) if args.quick else (16, 32, 64))),
+        rate_fractions=(0.5, 1.0, 1.3) if args.quick else (0.25, 0.5, 0.75, 0.9, 1.0, 1.3),
+        protocols=tuple(args.protocols), parts=tuple(args.parts), pin=not args.no_pin,
+    )  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    settings = settings_from(args)
+    command = shlex.join([Path(sys.executable).name, *sys.argv])
+    load_before, started = os.getloadavg()[0], time.monotonic()
+    pa = _tools.ensure_perf_analyzer()
+    with tempfile.TemporaryDirectory(prefix="vs-pa-") as tmp:
+        work = Path(tmp)
+        repo = build_repository(work)
+        agreement_rows = agreement(pa, repo, work, settings) if "agreement" in settings.parts else []
+        capacity_rows = (
+            capacity(pa, repo, work, settings) if {"capacity", "rate"} & set(settings.parts) else []
+        )
+        rate_rows = rates(repo, work, settings, capacity_rows) if "rate" in settings.parts else []
+    minutes = (time.monotonic() - started) / 60
+    console.print(f"command: {command}")
+    console.print(
+        f"{os.cpu_count()} CPUs, load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after, "
+        f"{minutes:.1f} min; window {settings.window_s:g} s, stability {settings.stability:g}%, "
+        f"max windows {settings.max_windows}, {settings.repeats} repeat(s), "
+        f"agreement {'pinned: server and tools on separate CPUs' if settings.pin else 'unpinned'}"
+    )
+    for rows, render in (
+        (agreement_rows, agreement_table),
+        (capacity_rows, capacity_table),
+        (rate_rows, rate_table),
+    ):
+        if rows:
+            console.print(render(rows))
+    lines = verdicts(agreement_rows, capacity_rows, rate_rows, settings.protocols)
+    console.print(
+        "ratios (ours / perf_analyzer; bars: throughput 5%, p50/p95 10%, capacity >= 0.8x, rate 2%):"
+    )
+    for line in lines:
+        console.print(line)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "command": command,
+                    "settings": asdict(settings),
+                    "minutes": minutes,
+                    "agreement": agreement_rows,
+                    "capacity": capacity_rows,
+                    "rate": rate_rows,
+                    "verdicts": lines,
+                },
+                default=_plain,
+                indent=1,
+            )
+        )
+    return 0 if all(line.startswith("PASS") for line in lines) else 1
+
+
+def _plain(value: object) -> Any:
+    if isinstance(value, Series | Sample):
+        return asdict(value)
+    raise TypeError(f"cannot write {type(value).__name__}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
