@@ -24,8 +24,13 @@ class RichEvents:
     def __init__(self) -> None:
         self.run_dir: Path | None = None
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"), console=console, transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=console,
+            transient=False,
             disable=not console.is_terminal and not _force(),
         )
         self._trials: Any = None
@@ -49,12 +54,15 @@ class RichEvents:
         tag = " (baseline: your config)" if baseline else ""
         if self._current is not None:
             self._progress.remove_task(self._current)
-        self._current = self._progress.add_task(f"trial {number}", total=None,
-                                                status=f"{candidate.label()}{tag}: starting server")
+        self._current = self._progress.add_task(
+            f"trial {number}", total=None, status=f"{candidate.label()}{tag}: starting server"
+        )
 
     def point_measured(self, number: int, point: Point) -> None:
-        self._progress.update(self._current, status=f"c={point.concurrency}: {point.throughput:.0f} infer/s, "
-                              f"p95 {point.p95_ms:.1f} ms")
+        self._progress.update(
+            self._current,
+            status=f"c={point.concurrency}: {point.throughput:.0f} infer/s, p95 {point.p95_ms:.1f} ms",
+        )
 
     def trial_finished(self, result: TrialResult) -> None:
         if self._trials is not None and result.reason.startswith("verification") is False:
@@ -63,8 +71,11 @@ class RichEvents:
 
     def verifying(self, trial: int, concurrency: int, repeat: int, repeats: int) -> None:
         if self._current is not None:
-            self._progress.update(self._current, description=f"verify {trial}",
-                                  status=f"concurrency {concurrency}, repeat {repeat}/{repeats}")
+            self._progress.update(
+                self._current,
+                description=f"verify {trial}",
+                status=f"concurrency {concurrency}, repeat {repeat}/{repeats}",
+            )
 
     def _log(self, text: str) -> None:
         if self._progress.disable:
@@ -89,8 +100,10 @@ def _trial_line(result: TrialResult) -> str:
     if best is None:
         point = result.measurement.points[0]
         return f"{head}: misses the SLA even at concurrency {point.concurrency} (p95 {point.p95_ms:.1f} ms)"
-    return (f"{head}: {best.throughput:.0f} infer/s at concurrency {best.concurrency}, "
-            f"p95 {best.p95_ms:.1f} ms ({result.duration_s:.0f} s)")
+    return (
+        f"{head}: {best.throughput:.0f} infer/s at concurrency {best.concurrency}, "
+        f"p95 {best.p95_ms:.1f} ms ({result.duration_s:.0f} s)"
+    )
 
 
 def print_summary(outcome: Any) -> None:
@@ -105,8 +118,15 @@ def print_summary(outcome: Any) -> None:
             continue
         best, v = result.best, verified.get(result.number)
         check = f"{v.sla_met}/{len(v.points)} met SLA, median {v.median_throughput:.0f}/s" if v else "-"
-        table.add_row(name, result.candidate.label(), str(best.concurrency), f"{best.throughput:.0f}",
-                      f"{best.p50_ms:.1f}", f"{best.latency_ms(info.sla.percentile):.1f}", check)
+        table.add_row(
+            name,
+            result.candidate.label(),
+            str(best.concurrency),
+            f"{best.throughput:.0f}",
+            f"{best.p50_ms:.1f}",
+            f"{best.latency_ms(info.sla.percentile):.1f}",
+            check,
+        )
     out.print(table)
     if winner is None:
         out.print("[bold red]no config met the SLA[/]: see the report for the closest ones")

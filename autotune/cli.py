@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 from collections.abc import Sequence
@@ -51,37 +52,72 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_run(sub: Any) -> None:
     run = sub.add_parser(
-        "run", help="tune a model and write the report", epilog=EPILOG_RUN,
+        "run",
+        help="tune a model and write the report",
+        epilog=EPILOG_RUN,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Search Triton configs (instances, batching, ...) for the highest throughput "
         "that meets a latency SLA, measured on a real server.",
     )
     run.add_argument("--model", required=True, help="the model's directory name in the repository")
-    run.add_argument("--model-repository", type=Path, default=None,
-                     help="Triton model repository (default: ./model_repository, else examples/model_repository)")
+    run.add_argument(
+        "--model-repository",
+        type=Path,
+        default=None,
+        help="Triton model repository (default: ./model_repository, else examples/model_repository)",
+    )
     sla = run.add_mutually_exclusive_group(required=True)
     for p in (50, 90, 95, 99):
-        sla.add_argument(f"--sla-p{p}-ms", type=float, metavar="MS", dest=f"sla_p{p}",
-                         help=f"latency SLA on the {p}th percentile, in milliseconds" if p in (95, 99) else argparse.SUPPRESS)
-    run.add_argument("--search-space", type=Path, help="search space YAML (default: the packaged default.yaml)")
+        sla.add_argument(
+            f"--sla-p{p}-ms",
+            type=float,
+            metavar="MS",
+            dest=f"sla_p{p}",
+            help=f"latency SLA on the {p}th percentile, in milliseconds"
+            if p in (95, 99)
+            else argparse.SUPPRESS,
+        )
+    run.add_argument(
+        "--search-space", type=Path, help="search space YAML (default: the packaged default.yaml)"
+    )
     budget = run.add_argument_group("budget (whichever ends first)")
     budget.add_argument("--max-trials", type=int, default=20, help="configs to try (default 20)")
-    budget.add_argument("--time-budget", default="12m", help="wall time for the search, e.g. 90s, 10m, 1h "
-                        "(default 12m; 'none' for no limit)")
-    run.add_argument("--launcher", choices=LAUNCHERS, default="local",
-                     help="where Triton runs: a local process (default), a docker container, a remote server")
-    run.add_argument("--protocol", choices=("http", "grpc"), default="http", help="client protocol (default http)")
+    budget.add_argument(
+        "--time-budget",
+        default="12m",
+        help="wall time for the search, e.g. 90s, 10m, 1h (default 12m; 'none' for no limit)",
+    )
+    run.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="local",
+        help="where Triton runs: a local process (default), a docker container, a remote server",
+    )
+    run.add_argument(
+        "--protocol", choices=("http", "grpc"), default="http", help="client protocol (default http)"
+    )
     run.add_argument("--write-back", action="store_true", help="write the winner into the model repository")
     run.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where run directories go")
-    run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run "
-                     "(the same command again also resumes the newest unfinished run of the model)")
+    run.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue an interrupted run "
+        "(the same command again also resumes the newest unfinished run of the model)",
+    )
     run.add_argument("--fresh", action="store_true", help="start a new run even if an unfinished one exists")
     run.add_argument("--seed", type=int, help="sampler seed, for reproducible searches")
     run.add_argument("--storage", help="Optuna storage URL shared by several workers (e.g. postgresql://...)")
     run.add_argument("--study-name", help="study name in --storage (workers of one study use the same)")
-    run.add_argument("--margin", type=float, default=0.05,
-                     help="latency headroom kept under the SLA while searching (default 0.05 = 5%%)")
-    run.add_argument("--finalists", type=int, default=2, help="top configs re-measured at the end (default 2)")
+    run.add_argument(
+        "--margin",
+        type=float,
+        default=0.05,
+        help="latency headroom kept under the SLA while searching (default 0.05 = 5%%)",
+    )
+    run.add_argument(
+        "--finalists", type=int, default=2, help="top configs re-measured at the end (default 2)"
+    )
     run.add_argument("--repeats", type=int, default=3, help="re-measurements of each finalist (default 3)")
     run.add_argument("--window", type=float, default=1.0, help="measurement window in seconds (default 1.0)")
     run.add_argument("--tritonserver", type=Path, help="local launcher: the tritonserver binary to use")
@@ -95,9 +131,12 @@ def _add_run(sub: Any) -> None:
 
 
 def _add_apply(sub: Any) -> None:
-    apply = sub.add_parser("apply", help="write a run's winning config into the model repository",
-                           description="Atomically write the winner's config.pbtxt (backup kept, diff "
-                           "shown, verified by loading it in Triton), or --undo it.")
+    apply = sub.add_parser(
+        "apply",
+        help="write a run's winning config into the model repository",
+        description="Atomically write the winner's config.pbtxt (backup kept, diff "
+        "shown, verified by loading it in Triton), or --undo it.",
+    )
     apply.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     apply.add_argument("--undo", action="store_true", help="restore the config saved before the write-back")
     apply.add_argument("--no-verify", action="store_true", help="skip loading the written config in Triton")
@@ -146,13 +185,27 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
     if args.finalists < 0 or args.repeats < 0:
         raise UsageError("--finalists and --repeats must be >= 0")
     return RunSettings(
-        model=args.model, repository=_repository(args), sla=sla, search_space=args.search_space,
-        max_trials=args.max_trials, time_budget_s=budget, launcher=args.launcher,
-        write_back=args.write_back, reports_dir=args.reports_dir, run_dir=args.resume,
-        protocol=args.protocol, seed=args.seed, storage=args.storage, study_name=args.study_name,
+        model=args.model,
+        repository=_repository(args),
+        sla=sla,
+        search_space=args.search_space,
+        max_trials=args.max_trials,
+        time_budget_s=budget,
+        launcher=args.launcher,
+        write_back=args.write_back,
+        reports_dir=args.reports_dir,
+        run_dir=args.resume,
+        protocol=args.protocol,
+        seed=args.seed,
+        storage=args.storage,
+        study_name=args.study_name,
         plan=WindowPlan(window_s=args.window, warmup_s=args.window, percentile=sla.percentile),
-        finalists=args.finalists, repeats=args.repeats, margin=args.margin,
-        tritonserver=args.tritonserver, url=args.url, grpc_url=args.grpc_url,
+        finalists=args.finalists,
+        repeats=args.repeats,
+        margin=args.margin,
+        tritonserver=args.tritonserver,
+        url=args.url,
+        grpc_url=args.grpc_url,
         docker=DockerOptions(image=args.image, gpus=args.gpus, shm_size=args.shm_size, pull=args.pull),
     )
 
@@ -175,9 +228,11 @@ def _run(args: argparse.Namespace) -> int:
             outcome = tuner.tune(prep, events)
     except KeyboardInterrupt:
         where = f" --resume {events.run_dir}" if events.run_dir else ""
-        print(f"\ninterrupted: servers stopped, finished trials kept; continue with: autotune run "
-              f"--model {settings.model} --sla-p{settings.sla.percentile}-ms {settings.sla.limit_ms:g}{where}",
-              file=sys.stderr)
+        print(
+            f"\ninterrupted: servers stopped, finished trials kept; continue with: autotune run "
+            f"--model {settings.model} --sla-p{settings.sla.percentile}-ms {settings.sla.limit_ms:g}{where}",
+            file=sys.stderr,
+        )
         return 130
     print_summary(outcome)
     if settings.write_back:
@@ -200,7 +255,10 @@ def _write_back(run_dir: Path, verify: bool) -> int:
 
     result = write_back(run_dir, verify=verify)
     print(result.diff or "(the winner's config equals the current one: nothing to change)")
-    print(f"wrote {result.path} (backup: {result.backup})" + (" and loaded it in Triton" if result.verified else ""))
+    print(
+        f"wrote {result.path} (backup: {result.backup})"
+        + (" and loaded it in Triton" if result.verified else "")
+    )
     return 0
 
 
@@ -242,8 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_error(exc)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("\ninterrupted: servers stopped; finished trials are kept (resume with --resume RUN_DIR)",
-              file=sys.stderr)
+        print(
+            "\ninterrupted: servers stopped; finished trials are kept (resume with --resume RUN_DIR)",
+            file=sys.stderr,
+        )
         return 130
 
 
@@ -253,10 +313,8 @@ def _terminate_cleanly() -> None:
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    try:
+    with contextlib.suppress(ValueError):  # not the main thread (e.g. a test's worker thread)
         signal.signal(signal.SIGTERM, handler)
-    except ValueError:
-        pass  # not the main thread (e.g. called from a test's worker thread)
 
 
 def _print_error(exc: AutotuneError) -> None:

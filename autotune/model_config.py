@@ -12,6 +12,7 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Any, TypeAlias
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
@@ -19,7 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from autotune.errors import ConfigError, ModelNotFoundError
 from autotune.search_space import Candidate
 
-ModelConfig = mc.ModelConfig
+ModelConfig: TypeAlias = Any  # model_config_pb2.ModelConfig: the generated module has no type stubs
 
 CONFIG_NAME = "config.pbtxt"
 TRT_BACKENDS = frozenset({"onnxruntime", "tensorflow"})

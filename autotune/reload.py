@@ -27,9 +27,15 @@ def reload_outcome(run_dir: Path, storage: str | None = None) -> tuner.Outcome:
     winner_config = (run_dir / "winner.pbtxt").read_text(encoding="utf-8") if winner is not None else ""
     diff_path = run_dir / "winner.diff"
     info = RunInfo(
-        run_id=record["run_id"], model=record["model"], sla=sla, launcher=record["launcher"],
-        original_config=record["original_config"], started=record["started"],
-        finished=record.get("finished", ""), winner=winner, winner_config=winner_config,
+        run_id=record["run_id"],
+        model=record["model"],
+        sla=sla,
+        launcher=record["launcher"],
+        original_config=record["original_config"],
+        started=record["started"],
+        finished=record.get("finished", ""),
+        winner=winner,
+        winner_config=winner_config,
         winner_diff=diff_path.read_text(encoding="utf-8") if diff_path.exists() else "",
         verifications=tuple(verifications),
     )

@@ -131,9 +131,7 @@ class SearchSpace:
             len(self.preferred_batch_size) * len(self.max_queue_delay_us) if on else 1
             for on in self.dynamic_batching
         )
-        per_kind = sum(
-            len(self.gpus) * len(self.trt_fp16) if kind == "KIND_GPU" else 1 for kind in self.kind
-        )
+        per_kind = sum(len(self.gpus) * len(self.trt_fp16) if kind == "KIND_GPU" else 1 for kind in self.kind)
         mbs = sum(batching if m > 0 else 1 for m in self.max_batch_size)
         return len(self.instance_count) * per_kind * mbs
 
@@ -333,8 +331,7 @@ def _preferred(value: Any, max_batch: int) -> tuple[str, ...]:
         if not ints or min(ints) < 1:
             raise SearchSpaceError(f"dynamic_batching.preferred_batch_size: {item!r} must be >= 1")
         if max(ints) > max_batch:
-            raise SearchSpaceError(
-                f"dynamic_batching.preferred_batch_size: {max(ints)} > the largest max_batch_size ({max_batch})"
-            )
+            where = "dynamic_batching.preferred_batch_size"
+            raise SearchSpaceError(f"{where}: {max(ints)} > the largest max_batch_size ({max_batch})")
         out.append(",".join(map(str, sorted(set(ints)))))
     return tuple(dict.fromkeys(out))

@@ -27,7 +27,7 @@ from autotune.objective import Sla, scores
 from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult
 from autotune.search_space import Candidate, SearchSpace
 
-DIRECTIONS = ("maximize", "minimize")
+DIRECTIONS: list[Any] = ["maximize", "minimize"]
 INTERRUPTED = "interrupted: the tuner stopped while this trial ran"
 
 optuna.logging.set_verbosity(logging.WARNING)
@@ -66,16 +66,23 @@ class Study:
 
     @classmethod
     def open(
-        cls, storage: str, name: str, space: SearchSpace, sla: Sla, *,
-        seed: int | None = None, startup_trials: int = 6,
+        cls,
+        storage: str,
+        name: str,
+        space: SearchSpace,
+        sla: Sla,
+        *,
+        seed: int | None = None,
+        startup_trials: int = 6,
     ) -> Study:
         sampler = _sampler(seed, startup_trials)
         created = False
         for attempt in range(3):  # workers starting together race to create the study
             try:
                 try:
-                    study = optuna.create_study(storage=storage, study_name=name,
-                                                directions=list(DIRECTIONS), sampler=sampler)
+                    study = optuna.create_study(
+                        storage=storage, study_name=name, directions=list(DIRECTIONS), sampler=sampler
+                    )
                     created = True
                 except optuna.exceptions.DuplicatedStudyError:
                     study = optuna.load_study(storage=storage, study_name=name, sampler=sampler)
@@ -100,8 +107,9 @@ class Study:
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         return Asked(trial.number, candidate, trial)
 
-    def tell_measured(self, asked: Asked, measurement: Measurement, duration_s: float,
-                      reused_from: int | None = None) -> None:
+    def tell_measured(
+        self, asked: Asked, measurement: Measurement, duration_s: float, reused_from: int | None = None
+    ) -> None:
         point = measurement.closest(self.sla)
         trial = asked.trial
         trial.set_user_attr("measurement", _measurement_json(measurement))
@@ -130,8 +138,11 @@ class Study:
             self._study._storage.set_trial_user_attr(trial._trial_id, "reason", INTERRUPTED)
             self._study.tell(trial.number, state=TrialState.FAIL)
         done = set(self.attr("requeued", []))
-        found = [t for t in self._study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-                 if str(t.user_attrs.get("reason", "")).startswith("interrupted") and t.number not in done]
+        found = [
+            t
+            for t in self._study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            if str(t.user_attrs.get("reason", "")).startswith("interrupted") and t.number not in done
+        ]
         if found:
             self.set_attr("requeued", sorted(done | {t.number for t in found}))
         return [dict(t.params) for t in found if t.params]
@@ -194,8 +205,9 @@ def _candidate_json(candidate: Candidate) -> dict[str, Any]:
 
 
 def candidate_from_json(data: dict[str, Any]) -> Candidate:
-    return Candidate(**{**data, "gpus": tuple(data["gpus"]),
-                        "preferred_batch_sizes": tuple(data["preferred_batch_sizes"])})
+    return Candidate(
+        **{**data, "gpus": tuple(data["gpus"]), "preferred_batch_sizes": tuple(data["preferred_batch_sizes"])}
+    )
 
 
 def _measurement_json(measurement: Measurement) -> dict[str, Any]:
@@ -226,4 +238,3 @@ def _result(trial: FrozenTrial) -> TrialResult:
         duration_s=float(attrs.get("duration_s", 0.0)),
         reused_from=attrs.get("reused_from"),
     )
-

@@ -157,11 +157,15 @@ def _check_resumable(settings: RunSettings) -> None:
     assert settings.run_dir is not None
     record = read_run(settings.run_dir)
     if record.get("model") != settings.model:
-        raise UsageError(f"--resume {settings.run_dir}: that run tuned {record.get('model')!r}, not {settings.model!r}")
+        raise UsageError(
+            f"--resume {settings.run_dir}: that run tuned {record.get('model')!r}, not {settings.model!r}"
+        )
     sla = record.get("sla", {})
     if (sla.get("percentile"), sla.get("limit_ms")) != (settings.sla.percentile, settings.sla.limit_ms):
-        raise UsageError(f"--resume {settings.run_dir}: that run's SLA was p{sla.get('percentile')} <= "
-                         f"{sla.get('limit_ms')} ms; resume it with the same SLA")
+        raise UsageError(
+            f"--resume {settings.run_dir}: that run's SLA was p{sla.get('percentile')} <= "
+            f"{sla.get('limit_ms')} ms; resume it with the same SLA"
+        )
     if _owner_alive(record):
         raise UsageError(f"--resume {settings.run_dir}: process {record['owner_pid']} is still running it")
 
@@ -175,8 +179,10 @@ def find_unfinished(settings: RunSettings) -> Path | None:
             record = json.loads(run_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        same = (record.get("repository") == str(settings.repository.resolve())
-                and record.get("sla") == {"percentile": settings.sla.percentile, "limit_ms": settings.sla.limit_ms})
+        same = record.get("repository") == str(settings.repository.resolve()) and record.get("sla") == {
+            "percentile": settings.sla.percentile,
+            "limit_ms": settings.sla.limit_ms,
+        }
         if same and not record.get("finished") and not _owner_alive(record):
             return run_file.parent
     return None
@@ -256,9 +262,16 @@ def heuristic_seeds(space: SearchSpace, cores: int) -> list[Candidate]:
     pref = "none" if "none" in space.preferred_batch_size else space.preferred_batch_size[0]
     seeds = []
     for count in counts:
-        params = {"instance_count": count, "kind": kind, "max_batch_size": mbs, "dynamic_batching": True,
-                  "preferred_batch_size": pref, "max_queue_delay_us": min(space.max_queue_delay_us),
-                  "gpus": space.gpus[0], "trt_fp16": False}
+        params = {
+            "instance_count": count,
+            "kind": kind,
+            "max_batch_size": mbs,
+            "dynamic_batching": True,
+            "preferred_batch_size": pref,
+            "max_queue_delay_us": min(space.max_queue_delay_us),
+            "gpus": space.gpus[0],
+            "trt_fp16": False,
+        }
         seeds.append(space.suggest(_Fixed(params)))
     return seeds
 
@@ -307,8 +320,9 @@ class _TrialRunner:
             tail = _tail(log)
             study.tell_failed(asked, _reason(exc, tail), tail, time.monotonic() - start)
         except BaseException:
-            study.tell_failed(asked, "interrupted: the tuner stopped during this trial", "",
-                              time.monotonic() - start)
+            study.tell_failed(
+                asked, "interrupted: the tuner stopped during this trial", "", time.monotonic() - start
+            )
             raise
         self.events.trial_finished(next(r for r in study.results() if r.number == asked.number))
 
@@ -318,8 +332,14 @@ class _TrialRunner:
     def measure(self, asked: Asked) -> Measurement:
         settings = self.prep.settings
         with self.serve(asked.candidate, self.log_path(asked.number), asked.number) as server:
-            gen = LoadGenerator.connect(server.host, server.http_port, server.grpc_port, settings.model,
-                                        protocol=settings.protocol, plan=settings.plan)
+            gen = LoadGenerator.connect(
+                server.host,
+                server.http_port,
+                server.grpc_port,
+                settings.model,
+                protocol=settings.protocol,
+                plan=settings.plan,
+            )
 
             def at(concurrency: int) -> Point:
                 point = gen.at_concurrency(concurrency)
@@ -336,7 +356,7 @@ class _TrialRunner:
         return _cleanup_after(self.launcher.serve(stage, self.prep.settings.model, log), stage)
 
 
-class _cleanup_after:  # noqa: N801 - used like a function
+class _cleanup_after:
     """Wrap a server context so the staged repository is removed when it ends."""
 
     def __init__(self, inner: Any, stage: Path) -> None:
@@ -376,15 +396,18 @@ def _reason(exc: AutotuneError, tail: str) -> str:
 # ---------------------------------------------------------------- verification and the winner
 
 
-def _verify(prep: Prepared, launcher: Launcher, run_dir: Path, study: Study, events: Events) -> list[Verification]:
+def _verify(
+    prep: Prepared, launcher: Launcher, run_dir: Path, study: Study, events: Events
+) -> list[Verification]:
     """Re-measure the finalists (and the baseline) at their operating points, several times,
     with longer windows, so that noise cannot crown a loser."""
     settings = prep.settings
     if settings.repeats < 1:
         return []
     results = study.results()
-    ranked = sorted((r for r in results if r.feasible and r.reused_from is None),
-                    key=lambda r: r.goodput(), reverse=True)
+    ranked = sorted(
+        (r for r in results if r.feasible and r.reused_from is None), key=lambda r: r.goodput(), reverse=True
+    )
     chosen = ranked[: settings.finalists]
     base = next((r for r in results if r.baseline and r.feasible), None)
     if base is not None and base not in chosen:
@@ -405,16 +428,23 @@ def _verify(prep: Prepared, launcher: Launcher, run_dir: Path, study: Study, eve
     return out
 
 
-def _verify_one(runner: _TrialRunner, result: TrialResult, plan: WindowPlan, settings: RunSettings,
-                events: Events) -> Verification | None:
+def _verify_one(
+    runner: _TrialRunner, result: TrialResult, plan: WindowPlan, settings: RunSettings, events: Events
+) -> Verification | None:
     assert result.best is not None and result.candidate is not None
     concurrency = result.best.concurrency
     log = runner.run_dir / "logs" / f"verify-{result.number:03d}.log"
     points: list[Point] = []
     try:
         with runner.serve(result.candidate, log, 1000 + result.number) as server:
-            gen = LoadGenerator.connect(server.host, server.http_port, server.grpc_port, settings.model,
-                                        protocol=settings.protocol, plan=plan)
+            gen = LoadGenerator.connect(
+                server.host,
+                server.http_port,
+                server.grpc_port,
+                settings.model,
+                protocol=settings.protocol,
+                plan=plan,
+            )
             for i in range(settings.repeats):
                 events.verifying(result.number, concurrency, i + 1, settings.repeats)
                 points.append(gen.at_concurrency(concurrency))
@@ -426,13 +456,21 @@ def _verify_one(runner: _TrialRunner, result: TrialResult, plan: WindowPlan, set
 
 
 def _verification_json(v: Verification) -> dict[str, Any]:
-    return {"trial": v.trial, "concurrency": v.concurrency, "sla_met": v.sla_met,
-            "points": [p.to_dict() for p in v.points]}
+    return {
+        "trial": v.trial,
+        "concurrency": v.concurrency,
+        "sla_met": v.sla_met,
+        "points": [p.to_dict() for p in v.points],
+    }
 
 
 def _verification_from_json(data: dict[str, Any]) -> Verification:
-    return Verification(int(data["trial"]), int(data["concurrency"]),
-                        tuple(Point.from_dict(p) for p in data["points"]), int(data["sla_met"]))
+    return Verification(
+        int(data["trial"]),
+        int(data["concurrency"]),
+        tuple(Point.from_dict(p) for p in data["points"]),
+        int(data["sla_met"]),
+    )
 
 
 def choose_winner(results: list[TrialResult], verifications: list[Verification]) -> int | None:
@@ -453,17 +491,23 @@ def _finish(prep: Prepared, run_dir: Path, study: Study, verifications: list[Ver
     winner = choose_winner(results, verifications)
     record = read_run(run_dir)
     info = RunInfo(
-        run_id=record["run_id"], model=prep.settings.model, sla=prep.settings.sla,
-        launcher=prep.settings.launcher, original_config=record["original_config"],
-        started=record["started"], finished=_now(), winner=winner,
+        run_id=record["run_id"],
+        model=prep.settings.model,
+        sla=prep.settings.sla,
+        launcher=prep.settings.launcher,
+        original_config=record["original_config"],
+        started=record["started"],
+        finished=_now(),
+        winner=winner,
         verifications=tuple(verifications),
     )
     if winner is not None:
         candidate = next(r.candidate for r in results if r.number == winner)
         assert candidate is not None
         config = mcfg.apply_candidate(prep.original, candidate)
-        info = replace(info, winner_config=mcfg.config_text(config),
-                       winner_diff=mcfg.config_diff(prep.original, config))
+        info = replace(
+            info, winner_config=mcfg.config_text(config), winner_diff=mcfg.config_diff(prep.original, config)
+        )
         mcfg.write_config(config, run_dir / "winner.pbtxt")
         (run_dir / "winner.diff").write_text(info.winner_diff, encoding="utf-8")
     record.update(finished=info.finished, winner=winner)
@@ -477,4 +521,3 @@ def write_outputs(outcome: Outcome) -> Path:
     from autotune.report import write_report
 
     return write_report(outcome.info, list(outcome.trials), outcome.run_dir)
-

@@ -52,12 +52,15 @@ def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
             verified = True
         except AutotuneError as exc:
             shutil.copy2(backup, target)
-            raise WriteBackError(f"the written config did not load, so the original was restored: {exc}") from exc
+            raise WriteBackError(
+                f"the written config did not load, so the original was restored: {exc}"
+            ) from exc
     return WriteBackResult(target, backup, mcfg.config_diff(current, winner), verified)
 
 
-def _already_written(run_dir: Path, target: Path, winner: mcfg.ModelConfig, backup: Path,
-                     record: dict[str, object]) -> bool:
+def _already_written(
+    run_dir: Path, target: Path, winner: mcfg.ModelConfig, backup: Path, record: dict[str, object]
+) -> bool:
     """A write-back of this run that was stopped after the replace (so: only verify again)."""
     if not (run_dir / STATE_FILE).is_file() or not backup.is_file() or not target.is_file():
         return False
@@ -81,7 +84,9 @@ def undo(run_dir: Path) -> Path:
         raise WriteBackError(f"backup {backup} is gone; the original is also in {run_dir / 'original.pbtxt'}")
     written = (run_dir / "winner.pbtxt").read_text(encoding="utf-8")
     if target.exists() and _normal(target.read_text(encoding="utf-8")) != _normal(written):
-        raise WriteBackError(f"{target} changed after the write-back; restore {backup} by hand if you mean it")
+        raise WriteBackError(
+            f"{target} changed after the write-back; restore {backup} by hand if you mean it"
+        )
     _copy_atomic(backup, target)
     return target
 

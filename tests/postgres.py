@@ -38,17 +38,37 @@ def postgres_server(root: Path) -> Iterator[str]:
         folder.mkdir(parents=True, exist_ok=True)
         os.chown(folder, user.pw_uid, user.pw_gid)
     as_user = ["runuser", "-u", user.pw_name, "--"] if os.geteuid() == 0 else []
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
+        check=True,
+        capture_output=True,
+    )
     port = _free_port()
     log = (root / "postgres.log").open("wb")
-    proc = subprocess.Popen([*as_user, str(bindir / "postgres"), "-D", str(data), "-p", str(port),
-                             "-h", "127.0.0.1", "-k", str(sockets)], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            *as_user,
+            str(bindir / "postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-h",
+            "127.0.0.1",
+            "-k",
+            str(sockets),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         _wait_accepting(port, proc)
-        subprocess.run([str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
-                        "autotune"], check=True, capture_output=True)
+        subprocess.run(
+            [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "autotune"],
+            check=True,
+            capture_output=True,
+        )
         yield f"postgresql://postgres@127.0.0.1:{port}/autotune"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

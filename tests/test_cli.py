@@ -35,13 +35,19 @@ BAD_RUNS = [
 def files(tmp_path: Path) -> Path:
     (tmp_path / "bad_key.yaml").write_text("instances: [1]\n")
     (tmp_path / "empty_range.yaml").write_text("instance_group:\n  count: {min: 4, max: 1}\n")
-    (tmp_path / "pref.yaml").write_text("max_batch_size: [4]\ndynamic_batching:\n  preferred_batch_size: [16]\n")
+    (tmp_path / "pref.yaml").write_text(
+        "max_batch_size: [4]\ndynamic_batching:\n  preferred_batch_size: [16]\n"
+    )
     return tmp_path
 
 
 def _argv(extra: list[str], toy_repo: Path, tmp: Path) -> list[str]:
-    base = {"--model": "toy", "--model-repository": str(toy_repo), "--sla-p95-ms": "50",
-            "--reports-dir": str(tmp / "reports")}
+    base = {
+        "--model": "toy",
+        "--model-repository": str(toy_repo),
+        "--sla-p95-ms": "50",
+        "--reports-dir": str(tmp / "reports"),
+    }
     extra = [e.format(tmp=tmp) for e in extra]
     for key in list(base):
         if key in extra:
@@ -50,8 +56,9 @@ def _argv(extra: list[str], toy_repo: Path, tmp: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(("extra", "message"), BAD_RUNS)
-def test_bad_run_input(extra: list[str], message: str, toy_repo: Path, files: Path,
-                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_run_input(
+    extra: list[str], message: str, toy_repo: Path, files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = (toy_repo / "toy" / "config.pbtxt").read_bytes()
     code = main(_argv(extra, toy_repo, files))
     err = capsys.readouterr().err
@@ -70,7 +77,9 @@ def test_malformed_config(toy_repo: Path, tmp_path: Path, capsys: pytest.Capture
 
 def test_invalid_config(toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = toy_repo / "toy" / "config.pbtxt"
-    path.write_text(path.read_text().replace("max_batch_size: 8", "max_batch_size: 0") + "dynamic_batching {}\n")
+    path.write_text(
+        path.read_text().replace("max_batch_size: 8", "max_batch_size: 0") + "dynamic_batching {}\n"
+    )
     assert main(_argv([], toy_repo, tmp_path)) == 2
     assert "dynamic_batching needs max_batch_size > 0" in capsys.readouterr().err
 

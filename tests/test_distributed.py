@@ -18,7 +18,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 @pytest.fixture(scope="module")
 def postgres_url():  # type: ignore[no-untyped-def]
     if binaries() is None:
-        pytest.skip("PostgreSQL server binaries not installed (apt-get install postgresql; make test-env does)")
+        pytest.skip(
+            "PostgreSQL server binaries not installed (apt-get install postgresql; make test-env does)"
+        )
     root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))  # pytest's tmp dirs are closed to other users
     try:
         with postgres_server(root) as url:
@@ -27,16 +29,43 @@ def postgres_url():  # type: ignore[no-untyped-def]
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_two_workers_share_one_study(postgres_url: str, toy_repo: Path, tmp_path: Path, small_space: Path) -> None:
+def test_two_workers_share_one_study(
+    postgres_url: str, toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
     from autotune.reload import reload_outcome
 
     def worker(i: int) -> subprocess.Popen[str]:
-        argv = [sys.executable, "-m", "autotune.cli", "run", "--model", "toy", "--model-repository", str(toy_repo),
-                "--sla-p95-ms", "60", "--search-space", str(small_space), "--max-trials", "4",
-                "--window", "0.5", "--finalists", "1", "--repeats", "1", "--storage", postgres_url,
-                "--study-name", "toy-shared", "--reports-dir", str(tmp_path / f"worker{i}")]
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "autotune.cli",
+            "run",
+            "--model",
+            "toy",
+            "--model-repository",
+            str(toy_repo),
+            "--sla-p95-ms",
+            "60",
+            "--search-space",
+            str(small_space),
+            "--max-trials",
+            "4",
+            "--window",
+            "0.5",
+            "--finalists",
+            "1",
+            "--repeats",
+            "1",
+            "--storage",
+            postgres_url,
+            "--study-name",
+            "toy-shared",
+            "--reports-dir",
+            str(tmp_path / f"worker{i}"),
+        ]
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
     procs = [worker(0), worker(1)]
     outputs = [p.communicate(timeout=600)[0] for p in procs]

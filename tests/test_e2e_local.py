@@ -18,8 +18,25 @@ FAST = ["--window", "0.5", "--finalists", "1", "--repeats", "2", "--time-budget"
 
 
 def _run(repo: Path, reports: Path, space: Path, *extra: str) -> int:
-    return main(["run", "--model", "toy", "--model-repository", str(repo), "--sla-p95-ms", "60",
-                 "--reports-dir", str(reports), "--search-space", str(space), "--seed", "1", *FAST, *extra])
+    return main(
+        [
+            "run",
+            "--model",
+            "toy",
+            "--model-repository",
+            str(repo),
+            "--sla-p95-ms",
+            "60",
+            "--reports-dir",
+            str(reports),
+            "--search-space",
+            str(space),
+            "--seed",
+            "1",
+            *FAST,
+            *extra,
+        ]
+    )
 
 
 def _run_dir(reports: Path) -> Path:
@@ -72,7 +89,9 @@ def test_failing_candidates_are_recorded_and_the_search_goes_on(
     toy_repo: Path, tmp_path: Path, small_space: Path
 ) -> None:
     config = toy_repo / "toy" / "config.pbtxt"
-    config.write_text(config.read_text() + 'parameters { key: "fail_with_batching" value { string_value: "1" } }\n')
+    config.write_text(
+        config.read_text() + 'parameters { key: "fail_with_batching" value { string_value: "1" } }\n'
+    )
     reports = tmp_path / "reports"
     assert _run(toy_repo, reports, small_space, "--max-trials", "4") == 0
     outcome = reload_outcome(_run_dir(reports))
@@ -85,8 +104,9 @@ def test_failing_candidates_are_recorded_and_the_search_goes_on(
     assert "refuses dynamic batching" in (outcome.run_dir / "report.html").read_text()
 
 
-def test_write_back_refused_when_the_config_changed(toy_repo: Path, tmp_path: Path, small_space: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_write_back_refused_when_the_config_changed(
+    toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     reports = tmp_path / "reports"
     assert _run(toy_repo, reports, small_space, "--max-trials", "2", "--repeats", "0") == 0
     config = toy_repo / "toy" / "config.pbtxt"
@@ -115,8 +135,21 @@ def test_remote_launcher_loads_candidates_through_the_repository_api(
     before = (toy_repo / "toy" / "config.pbtxt").read_bytes()
     with launcher.serve(toy_repo, "toy", tmp_path / "server.log") as server:
         url = f"{server.host}:{server.http_port}"
-        code = _run(toy_repo, tmp_path / "reports", small_space, "--max-trials", "3", "--repeats", "1",
-                    "--launcher", "remote", "--url", url, "--grpc-url", f"{server.host}:{server.grpc_port}")
+        code = _run(
+            toy_repo,
+            tmp_path / "reports",
+            small_space,
+            "--max-trials",
+            "3",
+            "--repeats",
+            "1",
+            "--launcher",
+            "remote",
+            "--url",
+            url,
+            "--grpc-url",
+            f"{server.host}:{server.grpc_port}",
+        )
         assert code == 0
         outcome = reload_outcome(_run_dir(tmp_path / "reports"))
         assert outcome.winner is not None

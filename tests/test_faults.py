@@ -32,9 +32,32 @@ def _servers_under(marker: Path) -> list[int]:
 
 
 def _argv(repo: Path, reports: Path, space: Path, trials: int) -> list[str]:
-    return [sys.executable, "-m", "autotune.cli", "run", "--model", "toy", "--model-repository", str(repo),
-            "--sla-p95-ms", "60", "--reports-dir", str(reports), "--search-space", str(space),
-            "--max-trials", str(trials), "--window", "0.5", "--finalists", "1", "--repeats", "1", "--seed", "3"]
+    return [
+        sys.executable,
+        "-m",
+        "autotune.cli",
+        "run",
+        "--model",
+        "toy",
+        "--model-repository",
+        str(repo),
+        "--sla-p95-ms",
+        "60",
+        "--reports-dir",
+        str(reports),
+        "--search-space",
+        str(space),
+        "--max-trials",
+        str(trials),
+        "--window",
+        "0.5",
+        "--finalists",
+        "1",
+        "--repeats",
+        "1",
+        "--seed",
+        "3",
+    ]
 
 
 def _wait_for(predicate, timeout: float) -> None:  # type: ignore[no-untyped-def]
@@ -51,12 +74,15 @@ def _trial_logs(reports: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
-def test_tuner_stopped_mid_trial_then_resumed(sig: signal.Signals, toy_repo: Path, tmp_path: Path,
-                                              small_space: Path) -> None:
+def test_tuner_stopped_mid_trial_then_resumed(
+    sig: signal.Signals, toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     reports = tmp_path / "reports"
     argv = _argv(toy_repo, reports, small_space, 4)
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         _wait_for(lambda: len(_trial_logs(reports)) >= 2, 300)  # trial 1 started, trial 0 done
         time.sleep(1.5)  # into trial 1's measurement
@@ -76,7 +102,9 @@ def test_tuner_stopped_mid_trial_then_resumed(sig: signal.Signals, toy_repo: Pat
     before = {t.number: t for t in reload_outcome(run_dir).trials if t.state == COMPLETE}
     assert 0 in before  # the baseline finished before the stop
 
-    again = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == 0, again.stderr
     assert "resuming the unfinished run" in again.stderr
     assert _servers_under(run_dir) == []
@@ -97,12 +125,22 @@ def _complete(run_dir: Path) -> dict[int, object]:
 
 
 # (trial logs to wait for beyond those present at the start, seconds to wait after)
-KILL_POINTS = [(1, 0.1), (1, 1.2), (1, 2.5), (2, 0.0), (1, 0.6), (1, 3.5), (1, 1.8), ("verify", 0.4),
-               ("verify", 2.0)]
+KILL_POINTS = [
+    (1, 0.1),
+    (1, 1.2),
+    (1, 2.5),
+    (2, 0.0),
+    (1, 0.6),
+    (1, 3.5),
+    (1, 1.8),
+    ("verify", 0.4),
+    ("verify", 2.0),
+]
 
 
-def test_killed_at_many_points_then_resumed_loses_nothing(toy_repo: Path, tmp_path: Path,
-                                                          small_space: Path) -> None:
+def test_killed_at_many_points_then_resumed_loses_nothing(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
     """kill -9 at server start, mid-measurement, between trials and during verification; every
     restart resumes, reaps the orphaned server, and keeps every finished trial."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -112,13 +150,15 @@ def test_killed_at_many_points_then_resumed_loses_nothing(toy_repo: Path, tmp_pa
     kills = 0
     for marker, delay in KILL_POINTS:
         logs_before = len(_trial_logs(reports))
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             if marker == "verify":
-                _wait_for(lambda: proc.poll() is not None or any(reports.glob("toy/*/logs/verify-*.log")), 600)
+                _wait_for(lambda p=proc: p.poll() is not None or any(reports.glob("toy/*/logs/verify-*.log")), 600)
             else:
-                _wait_for(lambda m=marker: proc.poll() is not None or len(_trial_logs(reports)) >= logs_before + m, 300)
+                goal = logs_before + int(marker)
+                _wait_for(lambda p=proc, g=goal: p.poll() is not None or len(_trial_logs(reports)) >= g, 300)
             time.sleep(delay)
             if proc.poll() is None:
                 proc.kill()
@@ -132,7 +172,9 @@ def test_killed_at_many_points_then_resumed_loses_nothing(toy_repo: Path, tmp_pa
         assert all(now.get(n) == m for n, m in seen.items()), "a finished trial was lost or changed"
         seen = now
     assert kills >= 8
-    final = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    final = subprocess.run(
+        argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600
+    )
     assert final.returncode == 0, final.stderr
     outcome = reload_outcome(run_dir)
     assert all(_complete(run_dir).get(n) == m for n, m in seen.items())
@@ -141,12 +183,18 @@ def test_killed_at_many_points_then_resumed_loses_nothing(toy_repo: Path, tmp_pa
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.3, 0.8, 1.5])
-def test_write_back_killed_midway_leaves_original_or_winner(delay: float, toy_repo: Path, tmp_path: Path,
-                                                            small_space: Path) -> None:
+def test_write_back_killed_midway_leaves_original_or_winner(
+    delay: float, toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     reports = tmp_path / "reports"
-    done = subprocess.run([*_argv(toy_repo, reports, small_space, 2), "--repeats", "0"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*_argv(toy_repo, reports, small_space, 2), "--repeats", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     run_dir = next(reports.glob("toy/*"))
     config = toy_repo / "toy" / "config.pbtxt"

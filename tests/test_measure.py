@@ -12,7 +12,9 @@ from autotune.objective import Sla
 
 
 def point(c: int, throughput: float, p95: float, errors: int = 0) -> Point:
-    return Point(c, 0.0, throughput, p95 * 0.8, p95 * 0.7, p95 * 0.9, p95, p95 * 1.2, 100, errors, 1.0, 3, True)
+    return Point(
+        c, 0.0, throughput, p95 * 0.8, p95 * 0.7, p95 * 0.9, p95, p95 * 1.2, 100, errors, 1.0, 3, True
+    )
 
 
 def model(capacity: float, service_ms: float):  # type: ignore[no-untyped-def]
@@ -62,13 +64,16 @@ def test_points_with_errors_never_meet_the_sla() -> None:
     assert sla.violation(point(1, 100.0, 10.0, errors=1)) > 0 >= sla.violation(point(1, 100.0, 10.0))
 
 
-@pytest.mark.parametrize(("tput", "lat", "stable"), [
-    ([100, 101, 99], [10, 10.5, 9.8], True),
-    ([100, 130, 99], [10, 10, 10], False),
-    ([100, 100, 100], [10, 10, 14], False),
-    ([100, 100], [10, 10], False),
-    ([50, 300, 100, 101, 99], [1, 99, 10, 10, 10], True),  # only the last three count
-])
+@pytest.mark.parametrize(
+    ("tput", "lat", "stable"),
+    [
+        ([100, 101, 99], [10, 10.5, 9.8], True),
+        ([100, 130, 99], [10, 10, 10], False),
+        ([100, 100, 100], [10, 10, 14], False),
+        ([100, 100], [10, 10], False),
+        ([50, 300, 100, 101, 99], [1, 99, 10, 10, 10], True),  # only the last three count
+    ],
+)
 def test_stability_rule(tput: list[float], lat: list[float], stable: bool) -> None:
     assert is_stable(tput[-3:], lat[-3:], 0.10) is stable
 

@@ -54,7 +54,9 @@ def test_apply_copies_and_sets_every_dimension(toy_repo: Path) -> None:
 
 
 def test_batching_off_clears_the_message(toy_repo: Path) -> None:
-    original = mc.apply_candidate(mc.load_config(toy_repo, "toy"), Candidate(1, "KIND_CPU", (), 8, True, (), 0, False))
+    original = mc.apply_candidate(
+        mc.load_config(toy_repo, "toy"), Candidate(1, "KIND_CPU", (), 8, True, (), 0, False)
+    )
     out = mc.apply_candidate(original, BASE)
     assert not out.HasField("dynamic_batching")
 

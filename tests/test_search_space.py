@@ -50,15 +50,27 @@ def test_params_of_round_trips_through_suggest(candidate: Candidate) -> None:
 
 
 def test_preferred_sizes_are_clipped_to_the_candidate() -> None:
-    space = parse_search_space({"max_batch_size": [2, 8], "dynamic_batching": {"preferred_batch_size": [[2, 8]]}})
-    params = {"instance_count": 1, "kind": "KIND_CPU", "max_batch_size": 2, "dynamic_batching": True,
-              "preferred_batch_size": "2,8", "max_queue_delay_us": 0}
+    space = parse_search_space(
+        {"max_batch_size": [2, 8], "dynamic_batching": {"preferred_batch_size": [[2, 8]]}}
+    )
+    params = {
+        "instance_count": 1,
+        "kind": "KIND_CPU",
+        "max_batch_size": 2,
+        "dynamic_batching": True,
+        "preferred_batch_size": "2,8",
+        "max_queue_delay_us": 0,
+    }
     assert space.suggest(Fixed(params)).preferred_batch_sizes == (2,)
 
 
 def test_restricted_drops_what_the_model_cannot_take() -> None:
-    space = parse_search_space({"instance_group": {"kind": ["KIND_CPU", "KIND_GPU"]},
-                                "optimization": {"tensorrt_fp16": [True, False]}})
+    space = parse_search_space(
+        {
+            "instance_group": {"kind": ["KIND_CPU", "KIND_GPU"]},
+            "optimization": {"tensorrt_fp16": [True, False]},
+        }
+    )
     narrow = space.restricted(batching=False, gpu=False, tensorrt=False)
     assert narrow.max_batch_size == (0,) and narrow.kind == ("KIND_CPU",) and narrow.trt_fp16 == (False,)
 

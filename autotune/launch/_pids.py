@@ -7,6 +7,7 @@ command line still matches (so a reused pid is never hit).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -35,9 +36,9 @@ def reap(directory: Path | None = None) -> list[int]:
     reaped: list[int] = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         record = _read(path)
-        if record is None or _alive(int(record["owner"])):
+        if record is None or _alive(int(str(record["owner"]))):
             continue
-        pid = int(record["pid"])
+        pid = int(str(record["pid"]))
         if _cmdline(pid).startswith(str(record["command"])):
             _kill_group(pid)
             reaped.append(pid)
@@ -73,8 +74,7 @@ def _cmdline(pid: int) -> str:
 
 
 def _kill_group(pid: int) -> None:
-    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
-            target()
-        except (ProcessLookupError, PermissionError):
-            continue
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)

@@ -13,6 +13,7 @@ manager. Every started server is recorded in a pid file so a later start can rea
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -131,7 +132,10 @@ class LocalLauncher:
             proc = self._start(repository, log_path, http_port, grpc_port)
             try:
                 server = Server(
-                    "127.0.0.1", http_port, grpc_port, log_path,
+                    "127.0.0.1",
+                    http_port,
+                    grpc_port,
+                    log_path,
                     alive=lambda p=proc: p.poll() is None,  # type: ignore[misc]
                     description=f"tritonserver (pid {proc.pid})",
                 )
@@ -147,7 +151,9 @@ class LocalLauncher:
                 stop_process(proc)
                 _pids.forget(self._pid_dir, proc.pid)
 
-    def _start(self, repository: Path, log_path: Path, http_port: int, grpc_port: int) -> subprocess.Popen[bytes]:
+    def _start(
+        self, repository: Path, log_path: Path, http_port: int, grpc_port: int
+    ) -> subprocess.Popen[bytes]:
         inst = self.installation
         args = [
             str(inst.binary),
@@ -166,8 +172,12 @@ class LocalLauncher:
         with log_path.open("wb") as log:
             try:
                 proc = subprocess.Popen(
-                    args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=self._environment(), start_new_session=True,
+                    args,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self._environment(),
+                    start_new_session=True,
                 )
             except OSError as exc:
                 raise LaunchError(f"cannot start {inst.binary}: {exc}") from exc
@@ -201,7 +211,5 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

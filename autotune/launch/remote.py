@@ -49,16 +49,24 @@ class RemoteLauncher:
 
     def check_reachable(self) -> None:
         if http_status(self.host, self.http_port, "/v2/health/live") != 200:
-            raise LaunchError(f"no Triton server answers at {self.host}:{self.http_port}",
-                              hint="start it (e.g. docker-compose up) or fix --url")
+            raise LaunchError(
+                f"no Triton server answers at {self.host}:{self.http_port}",
+                hint="start it (e.g. docker-compose up) or fix --url",
+            )
 
     @contextmanager
     def serve(self, repository: Path, model: str, log_path: Path) -> Iterator[Server]:
         config = parse_config((repository / model / CONFIG_NAME).read_text(encoding="utf-8"))
         override = json_format.MessageToJson(config, preserving_proto_field_name=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        server = Server(self.host, self.http_port, self.grpc_port, log_path,
-                        alive=self._alive, description=f"remote server {self.host}:{self.http_port}")
+        server = Server(
+            self.host,
+            self.http_port,
+            self.grpc_port,
+            log_path,
+            alive=self._alive,
+            description=f"remote server {self.host}:{self.http_port}",
+        )
         try:
             self._post(f"/v2/repository/models/{model}/load", {"parameters": {"config": override}}, log_path)
             wait_model_ready(server, model, LOAD_TIMEOUT_S)

@@ -74,6 +74,8 @@ class LatencyHistogram:
         if self.count == 0:
             return 0.0
         rank = max(1, math.ceil(q / 100.0 * self.count))
+        if rank >= self.count:
+            return float(self.max_ns)
         cumulative = np.cumsum(np.frombuffer(self._counts, dtype=np.int64))
         index = int(np.searchsorted(cumulative, rank))
         if index >= _BUCKETS:

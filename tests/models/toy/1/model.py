@@ -2,7 +2,8 @@
 execution (sleep, so instances overlap like I/O-bound work) plus a cost per batch item.
 
 Parameters (config.pbtxt): fixed_ms, per_item_ms; "crash_on_load" = "1" makes loading fail;
-"fail_with_batching" = "1" fails loading a config with dynamic batching; "hang" = "1" makes every execution block forever (for fault tests).
+"fail_with_batching" = "1" fails loading a config with dynamic batching;
+"hang" = "1" makes every execution block forever (for fault tests).
 """
 
 import json
