@@ -155,7 +155,8 @@ def test_killed_at_many_points_then_resumed_loses_nothing(
         )
         try:
             if marker == "verify":
-                _wait_for(lambda p=proc: p.poll() is not None or any(reports.glob("toy/*/logs/verify-*.log")), 600)
+                verifying = "toy/*/logs/verify-*.log"
+                _wait_for(lambda p=proc, v=verifying: p.poll() is not None or any(reports.glob(v)), 600)
             else:
                 goal = logs_before + int(marker)
                 _wait_for(lambda p=proc, g=goal: p.poll() is not None or len(_trial_logs(reports)) >= g, 300)
