@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from autotune import model_config as mcfg
-from autotune.errors import AutotuneError, ConfigError, LaunchError, MeasurementError, UsageError
+from autotune.errors import (
+    AutotuneError,
+    ConfigError,
+    LaunchError,
+    MeasurementError,
+    ServerExitedError,
+    UsageError,
+)
 from autotune.launch import make_launcher
 from autotune.launch._common import Launcher, Server, failure_line
 from autotune.loadgen import LoadGenerator
@@ -347,7 +354,12 @@ class _TrialRunner:
                 return point
 
             space = self.prep.space
-            return find_goodput(at, self.search_sla, space.concurrency_min, space.concurrency_max)
+            try:
+                return find_goodput(at, self.search_sla, space.concurrency_min, space.concurrency_max)
+            except MeasurementError as exc:
+                if not server.alive():  # the server died under load (a crash, an OOM kill)
+                    raise ServerExitedError(f"{server.description} exited during the measurement") from exc
+                raise
 
     def serve(self, candidate: Candidate, log: Path, number: int) -> Any:
         config = mcfg.apply_candidate(self.prep.original, candidate)

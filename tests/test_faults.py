@@ -213,3 +213,28 @@ def test_write_back_killed_midway_leaves_original_or_winner(
     assert subprocess.run([*apply, "--undo"], env=env, timeout=60).returncode == 0
     assert config.read_bytes() == original
     assert _servers_under(toy_repo) == []
+
+
+@pytest.mark.parametrize(("fault", "when", "reason"), [
+    ("crash", "instances>1", "exited"),
+    ("hang", "batching", "no request completed"),
+])
+def test_crashing_or_hanging_candidates_fail_and_the_search_goes_on(
+    fault: str, when: str, reason: str, toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    config = toy_repo / "toy" / "config.pbtxt"
+    extra = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n'
+                    for k, v in (("fault", fault), ("fault_when", when), ("fault_after", "20")))
+    config.write_text(config.read_text() + extra)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    reports = tmp_path / "reports"
+    done = subprocess.run(_argv(toy_repo, reports, small_space, 4), env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr
+    run_dir = next(reports.glob("toy/*"))
+    outcome = reload_outcome(run_dir)
+    failed = [t for t in outcome.trials if t.state == FAIL]
+    assert failed, "the faulty candidates must fail"
+    assert all(reason in t.reason for t in failed), [t.reason for t in failed]
+    assert outcome.winner is not None and outcome.winner.state == COMPLETE
+    assert _servers_under(run_dir) == []

@@ -3,10 +3,14 @@ execution (sleep, so instances overlap like I/O-bound work) plus a cost per batc
 
 Parameters (config.pbtxt): fixed_ms, per_item_ms; "crash_on_load" = "1" makes loading fail;
 "fail_with_batching" = "1" fails loading a config with dynamic batching;
-"hang" = "1" makes every execution block forever (for fault tests).
+"hang" = "1" makes every execution block forever (for fault tests);
+"fault" = "hang" | "crash" with "fault_when" = "batching" | "instances>1" | "always" and
+"fault_after" = N executions: hang, or kill the whole server (as an OOM kill would).
 """
 
 import json
+import os
+import signal
 import time
 
 import numpy as np
@@ -24,11 +28,18 @@ class TritonPythonModel:
         self.fixed = float(params.get("fixed_ms", "4")) / 1000.0
         self.per_item = float(params.get("per_item_ms", "0.5")) / 1000.0
         self.hang = params.get("hang") == "1"
+        self.fault = params.get("fault", "") if _fault_applies(params.get("fault_when", ""), config) else ""
+        self.fault_after = int(params.get("fault_after", "0"))
+        self.executions = 0
 
     def execute(self, requests):
         arrays = [pb_utils.get_input_tensor_by_name(r, "x").as_numpy() for r in requests]
         batch = np.concatenate(arrays)
-        if self.hang:
+        self.executions += 1
+        if self.hang or (self.fault == "hang" and self.executions > self.fault_after):
+            time.sleep(3600)
+        if self.fault == "crash" and self.executions > self.fault_after:
+            os.kill(os.getppid(), signal.SIGKILL)  # the stub's parent is tritonserver
             time.sleep(3600)
         time.sleep(self.fixed + self.per_item * len(batch))
         out = np.tanh(batch).astype(np.float32)
@@ -38,3 +49,13 @@ class TritonPythonModel:
             start += len(a)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", part)]))
         return responses
+
+
+def _fault_applies(when, config):
+    if when == "always":
+        return True
+    if when == "batching":
+        return "dynamic_batching" in config
+    if when == "instances>1":
+        return sum(int(g.get("count", 1)) for g in config.get("instance_group", [])) > 1
+    return False
