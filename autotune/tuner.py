@@ -357,7 +357,7 @@ class _TrialRunner:
             try:
                 return find_goodput(at, self.search_sla, space.concurrency_min, space.concurrency_max)
             except MeasurementError as exc:
-                if not server.alive():  # the server died under load (a crash, an OOM kill)
+                if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc
                 raise
 
@@ -387,6 +387,17 @@ class _cleanup_after:
             self.inner.__exit__(*exc)
         finally:
             shutil.rmtree(self.stage, ignore_errors=True)
+
+
+def _died(server: Server, settle_s: float = 1.0) -> bool:
+    """Whether the server is gone; a process being killed closes its sockets a moment
+    before it can be reaped, so look again for a little while."""
+    deadline = time.monotonic() + settle_s
+    while server.alive():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _tightened(sla: Sla, margin: float) -> Sla:
