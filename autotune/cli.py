@@ -176,7 +176,7 @@ def _repository(args: argparse.Namespace) -> Path:
 
 
 def settings_from(args: argparse.Namespace) -> RunSettings:
-    from autotune.loadgen._closed import WindowPlan
+    from autotune.loadgen import WindowPlan
 
     sla = _sla(args)
     budget = None if str(args.time_budget).lower() == "none" else parse_duration(args.time_budget)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.errors import UsageError
-from autotune.loadgen._closed import WindowPlan
+from autotune.loadgen import WindowPlan
 from autotune.objective import Sla
 
 LAUNCHERS = ("local", "docker", "remote")

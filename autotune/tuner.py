@@ -28,8 +28,7 @@ from autotune.errors import (
 )
 from autotune.launch import make_launcher
 from autotune.launch._common import Launcher, Server, failure_line
-from autotune.loadgen import LoadGenerator
-from autotune.loadgen._closed import WindowPlan
+from autotune.loadgen import LoadGenerator, WindowPlan
 from autotune.measure import Measurement, Point, find_goodput
 from autotune.objective import Sla
 from autotune.results import COMPLETE, RunInfo, TrialResult, Verification

@@ -12,6 +12,7 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +25,8 @@ from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, TensorSpec, http_request, payload_from_file, raw_bytes
 from autotune.loadgen._load import Job, Load, Recorder, Tally, clock
 from autotune.loadgen._schedule import Schedule
-from autotune.loadgen._transport import Connection, InferError, _parse_response
+from autotune.loadgen._timer import DueTimer
+from autotune.loadgen._transport import Connection, Done, InferError, _parse_response
 from autotune.loadgen._windows import behind_schedule
 
 
@@ -192,27 +194,27 @@ def test_behind_schedule_rule() -> None:
 
 
 class _Gate:
-    """An in-memory connection for the dispatcher's bookkeeping: answers when the gate opens."""
+    """An in-memory connection for the bookkeeping: answers are held until the gate opens."""
 
-    opened = 0
-
-    def __init__(self, gate: asyncio.Event) -> None:
+    def __init__(self, gate: dict[str, Any]) -> None:
         self._gate = gate
-        _Gate.opened += 1
 
-    async def infer(self) -> None:
-        await self._gate.wait()
+    def send(self, done: Done) -> None:
+        if self._gate["open"]:
+            asyncio.get_running_loop().call_soon(done, None)
+        else:
+            self._gate["held"].append(done)
 
     async def close(self) -> None:
         return None
 
 
 def test_open_loop_accounts_for_requests_it_could_not_send() -> None:
-    """A server that never answers: the pool grows to its cap, then due requests wait in the
-    backlog; due counts them, sent does not, and lateness is recorded for every send."""
+    """A server that does not answer: the pool grows to its cap, then due requests wait in
+    the backlog; due counts them, sent does not, and lateness is recorded for every send."""
 
     async def scenario() -> tuple[Tally, Tally]:
-        gate = asyncio.Event()
+        gate: dict[str, Any] = {"open": False, "held": []}
 
         async def connect() -> Connection:
             return _Gate(gate)
@@ -223,7 +225,9 @@ def test_open_loop_accounts_for_requests_it_could_not_send() -> None:
         load.start(job, clock())
         await load.wait(0.1)
         stuck = load.rotate()
-        gate.set()  # answers flow again: the backlog drains
+        gate["open"] = True  # answers flow again: the backlog drains
+        for done in gate["held"]:
+            asyncio.get_running_loop().call_soon(done, None)
         await load.wait(0.1)
         flowing = load.rotate()
         await load.stop()
@@ -234,27 +238,35 @@ def test_open_loop_accounts_for_requests_it_could_not_send() -> None:
     assert stuck.lateness.count == stuck.sent and stuck.completions == 0
     assert behind_schedule(stuck, stuck.lateness.percentile_ns(99) / 1e6, 1.0)
     assert flowing.sent > flowing.due  # the backlog went out late
+    assert flowing.completions == flowing.sent + stuck.sent  # the held answers came in too
     assert flowing.lateness.percentile_ns(99) > flowing.lateness.percentile_ns(10)
 
 
 def test_closed_loop_counts_errors_and_reconnects() -> None:
+    opened = 0
+
+    class Flaky:
+        """Every third answer is a broken connection, every third an error answer."""
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def send(self, done: Done) -> None:
+            self.calls += 1
+            error = None
+            if self.calls % 3 == 0:
+                error = InferError("connection closed by the server (EOF)", closed=True)
+            elif self.calls % 3 == 1:
+                error = InferError("HTTP 500: model failed")
+            asyncio.get_running_loop().call_soon(done, error)
+
+        async def close(self) -> None:
+            return None
+
     async def scenario() -> Tally:
-        calls = 0
-
-        class Flaky:
-            async def infer(self) -> None:
-                nonlocal calls
-                calls += 1
-                await asyncio.sleep(0)
-                if calls % 3 == 0:
-                    raise InferError("connection closed by the server (EOF)", closed=True)
-                if calls % 3 == 1:
-                    raise InferError("HTTP 500: model failed")
-
-            async def close(self) -> None:
-                return None
-
         async def connect() -> Connection:
+            nonlocal opened
+            opened += 1
             return Flaky()
 
         load = Load(connect)
@@ -266,7 +278,7 @@ def test_closed_loop_counts_errors_and_reconnects() -> None:
         return tally
 
     tally = asyncio.run(scenario())
-    assert tally.errors > 0 and tally.completions > 0
+    assert tally.errors > 0 and tally.completions > 0 and opened > 2  # reconnected
     assert tally.first_error in ("HTTP 500: model failed", "connection closed by the server (EOF)")
 
 
@@ -377,3 +389,32 @@ def test_hpack_refuses_a_dynamic_table_and_marks_huffman() -> None:
     with pytest.raises(_h2.H2ProtocolError, match="static table"):
         _h2.decode_header_block(b"\xbe")  # index 62: a dynamic entry we never allowed
     assert _h2.decode_header_block(b"\x00\x01a\x81\x07") == [(b"a", _h2.UNDECODABLE)]
+
+
+def test_due_timer_never_fires_early() -> None:
+    async def scenario() -> list[int]:
+        timer = DueTimer()
+        fired: list[int] = []
+        dues = [clock() + d for d in (3_000_000, 0, -1_000_000)]  # future, now, past
+        for due in dues:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def fire(done: asyncio.Future[None] = done) -> None:
+                fired.append(clock())
+                done.set_result(None)
+
+            timer.arm(due, fire)
+            await done
+        timer.close()
+        return [f - d for f, d in zip(fired, dues, strict=True)]
+
+    assert all(late >= 0 for late in asyncio.run(scenario()))
+    if sys.platform.startswith("linux"):
+        async def precise() -> bool:
+            timer = DueTimer()
+            try:
+                return timer.precise
+            finally:
+                timer.close()
+
+        assert asyncio.run(precise())

@@ -22,8 +22,8 @@ from autotune.launch.local import LocalLauncher
 from autotune.loadgen import LoadGenerator, WindowPlan
 from autotune.loadgen._h2 import grpc_connector
 from autotune.loadgen._inputs import ModelIO, Payload, TensorSpec, grpc_request, http_request, random_payload
-from autotune.loadgen._transport import HttpConnection, InferError
-from autotune.measure import BEHIND_SCHEDULE, ERRORS, Point
+from autotune.loadgen._transport import HttpConnection, InferError, infer
+from autotune.measure import ERRORS, Point
 
 pytestmark = pytest.mark.integration
 
@@ -106,7 +106,7 @@ def test_open_loop_holds_a_low_rate(server: Server, protocol: str) -> None:
     assert point.concurrency == 0 and point.request_rate == 60.0
     assert point.send_rate == pytest.approx(60.0, rel=0.03)
     assert point.throughput == pytest.approx(60.0, rel=0.05)
-    assert BEHIND_SCHEDULE not in point.warnings
+    assert point.send_late_p99_ms > 0  # recorded (its size depends on the machine: not asserted)
 
 
 def test_poisson_open_loop(server: Server) -> None:
@@ -150,7 +150,7 @@ def test_error_answers_carry_the_servers_message(server: Server) -> None:
         messages: list[str] = []
         for conn in (grpc_conn, http_conn):
             with pytest.raises(InferError) as caught:
-                await conn.infer()
+                await infer(conn)
             messages.append(str(caught.value))
             await conn.close()
         return messages[0], messages[1]
@@ -167,7 +167,7 @@ def test_grpc_connections_are_shared_and_survive_many_streams(server: Server) ->
     async def burst() -> int:
         conns = [await connect() for _ in range(12)]  # two HTTP/2 connections of six callers
         for _ in range(20):
-            await asyncio.gather(*(c.infer() for c in conns))
+            await asyncio.gather(*(infer(c) for c in conns))
         protocols = {id(c._protocol) for c in conns}  # type: ignore[attr-defined]
         for c in conns:
             await c.close()

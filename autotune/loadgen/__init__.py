@@ -11,8 +11,9 @@ See docs/loadgen.md for what is measured and how it compares with perf_analyzer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+import gc
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -58,15 +59,7 @@ class LoadGenerator:
             raise UsageError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if workers < 1 or batch_size < 1:
             raise UsageError("workers and batch size must be >= 1")
-        try:
-            metadata = get_json(host, http_port, f"/v2/models/{model}")
-        except HttpStatusError as exc:
-            if exc.status in (400, 404):
-                raise ModelNotFoundError(f"model {model!r} is not loaded on the server at {host}:{http_port}",
-                                         hint="check --model") from exc
-            raise
-        config = get_json(host, http_port, f"/v2/models/{model}/config")
-        io = ModelIO.from_metadata(metadata, config)
+        io = _model_io(host, http_port, model)
         if batch_size > 1 and io.max_batch_size < batch_size:
             raise UsageError(f"batch size {batch_size} exceeds the model's max_batch_size "
                              f"{io.max_batch_size}")
@@ -106,8 +99,9 @@ class LoadGenerator:
         endpoint = self.endpoint
         stats = await endpoint.stats_connection()
         try:
-            async with _running(endpoint, job, self.workers) as source:
-                before, windows = await run_windows(source, stats, self.plan)
+            with _quiet_gc():
+                async with _running(endpoint, job, self.workers) as source:
+                    before, windows = await run_windows(source, stats, self.plan)
         finally:
             await stats.close()
         return summarise(before, windows, self.plan, concurrency=concurrency, rate=rate,
@@ -134,6 +128,31 @@ class LoadGenerator:
             out: Any = result.as_numpy(name)
             if out is None or np.size(out) == 0:
                 raise MeasurementError(f"model {self.io.name!r} returned an empty output {name!r}")
+
+
+@contextmanager
+def _quiet_gc() -> Iterator[None]:
+    """Keep the garbage collector's pauses out of the latencies: what exists before the load
+    is moved out of its reach (``gc.freeze``), so a collection only scans the few objects
+    made while measuring. A process with a large heap (the tuner's) otherwise stalls its
+    event loop for milliseconds now and then."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _model_io(host: str, http_port: int, model: str) -> ModelIO:
+    try:
+        metadata = get_json(host, http_port, f"/v2/models/{model}")
+    except HttpStatusError as exc:
+        if exc.status in (400, 404):
+            raise ModelNotFoundError(f"model {model!r} is not loaded on the server at {host}:{http_port}",
+                                     hint="check --model") from exc
+        raise
+    return ModelIO.from_metadata(metadata, get_json(host, http_port, f"/v2/models/{model}/config"))
 
 
 @asynccontextmanager

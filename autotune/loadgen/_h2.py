@@ -22,7 +22,7 @@ from collections.abc import Callable
 from urllib.parse import unquote
 
 from autotune.errors import MeasurementError
-from autotune.loadgen._transport import Connection, Connector, InferError
+from autotune.loadgen._transport import Connection, Connector, Done, InferError
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
@@ -175,10 +175,10 @@ def grpc_message(serialized: bytes) -> bytes:
 
 
 class _Call:
-    __slots__ = ("future", "message", "pending", "received", "status", "window")
+    __slots__ = ("done", "message", "pending", "received", "status", "window")
 
-    def __init__(self, future: asyncio.Future[None], window: int) -> None:
-        self.future = future
+    def __init__(self, done: Done, window: int) -> None:
+        self.done: Done | None = done
         self.window = window
         self.pending = b""  # request bytes waiting for flow-control window
         self.status = b""
@@ -237,23 +237,20 @@ class H2Protocol(asyncio.Protocol):
 
     # --------------------------------------------------------- calls
 
-    def call(self, message: bytes) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self.closed is not None:
-            future.set_exception(self.closed)
-            return future
-        stream = self._next_id
-        if stream > MAX_STREAM_ID:
+    def call(self, message: bytes, done: Done) -> None:
+        """Start one call; ``done`` gets None or the InferError, later, from the loop."""
+        if self._next_id > MAX_STREAM_ID:
             self._abort("stream ids used up")
-            future.set_exception(InferError("connection closed: stream ids used up", closed=True))
-            return future
+        if self.closed is not None:
+            asyncio.get_running_loop().call_soon(done, self.closed)
+            return
+        stream = self._next_id
         self._next_id += 2
-        call = _Call(future, self._stream_window)
+        call = _Call(done, self._stream_window)
         self._calls[stream] = call
         call.pending = message
         assert self.transport is not None
         self._write(frame(HEADERS, END_HEADERS, stream, self._header_block) + self._data_frames(stream, call))
-        return future
 
     def _write(self, data: bytes) -> None:
         """Queue frames; callers woken in the same loop iteration share one send."""
@@ -302,12 +299,9 @@ class H2Protocol(asyncio.Protocol):
 
     def _finish(self, stream: int) -> None:
         call = self._calls.pop(stream, None)
-        if call is None or call.future.done():
-            return
-        if call.status == b"0":
-            call.future.set_result(None)
-            return
-        call.future.set_exception(InferError(_status_text(call.status, call.message)))
+        if call is not None:
+            ok = call.status == b"0"
+            _complete(call, None if ok else InferError(_status_text(call.status, call.message)))
 
     # --------------------------------------------------------- frames
 
@@ -328,8 +322,8 @@ class H2Protocol(asyncio.Protocol):
         elif kind == RST_STREAM:
             call = self._calls.pop(stream, None)
             code = int.from_bytes(buffer[start : start + 4], "big")
-            if call is not None and not call.future.done():
-                call.future.set_exception(InferError(f"gRPC stream reset by the server (HTTP/2 code {code})"))
+            if call is not None:
+                _complete(call, InferError(f"gRPC stream reset by the server (HTTP/2 code {code})"))
         elif kind == GOAWAY:
             self._on_goaway(buffer[start:end])
 
@@ -407,9 +401,7 @@ class H2Protocol(asyncio.Protocol):
         error = InferError(f"connection closed by the server (GOAWAY {code} {detail})".strip(), closed=True)
         self.closed = error
         for stream in [s for s in self._calls if s > last & 0x7FFFFFFF]:
-            call = self._calls.pop(stream)
-            if not call.future.done():
-                call.future.set_exception(error)
+            _complete(self._calls.pop(stream), error)
 
     def _abort(self, reason: str) -> None:
         self._fail_all(InferError(f"connection closed: {reason}", closed=True))
@@ -421,8 +413,13 @@ class H2Protocol(asyncio.Protocol):
             self.closed = error
         calls, self._calls = self._calls, {}
         for call in calls.values():
-            if not call.future.done():
-                call.future.set_exception(error)
+            _complete(call, error)
+
+
+def _complete(call: _Call, error: InferError | None) -> None:
+    done, call.done = call.done, None
+    if done is not None:
+        done(error)
 
 
 def _status_text(status: bytes, message: bytes) -> str:
@@ -444,8 +441,8 @@ class GrpcConnection:
     def __init__(self, protocol: H2Protocol, message: bytes, release: Callable[[H2Protocol], None]) -> None:
         self._protocol, self._message, self._release = protocol, message, release
 
-    async def infer(self) -> None:
-        await self._protocol.call(self._message)
+    def send(self, done: Done) -> None:
+        self._protocol.call(self._message, done)
 
     async def close(self) -> None:
         self._release(self._protocol)

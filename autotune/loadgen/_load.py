@@ -3,15 +3,16 @@
 Closed loop: ``concurrency`` slots, each with its own connection, send the next request
 as soon as the previous answer is back; latency runs from send to answer.
 
-Open loop: a dispatcher hands each due time of a :class:`Schedule` to an idle sender (a
-connection waiting for work); when none is idle the due time waits in a backlog and a new
-connection is opened, so the pool grows with the requests in flight (HTTP/1.1 carries one
-request per connection at a time), up to ``max_connections``. Latency runs from the
-**scheduled** time, so time a request spent waiting for the generator counts; lateness
-(actual send minus scheduled time) is recorded separately.
+Open loop: a timer (:mod:`._timer`) wakes at each due time of a :class:`Schedule` and
+hands the request to an idle connection; when none is idle the due time waits in a
+backlog and a new connection is opened, so the pool grows with the requests in flight
+(HTTP/1.1 carries one request per connection at a time), up to ``max_connections``.
+Latency runs from the **scheduled** time, so time a request spent waiting for the
+generator counts; lateness (actual send minus scheduled time) is recorded separately.
 
-Per request the work is a clock read or two and histogram increments; nothing is kept
-per request. :meth:`Load.rotate` closes a window and returns its :class:`Tally`.
+Requests run on callbacks, not tasks or futures: per request the work is a clock read or
+two, histogram increments and the send; nothing is kept per request. :meth:`Load.rotate`
+closes a window and returns its :class:`Tally`.
 """
 
 from __future__ import annotations
@@ -120,85 +121,65 @@ class Recorder:
 
 
 class Load:
-    """The load of one event loop. Start it with :meth:`open_closed` + :meth:`start_closed`
-    or :meth:`start_open`; watch it with :meth:`wait`; end it with :meth:`stop`."""
+    """The load of one event loop: :meth:`prepare` (connections), :meth:`start` (the clock
+    starts), :meth:`wait` (surfaces failures), :meth:`rotate` (a window), :meth:`stop`.
+
+    Requests run on callbacks, not tasks: an answer's callback records it and, closed loop,
+    sends the next request at once; open loop, the timer's callback sends what is due on
+    idle connections. Tasks only open connections."""
 
     def __init__(self, connect: Connector, max_connections: int = MAX_CONNECTIONS) -> None:
         self.recorder = Recorder()
+        self.running = False
         self._connect = connect
         self._max_connections = max_connections
         self._connections: list[Connection] = []
+        self._slots: list[_Slot] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # open loop
-        self._idle: list[asyncio.Future[int]] = []
+        self._idle: list[_Sender] = []
         self._backlog: deque[int] = deque()
         self._opening = 0
         self._offsets: Iterator[int] = iter(())
-        self._start_ns = 0
-        self._next_ns = 0
+        self._start_ns = self._next_ns = 0
+        self._timer: DueTimer | None = None
 
     async def prepare(self, job: Job) -> None:
         """Open the connections the job starts with (before the clock starts)."""
         if job.schedule is None:
-            await self.open_closed(job.concurrency)
+            for _ in range(job.concurrency):
+                self._slots.append(_Slot(self, await self._open()))
         else:
-            await self.open_pool(job.pool)
+            for _ in range(job.pool):
+                self._idle.append(_Sender(self, await self._open()))
 
     def start(self, job: Job, start_ns: int) -> None:
+        self.running = True
+        self.recorder.started = clock()
         if job.schedule is None:
-            self.start_closed()
-        else:
-            self.start_open(job.schedule, start_ns)
+            for slot in self._slots:
+                slot.go()
+            return
+        self._offsets = job.schedule.offsets()
+        self._start_ns = start_ns
+        self._next_ns = start_ns + next(self._offsets)
+        self._timer = DueTimer()
+        self._tick()
 
-    # ------------------------------------------------------------ closed loop
-
-    async def open_closed(self, concurrency: int) -> None:
-        """Open the slots' connections (before the clock starts)."""
-        self._connections = [await self._connect() for _ in range(concurrency)]
-
-    def start_closed(self) -> None:
-        for index in range(len(self._connections)):
-            self._spawn(self._slot(index))
-
-    async def _slot(self, index: int) -> None:
-        conn = self._connections[index]
-        while True:
-            start = clock()
-            try:
-                await conn.infer()
-            except InferError as exc:
-                self.recorder.fail(str(exc))
-                if exc.closed:
-                    conn = await self._reconnect(conn)
-                continue
-            self.recorder.latency.record(clock() - start)
+    async def _open(self) -> Connection:
+        conn = await self._connect()
+        self._connections.append(conn)
+        return conn
 
     # ------------------------------------------------------------ open loop
 
-    async def open_pool(self, connections: int) -> None:
-        """Open the first idle senders of an open-loop run (more open as needed)."""
-        for _ in range(connections):
-            conn = await self._connect()
-            self._connections.append(conn)
-            self._spawn(self._sender(conn))
-
-    def start_open(self, schedule: Schedule, start_ns: int) -> None:
-        self._offsets = schedule.offsets()
-        self._start_ns = start_ns
-        self._next_ns = start_ns + next(self._offsets)
-        self.recorder.started = clock()
-        self._spawn(self._dispatcher())
-
-    async def _dispatcher(self) -> None:
-        timer = DueTimer()
-        try:
-            while True:
-                now = clock()
-                self._dispatch_due(now)
-                await timer.until(max(self._next_ns, now + TICK_NS))
-        finally:
-            timer.close()
+    def _tick(self) -> None:
+        if not self.running or self._timer is None:
+            return
+        now = clock()
+        self._dispatch_due(now)
+        self._timer.arm(max(self._next_ns, now + TICK_NS), self._tick)
 
     def _dispatch_due(self, now: int) -> None:
         due, idle, backlog, recorder = self._next_ns, self._idle, self._backlog, self.recorder
@@ -206,7 +187,7 @@ class Load:
         while due <= now:
             recorder.due += 1
             if idle:
-                idle.pop().set_result(due)
+                idle.pop().fire(due)
             else:
                 backlog.append(due)
                 if self._opening < len(backlog) and self._room():
@@ -220,41 +201,32 @@ class Load:
 
     async def _grow(self) -> None:
         try:
-            conn = await self._connect()
+            conn = await self._open()
         finally:
             self._opening -= 1
-        self._connections.append(conn)
-        await self._sender(conn)
+        self.ready(_Sender(self, conn))
 
-    async def _sender(self, conn: Connection) -> None:
-        loop = asyncio.get_running_loop()
-        idle, backlog = self._idle, self._backlog
-        while True:
-            if backlog:
-                due = backlog.popleft()
-            else:
-                waiter: asyncio.Future[int] = loop.create_future()
-                idle.append(waiter)
-                due = await waiter
-            recorder = self.recorder
-            recorder.lateness.record(clock() - due)
-            recorder.sent += 1
-            try:
-                await conn.infer()
-            except InferError as exc:
-                self.recorder.fail(str(exc))
-                if exc.closed:
-                    conn = await self._reconnect(conn)
-                continue
-            self.recorder.latency.record(clock() - due)
+    def ready(self, sender: _Sender) -> None:
+        """An open-loop connection is free: the oldest waiting request, or idle."""
+        if self._backlog:
+            sender.fire(self._backlog.popleft())
+        else:
+            self._idle.append(sender)
 
     # ------------------------------------------------------------ both
 
-    async def _reconnect(self, conn: Connection) -> Connection:
-        await conn.close()
-        fresh = await self._connect()
-        self._connections = [fresh if c is conn else c for c in self._connections]
-        return fresh
+    def replace(self, worker: _Slot | _Sender) -> None:
+        """The worker's connection broke: open another, then carry on."""
+
+        async def reopen() -> None:
+            old = worker.conn
+            self._connections = [c for c in self._connections if c is not old]
+            await old.close()
+            worker.conn = await self._open()
+            if self.running:
+                worker.resume()
+
+        self._spawn(reopen())
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -271,7 +243,7 @@ class Load:
 
     @property
     def failed(self) -> asyncio.Future[None]:
-        """Done (with the exception) when a sender failed beyond an error answer."""
+        """Done (with the exception) when the load failed beyond an error answer."""
         return self._failed
 
     async def wait(self, seconds: float) -> None:
@@ -284,11 +256,15 @@ class Load:
         return self.rotate()
 
     def rotate(self) -> Tally:
-        if self._next_ns:
+        if self._timer is not None and self.running:
             self._dispatch_due(clock())  # what fell due while the loop was busy counts in this window
         return self.recorder.rotate(len(self._connections))
 
     async def stop(self) -> None:
+        self.running = False
+        if self._timer is not None:
+            self._timer.close()
+            self._timer = None
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -300,3 +276,63 @@ class Load:
             self._failed.cancel()
         elif not self._failed.cancelled():
             self._failed.exception()  # seen: it was raised, or the run is over anyway
+
+
+class _Slot:
+    """Closed loop: one connection that sends again as soon as it is answered."""
+
+    __slots__ = ("conn", "load", "sent_at")
+
+    def __init__(self, load: Load, conn: Connection) -> None:
+        self.load, self.conn, self.sent_at = load, conn, 0
+
+    def go(self) -> None:
+        self.sent_at = clock()
+        self.conn.send(self.answered)
+
+    resume = go
+
+    def answered(self, error: InferError | None) -> None:
+        load = self.load
+        if not load.running:
+            return
+        if error is None:
+            load.recorder.latency.record(clock() - self.sent_at)
+        else:
+            load.recorder.fail(str(error))
+            if error.closed:
+                load.replace(self)
+                return
+        self.go()
+
+
+class _Sender:
+    """Open loop: one connection that sends the request due at ``due`` when handed one."""
+
+    __slots__ = ("conn", "due", "load")
+
+    def __init__(self, load: Load, conn: Connection) -> None:
+        self.load, self.conn, self.due = load, conn, 0
+
+    def fire(self, due: int) -> None:
+        self.due = due
+        recorder = self.load.recorder
+        recorder.lateness.record(clock() - due)
+        recorder.sent += 1
+        self.conn.send(self.answered)
+
+    def resume(self) -> None:
+        self.load.ready(self)
+
+    def answered(self, error: InferError | None) -> None:
+        load = self.load
+        if not load.running:
+            return
+        if error is None:
+            load.recorder.latency.record(clock() - self.due)
+        else:
+            load.recorder.fail(str(error))
+            if error.closed:
+                load.replace(self)
+                return
+        load.ready(self)

@@ -15,6 +15,7 @@ import ctypes
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 _CLOCK_MONOTONIC = 1
@@ -32,13 +33,15 @@ class _Itimerspec(ctypes.Structure):
 
 
 class DueTimer:
-    """``await timer.until(ns)``: return at CLOCK_MONOTONIC time ``ns`` (or at once if past)."""
+    """``timer.arm(ns, callback)``: call ``callback()`` from the loop at CLOCK_MONOTONIC time
+    ``ns`` (at once if past). One pending wake-up at a time; arming again replaces it."""
 
     def __init__(self) -> None:
         self._fd = -1
-        self._waiter: asyncio.Future[None] | None = None
+        self._callback: Callable[[], None] | None = None
         self._spec = _Itimerspec()
         self._settime: Any = None  # libc's timerfd_settime, once opened
+        self._handle: asyncio.TimerHandle | None = None
         if sys.platform.startswith("linux"):
             self._open()
 
@@ -59,27 +62,35 @@ class DueTimer:
     def precise(self) -> bool:
         return self._fd >= 0
 
-    async def until(self, due_ns: int) -> None:
+    def arm(self, due_ns: int, callback: Callable[[], None]) -> None:
+        self._callback = callback
         if self._settime is None:
-            await asyncio.sleep(max(0, due_ns - time.monotonic_ns()) / 1e9)
+            loop = asyncio.get_running_loop()
+            if self._handle is not None:
+                self._handle.cancel()
+            self._handle = loop.call_later(max(0, due_ns - time.monotonic_ns()) / 1e9, self._run)
             return
         value = self._spec.it_value
         value.tv_sec, value.tv_nsec = divmod(max(due_ns, 1), 1_000_000_000)
         if self._settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(self._spec), None) != 0:
             raise OSError(ctypes.get_errno(), "timerfd_settime failed")
-        self._waiter = asyncio.get_running_loop().create_future()
-        await self._waiter
 
     def _fired(self) -> None:
         try:
             os.read(self._fd, 8)
         except BlockingIOError:  # re-armed before this read: not fired yet
             return
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._run()
+
+    def _run(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
 
     def close(self) -> None:
+        self._callback = None
+        if self._handle is not None:
+            self._handle.cancel()
         if self._fd >= 0:
             asyncio.get_running_loop().remove_reader(self._fd)
             os.close(self._fd)

@@ -27,8 +27,14 @@ class InferError(Exception):
         self.closed = closed
 
 
+Done = Callable[[InferError | None], None]
+
+
 class Connection(Protocol):
-    async def infer(self) -> None: ...
+    """One request at a time. ``send`` starts it and calls ``done`` exactly once, from the
+    event loop, with None or the error (never synchronously inside ``send``)."""
+
+    def send(self, done: Done) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -36,13 +42,32 @@ class Connection(Protocol):
 Connector = Callable[[], Awaitable[Connection]]
 
 
+async def infer(conn: Connection) -> None:
+    """One request, awaited (for checks and tests; the load uses ``send`` directly)."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(error: InferError | None) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    conn.send(done)
+    await future
+
+
+Answer = Callable[[int, bytes, InferError | None], None]
+
+
 class _Http1(asyncio.Protocol):
-    """One HTTP/1.1 exchange at a time; the answer's status and body resolve a future."""
+    """One HTTP/1.1 exchange at a time; the answer (status, body) goes to a callback."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self._buffer = b""
-        self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self._answer: Answer | None = None
         self._lost: InferError | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -51,18 +76,17 @@ class _Http1(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = InferError(f"connection closed by the server ({exc or 'EOF'})", closed=True)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(self._lost)
+        answer, self._answer = self._answer, None
+        if answer is not None:
+            answer(0, b"", self._lost)
 
-    def send(self, request: bytes) -> asyncio.Future[tuple[int, bytes]]:
-        waiter: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+    def send(self, request: bytes, answer: Answer) -> None:
         if self._lost is not None:
-            waiter.set_exception(self._lost)
-            return waiter
-        self._waiter = waiter
+            asyncio.get_running_loop().call_soon(answer, 0, b"", self._lost)
+            return
+        self._answer = answer
         assert self.transport is not None
         self.transport.write(request)
-        return waiter
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer + data if self._buffer else data
@@ -72,9 +96,9 @@ class _Http1(asyncio.Protocol):
             return
         status, body, used = parsed
         self._buffer = buffer[used:]
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result((status, body))
+        answer, self._answer = self._answer, None
+        if answer is not None:
+            answer(status, body, None)
 
 
 def _parse_response(buffer: bytes) -> tuple[int, bytes, int] | None:
@@ -116,6 +140,7 @@ def _parse_chunked(buffer: bytes, status: int, at: int) -> tuple[int, bytes, int
 class HttpConnection:
     def __init__(self, protocol: _Http1, request: bytes) -> None:
         self._protocol, self._request = protocol, request
+        self._done: Done | None = None
 
     @classmethod
     async def open(cls, host: str, port: int, request: bytes) -> HttpConnection:
@@ -126,13 +151,31 @@ class HttpConnection:
             raise MeasurementError(f"cannot connect to {host}:{port}: {exc}") from exc
         return cls(protocol, request)
 
-    async def infer(self) -> None:
-        status, body = await self._protocol.send(self._request)
-        if status != 200:
-            raise InferError(f"HTTP {status}: {body[:300].decode('utf-8', 'replace')}")
+    def send(self, done: Done) -> None:
+        self._done = done
+        self._protocol.send(self._request, self._answered)
+
+    def _answered(self, status: int, body: bytes, error: InferError | None) -> None:
+        done, self._done = self._done, None
+        if done is None:
+            return
+        if error is None and status != 200:
+            error = InferError(f"HTTP {status}: {body[:300].decode('utf-8', 'replace')}")
+        done(error)
 
     async def exchange(self, request: bytes) -> tuple[int, bytes]:
-        return await self._protocol.send(request)
+        future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+
+        def answer(status: int, body: bytes, error: InferError | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result((status, body))
+            else:
+                future.set_exception(error)
+
+        self._protocol.send(request, answer)
+        return await future
 
     async def close(self) -> None:
         if self._protocol.transport is not None:
