@@ -59,6 +59,7 @@ import _tools
 import yaml
 
 from autotune import model_config as mcfg
+from autotune.errors import AutotuneError
 from autotune.launch._common import free_ports
 from autotune.launch.local import LocalLauncher
 from autotune.search_space import SearchSpace, load_search_space
@@ -85,11 +86,13 @@ class Budget:
     autotune_args: tuple[str, ...]  # after the common ones; () = autotune's defaults
     repeats: int
     window_ms: int  # perf_analyzer's measurement interval when re-measuring
+    stability: int  # perf_analyzer's --stability-percentage (100: always its first 3 windows)
 
 
 def full_budget(args: argparse.Namespace) -> Budget:
     space = yaml.safe_load(SPACE_FILE.read_text(encoding="utf-8"))
-    return Budget(space, {}, args.ma_timeout_s, args.quick_watchdog_s, (), args.repeats, args.window_ms)
+    return Budget(space, {}, args.ma_timeout_s, args.quick_watchdog_s, (), args.repeats, args.window_ms,
+                  args.stability)
 
 
 def smoke_budget(args: argparse.Namespace) -> Budget:
@@ -100,7 +103,7 @@ def smoke_budget(args: argparse.Namespace) -> Budget:
     autotune = ("--max-trials", "2", "--time-budget", "60s", "--finalists", "1", "--repeats", "1",
                 "--window", "0.5")
     return Budget(space, {"optuna_min_trials": 2, "optuna_max_trials": 2}, 300.0,
-                  min(args.quick_watchdog_s, 60.0), autotune, 1, 1000)
+                  min(args.quick_watchdog_s, 60.0), autotune, 1, 1000, args.stability)
 
 
 # ---------------------------------------------------------------- records
@@ -245,6 +248,8 @@ def supervise(cmd: Sequence[str], cwd: Path, log_path: Path, limit_s: float,
         try:
             status = _wait(proc, started, limit_s, watch)
         finally:
+            if proc.poll() is None:  # we were interrupted: let it stop its own servers first
+                _interrupt(proc, 30.0)
             _stop_group(proc)
             reader.join(timeout=10)
     return status, time.monotonic() - started, watch
@@ -263,20 +268,20 @@ def _wait(proc: subprocess.Popen[str], started: float, limit_s: float, watch: Wa
         status = ("looped" if watch.repeats >= LOOP_REPEATS
                   else "timeout" if time.monotonic() - started > limit_s else "")
         if status:
-            _interrupt(proc)
+            _interrupt(proc, STOP_GRACE_S)
             return status
         time.sleep(0.5)
     return "finished" if proc.returncode == 0 else "failed"
 
 
-def _interrupt(proc: subprocess.Popen[str]) -> None:
+def _interrupt(proc: subprocess.Popen[str], grace_s: float) -> None:
     """SIGINT (what Ctrl-C sends): Model Analyzer saves its checkpoint after the current
-    measurement and exits; it is killed if it has not within STOP_GRACE_S."""
+    measurement and exits, autotune stops its server; killed if not gone within ``grace_s``."""
     proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(STOP_GRACE_S)
+        proc.wait(grace_s)
     except subprocess.TimeoutExpired:
-        _tools.log(f"pid {proc.pid} ignored SIGINT for {STOP_GRACE_S:.0f} s: killing its group")
+        _tools.log(f"pid {proc.pid} ignored SIGINT for {grace_s:.0f} s: killing its group")
 
 
 def _stop_group(proc: subprocess.Popen[str]) -> None:
@@ -469,6 +474,8 @@ def run_autotune(model: str, sla_ms: float, work: Path, peers: Peers, budget: Bu
     if not run_dirs:
         return ToolRun(model, "autotune", "failed", wall, 0, 0, None, _last_error(folder / "autotune.log"),
                        load1=load, log=str(folder / "autotune.log"))
+    failed = status != "finished"
+    status_note = f"{status}: {_last_error(folder / 'autotune.log')}; " if failed else ""
     outcome = reload_outcome(run_dirs[-1].parent)
     measured = [t for t in outcome.trials if t.reused_from is None and t.state != "RUNNING"]
     points = sum(len(t.measurement.points) for t in measured if t.measurement)
@@ -484,7 +491,7 @@ def run_autotune(model: str, sla_ms: float, work: Path, peers: Peers, budget: Bu
                "verifications": [{"trial": v.trial, "concurrency": v.concurrency, "sla_met": v.sla_met,
                                   "median_throughput": v.median_throughput}
                                  for v in outcome.info.verifications]}
-    note = f"{len(outcome.trials)} trials ({len(outcome.trials) - len(measured)} reused), " \
+    note = f"{status_note}{len(outcome.trials)} trials ({len(outcome.trials) - len(measured)} reused), " \
            f"{trials_s:.0f} s in trials, {wall - trials_s:.0f} s start-up/verification/report"
     return ToolRun(model, "autotune", status, wall, len(measured), points, winner, note, None, load,
                    str(folder / "autotune.log"), details)
@@ -508,8 +515,12 @@ def remeasure(runs: Sequence[ToolRun], sla_ms: float, work: Path, peers: Peers,
             assert run.winner is not None
             _tools.log(f"{run.model}: perf_analyzer on {run.tool}'s winner at concurrency "
                        f"{run.winner.concurrency}, repeat {repeat + 1}/{budget.repeats}")
-            point = measure_winner(run.model, run.winner, work / run.model / "remeasure" / _slug(run.tool),
-                                   peers, budget.window_ms)
+            folder = work / run.model / "remeasure" / _slug(run.tool)
+            try:
+                point = measure_winner(run.model, run.winner, folder, peers, budget)
+            except AutotuneError as exc:  # the server did not start or answer: say so, go on
+                _tools.log(f"{run.tool}'s winner could not be measured: {exc}")
+                continue
             if point is not None:
                 points[run.tool].append(point)
     return [Remeasured(r.tool, r.winner.concurrency, tuple(points[r.tool]), sla_ms)
@@ -520,7 +531,7 @@ def _slug(tool: str) -> str:
     return tool.lower().replace(" ", "-")
 
 
-def measure_winner(model: str, winner: Winner, folder: Path, peers: Peers, window_ms: int) -> PaPoint | None:
+def measure_winner(model: str, winner: Winner, folder: Path, peers: Peers, budget: Budget) -> PaPoint | None:
     config = mcfg.parse_config(winner.config)
     config.name = model
     stage = folder / "repo"
@@ -528,14 +539,16 @@ def measure_winner(model: str, winner: Winner, folder: Path, peers: Peers, windo
     launcher = LocalLauncher()
     with launcher.serve(stage, model, folder / "server.log") as server:
         port = server.grpc_port
-        perf_analyzer(peers.pa, model, port, winner.concurrency, 1000, folder / "warmup.csv", stability=100)
-        return perf_analyzer(peers.pa, model, port, winner.concurrency, window_ms, folder / "measure.csv")
+        perf_analyzer(peers.pa, model, port, winner.concurrency, 1000, folder / "warmup.csv", 100)
+        return perf_analyzer(peers.pa, model, port, winner.concurrency, budget.window_ms,
+                             folder / "measure.csv", budget.stability)
 
 
 def perf_analyzer(pa: _tools.PerfAnalyzer, model: str, grpc_port: int, concurrency: int, window_ms: int,
-                  out_csv: Path, stability: int = 10) -> PaPoint | None:
-    """One perf_analyzer measurement (its own stability rule, on p99); a measurement that never
-    settles is taken again with the rule relaxed and marked unstable."""
+                  out_csv: Path, stability: int) -> PaPoint | None:
+    """One perf_analyzer measurement: its stability rule on p99 with ``stability`` percent (100
+    takes the first 3 windows: a fixed length); one that never settles is taken again with
+    the rule relaxed and marked unstable."""
     for attempt_stability in (stability, 100):
         out_csv.unlink(missing_ok=True)
         cmd = [str(pa.binary), "-m", model, "-u", f"127.0.0.1:{grpc_port}", "-i", "grpc",
@@ -577,8 +590,9 @@ def describe(config_text: str) -> str:
 def table(model: str, sla_ms: float, runs: Sequence[ToolRun], measured: Sequence[Remeasured],
           budget: Budget) -> str:
     by_tool = {m.tool: m for m in measured}
-    head = (f"{model}: p99 <= {sla_ms:g} ms. Re-measured by perf_analyzer (gRPC, --percentile=99, "
-            f"{budget.window_ms} ms windows), {budget.repeats} repeats round-robin, medians.")
+    head = (f"{model}: p99 <= {sla_ms:g} ms. Winners re-measured by perf_analyzer (gRPC, --percentile=99, "
+            f"{budget.window_ms} ms windows, stability {budget.stability}%), {budget.repeats} repeats "
+            "round-robin; medians.")
     cols = f"{'tool/mode':<12} {'status':<8} {'wall':>7} {'load':>9} {'configs':>7} {'points':>6}  " \
            f"{'winner':<22} {'conc':>4} {'own thr':>8} {'thr':>8} {'p99 ms':>7} {'met':>5} {'goodput':>8}"
     lines = [head, cols, "-" * len(cols)]
@@ -659,6 +673,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="p99 SLA in ms (default bertQA=50 cnn=20)")
     parser.add_argument("--repeats", type=int, default=3, help="perf_analyzer re-measurements of each winner")
     parser.add_argument("--window-ms", type=int, default=4000, help="perf_analyzer measurement interval")
+    parser.add_argument("--stability", type=int, default=100,
+                        help="perf_analyzer --stability-percentage when re-measuring (default 100: "
+                        "3 windows, a fixed length; the spread shows across --repeats)")
     parser.add_argument("--quick-watchdog-s", type=float, default=600.0,
                         help="time limit for Model Analyzer's quick mode (it loops when bounded)")
     parser.add_argument("--ma-timeout-s", type=float, default=2400.0, help="time limit for brute and optuna")
@@ -674,6 +691,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminated)  # clean up (servers, temp folder) on kill too
     models = args.models or (["cnn"] if args.smoke else ["bertQA", "cnn"])
     slas = parse_sla(args.sla_ms, models)
     budget = smoke_budget(args) if args.smoke else full_budget(args)
@@ -687,6 +705,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _bench(args: argparse.Namespace, models: Sequence[str], slas: dict[str, float], budget: Budget,
            work: Path) -> int:
     peers = install(work, models)
@@ -696,35 +718,45 @@ def _bench(args: argparse.Namespace, models: Sequence[str], slas: dict[str, floa
     header = _header(args, load_before)
     print(header + "\n", flush=True)
     started = time.monotonic()
+    name = _name(args)
+    results: list[dict[str, Any]] = []
+    footer = ""
     with LoadMonitor() as monitor:
-        results = [bench_model(m, slas[m], args.modes, work, peers, budget, space_file, monitor)
-                   for m in models]
-        load = monitor.between(started, time.monotonic())
-    footer = f"total {time.monotonic() - started:.0f} s; 1-minute load mean {load[0]} max {load[1]}"
+        for model in models:  # saved after each model: a cut-short run keeps what it finished
+            results.append(bench_model(model, slas[model], args.modes, work, peers, budget, space_file,
+                                       monitor))
+            load = monitor.between(started, time.monotonic())
+            footer = f"total {time.monotonic() - started:.0f} s; 1-minute load mean {load[0]} max {load[1]}"
+            _save(name, header, results, footer, budget)
     print(footer, flush=True)
-    _save(args.out, header, results, footer, budget, args)
     return 0
 
 
 def _header(args: argparse.Namespace, load_before: float) -> str:
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True, check=False).stdout.strip()
+    git = ["git", "-C", str(ROOT)]
+    rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         check=False).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", "autotune"], capture_output=True, text=True,
+                           check=False).stdout.strip()
+    rev += " (+ uncommitted changes in autotune/)" if dirty else ""
     return (f"vs_model_analyzer {datetime.now(timezone.utc).isoformat(timespec='seconds')}  autotune {rev}  "
             f"Model Analyzer 1.58.0  perf_analyzer (tritonclient 2.41.0)  {platform.node()}  "
             f"{os.cpu_count()} cores  load {load_before:.2f} at start\n"
             f"$ .venv/bin/python benchmarks/vs_model_analyzer.py {shlex.join(sys.argv[1:])}")
 
 
-def _save(out: Path, header: str, results: list[dict[str, Any]], footer: str, budget: Budget,
-          args: argparse.Namespace) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+def _name(args: argparse.Namespace) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
-    name = f"vs_model_analyzer-{stamp}{'-smoke' if args.smoke else ''}"
+    return Path(args.out) / f"vs_model_analyzer-{stamp}{'-smoke' if args.smoke else ''}"
+
+
+def _save(base: Path, header: str, results: list[dict[str, Any]], footer: str, budget: Budget) -> None:
+    base.parent.mkdir(parents=True, exist_ok=True)
     text = "\n\n".join([header, *(r["table"] for r in results), footer]) + "\n"
-    (out / f"{name}.txt").write_text(text, encoding="utf-8")
+    base.with_suffix(".txt").write_text(text, encoding="utf-8")
     data = {"header": header, "budget": asdict(budget), "results": results, "footer": footer}
-    (out / f"{name}.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    _tools.log(f"wrote {out / name}.txt and .json")
+    base.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+    _tools.log(f"wrote {base}.txt and .json")
 
 
 if __name__ == "__main__":
