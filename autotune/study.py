@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
+from autotune.launch._pids import pid_alive
 from autotune.measure import Measurement, Point
 from autotune.objective import Sla, scores
 from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult
@@ -181,13 +182,7 @@ def _worker_alive(worker: str) -> bool:
         return False
     if host != socket.gethostname():
         return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return int(pid) != os.getpid()
+    return int(pid) != os.getpid() and pid_alive(int(pid))
 
 
 def redact(url: str) -> str:

@@ -28,6 +28,7 @@ from autotune.errors import (
 )
 from autotune.launch import make_launcher
 from autotune.launch._common import Launcher, Server, failure_line
+from autotune.launch._pids import pid_alive
 from autotune.loadgen import LoadGenerator, WindowPlan
 from autotune.measure import Measurement, Point, find_goodput
 from autotune.objective import Sla
@@ -198,13 +199,7 @@ def _owner_alive(record: dict[str, Any]) -> bool:
     pid = record.get("owner_pid")
     if not isinstance(pid, int) or pid == os.getpid():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def _mark_owner(run_dir: Path) -> None:
@@ -332,20 +327,24 @@ class _TrialRunner:
             raise
         self.events.trial_finished(next(r for r in study.results() if r.number == asked.number))
 
+    def generator(self, server: Server, plan: WindowPlan) -> LoadGenerator:
+        settings = self.prep.settings
+        return LoadGenerator.connect(
+            server.host,
+            server.http_port,
+            server.grpc_port,
+            settings.model,
+            protocol=settings.protocol,
+            plan=plan,
+        )
+
     def log_path(self, number: int) -> Path:
         return self.run_dir / "logs" / f"trial-{number:03d}.log"
 
     def measure(self, asked: Asked) -> Measurement:
         settings = self.prep.settings
         with self.serve(asked.candidate, self.log_path(asked.number), asked.number) as server:
-            gen = LoadGenerator.connect(
-                server.host,
-                server.http_port,
-                server.grpc_port,
-                settings.model,
-                protocol=settings.protocol,
-                plan=settings.plan,
-            )
+            gen = self.generator(server, settings.plan)
 
             def at(concurrency: int) -> Point:
                 point = gen.at_concurrency(concurrency)
@@ -459,14 +458,7 @@ def _verify_one(
     points: list[Point] = []
     try:
         with runner.serve(result.candidate, log, 1000 + result.number) as server:
-            gen = LoadGenerator.connect(
-                server.host,
-                server.http_port,
-                server.grpc_port,
-                settings.model,
-                protocol=settings.protocol,
-                plan=plan,
-            )
+            gen = runner.generator(server, plan)
             for i in range(settings.repeats):
                 events.verifying(result.number, concurrency, i + 1, settings.repeats)
                 points.append(gen.at_concurrency(concurrency))

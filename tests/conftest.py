@@ -28,3 +28,17 @@ def small_space(tmp_path: Path) -> Path:
         encoding="utf-8",
     )
     return path
+
+
+def servers_under(marker: Path) -> list[int]:
+    """Pids of tritonserver processes whose command line names a path under ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "tritonserver" in cmd and str(marker) in cmd:
+                found.append(int(proc.name))
+    return found

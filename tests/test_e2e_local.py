@@ -11,6 +11,7 @@ import pytest
 from autotune.cli import main
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
+from tests.conftest import servers_under
 
 pytestmark = pytest.mark.integration
 
@@ -44,20 +45,6 @@ def _run_dir(reports: Path) -> Path:
     return run_dir
 
 
-def _our_servers(marker: Path) -> list[int]:
-    """tritonserver processes whose command line names a path under ``marker``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "tritonserver" in cmd and str(marker) in cmd:
-                found.append(int(proc.name))
-    return found
-
-
 def test_tune_write_back_and_undo(toy_repo: Path, tmp_path: Path, small_space: Path) -> None:
     config = toy_repo / "toy" / "config.pbtxt"
     original = config.read_bytes()
@@ -82,7 +69,7 @@ def test_tune_write_back_and_undo(toy_repo: Path, tmp_path: Path, small_space: P
     assert len(backups) == 1 and backups[0].read_bytes() == original
     assert main(["apply", "--undo", str(run_dir)]) == 0
     assert config.read_bytes() == original
-    assert _our_servers(run_dir) == [] and _our_servers(toy_repo) == []
+    assert servers_under(run_dir) == [] and servers_under(toy_repo) == []
 
 
 def test_failing_candidates_are_recorded_and_the_search_goes_on(

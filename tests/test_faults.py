@@ -14,21 +14,9 @@ import pytest
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
 from autotune.study import INTERRUPTED
+from tests.conftest import servers_under
 
 pytestmark = pytest.mark.integration
-
-
-def _servers_under(marker: Path) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "tritonserver" in cmd and str(marker) in cmd:
-                found.append(int(proc.name))
-    return found
 
 
 def _argv(repo: Path, reports: Path, space: Path, trials: int) -> list[str]:
@@ -98,7 +86,7 @@ def test_tuner_stopped_mid_trial_then_resumed(
     else:
         assert proc.returncode == 130, out
         assert "--resume" in out
-        assert _servers_under(run_dir) == []
+        assert servers_under(run_dir) == []
     before = {t.number: t for t in reload_outcome(run_dir).trials if t.state == COMPLETE}
     assert 0 in before  # the baseline finished before the stop
 
@@ -107,7 +95,7 @@ def test_tuner_stopped_mid_trial_then_resumed(
     )
     assert again.returncode == 0, again.stderr
     assert "resuming the unfinished run" in again.stderr
-    assert _servers_under(run_dir) == []
+    assert servers_under(run_dir) == []
     after = reload_outcome(run_dir)
     for number, trial in before.items():  # nothing finished was lost or measured again
         assert after.trials[number].measurement == trial.measurement
@@ -180,7 +168,7 @@ def test_killed_at_many_points_then_resumed_loses_nothing(
     outcome = reload_outcome(run_dir)
     assert all(_complete(run_dir).get(n) == m for n, m in seen.items())
     assert len([t for t in outcome.trials if not t.reason.startswith("interrupted")]) == 5
-    assert outcome.info.winner is not None and _servers_under(run_dir) == []
+    assert outcome.info.winner is not None and servers_under(run_dir) == []
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.3, 0.8, 1.5])
@@ -212,24 +200,30 @@ def test_write_back_killed_midway_leaves_original_or_winner(
     assert config.read_bytes() == winner
     assert subprocess.run([*apply, "--undo"], env=env, timeout=60).returncode == 0
     assert config.read_bytes() == original
-    assert _servers_under(toy_repo) == []
+    assert servers_under(toy_repo) == []
 
 
-@pytest.mark.parametrize(("fault", "when", "reason"), [
-    ("crash", "instances>1", "exited"),
-    ("hang", "batching", "no request completed"),
-])
+@pytest.mark.parametrize(
+    ("fault", "when", "reason"),
+    [
+        ("crash", "instances>1", "exited"),
+        ("hang", "batching", "no request completed"),
+    ],
+)
 def test_crashing_or_hanging_candidates_fail_and_the_search_goes_on(
     fault: str, when: str, reason: str, toy_repo: Path, tmp_path: Path, small_space: Path
 ) -> None:
     config = toy_repo / "toy" / "config.pbtxt"
-    extra = "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n'
-                    for k, v in (("fault", fault), ("fault_when", when), ("fault_after", "20")))
+    extra = "".join(
+        f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n'
+        for k, v in (("fault", fault), ("fault_when", when), ("fault_after", "20"))
+    )
     config.write_text(config.read_text() + extra)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     reports = tmp_path / "reports"
-    done = subprocess.run(_argv(toy_repo, reports, small_space, 4), env=env, capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run(
+        _argv(toy_repo, reports, small_space, 4), env=env, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr
     run_dir = next(reports.glob("toy/*"))
     outcome = reload_outcome(run_dir)
@@ -237,4 +231,4 @@ def test_crashing_or_hanging_candidates_fail_and_the_search_goes_on(
     assert failed, "the faulty candidates must fail"
     assert all(reason in t.reason for t in failed), [t.reason for t in failed]
     assert outcome.winner is not None and outcome.winner.state == COMPLETE
-    assert _servers_under(run_dir) == []
+    assert servers_under(run_dir) == []

@@ -36,7 +36,7 @@ def reap(directory: Path | None = None) -> list[int]:
     reaped: list[int] = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         record = _read(path)
-        if record is None or _alive(int(str(record["owner"]))):
+        if record is None or pid_alive(int(str(record["owner"]))):
             continue
         pid = int(str(record["pid"]))
         if _cmdline(pid).startswith(str(record["command"])):
@@ -55,7 +55,8 @@ def _read(path: Path) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

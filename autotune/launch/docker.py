@@ -211,7 +211,7 @@ def _started(pid: int) -> str | None:
     except OSError:
         if Path("/proc/self/stat").exists():
             return None
-        return "" if _pids._alive(pid) else None
+        return "" if _pids.pid_alive(pid) else None
     return stat.rsplit(")", 1)[-1].split()[19]
 
 
