@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import io
 import json
 import os
 import platform
@@ -46,6 +47,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -62,6 +64,7 @@ from autotune import model_config as mcfg
 from autotune.errors import AutotuneError
 from autotune.launch._common import free_ports
 from autotune.launch.local import LocalLauncher
+from autotune.reload import reload_outcome
 from autotune.search_space import SearchSpace, load_search_space
 from autotune.staging import stage_model
 
@@ -304,13 +307,15 @@ class Peers:
     models: Path  # a repository of freshly built example models
     server_wrapper: Path
     pa_wrapper: Path
+    autotune_src: Path | None  # a snapshot of HEAD, or None: the working tree
 
 
-def install(work: Path, models: Sequence[str]) -> Peers:
+def install(work: Path, models: Sequence[str], worktree: bool) -> Peers:
     pa = _tools.ensure_perf_analyzer()
     server = _tools.find_tritonserver()
     return Peers(pa, _tools.ensure_model_analyzer(), server, _tools.example_models(models),
-                 server.wrapper(work / "bin" / "tritonserver"), pa.wrapper(work / "bin" / "perf_analyzer"))
+                 server.wrapper(work / "bin" / "tritonserver"), pa.wrapper(work / "bin" / "perf_analyzer"),
+                 None if worktree else autotune_snapshot(work))
 
 
 def ma_bounds(space: SearchSpace) -> dict[str, int]:
@@ -456,10 +461,23 @@ def _last_error(log: Path) -> str:
 # ---------------------------------------------------------------- autotune
 
 
+def autotune_snapshot(work: Path) -> Path:
+    """autotune as committed (HEAD), unpacked under ``work``: what the benchmark runs, so that
+    edits made to the working tree meanwhile cannot disturb an hour-long run; the folder to put
+    first on PYTHONPATH. (The packaged templates/ and search_spaces/ go inside the package, as
+    pyproject.toml maps them.)"""
+    src = work / "autotune-src"
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "HEAD", "autotune",
+                              "templates", "search_spaces"], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(src)  # our own repository's archive
+    for folder in ("templates", "search_spaces"):
+        (src / folder).rename(src / "autotune" / folder)
+    return src
+
+
 def run_autotune(model: str, sla_ms: float, work: Path, peers: Peers, budget: Budget, space_file: Path,
                  monitor: LoadMonitor) -> ToolRun:
-    from autotune.reload import reload_outcome
-
     folder = work / model / "autotune"
     repo, reports = folder / "repo", folder / "reports"
     _tools.copy_model(peers.models, model, repo)
@@ -468,7 +486,10 @@ def run_autotune(model: str, sla_ms: float, work: Path, peers: Peers, budget: Bu
            "--fresh", *budget.autotune_args]
     _tools.log(f"{model}: {shlex.join(cmd[1:])} (log {folder / 'autotune.log'})")
     start = time.monotonic()
-    status, wall, _ = supervise(cmd, folder, folder / "autotune.log", 3600.0, env=_plain_terminal())
+    env = _plain_terminal()
+    if peers.autotune_src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(peers.autotune_src), env.get("PYTHONPATH", "")])
+    status, wall, _ = supervise(cmd, folder, folder / "autotune.log", 3600.0, env=env)
     load = monitor.between(start, time.monotonic())
     run_dirs = sorted((reports / model).glob("*/run.json"))
     if not run_dirs:
@@ -684,6 +705,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--smoke", action="store_true", help="tiny budgets: checks the plumbing in minutes")
     parser.add_argument("--wait-quiet-s", type=float, default=0.0,
                         help=f"first wait up to this long for the 1-minute load to fall below {QUIET_LOAD}")
+    parser.add_argument("--worktree", action="store_true",
+                        help="run autotune from the working tree (default: a snapshot of HEAD)")
     parser.add_argument("--keep-work", action="store_true",
                         help="keep the temporary folder (logs, Model Analyzer's output)")
     return parser
@@ -711,7 +734,7 @@ def _terminated(signum: int, frame: object) -> None:
 
 def _bench(args: argparse.Namespace, models: Sequence[str], slas: dict[str, float], budget: Budget,
            work: Path) -> int:
-    peers = install(work, models)
+    peers = install(work, models, args.worktree)
     space_file = work / "space.yaml"
     space_file.write_text(yaml.safe_dump(budget.space, sort_keys=False), encoding="utf-8")
     load_before = wait_quiet(args.wait_quiet_s) if args.wait_quiet_s > 0 else load1()
@@ -736,9 +759,10 @@ def _header(args: argparse.Namespace, load_before: float) -> str:
     git = ["git", "-C", str(ROOT)]
     rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          check=False).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--", "autotune"], capture_output=True, text=True,
-                           check=False).stdout.strip()
-    rev += " (+ uncommitted changes in autotune/)" if dirty else ""
+    if args.worktree:
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "autotune"], capture_output=True,
+                               text=True, check=False).stdout.strip()
+        rev += " working tree" + (" with uncommitted changes" if dirty else "")
     return (f"vs_model_analyzer {datetime.now(timezone.utc).isoformat(timespec='seconds')}  autotune {rev}  "
             f"Model Analyzer 1.58.0  perf_analyzer (tritonclient 2.41.0)  {platform.node()}  "
             f"{os.cpu_count()} cores  load {load_before:.2f} at start\n"
