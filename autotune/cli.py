@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autotune import __version__
+from autotune import __version__, stopping
 from autotune.errors import AutotuneError, UsageError
 from autotune.objective import Sla
 from autotune.settings import LAUNCHERS, DockerOptions, RunSettings, parse_duration
@@ -289,7 +287,7 @@ def _clean(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    _terminate_cleanly()
+    stopping.install()  # SIGTERM unwinds like Ctrl-C: servers stopped, trial marked
     try:
         args = build_parser().parse_args(argv)
         code: int = args.handler(args)
@@ -305,16 +303,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-
-
-def _terminate_cleanly() -> None:
-    """SIGTERM unwinds like Ctrl-C (servers stopped, trial marked) instead of dying on the spot."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    with contextlib.suppress(ValueError):  # not the main thread (e.g. a test's worker thread)
-        signal.signal(signal.SIGTERM, handler)
 
 
 def _print_error(exc: AutotuneError) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from autotune import model_config as mcfg
+from autotune import stopping
 from autotune.errors import (
     AutotuneError,
     ConfigError,
@@ -129,6 +130,7 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     trial_runner = _TrialRunner(prep, launcher, run_dir, events)
     while study.finished_trials < settings.max_trials and _time_left(settings, started, study):
         trial_runner.run(study)
+    stopping.check()
     verifications = _verify(prep, launcher, run_dir, study, events)
     return _finish(prep, run_dir, study, verifications)
 
@@ -305,6 +307,7 @@ class _TrialRunner:
         self.search_sla = _tightened(prep.settings.sla, prep.settings.margin)
 
     def run(self, study: Study) -> None:
+        stopping.check()
         asked = study.ask()
         baseline = bool(asked.trial.user_attrs.get("baseline"))
         self.events.trial_started(asked.number, asked.candidate, baseline)
@@ -348,6 +351,7 @@ class _TrialRunner:
 
             def at(concurrency: int) -> Point:
                 point = gen.at_concurrency(concurrency)
+                stopping.check()
                 self.events.point_measured(asked.number, point)
                 return point
 
@@ -462,6 +466,7 @@ def _verify_one(
             for i in range(settings.repeats):
                 events.verifying(result.number, concurrency, i + 1, settings.repeats)
                 points.append(gen.at_concurrency(concurrency))
+                stopping.check()
     except (LaunchError, MeasurementError) as exc:
         events.trial_finished(replace(result, reason=f"verification failed: {exc}"))
         return None
