@@ -85,6 +85,13 @@ def _add_run(sub: Any) -> None:
         default="12m",
         help="wall time for the search, e.g. 90s, 10m, 1h (default 12m; 'none' for no limit)",
     )
+    budget.add_argument(
+        "--patience",
+        type=int,
+        default=6,
+        help="stop after this many measured configs in a row without a goodput 2%% better "
+        "than the best (default 6; 0: never)",
+    )
     run.add_argument(
         "--launcher",
         choices=LAUNCHERS,
@@ -189,6 +196,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         search_space=args.search_space,
         max_trials=args.max_trials,
         time_budget_s=budget,
+        patience=args.patience,
         launcher=args.launcher,
         write_back=args.write_back,
         reports_dir=args.reports_dir,

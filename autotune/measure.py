@@ -88,10 +88,15 @@ class Point:
 
 @dataclass(frozen=True)
 class Measurement:
-    """A candidate's goodput search: every point measured and the best one within the SLA."""
+    """A candidate's goodput search: every point measured and the best one within the SLA.
+
+    ``pruned``: the search stopped early because this candidate could not beat the best one
+    found so far (its first SLA-breaking point already had less throughput); ``best`` is then
+    a lower bound of its goodput."""
 
     points: tuple[Point, ...]
     best: Point | None  # highest throughput meeting the SLA; None if no point met it
+    pruned: bool = False
 
     @property
     def feasible(self) -> bool:
@@ -113,12 +118,18 @@ def find_goodput(
     low: int = 1,
     high: int = 32,
     *,
+    start: int | None = None,
+    beat: float = 0.0,
     saturation_gain: float = 0.03,
 ) -> Measurement:
     """Search concurrency for the highest throughput whose latency meets the SLA.
 
-    Doubles the concurrency from ``low`` while the SLA holds and throughput still grows,
-    then bisects between the last point that met the SLA and the first that broke it.
+    From ``start`` (default ``low``; the tuner passes the best candidate's concurrency, a good
+    guess for the next one): doubles while the SLA holds and throughput still grows, or halves
+    while it breaks; then bisects between the last point that met the SLA and the first that
+    broke it. Closed-loop throughput grows with concurrency, so the breaking point's throughput
+    bounds every feasible point below it: when that bound is under ``beat`` (the best goodput
+    found so far), the bisection cannot find a winner and is skipped (``pruned``).
     """
     points: dict[int, Point] = {}
 
@@ -127,11 +138,19 @@ def find_goodput(
             points[c] = measure_at(c)
         return points[c]
 
-    good, bad = _grow(at, sla, low, high, saturation_gain)
+    first = min(max(start if start is not None else low, low), high)
+    if sla.met_by(at(first)):
+        good, bad = _grow(at, sla, first, high, saturation_gain)
+    else:
+        good, bad = _descend(at, sla, first, low)
+    pruned = False
     if good is not None and bad is not None:
-        _bisect(at, sla, good, bad, saturation_gain)
+        if at(bad).throughput < beat * (1 - saturation_gain):
+            pruned = True
+        else:
+            _bisect(at, sla, good, bad, saturation_gain)
     ordered = tuple(points[c] for c in sorted(points))
-    return Measurement(points=ordered, best=best_point(ordered, sla))
+    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
 
 
 def _grow(
@@ -148,6 +167,17 @@ def _grow(
         if c >= high:
             return good, None
         c = min(c * 2, high)
+
+
+def _descend(at: Callable[[int], Point], sla: Sla, high: int, low: int) -> tuple[int | None, int]:
+    """Halve from ``high`` (which broke the SLA) to the first level that meets it."""
+    bad = c = high
+    while c > low:
+        c = max(low, c // 2)
+        if sla.met_by(at(c)):
+            return c, bad
+        bad = c
+    return None, bad
 
 
 def _bisect(at: Callable[[int], Point], sla: Sla, good: int, bad: int, gain: float) -> None:

@@ -39,6 +39,7 @@ class RunSettings:
     search_space: Path | None = None  # None: the packaged default
     max_trials: int = 20
     time_budget_s: float | None = 12 * 60.0
+    patience: int = 6  # stop after this many measured configs in a row without a better goodput; 0: off
     launcher: str = "local"
     write_back: bool = False
     reports_dir: Path = Path("reports")
@@ -61,6 +62,8 @@ class RunSettings:
             raise UsageError(f"unknown launcher {self.launcher!r} (choose from {', '.join(LAUNCHERS)})")
         if self.max_trials < 1:
             raise UsageError(f"--max-trials must be >= 1, got {self.max_trials}")
+        if self.patience < 0:
+            raise UsageError(f"--patience must be >= 0, got {self.patience}")
         if not 0.0 <= self.margin < 0.5:
             raise UsageError(f"--margin must be in [0, 0.5), got {self.margin}")
         if self.protocol not in ("http", "grpc"):

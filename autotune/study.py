@@ -207,13 +207,14 @@ def candidate_from_json(data: dict[str, Any]) -> Candidate:
 
 def _measurement_json(measurement: Measurement) -> dict[str, Any]:
     best = measurement.points.index(measurement.best) if measurement.best else None
-    return {"points": [p.to_dict() for p in measurement.points], "best": best}
+    return {"points": [p.to_dict() for p in measurement.points], "best": best, "pruned": measurement.pruned}
 
 
 def measurement_from_json(data: dict[str, Any]) -> Measurement:
     points = tuple(Point.from_dict(p) for p in data["points"])
     best = data.get("best")
-    return Measurement(points=points, best=points[best] if best is not None else None)
+    chosen = points[best] if best is not None else None
+    return Measurement(points=points, best=chosen, pruned=bool(data.get("pruned", False)))
 
 
 def _result(trial: FrozenTrial) -> TrialResult:

@@ -33,7 +33,7 @@ from autotune.launch._pids import pid_alive
 from autotune.loadgen import LoadGenerator, WindowPlan
 from autotune.measure import Measurement, Point, find_goodput
 from autotune.objective import Sla
-from autotune.results import COMPLETE, RunInfo, TrialResult, Verification
+from autotune.results import COMPLETE, FAIL, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, SearchSpace, load_search_space, params_of
 from autotune.settings import RunSettings
 from autotune.staging import stage_model
@@ -128,7 +128,11 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     started = time.monotonic()
     events.run_started(run_dir, settings.max_trials, settings.time_budget_s)
     trial_runner = _TrialRunner(prep, launcher, run_dir, events)
-    while study.finished_trials < settings.max_trials and _time_left(settings, started, study):
+    while (
+        study.finished_trials < settings.max_trials
+        and _time_left(settings, started, study)
+        and not converged(study.results(), settings.patience)
+    ):
         trial_runner.run(study)
     stopping.check()
     verifications = _verify(prep, launcher, run_dir, study, events)
@@ -301,6 +305,28 @@ def _time_left(settings: RunSettings, started: float, study: Study) -> bool:
     return elapsed + per_trial * 0.5 < settings.time_budget_s
 
 
+RAMP_S = 0.3  # warm-up before each point after a trial's first one (the first gets the plan's)
+IMPROVEMENT = 0.02  # a goodput this much better than the best so far counts as progress
+
+
+def converged(results: list[TrialResult], patience: int) -> bool:
+    """Whether the last ``patience`` configs measured (reused ones are free and do not count)
+    brought no goodput ``IMPROVEMENT`` better than the best before them."""
+    if patience < 1:
+        return False
+    best, since = 0.0, 0
+    for result in sorted(results, key=lambda r: r.number):
+        if result.reused_from is not None or result.state not in (COMPLETE, FAIL):
+            continue
+        if result.state == FAIL and result.reason.startswith("interrupted"):
+            continue
+        if result.goodput() > best * (1 + IMPROVEMENT):
+            best, since = result.goodput(), 0
+        else:
+            since += 1
+    return best > 0 and since >= patience
+
+
 class _TrialRunner:
     def __init__(self, prep: Prepared, launcher: Launcher, run_dir: Path, events: Events) -> None:
         self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run_dir, events
@@ -317,7 +343,7 @@ class _TrialRunner:
             if earlier is not None and earlier.measurement is not None:
                 study.tell_measured(asked, earlier.measurement, 0.0, reused_from=earlier.number)
             else:
-                measurement = self.measure(asked)
+                measurement = self.measure(asked, *self.incumbent(study))
                 study.tell_measured(asked, measurement, time.monotonic() - start)
         except (LaunchError, MeasurementError, ConfigError) as exc:
             log = self.log_path(asked.number)
@@ -344,24 +370,39 @@ class _TrialRunner:
     def log_path(self, number: int) -> Path:
         return self.run_dir / "logs" / f"trial-{number:03d}.log"
 
-    def measure(self, asked: Asked) -> Measurement:
+    def measure(self, asked: Asked, start: int | None = None, beat: float = 0.0) -> Measurement:
         settings = self.prep.settings
         with self.serve(asked.candidate, self.log_path(asked.number), asked.number) as server:
-            gen = self.generator(server, settings.plan)
+            first = self.generator(server, settings.plan)
+            # once the server is warm, a new concurrency level settles within a few requests
+            later = first.with_plan(replace(settings.plan, warmup_s=min(settings.plan.warmup_s, RAMP_S)))
+            done: list[Point] = []
 
             def at(concurrency: int) -> Point:
-                point = gen.at_concurrency(concurrency)
+                point = (later if done else first).at_concurrency(concurrency)
+                done.append(point)
                 stopping.check()
                 self.events.point_measured(asked.number, point)
                 return point
 
             space = self.prep.space
             try:
-                return find_goodput(at, self.search_sla, space.concurrency_min, space.concurrency_max)
+                return find_goodput(
+                    at, self.search_sla, space.concurrency_min, space.concurrency_max, start=start, beat=beat
+                )
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc
                 raise
+
+    @staticmethod
+    def incumbent(study: Study) -> tuple[int | None, float]:
+        """Where the next goodput search starts (the best candidate's concurrency) and the
+        goodput it must beat to be worth refining (see :func:`find_goodput`)."""
+        best = max((r for r in study.results() if r.feasible), key=lambda r: r.goodput(), default=None)
+        if best is None or best.best is None:
+            return None, 0.0
+        return best.best.concurrency, best.goodput()
 
     def serve(self, candidate: Candidate, log: Path, number: int) -> Any:
         config = mcfg.apply_candidate(self.prep.original, candidate)
@@ -421,31 +462,32 @@ def _reason(exc: AutotuneError, tail: str) -> str:
 # ---------------------------------------------------------------- verification and the winner
 
 
+CONTENDER = 0.90  # a finalist after the first is verified only within this fraction of its goodput
+
+
 def _verify(
     prep: Prepared, launcher: Launcher, run_dir: Path, study: Study, events: Events
 ) -> list[Verification]:
-    """Re-measure the finalists (and the baseline) at their operating points, several times,
-    with longer windows, so that noise cannot crown a loser."""
+    """Re-measure the finalists at their operating points, several times on one server, so
+    that noise cannot crown a loser nor hand the user a point that breaks the SLA. Only real
+    contenders are verified: those within ``CONTENDER`` of the best screening goodput."""
     settings = prep.settings
     if settings.repeats < 1:
         return []
-    results = study.results()
     ranked = sorted(
-        (r for r in results if r.feasible and r.reused_from is None), key=lambda r: r.goodput(), reverse=True
+        (r for r in study.results() if r.feasible and r.reused_from is None),
+        key=lambda r: r.goodput(),
+        reverse=True,
     )
-    chosen = ranked[: settings.finalists]
-    base = next((r for r in results if r.baseline and r.feasible), None)
-    if base is not None and base not in chosen:
-        chosen.append(base)
+    chosen = [r for r in ranked[: settings.finalists] if r.goodput() >= CONTENDER * ranked[0].goodput()]
     done = {v["trial"]: v for v in study.attr("verifications", [])}
-    plan = replace(settings.plan, window_s=settings.plan.window_s * 2, max_windows=settings.plan.max_windows)
     runner = _TrialRunner(prep, launcher, run_dir, events)
     out = []
     for result in chosen:
         if result.number in done:
             out.append(_verification_from_json(done[result.number]))
             continue
-        verification = _verify_one(runner, result, plan, settings, events)
+        verification = _verify_one(runner, result, settings, events)
         if verification is None:
             continue
         out.append(verification)
@@ -454,23 +496,34 @@ def _verify(
 
 
 def _verify_one(
-    runner: _TrialRunner, result: TrialResult, plan: WindowPlan, settings: RunSettings, events: Events
+    runner: _TrialRunner, result: TrialResult, settings: RunSettings, events: Events
 ) -> Verification | None:
-    assert result.best is not None and result.candidate is not None
-    concurrency = result.best.concurrency
+    """Every repeat must meet the SLA; if one does not, the next lower concurrency that met
+    it while searching is verified instead (once), on the same server."""
+    assert result.best is not None and result.candidate is not None and result.measurement is not None
+    levels = [result.best.concurrency]
+    lower = [p.concurrency for p in result.measurement.points if p.concurrency < levels[0]]
+    levels += [max(lower)] if lower else []
     log = runner.run_dir / "logs" / f"verify-{result.number:03d}.log"
-    points: list[Point] = []
+    ramp = replace(settings.plan, warmup_s=min(settings.plan.warmup_s, RAMP_S))
     try:
         with runner.serve(result.candidate, log, 1000 + result.number) as server:
-            gen = runner.generator(server, plan)
-            for i in range(settings.repeats):
-                events.verifying(result.number, concurrency, i + 1, settings.repeats)
-                points.append(gen.at_concurrency(concurrency))
-                stopping.check()
+            gen = runner.generator(server, settings.plan)
+            for concurrency in levels:
+                points: list[Point] = []
+                for i in range(settings.repeats):
+                    events.verifying(result.number, concurrency, i + 1, settings.repeats)
+                    points.append(gen.at_concurrency(concurrency))
+                    stopping.check()
+                    gen = gen.with_plan(ramp)
+                    if not settings.sla.met_by(points[-1]):
+                        break  # this level failed: no need to finish its repeats
+                met = sum(settings.sla.met_by(p) for p in points)
+                if met == settings.repeats:
+                    break
     except (LaunchError, MeasurementError) as exc:
         events.trial_finished(replace(result, reason=f"verification failed: {exc}"))
         return None
-    met = sum(settings.sla.met_by(p) for p in points)
     return Verification(result.number, concurrency, tuple(points), met)
 
 
@@ -493,11 +546,13 @@ def _verification_from_json(data: dict[str, Any]) -> Verification:
 
 
 def choose_winner(results: list[TrialResult], verifications: list[Verification]) -> int | None:
-    """Verified finalists that met the SLA in most repeats, by median throughput; else the
-    best feasible trial by its search measurement."""
-    passing = [v for v in verifications if v.sla_met * 2 > len(v.points)]
-    if passing:
-        return max(passing, key=lambda v: v.median_throughput).trial
+    """Verified finalists that met the SLA in every repeat (else in most), by median
+    throughput; else the best feasible trial not verified, by its search measurement."""
+    every = [v for v in verifications if v.points and v.sla_met == len(v.points)]
+    most = [v for v in verifications if v.sla_met * 2 > len(v.points)]
+    for passing in (every, most):
+        if passing:
+            return max(passing, key=lambda v: v.median_throughput).trial
     verified = {v.trial for v in verifications}
     feasible = [r for r in results if r.feasible and r.reused_from is None and r.number not in verified]
     if feasible:

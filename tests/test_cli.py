@@ -18,6 +18,7 @@ BAD_RUNS = [
     (["--time-budget", "soon"], "cannot read time budget"),
     (["--time-budget", "0m"], "cannot read time budget"),
     (["--max-trials", "0"], "--max-trials must be >= 1"),
+    (["--patience", "-1"], "--patience must be >= 0"),
     (["--launcher", "kubernetes"], "invalid choice"),
     (["--launcher", "remote"], "needs --url"),
     (["--search-space", "{tmp}/none.yaml"], "search space file not found"),

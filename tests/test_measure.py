@@ -50,6 +50,35 @@ def test_bisection_between_last_good_and_first_bad() -> None:
     assert find_goodput(at, Sla(95, 55.0), 1, 4).best.concurrency == 4  # type: ignore[union-attr]
 
 
+def test_search_from_a_start_above_the_knee_halves_then_bisects() -> None:
+    slow = lambda c: point(c, c * 100.0, 10.0 * c)  # noqa: E731 - p95 = 10 ms x concurrency
+    result = find_goodput(slow, Sla(95, 55.0), 1, 32, start=16)
+    assert [p.concurrency for p in result.points] == [4, 5, 6, 8, 16]
+    assert result.best is not None and result.best.concurrency == 5 and not result.pruned
+
+
+def test_search_from_a_start_below_the_knee_grows_from_there() -> None:
+    slow = lambda c: point(c, c * 100.0, 10.0 * c)  # noqa: E731
+    result = find_goodput(slow, Sla(95, 55.0), 1, 32, start=4)
+    assert [p.concurrency for p in result.points] == [4, 5, 6, 8]
+    assert result.best is not None and result.best.concurrency == 5
+    assert find_goodput(slow, Sla(95, 55.0), 2, 32, start=99).points[-1].concurrency == 32  # clamped
+
+
+def test_no_level_meets_the_sla_from_a_high_start() -> None:
+    result = find_goodput(lambda c: point(c, 10.0 * c, 80.0 * c), Sla(95, 50.0), 1, 32, start=8)
+    assert result.best is None and [p.concurrency for p in result.points] == [1, 2, 4, 8]
+
+
+def test_a_candidate_that_cannot_beat_the_incumbent_is_not_refined() -> None:
+    slow = lambda c: point(c, c * 100.0, 10.0 * c)  # noqa: E731 - SLA breaks at 6, 600/s
+    pruned = find_goodput(slow, Sla(95, 55.0), 1, 32, start=4, beat=1000.0)
+    assert pruned.pruned and [p.concurrency for p in pruned.points] == [4, 8]
+    assert pruned.best is not None and pruned.best.concurrency == 4  # a lower bound, still feasible
+    close = find_goodput(slow, Sla(95, 55.0), 1, 32, start=4, beat=790.0)  # 800/s at 8 could hide a winner
+    assert not close.pruned and close.best is not None and close.best.concurrency == 5
+
+
 def test_infeasible_candidate_reports_the_closest_point() -> None:
     result = find_goodput(lambda c: point(c, 10.0 * c, 80.0 * c), Sla(95, 50.0), 1, 32)
     assert result.best is None and not result.feasible
