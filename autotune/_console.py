@@ -21,8 +21,9 @@ console = Console(stderr=True, highlight=False)
 class RichEvents:
     """Two bars: trials done of the budget, and the trial in flight with its latest point."""
 
-    def __init__(self) -> None:
+    def __init__(self, percentile: int = 95) -> None:
         self.run_dir: Path | None = None
+        self._pct = percentile  # the SLA's: the latency shown
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -61,13 +62,14 @@ class RichEvents:
     def point_measured(self, number: int, point: Point) -> None:
         self._progress.update(
             self._current,
-            status=f"c={point.concurrency}: {point.throughput:.0f} infer/s, p95 {point.p95_ms:.1f} ms",
+            status=f"c={point.concurrency}: {point.throughput:.0f} infer/s, "
+            f"p{self._pct} {point.latency_ms(self._pct):.1f} ms",
         )
 
     def trial_finished(self, result: TrialResult) -> None:
         if self._trials is not None and result.reason.startswith("verification") is False:
             self._progress.advance(self._trials)
-        self._log(_trial_line(result))
+        self._log(_trial_line(result, self._pct))
 
     def verifying(self, trial: int, concurrency: int, repeat: int, repeats: int) -> None:
         if self._current is not None:
@@ -88,7 +90,7 @@ def _force() -> bool:
     return False
 
 
-def _trial_line(result: TrialResult) -> str:
+def _trial_line(result: TrialResult, pct: int) -> str:
     label = result.candidate.label() if result.candidate else "?"
     head = f"trial {result.number:>3} {label}"
     if result.state != COMPLETE:
@@ -99,10 +101,12 @@ def _trial_line(result: TrialResult) -> str:
     best = result.best
     if best is None:
         point = result.measurement.points[0]
-        return f"{head}: misses the SLA even at concurrency {point.concurrency} (p95 {point.p95_ms:.1f} ms)"
+        latency = point.latency_ms(pct)
+        return f"{head}: misses the SLA even at concurrency {point.concurrency} (p{pct} {latency:.1f} ms)"
+    pruned = ", not refined: cannot beat the best" if result.measurement.pruned else ""
     return (
         f"{head}: {best.throughput:.0f} infer/s at concurrency {best.concurrency}, "
-        f"p95 {best.p95_ms:.1f} ms ({result.duration_s:.0f} s)"
+        f"p{pct} {best.latency_ms(pct):.1f} ms ({result.duration_s:.0f} s{pruned})"
     )
 
 

@@ -88,9 +88,9 @@ def _add_run(sub: Any) -> None:
     budget.add_argument(
         "--patience",
         type=int,
-        default=6,
-        help="stop after this many measured configs in a row without a goodput 2%% better "
-        "than the best (default 6; 0: never)",
+        default=5,
+        help="stop after this many measured configs in a row without a goodput 5%% better "
+        "than the best (default 5; 0: never)",
     )
     run.add_argument(
         "--launcher",
@@ -124,7 +124,13 @@ def _add_run(sub: Any) -> None:
         "--finalists", type=int, default=2, help="top configs re-measured at the end (default 2)"
     )
     run.add_argument("--repeats", type=int, default=3, help="re-measurements of each finalist (default 3)")
-    run.add_argument("--window", type=float, default=1.0, help="measurement window in seconds (default 1.0)")
+    run.add_argument(
+        "--window",
+        type=float,
+        default=0.5,
+        help="measurement window in seconds while searching; finalists are verified with "
+        "windows twice as long (default 0.5)",
+    )
     run.add_argument("--tritonserver", type=Path, help="local launcher: the tritonserver binary to use")
     run.add_argument("--url", default="", help="remote launcher: HOST:HTTP_PORT of a running server")
     run.add_argument("--grpc-url", default="", help="remote launcher: HOST:GRPC_PORT (for --protocol grpc)")
@@ -205,7 +211,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         seed=args.seed,
         storage=args.storage,
         study_name=args.study_name,
-        plan=WindowPlan(window_s=args.window, warmup_s=args.window, percentile=sla.percentile),
+        plan=WindowPlan(window_s=args.window, warmup_s=max(args.window, 1.0), percentile=sla.percentile),
         finalists=args.finalists,
         repeats=args.repeats,
         margin=args.margin,
@@ -228,7 +234,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             settings = replace(settings, run_dir=unfinished)
     prep = tuner.prepare(settings, gpu_available=gpu_available())
-    events = RichEvents()
+    events = RichEvents(settings.sla.percentile)
     try:
         with events:
             outcome = tuner.tune(prep, events)

@@ -127,9 +127,10 @@ def find_goodput(
     From ``start`` (default ``low``; the tuner passes the best candidate's concurrency, a good
     guess for the next one): doubles while the SLA holds and throughput still grows, or halves
     while it breaks; then bisects between the last point that met the SLA and the first that
-    broke it. Closed-loop throughput grows with concurrency, so the breaking point's throughput
-    bounds every feasible point below it: when that bound is under ``beat`` (the best goodput
-    found so far), the bisection cannot find a winner and is skipped (``pruned``).
+    broke it, unless both gave the same throughput. Closed-loop throughput grows with
+    concurrency, so the breaking point's throughput bounds every feasible point below it: when
+    that bound is under ``beat`` (the best goodput found so far), the bisection cannot find a
+    winner and is skipped (``pruned``).
     """
     points: dict[int, Point] = {}
 
@@ -147,8 +148,9 @@ def find_goodput(
     if good is not None and bad is not None:
         if at(bad).throughput < beat * (1 - saturation_gain):
             pruned = True
-        else:
+        elif at(bad).throughput >= at(good).throughput * (1 + saturation_gain):
             _bisect(at, sla, good, bad, saturation_gain)
+        # else saturated between the two: a level in between would only add latency
     ordered = tuple(points[c] for c in sorted(points))
     return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
 

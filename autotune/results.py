@@ -55,6 +55,10 @@ class Verification:
         values = sorted(p.throughput for p in self.points)
         return values[len(values) // 2] if values else 0.0
 
+    def median_latency_ms(self, percentile: int) -> float:
+        values = sorted(p.latency_ms(percentile) for p in self.points)
+        return values[len(values) // 2] if values else 0.0
+
 
 @dataclass(frozen=True)
 class RunInfo:

@@ -39,7 +39,7 @@ class RunSettings:
     search_space: Path | None = None  # None: the packaged default
     max_trials: int = 20
     time_budget_s: float | None = 12 * 60.0
-    patience: int = 6  # stop after this many measured configs in a row without a better goodput; 0: off
+    patience: int = 5  # stop after this many measured configs in a row without a better goodput; 0: off
     launcher: str = "local"
     write_back: bool = False
     reports_dir: Path = Path("reports")

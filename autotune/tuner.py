@@ -128,14 +128,17 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     started = time.monotonic()
     events.run_started(run_dir, settings.max_trials, settings.time_budget_s)
     trial_runner = _TrialRunner(prep, launcher, run_dir, events)
-    while (
-        study.finished_trials < settings.max_trials
-        and _time_left(settings, started, study)
-        and not converged(study.results(), settings.patience)
-    ):
-        trial_runner.run(study)
-    stopping.check()
-    verifications = _verify(prep, launcher, run_dir, study, events)
+    try:
+        while (
+            study.finished_trials < settings.max_trials
+            and _time_left(settings, started, study)
+            and not converged(study.results(), settings.patience)
+        ):
+            trial_runner.run(study)
+        stopping.check()
+        verifications = _verify(prep, launcher, run_dir, study, events)
+    finally:
+        launcher.drain()  # no server outlives the run
     return _finish(prep, run_dir, study, verifications)
 
 
@@ -306,7 +309,7 @@ def _time_left(settings: RunSettings, started: float, study: Study) -> bool:
 
 
 RAMP_S = 0.3  # warm-up before each point after a trial's first one (the first gets the plan's)
-IMPROVEMENT = 0.02  # a goodput this much better than the best so far counts as progress
+IMPROVEMENT = 0.05  # a goodput this much better than the best so far counts as progress (not noise)
 
 
 def converged(results: list[TrialResult], patience: int) -> bool:
@@ -505,10 +508,11 @@ def _verify_one(
     lower = [p.concurrency for p in result.measurement.points if p.concurrency < levels[0]]
     levels += [max(lower)] if lower else []
     log = runner.run_dir / "logs" / f"verify-{result.number:03d}.log"
-    ramp = replace(settings.plan, warmup_s=min(settings.plan.warmup_s, RAMP_S))
+    plan = replace(settings.plan, window_s=settings.plan.window_s * 2)  # longer than screening
+    ramp = replace(plan, warmup_s=min(plan.warmup_s, RAMP_S))
     try:
         with runner.serve(result.candidate, log, 1000 + result.number) as server:
-            gen = runner.generator(server, settings.plan)
+            gen = runner.generator(server, plan)
             for concurrency in levels:
                 points: list[Point] = []
                 for i in range(settings.repeats):
@@ -545,14 +549,22 @@ def _verification_from_json(data: dict[str, Any]) -> Verification:
     )
 
 
-def choose_winner(results: list[TrialResult], verifications: list[Verification]) -> int | None:
+TIE = 0.02  # verified throughputs this close are a tie: the lower latency wins
+
+
+def choose_winner(
+    results: list[TrialResult], verifications: list[Verification], percentile: int = 95
+) -> int | None:
     """Verified finalists that met the SLA in every repeat (else in most), by median
-    throughput; else the best feasible trial not verified, by its search measurement."""
+    throughput, a tie going to the lower latency (more headroom under the SLA); else the
+    best feasible trial not verified, by its search measurement."""
     every = [v for v in verifications if v.points and v.sla_met == len(v.points)]
     most = [v for v in verifications if v.sla_met * 2 > len(v.points)]
     for passing in (every, most):
         if passing:
-            return max(passing, key=lambda v: v.median_throughput).trial
+            top = max(v.median_throughput for v in passing)
+            tied = [v for v in passing if v.median_throughput >= top * (1 - TIE)]
+            return min(tied, key=lambda v: v.median_latency_ms(percentile)).trial
     verified = {v.trial for v in verifications}
     feasible = [r for r in results if r.feasible and r.reused_from is None and r.number not in verified]
     if feasible:
@@ -562,7 +574,7 @@ def choose_winner(results: list[TrialResult], verifications: list[Verification])
 
 def _finish(prep: Prepared, run_dir: Path, study: Study, verifications: list[Verification]) -> Outcome:
     results = study.results()
-    winner = choose_winner(results, verifications)
+    winner = choose_winner(results, verifications, prep.settings.sla.percentile)
     record = read_run(run_dir)
     info = RunInfo(
         run_id=record["run_id"],

@@ -51,9 +51,10 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,12 @@ class Remeasured:
     @property
     def median_p99(self) -> float:
         return statistics.median(p.p99_ms for p in self.points) if self.points else 0.0
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median of the re-measured throughput: the noise between repeats."""
+        thr = [p.throughput for p in self.points]
+        return (max(thr) - min(thr)) / statistics.median(thr) if len(thr) > 1 and min(thr) > 0 else 0.0
 
     @property
     def goodput(self) -> float:
@@ -354,10 +361,9 @@ def ma_config(model: str, sla_ms: float, mode: str, repo: Path, out: Path, peers
     }
 
 
-def run_model_analyzer(model: str, sla_ms: float, mode: str, work: Path, peers: Peers, budget: Budget,
+def run_model_analyzer(model: str, sla_ms: float, mode: str, folder: Path, peers: Peers, budget: Budget,
                        space: SearchSpace, monitor: LoadMonitor) -> ToolRun:
     tool = f"MA {mode}"
-    folder = work / model / f"ma-{mode}"
     repo, out = folder / "repo", folder / "out"
     (out / "export").mkdir(parents=True)
     _tools.copy_model(peers.models, model, repo)
@@ -467,6 +473,7 @@ def autotune_snapshot(work: Path) -> Path:
     first on PYTHONPATH. (The packaged templates/ and search_spaces/ go inside the package, as
     pyproject.toml maps them.)"""
     src = work / "autotune-src"
+    shutil.rmtree(src, ignore_errors=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "HEAD", "autotune",
                               "templates", "search_spaces"], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -476,9 +483,8 @@ def autotune_snapshot(work: Path) -> Path:
     return src
 
 
-def run_autotune(model: str, sla_ms: float, work: Path, peers: Peers, budget: Budget, space_file: Path,
-                 monitor: LoadMonitor) -> ToolRun:
-    folder = work / model / "autotune"
+def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: Budget, space_file: Path,
+                 monitor: LoadMonitor, tool: str = "autotune") -> ToolRun:
     repo, reports = folder / "repo", folder / "reports"
     _tools.copy_model(peers.models, model, repo)
     cmd = [sys.executable, "-m", "autotune.cli", "run", "--model", model, "--model-repository", str(repo),
@@ -493,7 +499,7 @@ def run_autotune(model: str, sla_ms: float, work: Path, peers: Peers, budget: Bu
     load = monitor.between(start, time.monotonic())
     run_dirs = sorted((reports / model).glob("*/run.json"))
     if not run_dirs:
-        return ToolRun(model, "autotune", "failed", wall, 0, 0, None, _last_error(folder / "autotune.log"),
+        return ToolRun(model, tool, "failed", wall, 0, 0, None, _last_error(folder / "autotune.log"),
                        load1=load, log=str(folder / "autotune.log"))
     failed = status != "finished"
     status_note = f"{status}: {_last_error(folder / 'autotune.log')}; " if failed else ""
@@ -514,7 +520,7 @@ def run_autotune(model: str, sla_ms: float, work: Path, peers: Peers, budget: Bu
                                  for v in outcome.info.verifications]}
     note = f"{status_note}{len(outcome.trials)} trials ({len(outcome.trials) - len(measured)} reused), " \
            f"{trials_s:.0f} s in trials, {wall - trials_s:.0f} s start-up/verification/report"
-    return ToolRun(model, "autotune", status, wall, len(measured), points, winner, note, None, load,
+    return ToolRun(model, tool, status, wall, len(measured), points, winner, note, None, load,
                    str(folder / "autotune.log"), details)
 
 
@@ -615,7 +621,8 @@ def table(model: str, sla_ms: float, runs: Sequence[ToolRun], measured: Sequence
             f"{budget.window_ms} ms windows, stability {budget.stability}%), {budget.repeats} repeats "
             "round-robin; medians.")
     cols = f"{'tool/mode':<12} {'status':<8} {'wall':>7} {'load':>9} {'configs':>7} {'points':>6}  " \
-           f"{'winner':<22} {'conc':>4} {'own thr':>8} {'thr':>8} {'p99 ms':>7} {'met':>5} {'goodput':>8}"
+           f"{'winner':<22} {'conc':>4} {'own thr':>8} {'thr':>8} {'spread':>6} {'p99 ms':>7} {'met':>5} " \
+           f"{'goodput':>8}"
     lines = [head, cols, "-" * len(cols)]
     for run in runs:
         lines.append(_row(run, by_tool.get(run.tool)))
@@ -634,7 +641,8 @@ def _row(run: ToolRun, m: Remeasured | None) -> str:
         return left + mid + f"{'(not re-measured)':>8}"
     good = f"{m.goodput:>8.1f}" if m.goodput else f"{'MISS':>8}"
     met = f"{m.met}/{len(m.points)}"
-    return left + mid + f"{m.median_throughput:>8.1f} {m.median_p99:>7.1f} {met:>5} {good}"
+    spread = f"{m.spread:.0%}"
+    return left + mid + f"{m.median_throughput:>8.1f} {spread:>6} {m.median_p99:>7.1f} {met:>5} {good}"
 
 
 def ratios(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> list[str]:
@@ -644,6 +652,13 @@ def ratios(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> list[str]
     out = []
     for run in runs:
         if run.tool == "autotune":
+            continue
+        if run.tool.startswith("autotune"):  # a repeat of ours: do the two agree?
+            g_again, g_first = _goodput(by_tool.get(run.tool)), _goodput(by_tool.get("autotune"))
+            same = "same winner" if run.winner and ours.winner and run.winner.config == ours.winner.config \
+                else "another winner"
+            agree = f"{g_again / g_first:.2f}x" if g_first else "n/a"
+            out.append(f"{run.tool} / autotune goodput {agree:>6}   ({same})")
             continue
         g_ours, g_theirs = _goodput(by_tool.get("autotune")), _goodput(by_tool.get(run.tool))
         goodput = f"{g_ours / g_theirs:.2f}x" if g_theirs else ("n/a (MA has none)" if g_ours else "n/a")
@@ -669,18 +684,42 @@ def parse_sla(values: Sequence[str], models: Sequence[str]) -> dict[str, float]:
     return slas
 
 
+def once(folder: Path, run: Callable[[Path], ToolRun]) -> ToolRun:
+    """Run a tool in ``folder``, or read back its result if a run in this work folder (``--work``)
+    finished it before: an interrupted benchmark resumes where it stopped."""
+    record = folder / "result.json"
+    if record.is_file():
+        _tools.log(f"reusing the finished run in {folder}")
+        data = json.loads(record.read_text(encoding="utf-8"))
+        winner = Winner(**data["winner"]) if data["winner"] else None
+        note = " ".join(filter(None, [data["note"], "[from an earlier invocation, --work]"]))
+        return ToolRun(**{**data, "winner": winner, "load1": tuple(data["load1"]), "note": note})
+    shutil.rmtree(folder, ignore_errors=True)  # what a killed run left
+    folder.mkdir(parents=True)
+    result = run(folder)
+    record.write_text(json.dumps(asdict(result), indent=1, default=str), encoding="utf-8")
+    return result
+
+
 def bench_model(model: str, sla_ms: float, modes: Sequence[str], work: Path, peers: Peers, budget: Budget,
-                space_file: Path, monitor: LoadMonitor) -> dict[str, Any]:
+                space_file: Path, monitor: LoadMonitor, autotune_runs: int = 2) -> dict[str, Any]:
     space = load_search_space(space_file)
-    runs = [run_model_analyzer(model, sla_ms, mode, work, peers, budget, space, monitor) for mode in modes]
-    runs.append(run_autotune(model, sla_ms, work, peers, budget, space_file, monitor))
+    runs = [once(work / model / f"ma-{mode}", partial(run_model_analyzer, model, sla_ms, mode, peers=peers,
+                                                    budget=budget, space=space, monitor=monitor))
+            for mode in modes]
+    for i in range(autotune_runs):  # the second run: do two runs agree?
+        tool = "autotune" if i == 0 else f"autotune #{i + 1}"
+        ours = partial(run_autotune, model, sla_ms, peers=peers, budget=budget, space_file=space_file,
+                       monitor=monitor, tool=tool)
+        runs.append(once(work / model / _slug(tool).replace("#", ""), ours))
     start = time.monotonic()
     measured = remeasure(runs, sla_ms, work, peers, budget)
     text = table(model, sla_ms, runs, measured, budget)
     print(text + "\n", flush=True)
     return {"model": model, "sla_p99_ms": sla_ms, "runs": [asdict(r) for r in runs],
             "remeasured": [{**asdict(m), "met": m.met, "median_throughput": m.median_throughput,
-                            "median_p99_ms": m.median_p99, "goodput": m.goodput} for m in measured],
+                            "median_p99_ms": m.median_p99, "goodput": m.goodput,
+                            "spread": round(m.spread, 3)} for m in measured],
             "remeasure_s": round(time.monotonic() - start, 1),
             "remeasure_load1": monitor.between(start, time.monotonic()), "table": text}
 
@@ -693,6 +732,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sla-ms", nargs="+", default=[], metavar="[MODEL=]MS",
                         help="p99 SLA in ms (default bertQA=50 cnn=20)")
     parser.add_argument("--repeats", type=int, default=3, help="perf_analyzer re-measurements of each winner")
+    parser.add_argument("--autotune-runs", type=int, default=2,
+                        help="autotune runs per model (the second shows whether two runs agree)")
     parser.add_argument("--window-ms", type=int, default=4000, help="perf_analyzer measurement interval")
     parser.add_argument("--stability", type=int, default=100,
                         help="perf_analyzer --stability-percentage when re-measuring (default 100: "
@@ -707,6 +748,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"first wait up to this long for the 1-minute load to fall below {QUIET_LOAD}")
     parser.add_argument("--worktree", action="store_true",
                         help="run autotune from the working tree (default: a snapshot of HEAD)")
+    parser.add_argument("--work", type=Path, help="work folder, kept; tools that finished in it before "
+                        "are not run again (resume with the same options)")
     parser.add_argument("--keep-work", action="store_true",
                         help="keep the temporary folder (logs, Model Analyzer's output)")
     return parser
@@ -718,11 +761,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     models = args.models or (["cnn"] if args.smoke else ["bertQA", "cnn"])
     slas = parse_sla(args.sla_ms, models)
     budget = smoke_budget(args) if args.smoke else full_budget(args)
-    work = Path(tempfile.mkdtemp(prefix="vs-model-analyzer-"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="vs-model-analyzer-"))
+    work.mkdir(parents=True, exist_ok=True)
     try:
-        return _bench(args, models, slas, budget, work)
+        return _bench(args, models, slas, budget, work.resolve())
     finally:
-        if args.keep_work:
+        if args.keep_work or args.work:
             _tools.log(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
@@ -747,7 +791,7 @@ def _bench(args: argparse.Namespace, models: Sequence[str], slas: dict[str, floa
     with LoadMonitor() as monitor:
         for model in models:  # saved after each model: a cut-short run keeps what it finished
             results.append(bench_model(model, slas[model], args.modes, work, peers, budget, space_file,
-                                       monitor))
+                                       monitor, args.autotune_runs))
             load = monitor.between(started, time.monotonic())
             footer = f"total {time.monotonic() - started:.0f} s; 1-minute load mean {load[0]} max {load[1]}"
             _save(name, header, results, footer, budget)

@@ -79,6 +79,13 @@ def test_a_candidate_that_cannot_beat_the_incumbent_is_not_refined() -> None:
     assert not close.pruned and close.best is not None and close.best.concurrency == 5
 
 
+def test_no_bisection_between_two_levels_of_the_same_throughput() -> None:
+    saturated = lambda c: point(c, 150.0, 8.0 * c)  # noqa: E731 - flat throughput, latency grows
+    result = find_goodput(saturated, Sla(95, 60.0), 1, 32, start=6)
+    assert [p.concurrency for p in result.points] == [6, 12]
+    assert result.best is not None and result.best.concurrency == 6 and not result.pruned
+
+
 def test_infeasible_candidate_reports_the_closest_point() -> None:
     result = find_goodput(lambda c: point(c, 10.0 * c, 80.0 * c), Sla(95, 50.0), 1, 32)
     assert result.best is None and not result.feasible

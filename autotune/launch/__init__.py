@@ -27,4 +27,4 @@ def make_launcher(settings: RunSettings, run_dir: Path | None = None) -> Launche
     from autotune.launch.local import LocalLauncher, find_installation
 
     _pids.reap()  # servers a killed run left behind
-    return LocalLauncher(find_installation(settings.tritonserver))
+    return LocalLauncher(find_installation(settings.tritonserver), stop_in_background=True)

@@ -51,6 +51,9 @@ class Launcher(Protocol):
 
     def serve(self, repository: Path, model: str, log_path: Path) -> AbstractContextManager[Server]: ...
 
+    def drain(self) -> None:
+        """Wait until every server this launcher started has stopped (some stop in the background)."""
+
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """Ports the OS says are free now (held open together so they differ)."""

@@ -284,6 +284,9 @@ class DockerLauncher:
         run = (run_dir or settings.run_dir or Path()).name
         return cls(client, settings.docker, run=run)
 
+    def drain(self) -> None:
+        """Servers are stopped when their context ends: nothing to wait for."""
+
     @contextmanager
     def serve(self, repository: Path, model: str, log_path: Path) -> Iterator[Server]:
         log = _LogCopy(log_path)

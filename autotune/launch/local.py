@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -113,11 +114,17 @@ class LocalLauncher:
         pid_dir: Path | None = None,
         extra_args: tuple[str, ...] = (),
         ready_timeout_s: float = 180.0,
+        stop_in_background: bool = False,
     ) -> None:
         self._installation = installation
         self._pid_dir = pid_dir
         self._extra_args = extra_args
         self._ready_timeout_s = ready_timeout_s
+        # A graceful stop takes seconds (the backend's stubs unload); once a trial is measured,
+        # its server may finish stopping while the next one starts. An error or an interrupt
+        # still stops it on the spot.
+        self._stop_in_background = stop_in_background
+        self._stopping: list[threading.Thread] = []
 
     @property
     def installation(self) -> Installation:
@@ -130,6 +137,7 @@ class LocalLauncher:
         for attempt in range(2):
             http_port, grpc_port = free_ports(2)
             proc = self._start(repository, log_path, http_port, grpc_port)
+            handed_off = False
             try:
                 server = Server(
                     "127.0.0.1",
@@ -146,10 +154,27 @@ class LocalLauncher:
                         continue  # someone took a port between our check and the bind
                     raise
                 yield server
+                if self._stop_in_background:
+                    self._stop_later(proc)
+                    handed_off = True
                 return
             finally:
-                stop_process(proc)
-                _pids.forget(self._pid_dir, proc.pid)
+                if not handed_off:
+                    self._stop_now(proc)
+
+    def _stop_now(self, proc: subprocess.Popen[bytes]) -> None:
+        stop_process(proc)
+        _pids.forget(self._pid_dir, proc.pid)
+
+    def _stop_later(self, proc: subprocess.Popen[bytes]) -> None:
+        thread = threading.Thread(target=self._stop_now, args=(proc,), name=f"stop-{proc.pid}")
+        self._stopping.append(thread)
+        thread.start()
+
+    def drain(self) -> None:
+        for thread in self._stopping:
+            thread.join()
+        self._stopping.clear()
 
     def _start(
         self, repository: Path, log_path: Path, http_port: int, grpc_port: int

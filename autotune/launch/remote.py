@@ -54,6 +54,9 @@ class RemoteLauncher:
                 hint="start it (e.g. docker-compose up) or fix --url",
             )
 
+    def drain(self) -> None:
+        """Servers are stopped when their context ends: nothing to wait for."""
+
     @contextmanager
     def serve(self, repository: Path, model: str, log_path: Path) -> Iterator[Server]:
         config = parse_config((repository / model / CONFIG_NAME).read_text(encoding="utf-8"))
