@@ -29,7 +29,9 @@ for b in ../shared/tools/build-triton-image.sh shared/tools/build-triton-image.s
 done
 if [ -n "$builder" ] && [ "$(id -u)" = 0 ] && [ "${AUTOTUNE_SKIP_DOCKER:-0}" != 1 ]; then
   log "container engine and test image: $builder"
-  if out=$(bash "$builder"); then
+  # from /: the API service it may start keeps its working directory, and conmon fails
+  # ("Failed to get working directory") once a removed checkout was that directory
+  if out=$(cd / && bash "$(realpath "$builder")"); then
     echo "$out" | sed -n 's/^export //p' >> .test-env
     echo "AUTOTUNE_TEST_IMAGE=${AUTOTUNE_TRITON_IMAGE:-localhost/autotune-triton:test}" >> .test-env
   else

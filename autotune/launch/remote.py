@@ -75,6 +75,9 @@ class RemoteLauncher:
             wait_model_ready(server, model, LOAD_TIMEOUT_S)
             yield server
         finally:
+            # back to the server's own config: a load without an override does not re-read the
+            # repository while the model is loaded, so unload first
+            self._post(f"/v2/repository/models/{model}/unload", {}, log_path, check=False)
             self._post(f"/v2/repository/models/{model}/load", {}, log_path, check=False)
 
     def _alive(self) -> bool:
