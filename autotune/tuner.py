@@ -137,9 +137,9 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
             trial_runner.run(study)
         stopping.check()
         verifications = _verify(prep, launcher, run_dir, study, events)
+        return _finish(prep, run_dir, study, verifications)  # written while the last server stops
     finally:
         launcher.drain()  # no server outlives the run
-    return _finish(prep, run_dir, study, verifications)
 
 
 def _open_run_dir(prep: Prepared) -> Path:
@@ -473,7 +473,8 @@ def _verify(
 ) -> list[Verification]:
     """Re-measure the finalists at their operating points, several times on one server, so
     that noise cannot crown a loser nor hand the user a point that breaks the SLA. Only real
-    contenders are verified: those within ``CONTENDER`` of the best screening goodput."""
+    contenders are verified: those within ``CONTENDER`` of the best screening goodput, and,
+    once one has met the SLA in every repeat, only those that could still beat it."""
     settings = prep.settings
     if settings.repeats < 1:
         return []
@@ -490,12 +491,24 @@ def _verify(
         if result.number in done:
             out.append(_verification_from_json(done[result.number]))
             continue
+        if not could_beat(result, out):
+            break
         verification = _verify_one(runner, result, settings, events)
         if verification is None:
             continue
         out.append(verification)
         study.set_attr("verifications", [_verification_json(v) for v in out])
     return out
+
+
+def could_beat(result: TrialResult, verified: list[Verification]) -> bool:
+    """Whether a finalist is worth verifying: yes unless a verified one met the SLA in every
+    repeat at a median throughput that this finalist's screening goodput does not clearly
+    (by ``IMPROVEMENT``) exceed. Screening figures are the noisy maxima of short windows, so
+    a finalist within that margin would be chosen by noise, at the price of a server and
+    several windows."""
+    passed = [v.median_throughput for v in verified if v.points and v.sla_met == len(v.points)]
+    return not passed or result.goodput() > max(passed) * (1 + IMPROVEMENT)
 
 
 def _verify_one(

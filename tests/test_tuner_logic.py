@@ -1,10 +1,11 @@
-"""The tuner's pure decisions: when the search has converged (no server)."""
+"""The tuner's pure decisions: when the search has converged, which finalists are worth
+verifying (no server)."""
 
 from __future__ import annotations
 
 from autotune.measure import Measurement, Point
-from autotune.results import COMPLETE, FAIL, TrialResult
-from autotune.tuner import converged
+from autotune.results import COMPLETE, FAIL, TrialResult, Verification
+from autotune.tuner import converged, could_beat
 
 
 def measured(number: int, goodput: float, reused_from: int | None = None) -> TrialResult:
@@ -35,3 +36,18 @@ def test_reused_and_interrupted_trials_do_not_count() -> None:
     assert not converged(results, 2)  # only 0 and 5 were measured
     assert converged([*results, measured(6, 80.0)], 2)
     assert not converged([failed(0), failed(1), failed(2)], 2)  # nothing feasible yet: go on
+
+
+def verified(throughputs: list[float], met: int) -> Verification:
+    points = tuple(Point(4, 0.0, t, 10.0, 9.0, 11.0, 12.0, 13.0, 100, 0, 1.0, 3, True) for t in throughputs)
+    return Verification(trial=0, concurrency=4, points=points, sla_met=met)
+
+
+def test_a_finalist_is_verified_only_if_it_could_beat_a_verified_winner() -> None:
+    assert could_beat(measured(1, 150.0), [])  # nothing verified yet
+    passed = verified([140.0, 151.0, 148.0], met=3)  # median 148
+    assert not could_beat(measured(1, 152.0), [passed])  # within 5% of 148: noise
+    assert could_beat(measured(1, 156.0), [passed])  # 5.4% above: worth a look
+    failed_one = verified([160.0, 170.0], met=1)  # broke the SLA in a repeat: proves nothing
+    assert could_beat(measured(1, 100.0), [failed_one])
+    assert not could_beat(measured(1, 100.0), [failed_one, passed])
