@@ -150,13 +150,6 @@ class Study:
 
     # ------------------------------------------------------------ reading
 
-    def measured(self, candidate: Candidate) -> TrialResult | None:
-        """An earlier COMPLETE trial of the same candidate, if any (not measured twice)."""
-        for result in self.results():
-            if result.state == COMPLETE and result.candidate == candidate and result.reused_from is None:
-                return result
-        return None
-
     def results(self) -> list[TrialResult]:
         return [_result(t) for t in self._study.get_trials(deepcopy=False)]
 

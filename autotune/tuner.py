@@ -330,6 +330,23 @@ def converged(results: list[TrialResult], patience: int) -> bool:
     return best > 0 and since >= patience
 
 
+def measured_before(results: list[TrialResult], candidate: Candidate) -> TrialResult | None:
+    """An earlier COMPLETE trial of the same candidate, if any (not measured twice)."""
+    for result in results:
+        if result.state == COMPLETE and result.candidate == candidate and result.reused_from is None:
+            return result
+    return None
+
+
+def incumbent(results: list[TrialResult]) -> tuple[int | None, float]:
+    """Where the next goodput search starts (the best candidate's concurrency) and the
+    goodput it must beat to be worth refining (see :func:`find_goodput`)."""
+    best = max((r for r in results if r.feasible), key=lambda r: r.goodput(), default=None)
+    if best is None or best.best is None:
+        return None, 0.0
+    return best.best.concurrency, best.goodput()
+
+
 class _TrialRunner:
     def __init__(self, prep: Prepared, launcher: Launcher, run_dir: Path, events: Events) -> None:
         self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run_dir, events
@@ -341,12 +358,13 @@ class _TrialRunner:
         baseline = bool(asked.trial.user_attrs.get("baseline"))
         self.events.trial_started(asked.number, asked.candidate, baseline)
         start = time.monotonic()
-        earlier = study.measured(asked.candidate)
+        results = study.results()  # read once the trial is asked: other workers' trials included
+        earlier = measured_before(results, asked.candidate)
         try:
             if earlier is not None and earlier.measurement is not None:
                 study.tell_measured(asked, earlier.measurement, 0.0, reused_from=earlier.number)
             else:
-                measurement = self.measure(asked, *self.incumbent(study))
+                measurement = self.measure(asked, *incumbent(results))
                 study.tell_measured(asked, measurement, time.monotonic() - start)
         except (LaunchError, MeasurementError, ConfigError) as exc:
             log = self.log_path(asked.number)
@@ -397,15 +415,6 @@ class _TrialRunner:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc
                 raise
-
-    @staticmethod
-    def incumbent(study: Study) -> tuple[int | None, float]:
-        """Where the next goodput search starts (the best candidate's concurrency) and the
-        goodput it must beat to be worth refining (see :func:`find_goodput`)."""
-        best = max((r for r in study.results() if r.feasible), key=lambda r: r.goodput(), default=None)
-        if best is None or best.best is None:
-            return None, 0.0
-        return best.best.concurrency, best.goodput()
 
     def serve(self, candidate: Candidate, log: Path, number: int) -> Any:
         config = mcfg.apply_candidate(self.prep.original, candidate)

@@ -1,13 +1,34 @@
-"""Shared fixtures: copies of the test model repository and small search spaces."""
+"""Shared fixtures and helpers: copies of the test model repository, small search spaces,
+the common `autotune run` arguments for the toy model."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 MODELS = Path(__file__).parent / "models"
+CLI = [sys.executable, "-m", "autotune.cli"]  # the command line, in a process of its own
+
+
+def toy_run_args(repo: Path, space: Path, reports: Path, *extra: str) -> list[str]:
+    """`autotune run` on the toy model with short windows and one finalist: what the
+    end-to-end, fault and distributed tests share (they add budgets, seeds, storage)."""
+    return ["run", "--model", "toy", "--model-repository", str(repo), "--sla-p95-ms", "60",
+            "--reports-dir", str(reports), "--search-space", str(space),
+            "--window", "0.5", "--finalists", "1", *extra]  # fmt: skip
+
+
+def fast_toy_repo(root: Path) -> Path:
+    """A repository under ``root`` holding the toy model at 1 ms per execution (not 4), for
+    the load generator's tests; returns the repository."""
+    repo = root / "repo"
+    shutil.copytree(MODELS / "toy", repo / "toy", ignore=shutil.ignore_patterns("__pycache__"))
+    config = repo / "toy" / "config.pbtxt"
+    config.write_text(config.read_text().replace('string_value: "4"', 'string_value: "1"'))
+    return repo
 
 
 @pytest.fixture

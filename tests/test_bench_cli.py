@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +14,7 @@ from autotune.bench import COLUMNS, _levels
 from autotune.cli import main
 from autotune.launch._common import Server
 from autotune.launch.local import LocalLauncher
-
-MODELS = Path(__file__).parent / "models"
+from tests.conftest import fast_toy_repo
 
 BAD = [
     (["--concurrency", "0"], "expected positive N"),
@@ -63,10 +61,7 @@ def test_levels_are_additive_ranges() -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    repo = tmp_path_factory.mktemp("repo")
-    shutil.copytree(MODELS / "toy", repo / "toy", ignore=shutil.ignore_patterns("__pycache__"))
-    config = repo / "toy" / "config.pbtxt"
-    config.write_text(config.read_text().replace('string_value: "4"', 'string_value: "1"'))
+    repo = fast_toy_repo(tmp_path_factory.mktemp("server"))
     with LocalLauncher().serve(repo, "toy", repo.parent / "server.log") as handle:
         yield handle
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import CLI, toy_run_args
 from tests.postgres import binaries, postgres_server
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
@@ -35,34 +35,10 @@ def test_two_workers_share_one_study(
     from autotune.reload import reload_outcome
 
     def worker(i: int) -> subprocess.Popen[str]:
-        argv = [
-            sys.executable,
-            "-m",
-            "autotune.cli",
-            "run",
-            "--model",
-            "toy",
-            "--model-repository",
-            str(toy_repo),
-            "--sla-p95-ms",
-            "60",
-            "--search-space",
-            str(small_space),
-            "--max-trials",
-            "4",
-            "--window",
-            "0.5",
-            "--finalists",
-            "1",
-            "--repeats",
-            "1",
-            "--storage",
-            postgres_url,
-            "--study-name",
-            "toy-shared",
-            "--reports-dir",
-            str(tmp_path / f"worker{i}"),
-        ]
+        reports = tmp_path / f"worker{i}"
+        extra = ["--max-trials", "4", "--repeats", "1"]
+        extra += ["--storage", postgres_url, "--study-name", "toy-shared"]
+        argv = [*CLI, *toy_run_args(toy_repo, small_space, reports, *extra)]
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )

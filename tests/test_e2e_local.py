@@ -11,33 +11,15 @@ import pytest
 from autotune.cli import main
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
-from tests.conftest import servers_under
+from tests.conftest import servers_under, toy_run_args
 
 pytestmark = pytest.mark.integration
 
-FAST = ["--window", "0.5", "--finalists", "1", "--repeats", "2", "--time-budget", "5m"]
+FAST = ["--repeats", "2", "--time-budget", "5m"]
 
 
 def _run(repo: Path, reports: Path, space: Path, *extra: str) -> int:
-    return main(
-        [
-            "run",
-            "--model",
-            "toy",
-            "--model-repository",
-            str(repo),
-            "--sla-p95-ms",
-            "60",
-            "--reports-dir",
-            str(reports),
-            "--search-space",
-            str(space),
-            "--seed",
-            "1",
-            *FAST,
-            *extra,
-        ]
-    )
+    return main(toy_run_args(repo, space, reports, "--seed", "1", *FAST, *extra))
 
 
 def _run_dir(reports: Path) -> Path:

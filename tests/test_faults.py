@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,38 +13,14 @@ import pytest
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
 from autotune.study import INTERRUPTED
-from tests.conftest import servers_under
+from tests.conftest import CLI, servers_under, toy_run_args
 
 pytestmark = pytest.mark.integration
 
 
 def _argv(repo: Path, reports: Path, space: Path, trials: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "autotune.cli",
-        "run",
-        "--model",
-        "toy",
-        "--model-repository",
-        str(repo),
-        "--sla-p95-ms",
-        "60",
-        "--reports-dir",
-        str(reports),
-        "--search-space",
-        str(space),
-        "--max-trials",
-        str(trials),
-        "--window",
-        "0.5",
-        "--finalists",
-        "1",
-        "--repeats",
-        "1",
-        "--seed",
-        "3",
-    ]
+    extra = ["--max-trials", str(trials), "--repeats", "1", "--seed", "3"]
+    return [*CLI, *toy_run_args(repo, space, reports, *extra)]
 
 
 def _wait_for(predicate, timeout: float) -> None:  # type: ignore[no-untyped-def]
@@ -188,7 +163,7 @@ def test_write_back_killed_midway_leaves_original_or_winner(
     run_dir = next(reports.glob("toy/*"))
     config = toy_repo / "toy" / "config.pbtxt"
     original, winner = config.read_bytes(), (run_dir / "winner.pbtxt").read_bytes()
-    apply = [sys.executable, "-m", "autotune.cli", "apply", str(run_dir)]
+    apply = [*CLI, "apply", str(run_dir)]
     proc = subprocess.Popen(apply, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)
     proc.kill()

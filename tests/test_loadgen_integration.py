@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,10 @@ from autotune.loadgen._h2 import grpc_connector
 from autotune.loadgen._inputs import ModelIO, Payload, TensorSpec, grpc_request, http_request, random_payload
 from autotune.loadgen._transport import HttpConnection, InferError, infer
 from autotune.measure import ERRORS, Point
+from tests.conftest import fast_toy_repo
 
 pytestmark = pytest.mark.integration
 
-MODELS = Path(__file__).parent / "models"
 PLAN = WindowPlan(window_s=0.5, warmup_s=0.5, max_windows=4, min_requests=20)
 
 STRINGS_CONFIG = """
@@ -63,10 +62,7 @@ class TritonPythonModel:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    repo = tmp_path_factory.mktemp("repo")
-    shutil.copytree(MODELS / "toy", repo / "toy", ignore=shutil.ignore_patterns("__pycache__"))
-    config = repo / "toy" / "config.pbtxt"
-    config.write_text(config.read_text().replace('string_value: "4"', 'string_value: "1"'))
+    repo = fast_toy_repo(tmp_path_factory.mktemp("server"))
     (repo / "strings" / "1").mkdir(parents=True)
     (repo / "strings" / "config.pbtxt").write_text(STRINGS_CONFIG)
     (repo / "strings" / "1" / "model.py").write_text(STRINGS_MODEL)

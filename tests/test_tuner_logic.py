@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from autotune.measure import Measurement, Point
 from autotune.results import COMPLETE, FAIL, TrialResult, Verification
-from autotune.tuner import converged, could_beat
+from autotune.tuner import converged, could_beat, incumbent
 
 
 def measured(number: int, goodput: float, reused_from: int | None = None) -> TrialResult:
@@ -51,3 +51,9 @@ def test_a_finalist_is_verified_only_if_it_could_beat_a_verified_winner() -> Non
     failed_one = verified([160.0, 170.0], met=1)  # broke the SLA in a repeat: proves nothing
     assert could_beat(measured(1, 100.0), [failed_one])
     assert not could_beat(measured(1, 100.0), [failed_one, passed])
+
+
+def test_the_next_search_starts_at_the_best_feasible_config() -> None:
+    assert incumbent([]) == (None, 0.0)
+    assert incumbent([failed(0), measured(1, 0.0)]) == (None, 0.0)  # nothing met the SLA yet
+    assert incumbent([measured(0, 100.0), failed(1), measured(2, 150.0), measured(3, 120.0)]) == (4, 150.0)
