@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -18,6 +16,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from autotune.errors import ConfigError, ModelNotFoundError
+from autotune.files import write_text_atomic
 from autotune.search_space import Candidate
 
 ModelConfig: TypeAlias = Any  # model_config_pb2.ModelConfig: the generated module has no type stubs
@@ -79,17 +78,7 @@ def config_digest(config: ModelConfig) -> str:
 
 def write_config(config: ModelConfig, path: Path) -> None:
     """Write atomically: a temporary file beside the target, fsync, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".config.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(config_text(config))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, config_text(config))
 
 
 def config_diff(before: ModelConfig, after: ModelConfig, label: str = "config.pbtxt") -> str:

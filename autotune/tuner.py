@@ -27,6 +27,7 @@ from autotune.errors import (
     ServerExitedError,
     UsageError,
 )
+from autotune.files import write_text_atomic
 from autotune.launch import make_launcher
 from autotune.launch._common import Launcher, Server, failure_line
 from autotune.launch._pids import pid_alive
@@ -232,9 +233,7 @@ def file_digest(path: Path) -> str:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2))
 
 
 def _now() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from autotune.files import write_text_atomic
 from autotune.report._data import (
     OperatingPoint,
     ReportData,
@@ -21,7 +22,6 @@ from autotune.report._data import (
     report_data,
     trials_frame,
     write_csv,
-    write_text_atomic,
 )
 from autotune.report._render import render_html
 from autotune.results import RunInfo, TrialResult

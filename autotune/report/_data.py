@@ -6,14 +6,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
+from autotune.files import write_text_atomic
 from autotune.measure import Point
 from autotune.objective import Sla
 from autotune.results import COMPLETE, RunInfo, TrialResult, Verification
@@ -296,18 +295,3 @@ def write_csv(data: ReportData, path: Path) -> Path:
     """Write trials.csv atomically (the server log tails stay in the HTML report)."""
     write_text_atomic(path, trials_frame(data).to_csv(index=False))
     return path
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """A temporary file beside ``path``, fsync, then os.replace: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
