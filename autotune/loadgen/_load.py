@@ -159,7 +159,7 @@ class Load:
         self.recorder.started = clock()
         if job.schedule is None:
             for slot in self._slots:
-                slot.go()
+                slot.resume()
             return
         self._offsets = job.schedule.offsets()
         self._start_ns = start_ns
@@ -215,7 +215,7 @@ class Load:
 
     # ------------------------------------------------------------ both
 
-    def replace(self, worker: _Slot | _Sender) -> None:
+    def replace(self, worker: _Worker) -> None:
         """The worker's connection broke: open another, then carry on."""
 
         async def reopen() -> None:
@@ -278,44 +278,49 @@ class Load:
             self._failed.exception()  # seen: it was raised, or the run is over anyway
 
 
-class _Slot:
-    """Closed loop: one connection that sends again as soon as it is answered."""
+class _Worker:
+    """One connection of a load. ``answered`` records the latency from ``start`` (the send,
+    or in open loop the scheduled send) and hands the connection on with ``resume``."""
 
-    __slots__ = ("conn", "load", "sent_at")
+    __slots__ = ("conn", "load", "start")
 
     def __init__(self, load: Load, conn: Connection) -> None:
-        self.load, self.conn, self.sent_at = load, conn, 0
+        self.load, self.conn, self.start = load, conn, 0
 
-    def go(self) -> None:
-        self.sent_at = clock()
-        self.conn.send(self.answered)
-
-    resume = go
+    def resume(self) -> None:
+        raise NotImplementedError
 
     def answered(self, error: InferError | None) -> None:
         load = self.load
         if not load.running:
             return
         if error is None:
-            load.recorder.latency.record(clock() - self.sent_at)
+            load.recorder.latency.record(clock() - self.start)
         else:
             load.recorder.fail(str(error))
             if error.closed:
                 load.replace(self)
                 return
-        self.go()
+        self.resume()
 
 
-class _Sender:
+class _Slot(_Worker):
+    """Closed loop: one connection that sends again as soon as it is answered."""
+
+    __slots__ = ()
+
+    def resume(self) -> None:
+        self.start = clock()
+        self.conn.send(self.answered)
+
+
+class _Sender(_Worker):
     """Open loop: one connection that sends the request due at ``due`` when handed one."""
 
-    __slots__ = ("conn", "due", "load")
-
-    def __init__(self, load: Load, conn: Connection) -> None:
-        self.load, self.conn, self.due = load, conn, 0
+    __slots__ = ()
 
     def fire(self, due: int) -> None:
-        self.due = due
+        self.start = due
         recorder = self.load.recorder
         recorder.lateness.record(clock() - due)
         recorder.sent += 1
@@ -323,16 +328,3 @@ class _Sender:
 
     def resume(self) -> None:
         self.load.ready(self)
-
-    def answered(self, error: InferError | None) -> None:
-        load = self.load
-        if not load.running:
-            return
-        if error is None:
-            load.recorder.latency.record(clock() - self.due)
-        else:
-            load.recorder.fail(str(error))
-            if error.closed:
-                load.replace(self)
-                return
-        load.ready(self)
