@@ -8,15 +8,27 @@ from pathlib import Path
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """A temporary file beside ``path``, fsync, then os.replace: readers never see half a file."""
+    """A temporary file beside ``path``, fsync, then os.replace: readers never see half a file.
+    The file keeps the mode of the one it replaces (a new one gets the umask's default), not
+    the temporary file's 0600: a server running as another user must still read a config."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
             handle.flush()
+            os.fchmod(handle.fileno(), _mode_for(path))
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

@@ -500,7 +500,7 @@ def _verify(
             out.append(_verification_from_json(done[result.number]))
             continue
         if not could_beat(result, out):
-            break
+            continue
         verification = _verify_one(runner, result, settings, events)
         if verification is None:
             continue
@@ -578,7 +578,9 @@ def choose_winner(
 ) -> int | None:
     """Verified finalists that met the SLA in every repeat (else in most), by median
     throughput, a tie going to the lower latency (more headroom under the SLA); else the
-    best feasible trial not verified, by its search measurement."""
+    best feasible trial not verified, by its search measurement. A finalist that could not
+    beat a passed one by 5% is not verified (:func:`could_beat`), so such near-ties are
+    settled by the search ranking."""
     every = [v for v in verifications if v.points and v.sla_met == len(v.points)]
     most = [v for v in verifications if v.sla_met * 2 > len(v.points)]
     for passing in (every, most):
@@ -616,7 +618,7 @@ def _finish(prep: Prepared, run_dir: Path, study: Study, verifications: list[Ver
             info, winner_config=mcfg.config_text(config), winner_diff=mcfg.config_diff(prep.original, config)
         )
         mcfg.write_config(config, run_dir / "winner.pbtxt")
-        (run_dir / "winner.diff").write_text(info.winner_diff, encoding="utf-8")
+        write_text_atomic(run_dir / "winner.diff", info.winner_diff)
     record.update(finished=info.finished, winner=winner)
     _write_json(run_dir / RUN_FILE, record)
     outcome = Outcome(run_dir, info, tuple(results))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from autotune import model_config as mcfg
 from autotune.errors import AutotuneError, UsageError, WriteBackError
+from autotune.files import write_text_atomic
 from autotune.tuner import file_digest, read_run
 
 STATE_FILE = "writeback.json"
@@ -103,9 +104,7 @@ def _check_unchanged(target: Path, record: dict[str, object]) -> None:
 
 def _save_state(run_dir: Path, target: Path, backup: Path) -> None:
     data = {"target": str(target), "backup": str(backup)}
-    tmp = run_dir / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    tmp.replace(run_dir / STATE_FILE)
+    write_text_atomic(run_dir / STATE_FILE, json.dumps(data, indent=2))
 
 
 def _normal(text: str) -> str:

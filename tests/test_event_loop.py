@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from autotune.errors import UsageError
 from autotune.loadgen import _loop
 
 
@@ -25,3 +26,9 @@ def test_asyncio_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(_loop.ENV, "asyncio")
     assert _loop.name() == "asyncio"
     assert _loop.run(_which()) == "asyncio"
+
+
+def test_an_unknown_loop_is_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_loop.ENV, "asycnio")
+    with pytest.raises(UsageError, match="AUTOTUNE_EVENT_LOOP must be one of uvloop, asyncio"):
+        _loop.name()

@@ -215,7 +215,7 @@ class Load:
 
     # ------------------------------------------------------------ both
 
-    def replace(self, worker: _Worker) -> None:
+    def replace(self, worker: _Conn) -> None:
         """The worker's connection broke: open another, then carry on."""
 
         async def reopen() -> None:
@@ -278,7 +278,7 @@ class Load:
             self._failed.exception()  # seen: it was raised, or the run is over anyway
 
 
-class _Worker:
+class _Conn:
     """One connection of a load. ``answered`` records the latency from ``start`` (the send,
     or in open loop the scheduled send) and hands the connection on with ``resume``."""
 
@@ -304,7 +304,7 @@ class _Worker:
         self.resume()
 
 
-class _Slot(_Worker):
+class _Slot(_Conn):
     """Closed loop: one connection that sends again as soon as it is answered."""
 
     __slots__ = ()
@@ -314,8 +314,9 @@ class _Slot(_Worker):
         self.conn.send(self.answered)
 
 
-class _Sender(_Worker):
-    """Open loop: one connection that sends the request due at ``due`` when handed one."""
+class _Sender(_Conn):
+    """Open loop: one connection that sends a request when handed its due time (latency
+    is counted from that due time, not from the actual send)."""
 
     __slots__ = ()
 
