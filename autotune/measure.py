@@ -127,10 +127,10 @@ def find_goodput(
     From ``start`` (default ``low``; the tuner passes the best candidate's concurrency, a good
     guess for the next one): doubles while the SLA holds and throughput still grows, or halves
     while it breaks; then bisects between the last point that met the SLA and the first that
-    broke it, unless both gave the same throughput. Closed-loop throughput grows with
-    concurrency, so the breaking point's throughput bounds every feasible point below it: when
-    that bound is under ``beat`` (the best goodput found so far), the bisection cannot find a
-    winner and is skipped (``pruned``).
+    broke it, while the breaking point's throughput is clearly above the last good one's.
+    Closed-loop throughput grows with concurrency, so the breaking point's throughput bounds
+    every feasible point below it: when that bound is under ``beat`` (the best goodput found
+    so far), the bisection cannot find a winner and stops (``pruned``).
     """
     points: dict[int, Point] = {}
 
@@ -146,11 +146,7 @@ def find_goodput(
         good, bad = _descend(at, sla, first, low)
     pruned = False
     if good is not None and bad is not None:
-        if at(bad).throughput < beat * (1 - saturation_gain):
-            pruned = True
-        elif at(bad).throughput >= at(good).throughput * (1 + saturation_gain):
-            _bisect(at, sla, good, bad, saturation_gain)
-        # else saturated between the two: a level in between would only add latency
+        pruned = _bisect(at, sla, good, bad, saturation_gain, beat)
     ordered = tuple(points[c] for c in sorted(points))
     return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
 
@@ -182,15 +178,25 @@ def _descend(at: Callable[[int], Point], sla: Sla, high: int, low: int) -> tuple
     return None, bad
 
 
-def _bisect(at: Callable[[int], Point], sla: Sla, good: int, bad: int, gain: float) -> None:
+def _bisect(at: Callable[[int], Point], sla: Sla, good: int, bad: int, gain: float, beat: float) -> bool:
+    """Bisect while a level in between could still matter; True when it stopped because none
+    could beat ``beat`` (pruned). Every level below ``bad`` has at most ``bad``'s throughput:
+    once that is under ``beat`` the config cannot win, and once it is within ``gain`` of
+    ``good``'s the levels in between are saturated (they would only add latency)."""
     while bad - good > 1:
+        bound = at(bad).throughput
+        if bound < beat * (1 - gain):
+            return True
+        if bound < at(good).throughput * (1 + gain):
+            return False
         mid = (good + bad) // 2
         if sla.met_by(at(mid)):
             if at(mid).throughput < at(good).throughput * (1 + gain):
-                return
+                return False
             good = mid
         else:
             bad = mid
+    return False
 
 
 def best_point(points: Sequence[Point], sla: Sla) -> Point | None:

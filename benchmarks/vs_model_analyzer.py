@@ -509,8 +509,14 @@ def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: 
     points += sum(len(v.points) for v in outcome.info.verifications)
     winner = None
     if outcome.winner is not None and outcome.winner.best is not None:
+        # the operating point autotune recommends: the verified one where the winner was verified
         best = outcome.winner.best
-        winner = Winner(outcome.info.winner_config, best.concurrency, best.throughput, best.p99_ms,
+        verified = next((v for v in outcome.info.verifications if v.trial == outcome.winner.number), None)
+        if verified is not None and verified.points:
+            conc, thr, p99 = verified.concurrency, verified.median_throughput, verified.median_latency_ms(99)
+        else:
+            conc, thr, p99 = best.concurrency, best.throughput, best.p99_ms
+        winner = Winner(outcome.info.winner_config, conc, thr, p99,
                         f"trial {outcome.winner.number} ({run_dirs[-1].parent.name})")
     trials_s = sum(t.duration_s for t in outcome.trials)
     details = {"run_dir": str(run_dirs[-1].parent), "trials": len(outcome.trials),

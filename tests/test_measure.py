@@ -75,8 +75,22 @@ def test_a_candidate_that_cannot_beat_the_incumbent_is_not_refined() -> None:
     pruned = find_goodput(slow, Sla(95, 55.0), 1, 32, start=4, beat=1000.0)
     assert pruned.pruned and [p.concurrency for p in pruned.points] == [4, 8]
     assert pruned.best is not None and pruned.best.concurrency == 4  # a lower bound, still feasible
-    close = find_goodput(slow, Sla(95, 55.0), 1, 32, start=4, beat=790.0)  # 800/s at 8 could hide a winner
-    assert not close.pruned and close.best is not None and close.best.concurrency == 5
+    # 800/s at 8 could hide a winner, so 6 is measured: it breaks the SLA at 600/s, so
+    # nothing below it can beat 790/s and the bisection stops there
+    close = find_goodput(slow, Sla(95, 55.0), 1, 32, start=4, beat=790.0)
+    assert close.pruned and [p.concurrency for p in close.points] == [4, 6, 8]
+    closer = find_goodput(slow, Sla(95, 55.0), 1, 32, start=4, beat=500.0)  # 5 could: refined
+    assert not closer.pruned and closer.best is not None and closer.best.concurrency == 5
+
+
+def test_bisection_stops_once_the_levels_left_are_saturated() -> None:
+    # throughput 100/s per level up to 10, then flat; p95 breaks 55 ms above 11
+    knee = lambda c: point(c, 100.0 * min(c, 10), 5.0 * c)  # noqa: E731
+    result = find_goodput(knee, Sla(95, 55.0), 1, 32, start=8)
+    # 8 meets it, 16 breaks it at 1000/s (more than 800/s: bisect), 12 breaks it at 1000/s,
+    # 10 meets it at 1000/s: nothing below 12 can beat that, so 11 is not measured
+    assert [p.concurrency for p in result.points] == [8, 10, 12, 16]
+    assert result.best is not None and result.best.concurrency == 10 and not result.pruned
 
 
 def test_no_bisection_between_two_levels_of_the_same_throughput() -> None:

@@ -10,7 +10,7 @@ import pytest
 import autotune.report as report
 from autotune.measure import Measurement, Point, ServerBreakdown
 from autotune.objective import Sla
-from autotune.report import pareto_front, report_data, trials_frame, write_csv
+from autotune.report import pareto_front, render_html, report_data, trials_frame, write_csv
 from autotune.report._data import TrialRow
 from autotune.results import COMPLETE, FAIL, RUNNING, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, params_of
@@ -231,6 +231,21 @@ def test_verifications_are_summarised() -> None:
     assert (row_.trial, row_.concurrency, row_.repeats, row_.sla_met) == (1, 4, 3, 2)
     assert (row_.median_throughput, row_.min_throughput, row_.max_throughput) == (250, 240, 260)
     assert row_.max_latency_ms == 21 and row_.label == data.rows[0].label
+    assert (row_.median_latency_ms, row_.median_p50_ms) == (9, 4.5)
+
+
+def test_the_winner_is_shown_at_its_verified_operating_point() -> None:
+    # the search found 16 best; its verification broke the SLA there and passed at 8
+    repeats = (point(8, 240, 12), point(8, 250, 13), point(8, 245, 14))
+    v = Verification(trial=1, concurrency=8, points=repeats, sla_met=3)
+    found = trial(1, point(8, 260, 11), point(16, 300, 19))
+    data = report_data(run(winner=1, verifications=(v,)), [found])
+    assert data.winner is not None and data.winner.concurrency == 16  # the trial's row: the search
+    verified = data.winner_verified
+    assert verified is not None and (verified.concurrency, verified.median_throughput) == (8, 245)
+    html = render_html(data)
+    assert "at concurrency 8 · 3/3 verification repeats met the SLA" in html
+    assert report_data(run(winner=1), [found]).winner_verified is None  # not verified: the search's
 
 
 # ---------------------------------------------------------------- CSV

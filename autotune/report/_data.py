@@ -87,6 +87,8 @@ class VerificationRow:
     min_throughput: float
     max_throughput: float
     max_latency_ms: float  # the worst repeat at the SLA percentile
+    median_latency_ms: float = 0.0  # the median repeat's, at the SLA percentile
+    median_p50_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,13 @@ class ReportData:
     @property
     def sla(self) -> Sla:
         return self.run.sla
+
+    @property
+    def winner_verified(self) -> VerificationRow | None:
+        """The winner's verification: its operating point is the one to recommend."""
+        if self.winner is None:
+            return None
+        return next((v for v in self.verifications if v.trial == self.winner.number and v.repeats), None)
 
     def count(self, state: str) -> int:
         return sum(1 for r in self.rows if r.state == state)
@@ -253,6 +262,8 @@ def _verification_row(v: Verification, rows: dict[int, TrialRow], sla: Sla) -> V
         min_throughput=min(throughputs),
         max_throughput=max(throughputs),
         max_latency_ms=max((p.latency_ms(sla.percentile) for p in v.points), default=0.0),
+        median_latency_ms=v.median_latency_ms(sla.percentile),
+        median_p50_ms=v.median_latency_ms(50),
     )
 
 
