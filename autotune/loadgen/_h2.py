@@ -19,6 +19,7 @@ import asyncio
 import struct
 from collections import deque
 from collections.abc import Callable
+from typing import cast
 from urllib.parse import unquote
 
 from autotune.errors import MeasurementError
@@ -209,12 +210,12 @@ class H2Protocol(asyncio.Protocol):
     # --------------------------------------------------------- asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check
+        self.transport = cast(asyncio.Transport, transport)
         settings = {HEADER_TABLE_SIZE: 0, ENABLE_PUSH: 0, INITIAL_WINDOW_SIZE: MAX_WINDOW,
                     MAX_FRAME_SIZE: OUR_MAX_FRAME}
         update = frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - DEFAULT_WINDOW))
-        transport.write(PREFACE + settings_frame(settings) + update)
+        self.transport.write(PREFACE + settings_frame(settings) + update)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail_all(InferError(f"connection closed by the server ({exc or 'EOF'})", closed=True))

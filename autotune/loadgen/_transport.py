@@ -14,7 +14,7 @@ import asyncio
 import http.client
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from autotune.errors import MeasurementError
 
@@ -71,8 +71,8 @@ class _Http1(asyncio.Protocol):
         self._lost: InferError | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = InferError(f"connection closed by the server ({exc or 'EOF'})", closed=True)
