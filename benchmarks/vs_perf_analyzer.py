@@ -55,7 +55,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from autotune.launch._common import Server, wait_model_ready
 from autotune.launch.local import LocalLauncher
-from autotune.loadgen import LoadGenerator, WindowPlan, _loop
+from autotune.loadgen import LoadGenerator, WindowPlan
 from autotune.measure import BEHIND_SCHEDULE, Point
 
 MODELS = ("noop", "bertQA")
@@ -611,8 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs, load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after, "
         f"{minutes:.1f} min; window {settings.window_s:g} s, stability {settings.stability:g}%, "
         f"max windows {settings.max_windows}, {settings.repeats} repeat(s), "
-        f"agreement {'pinned: server and tools on separate CPUs' if settings.pin else 'unpinned'}, "
-        f"our event loop {_loop.name()}"
+        f"agreement {'pinned: server and tools on separate CPUs' if settings.pin else 'unpinned'}"
     )
     for rows, render in (
         (agreement_rows, agreement_table),

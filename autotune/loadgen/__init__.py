@@ -10,6 +10,7 @@ See docs/loadgen.md for what is measured and how it compares with perf_analyzer.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -20,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from autotune.errors import MeasurementError, ModelNotFoundError, UsageError
-from autotune.loadgen import _loop
 from autotune.loadgen._endpoint import PROTOCOLS, Endpoint
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, Payload, payload_from_file, random_payload
@@ -87,13 +87,13 @@ class LoadGenerator:
         """Closed loop: ``concurrency`` requests always in flight."""
         if concurrency < 1:
             raise UsageError(f"concurrency must be >= 1, got {concurrency}")
-        return _loop.run(self._measure(Job(concurrency=concurrency), concurrency=concurrency, rate=0.0))
+        return asyncio.run(self._measure(Job(concurrency=concurrency), concurrency=concurrency, rate=0.0))
 
     def at_rate(self, rate: float, distribution: str = "constant") -> Point:
         """Open loop: requests sent on a schedule of ``rate`` per second, whatever the answers."""
         schedule = Schedule(rate, distribution, self.seed)
         job = Job(schedule=schedule, pool=max(2, min(64, int(rate * 0.005) + 1)))
-        return _loop.run(self._measure(job, concurrency=0, rate=rate))
+        return asyncio.run(self._measure(job, concurrency=0, rate=rate))
 
     async def _measure(self, job: Job, *, concurrency: int, rate: float) -> Point:
         endpoint = self.endpoint

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, MeasurementError
-from autotune.loadgen import _loop
 from autotune.loadgen._endpoint import Endpoint
 from autotune.loadgen._load import Job, Load, Tally, clock
 
@@ -178,7 +177,7 @@ async def _first_of(inbox: asyncio.Queue[tuple[str, Any]], failed: asyncio.Futur
 
 def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-    _loop.run(_serve(socket.socket(fileno=int(argv[1]))))
+    asyncio.run(_serve(socket.socket(fileno=int(argv[1]))))
 
 
 async def _serve(sock: socket.socket) -> None:
