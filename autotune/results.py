@@ -55,6 +55,11 @@ class Verification:
         values = sorted(p.throughput for p in self.points)
         return values[len(values) // 2] if values else 0.0
 
+    @property
+    def passed(self) -> bool:
+        """Every repeat met the SLA."""
+        return bool(self.points) and self.sla_met == len(self.points)
+
     def median_latency_ms(self, percentile: int) -> float:
         values = sorted(p.latency_ms(percentile) for p in self.points)
         return values[len(values) // 2] if values else 0.0

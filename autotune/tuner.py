@@ -515,7 +515,7 @@ def could_beat(result: TrialResult, verified: list[Verification]) -> bool:
     (by ``IMPROVEMENT``) exceed. Screening figures are the noisy maxima of short windows, so
     a finalist within that margin would be chosen by noise, at the price of a server and
     several windows."""
-    passed = [v.median_throughput for v in verified if v.points and v.sla_met == len(v.points)]
+    passed = [v.median_throughput for v in verified if v.passed]
     return not passed or result.goodput() > max(passed) * (1 + IMPROVEMENT)
 
 
@@ -581,7 +581,7 @@ def choose_winner(
     best feasible trial not verified, by its search measurement. A finalist that could not
     beat a passed one by 5% is not verified (:func:`could_beat`), so such near-ties are
     settled by the search ranking."""
-    every = [v for v in verifications if v.points and v.sla_met == len(v.points)]
+    every = [v for v in verifications if v.passed]
     most = [v for v in verifications if v.sla_met * 2 > len(v.points)]
     for passing in (every, most):
         if passing:
