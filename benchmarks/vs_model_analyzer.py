@@ -13,8 +13,11 @@ folder (``examples/model_repository`` is never touched):
   ``search_spaces/model_analyzer.yaml``. Quick mode walks forever once the instance count is
   bounded (ENVIRONMENT.md): a watchdog stops it (SIGINT: it saves its checkpoint) when it only
   repeats measurements it has or when ``--quick-watchdog-s`` runs out, and its best so far counts.
-- ``autotune run --sla-p99-ms SLA --search-space search_spaces/model_analyzer.yaml`` with its
-  default budget, in a fresh reports folder.
+- ``autotune run --sla-p99-ms SLA --search-space search_spaces/model_analyzer.yaml --protocol
+  grpc`` with its default budget, in a fresh reports folder. gRPC because Model Analyzer's
+  perf_analyzer and the re-measurement use it: over HTTP our client's arrival timing makes the
+  server batch differently at saturation (docs/loadgen.md), and an operating point found over
+  one protocol is not the same point over the other.
 
 Then it re-measures every tool's winner (its config at the concurrency the tool recommends) with
 one instrument, perf_analyzer over gRPC with ``--percentile=99``, ``--repeats`` times,
@@ -489,7 +492,7 @@ def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: 
     _tools.copy_model(peers.models, model, repo)
     cmd = [sys.executable, "-m", "autotune.cli", "run", "--model", model, "--model-repository", str(repo),
            "--sla-p99-ms", f"{sla_ms:g}", "--search-space", str(space_file), "--reports-dir", str(reports),
-           "--fresh", *budget.autotune_args]
+           "--protocol", "grpc", "--fresh", *budget.autotune_args]  # gRPC: what MA and the re-measurement use
     _tools.log(f"{model}: {shlex.join(cmd[1:])} (log {folder / 'autotune.log'})")
     start = time.monotonic()
     env = _plain_terminal()
