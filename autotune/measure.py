@@ -111,11 +111,6 @@ class Measurement:
 
 MeasureAt = Callable[[int], Point]
 
-# A doubling that gained less than ``saturation_gain`` ends the growth only once the latency
-# has used this fraction of the SLA: below it, short windows' noise (5-10%) can hide a gain
-# that the next doubling shows, and a level far under the SLA is cheap to measure.
-SATURATED_LATENCY = 0.5
-
 
 def find_goodput(
     measure_at: MeasureAt,
@@ -130,8 +125,7 @@ def find_goodput(
     """Search concurrency for the highest throughput whose latency meets the SLA.
 
     From ``start`` (default ``low``; the tuner passes the best candidate's concurrency, a good
-    guess for the next one): doubles while the SLA holds and throughput still grows (or the
-    latency is under ``SATURATED_LATENCY`` of the SLA), or halves
+    guess for the next one): doubles while the SLA holds and throughput still grows, or halves
     while it breaks; then bisects between the last point that met the SLA and the first that
     broke it, while the breaking point's throughput is clearly above the last good one's.
     Closed-loop throughput grows with concurrency, so the breaking point's throughput bounds
@@ -165,11 +159,7 @@ def _grow(
         point = at(c)
         if not sla.met_by(point):
             return good, c
-        if (
-            good is not None
-            and point.throughput < at(good).throughput * (1 + gain)
-            and point.latency_ms(sla.percentile) >= SATURATED_LATENCY * sla.limit_ms
-        ):
+        if good is not None and point.throughput < at(good).throughput * (1 + gain):
             return c, None  # saturated: more concurrency only adds latency
         good = c
         if c >= high:
