@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from autotune.measure import Point
-from autotune.results import COMPLETE, TrialResult
+from autotune.results import COMPLETE, TrialResult, recommendation
 from autotune.search_space import Candidate
 
 console = Console(stderr=True, highlight=False)
@@ -116,33 +116,27 @@ def print_summary(outcome: Any) -> None:
     table = Table(title=f"{info.model}: best config under {info.sla.label}")
     for col in ("", "config", "concurrency", "infer/s", "p50 ms", f"p{info.sla.percentile} ms", "verified"):
         table.add_column(col)
-    verified = {v.trial: v for v in info.verifications}
     for name, result in (("winner", winner), ("baseline", base)):
-        if result is None or result.best is None:
+        point = None if result is None else recommendation(result, info.verifications, info.sla.percentile)
+        if result is None or point is None:
             continue
-        best, v = result.best, verified.get(result.number)
-        if v is not None and v.points:  # the verified operating point: medians of the repeats
-            figures = (v.concurrency, v.median_throughput, v.median_latency_ms(50))
-            latency = v.median_latency_ms(info.sla.percentile)
-            check = f"{v.sla_met}/{len(v.points)} repeats met the SLA"
-        else:  # the search's measurement
-            figures = (best.concurrency, best.throughput, best.p50_ms)
-            latency, check = best.latency_ms(info.sla.percentile), "-"
+        v = point.verification
         table.add_row(
             name,
             result.candidate.label(),
-            str(figures[0]),
-            f"{figures[1]:.0f}",
-            f"{figures[2]:.1f}",
-            f"{latency:.1f}",
-            check,
+            str(point.concurrency),
+            f"{point.throughput:.0f}",
+            f"{point.p50_ms:.1f}",
+            f"{point.latency_ms:.1f}",
+            f"{v.sla_met}/{len(v.points)} repeats met the SLA" if v else "-",
         )
     out.print(table)
     if winner is None:
         out.print("[bold red]no config met the SLA[/]: see the report for the closest ones")
     elif base is not None and base.best is not None and winner.best is not None:
-        gain = _verified_throughput(verified, winner) / max(_verified_throughput(verified, base), 1e-9)
-        out.print(f"winner vs your config: {gain:.2f}x throughput at the SLA")
+        # both from the search's measurements: the baseline is not verified
+        gain = winner.goodput() / max(base.goodput(), 1e-9)
+        out.print(f"winner vs your config: {gain:.2f}x throughput at the SLA (search measurements)")
     if info.winner_diff:
         out.print("changes against your config.pbtxt:")
         out.print(info.winner_diff, markup=False, highlight=False)
@@ -150,6 +144,3 @@ def print_summary(outcome: Any) -> None:
     out.print(f"apply it: autotune apply {outcome.run_dir}")
 
 
-def _verified_throughput(verified: dict[int, Any], result: TrialResult) -> float:
-    v = verified.get(result.number)
-    return float(v.median_throughput) if v else result.goodput()

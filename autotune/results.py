@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from autotune.measure import Measurement, Point
@@ -63,6 +64,33 @@ class Verification:
     def median_latency_ms(self, percentile: int) -> float:
         values = sorted(p.latency_ms(percentile) for p in self.points)
         return values[len(values) // 2] if values else 0.0
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The operating point to recommend for a trial: the medians of its verification repeats
+    where it was verified, else the best point of its search."""
+
+    concurrency: int
+    throughput: float
+    p50_ms: float
+    latency_ms: float  # at the SLA percentile
+    verification: Verification | None = None
+
+
+def recommendation(
+    result: TrialResult, verifications: Sequence[Verification], percentile: int
+) -> Recommendation | None:
+    """One answer for the console, the report and the benchmarks; None without a feasible point."""
+    v = next((v for v in verifications if v.trial == result.number and v.points), None)
+    if v is not None:
+        return Recommendation(
+            v.concurrency, v.median_throughput, v.median_latency_ms(50), v.median_latency_ms(percentile), v
+        )
+    best = result.best
+    if best is None:
+        return None
+    return Recommendation(best.concurrency, best.throughput, best.p50_ms, best.latency_ms(percentile))
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ from autotune.errors import AutotuneError
 from autotune.launch._common import free_ports
 from autotune.launch.local import LocalLauncher
 from autotune.reload import reload_outcome
+from autotune.results import recommendation
 from autotune.search_space import SearchSpace, load_search_space
 from autotune.staging import stage_model
 
@@ -513,13 +514,9 @@ def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: 
     winner = None
     if outcome.winner is not None and outcome.winner.best is not None:
         # the operating point autotune recommends: the verified one where the winner was verified
-        best = outcome.winner.best
-        verified = next((v for v in outcome.info.verifications if v.trial == outcome.winner.number), None)
-        if verified is not None and verified.points:
-            conc, thr, p99 = verified.concurrency, verified.median_throughput, verified.median_latency_ms(99)
-        else:
-            conc, thr, p99 = best.concurrency, best.throughput, best.p99_ms
-        winner = Winner(outcome.info.winner_config, conc, thr, p99,
+        chosen = recommendation(outcome.winner, outcome.info.verifications, 99)
+        assert chosen is not None
+        winner = Winner(outcome.info.winner_config, chosen.concurrency, chosen.throughput, chosen.latency_ms,
                         f"trial {outcome.winner.number} ({run_dirs[-1].parent.name})")
     trials_s = sum(t.duration_s for t in outcome.trials)
     details = {"run_dir": str(run_dirs[-1].parent), "trials": len(outcome.trials),

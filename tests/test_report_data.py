@@ -241,11 +241,14 @@ def test_the_winner_is_shown_at_its_verified_operating_point() -> None:
     found = trial(1, point(8, 260, 11), point(16, 300, 19))
     data = report_data(run(winner=1, verifications=(v,)), [found])
     assert data.winner is not None and data.winner.concurrency == 16  # the trial's row: the search
-    verified = data.winner_verified
-    assert verified is not None and (verified.concurrency, verified.median_throughput) == (8, 245)
+    chosen = data.recommended
+    assert chosen is not None and chosen.verification is v
+    assert (chosen.concurrency, chosen.throughput, chosen.latency_ms) == (8, 245, 13)
     html = render_html(data)
     assert "at concurrency 8 · 3/3 verification repeats met the SLA" in html
-    assert report_data(run(winner=1), [found]).winner_verified is None  # not verified: the search's
+    searched = report_data(run(winner=1), [found]).recommended  # not verified: the search's best
+    assert searched is not None and searched.verification is None
+    assert (searched.concurrency, searched.throughput) == (16, 300)
 
 
 # ---------------------------------------------------------------- CSV
@@ -291,3 +294,27 @@ def test_exported_names() -> None:
         "CSV_NAME", "REPORT_NAME", "OperatingPoint", "ReportData", "TrialRow", "VerificationRow",
         "pareto_front", "render_html", "report_data", "trials_frame", "write_csv", "write_report",
     }  # fmt: skip
+
+
+def test_console_summary_shows_the_recommended_points_and_a_gain_from_one_source(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from types import SimpleNamespace
+
+    from autotune._console import print_summary
+
+    repeats = (point(8, 240, 12), point(8, 250, 13), point(8, 245, 14))
+    v = Verification(trial=1, concurrency=8, points=repeats, sla_met=3)
+    base = trial(0, point(2, 100, 5), baseline=True)
+    found = trial(1, point(8, 260, 11), point(16, 300, 19))
+    outcome = SimpleNamespace(
+        info=run(winner=1, verifications=(v,)), winner=found, baseline=base, run_dir=tmp_path
+    )
+    print_summary(outcome)
+    out = capsys.readouterr().out
+    winner_row = next(line for line in out.splitlines() if "winner" in line and "│" in line)
+    cells = [c.strip() for c in winner_row.split("│")]
+    assert cells[3:8] == ["8", "245", "6.5", "13.0", "3/3"]  # the verified medians (column wraps)
+    base_row = next(line for line in out.splitlines() if "baseline" in line and "│" in line)
+    assert [c.strip() for c in base_row.split("│")][3:8] == ["2", "100", "2.5", "5.0", "-"]  # search
+    assert "3.00x throughput at the SLA (search measurements)" in out  # 300 / 100, same as the report

@@ -15,7 +15,7 @@ import pandas as pd
 from autotune.files import write_text_atomic
 from autotune.measure import Point
 from autotune.objective import Sla
-from autotune.results import COMPLETE, RunInfo, TrialResult, Verification
+from autotune.results import COMPLETE, Recommendation, RunInfo, TrialResult, Verification, recommendation
 
 
 @dataclass(frozen=True)
@@ -102,17 +102,12 @@ class ReportData:
     baseline: TrialRow | None
     gain: float | None  # winner goodput / baseline goodput; None when either is missing or 0
     verifications: tuple[VerificationRow, ...]
+    recommended: Recommendation | None = None  # the winner's operating point (verified if it was)
 
     @property
     def sla(self) -> Sla:
         return self.run.sla
 
-    @property
-    def winner_verified(self) -> VerificationRow | None:
-        """The winner's verification: its operating point is the one to recommend."""
-        if self.winner is None:
-            return None
-        return next((v for v in self.verifications if v.trial == self.winner.number and v.repeats), None)
 
     def count(self, state: str) -> int:
         return sum(1 for r in self.rows if r.state == state)
@@ -144,6 +139,11 @@ def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
         baseline=baseline,
         gain=gain(winner, baseline),
         verifications=tuple(_verification_row(v, by_number, run.sla) for v in run.verifications),
+        recommended=next(
+            (recommendation(t, run.verifications, run.sla.percentile) for t in ordered
+             if winner is not None and t.number == winner.number),
+            None,
+        ),
     )
 
 

@@ -147,13 +147,15 @@ def _kpis(data: ReportData) -> str:
             '<div class="v">none yet</div><div class="s">no trial met the SLA</div></div></div>'
         )
     chosen = "chosen by the run" if data.winner_chosen else "best so far (the run has not chosen yet)"
-    v = data.winner_verified
+    r = data.recommended
     goodput: float | None
     latency: float | None
     p50: float | None
-    if v is not None:  # the verified operating point (medians of the repeats), not the search's
-        goodput, latency, p50 = v.median_throughput, v.median_latency_ms, v.median_p50_ms
-        where = f"at concurrency {v.concurrency} · {v.sla_met}/{v.repeats} verification repeats met the SLA"
+    if r is not None and r.verification is not None:  # the verified operating point (medians)
+        goodput, latency, p50 = r.throughput, r.latency_ms, r.p50_ms
+        v = r.verification
+        met = f"{v.sla_met}/{len(v.points)}"
+        where = f"at concurrency {r.concurrency} · {met} verification repeats met the SLA"
     else:
         goodput, latency, p50, where = w.goodput, w.latency_ms, w.p50_ms, _where(w)
     over = (latency or 0.0) > data.sla.limit_ms
