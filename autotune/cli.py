@@ -89,7 +89,7 @@ def _add_run(sub: Any) -> None:
         "--patience",
         type=int,
         default=5,
-        help="stop after this many measured configs in a row without a goodput 5%% better "
+        help="stop after this many measured configs in a row without a goodput 8%% better "
         "than the best (default 5; 0: never)",
     )
     run.add_argument(
