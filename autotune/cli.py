@@ -99,7 +99,11 @@ def _add_run(sub: Any) -> None:
         help="where Triton runs: a local process (default), a docker container, a remote server",
     )
     run.add_argument(
-        "--protocol", choices=("http", "grpc"), default="http", help="client protocol (default http)"
+        "--protocol",
+        choices=("http", "grpc"),
+        default="http",
+        help="protocol candidates are measured over (default http); near saturation the two can differ: "
+        "grpc to compare with Model Analyzer (docs/loadgen.md)",
     )
     run.add_argument("--write-back", action="store_true", help="write the winner into the model repository")
     run.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where run directories go")
