@@ -142,5 +142,3 @@ def print_summary(outcome: Any) -> None:
         out.print(info.winner_diff, markup=False, highlight=False)
     out.print(f"report: {outcome.run_dir / 'report.html'}")
     out.print(f"apply it: autotune apply {outcome.run_dir}")
-
-

@@ -582,8 +582,8 @@ def choose_winner(
     """Verified finalists that met the SLA in every repeat (else in most), by median
     throughput, a tie going to the lower latency (more headroom under the SLA); else the
     best feasible trial not verified, by its search measurement. A finalist that could not
-    beat a passed one by 5% is not verified (:func:`could_beat`), so such near-ties are
-    settled by the search ranking."""
+    beat a passed one by ``IMPROVEMENT`` is not verified (:func:`could_beat`), so such
+    near-ties are settled by the search ranking."""
     every = [v for v in verifications if v.passed]
     most = [v for v in verifications if v.sla_met * 2 > len(v.points)]
     for passing in (every, most):

@@ -108,7 +108,6 @@ class ReportData:
     def sla(self) -> Sla:
         return self.run.sla
 
-
     def count(self, state: str) -> int:
         return sum(1 for r in self.rows if r.state == state)
 
@@ -129,6 +128,10 @@ def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
     by_number = {r.number: r for r in rows}
     winner, chosen = _winner(run, by_number)
     baseline = next((r for r in rows if r.baseline), None)
+    winner_trial = next((t for t in ordered if winner is not None and t.number == winner.number), None)
+    recommended = None
+    if winner_trial is not None:
+        recommended = recommendation(winner_trial, run.verifications, run.sla.percentile)
     return ReportData(
         run=run,
         rows=tuple(rows),
@@ -139,11 +142,7 @@ def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
         baseline=baseline,
         gain=gain(winner, baseline),
         verifications=tuple(_verification_row(v, by_number, run.sla) for v in run.verifications),
-        recommended=next(
-            (recommendation(t, run.verifications, run.sla.percentile) for t in ordered
-             if winner is not None and t.number == winner.number),
-            None,
-        ),
+        recommended=recommended,
     )
 
 
