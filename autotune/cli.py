@@ -88,9 +88,9 @@ def _add_run(sub: Any) -> None:
     budget.add_argument(
         "--patience",
         type=int,
-        default=5,
+        default=4,
         help="stop after this many measured configs in a row without a goodput 8%% better "
-        "than the best (default 5; 0: never)",
+        "than the best (default 4; 0: never)",
     )
     run.add_argument(
         "--launcher",
