@@ -138,6 +138,14 @@ def test_plot_json_cannot_close_its_script_element(page: str) -> None:
     assert script_json('{"a": "</script>&"}') == '{"a": "\\u003c/script\\u003e\\u0026"}'
 
 
+def test_verification_table_shows_median_and_worst_latency(page: str) -> None:
+    table = page.split('id="verifications"')[1].split("</table>")[0]
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+    assert heads[-2:] == ["median p95 ms", "worst p95 ms"]
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", table.split("<tbody>")[1])
+    assert cells[-2:] == ["16.90", "17.10"]  # repeats at p95 16.9, 16.6 and 17.1 ms
+
+
 def test_diff_lines_are_classed_and_escaped() -> None:
     out = diff_html("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a <b>\n+c & d\n same\n")
     assert '<span class="file">--- a/x</span>' in out and '<span class="hunk">@@ -1 +1 @@</span>' in out

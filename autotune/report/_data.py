@@ -88,7 +88,6 @@ class VerificationRow:
     max_throughput: float
     max_latency_ms: float  # the worst repeat at the SLA percentile
     median_latency_ms: float = 0.0  # the median repeat's, at the SLA percentile
-    median_p50_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -262,7 +261,6 @@ def _verification_row(v: Verification, rows: dict[int, TrialRow], sla: Sla) -> V
         max_throughput=max(throughputs),
         max_latency_ms=max((p.latency_ms(sla.percentile) for p in v.points), default=0.0),
         median_latency_ms=v.median_latency_ms(sla.percentile),
-        median_p50_ms=v.median_latency_ms(50),
     )
 
 
