@@ -117,8 +117,10 @@ def print_summary(outcome: Any) -> None:
     for col in ("", "config", "concurrency", "infer/s", "p50 ms", f"p{info.sla.percentile} ms", "verified"):
         table.add_column(col)
     for name, result in (("winner", winner), ("baseline", base)):
-        point = None if result is None else recommendation(result, info.verifications, info.sla.percentile)
-        if result is None or point is None:
+        if result is None:
+            continue
+        point = recommendation(result, info.verifications, info.sla.percentile)
+        if point is None:
             continue
         v = point.verification
         table.add_row(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -42,6 +43,12 @@ class SetupError(RuntimeError):
 def cache_dir() -> Path:
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autotune-bench"
     return Path(os.environ.get("AUTOTUNE_BENCH_CACHE", default))
+
+
+def stop_on_sigint() -> None:
+    """Ctrl-C / kill -INT stop the benchmark even when it was started as a shell's background
+    job, which starts with SIGINT ignored (Python then installs no handler of its own)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def log(message: str) -> None:

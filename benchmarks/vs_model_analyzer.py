@@ -764,8 +764,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminated)  # clean up (servers, temp folder) on kill too
-    # Ctrl-C / kill -INT stop it even when started as a shell's background job (SIGINT ignored)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _tools.stop_on_sigint()
     models = args.models or (["cnn"] if args.smoke else ["bertQA", "cnn"])
     slas = parse_sla(args.sla_ms, models)
     budget = smoke_budget(args) if args.smoke else full_budget(args)

@@ -37,7 +37,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -594,8 +593,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # Ctrl-C / kill -INT stop it even when started as a shell's background job (SIGINT ignored)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _tools.stop_on_sigint()
     settings = settings_from(args)
     command = shlex.join([Path(sys.executable).name, *sys.argv])
     load_before, started = os.getloadavg()[0], time.monotonic()

@@ -127,9 +127,9 @@ def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
     by_number = {r.number: r for r in rows}
     winner, chosen = _winner(run, by_number)
     baseline = next((r for r in rows if r.baseline), None)
-    winner_trial = next((t for t in ordered if winner is not None and t.number == winner.number), None)
     recommended = None
-    if winner_trial is not None:
+    if winner is not None:
+        winner_trial = next(t for t in ordered if t.number == winner.number)
         recommended = recommendation(winner_trial, run.verifications, run.sla.percentile)
     return ReportData(
         run=run,

@@ -34,7 +34,7 @@ from autotune import model_config as mcfg
 from autotune import tuner
 from autotune.measure import Measurement, Point
 from autotune.objective import Sla
-from autotune.search_space import SearchSpace, load_search_space, params_of
+from autotune.search_space import Candidate, SearchSpace, load_search_space, params_of
 from autotune.study import Study
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
@@ -133,12 +133,11 @@ def _point(throughput: float, p99: float, concurrency: int) -> Point:
 
 
 def simulate_once(
-    model: str, sla: Sla, space: SearchSpace, table: dict[Key, tuple[float, float, int]],
+    model: str, sla: Sla, space: SearchSpace, baseline: Candidate, table: dict[Key, tuple[float, float, int]],
     seed: int, noise: float, patience: int, cores: int, max_trials: int = 40,
 ) -> tuple[int, float]:
-    """One search: (configs measured, true goodput of the config with the best noisy goodput)."""
-    baseline = mcfg.candidate_of(mcfg.load_config(EXAMPLES, model))
-    space = space.including(baseline)
+    """One search: (configs measured, true goodput of the config with the best noisy goodput).
+    ``space`` already holds ``baseline``, as the tuner's does."""
     study = Study.open(None, f"{model}-{seed}", space, sla, seed=seed)  # type: ignore[arg-type]
     study.enqueue(params_of(baseline), baseline=True)
     for candidate in tuner.heuristic_seeds(space, cores):
@@ -168,13 +167,17 @@ def simulate(runs: dict[str, list[tuple[str, pd.DataFrame]]], args: argparse.Nam
     slas = dict(item.split("=") for item in args.sla)
     for model, recorded in runs.items():
         table = goodput_table(recorded)
+        baseline = mcfg.candidate_of(mcfg.load_config(EXAMPLES, model))
+        model_space = space.including(baseline)
         best = max(v[0] for v in table.values())
         sla = Sla(percentile=99, limit_ms=float(slas[model]))
         for patience in args.patience:
             for improvement in args.improvement:
                 tuner.IMPROVEMENT = improvement
                 outcomes = [
-                    simulate_once(model, sla, space, table, seed, args.noise, patience, args.cores)
+                    simulate_once(
+                        model, sla, model_space, baseline, table, seed, args.noise, patience, args.cores
+                    )
                     for seed in range(args.seeds)
                 ]
                 configs = [o[0] for o in outcomes]
