@@ -14,7 +14,9 @@ agreement   both models, both protocols, concurrency 1, 4 and 16: the tools alte
             watched percentile, ``--repeats`` times; medians and spreads. The server runs on the
             first half of the CPUs and the load generators on the other half (``--no-pin``
             shares them): a load generator that shares cores with the server it measures makes
-            its own CPU cost part of the figures (docs/loadgen.md).
+            its own CPU cost part of the figures (docs/loadgen.md). ``--pa-async`` adds
+            perf_analyzer ``--async`` as a second reference at every point (PA, PA --async,
+            us, ...): its asynchronous client against its default of a thread per request.
 capacity    noop, both protocols, unpinned: the highest throughput each tool drives over
             concurrency ``--capacity-levels`` (ours with 1 and 2 worker processes).
 rate        noop, both protocols, unpinned, open loop (constant schedule) at fractions of our
@@ -105,6 +107,7 @@ class Settings:
     models: tuple[str, ...]
     levels: tuple[int, ...]
     pin: bool
+    pa_async: bool = False
 
     @property
     def plan(self) -> WindowPlan:
@@ -201,9 +204,11 @@ def perf_analyzer(
     settings: Settings,
     data: Path,
     out: Path,
+    async_calls: bool = False,
 ) -> Sample | None:
-    """One perf_analyzer run (``level`` is --concurrency-range=N or --request-rate-range=R ...);
-    one that never settles is taken again with the rule relaxed and marked unstable."""
+    """One perf_analyzer run (``level`` is --concurrency-range=N or --request-rate-range=R ...;
+    ``async_calls`` adds --async); one that never settles is taken again with the rule relaxed
+    and marked unstable."""
     url = server.grpc_url if protocol == "grpc" else server.http_url
     for stability in (settings.stability, 100.0):
         out.unlink(missing_ok=True)
@@ -225,6 +230,8 @@ def perf_analyzer(
             str(out),
             "--verbose-csv",
         ]
+        if async_calls:
+            cmd.append("--async")
         if level.startswith("--request-rate"):
             cmd.append("--max-threads=64")  # sync calls, one in flight per thread: room for the rate
         limit = 60 + 3 * settings.window_s * (settings.max_windows + 2)  # perf_analyzer can hang (HTTP, c=64)
@@ -285,31 +292,31 @@ def agreement(pa: _tools.PerfAnalyzer, repo: Path, work: Path, settings: Setting
                     input_data=work / f"{model}.json",
                 )
                 for level in settings.levels:
-                    pa_series, our_series = Series("perf_analyzer"), Series("autotune")
+                    references = {"pa": Series("perf_analyzer")}
+                    if settings.pa_async:
+                        references["pa_async"] = Series("perf_analyzer --async")
+                    our_series = Series("autotune")
                     for repeat in range(settings.repeats):
                         _tools.log(f"agreement {model} {protocol} concurrency {level} repeat {repeat + 1}")
-                        _add(
-                            pa_series,
-                            perf_analyzer(
-                                pa,
-                                server,
-                                model,
-                                protocol,
-                                f"--concurrency-range={level}",
-                                settings,
-                                work / f"{model}.json",
-                                work / "pa.csv",
-                            ),
-                        )
+                        for key, series in references.items():
+                            _add(
+                                series,
+                                perf_analyzer(
+                                    pa,
+                                    server,
+                                    model,
+                                    protocol,
+                                    f"--concurrency-range={level}",
+                                    settings,
+                                    work / f"{model}.json",
+                                    work / "pa.csv",
+                                    async_calls=key == "pa_async",
+                                ),
+                            )
                         _add(our_series, ours(gen.at_concurrency(level)))
                     rows.append(
-                        {
-                            "model": model,
-                            "protocol": protocol,
-                            "concurrency": level,
-                            "pa": pa_series,
-                            "ours": our_series,
-                        }
+                        {"model": model, "protocol": protocol, "concurrency": level, **references}
+                        | {"ours": our_series}
                     )
     return rows
 
@@ -415,32 +422,19 @@ def _cell(series: Series, name: str, digits: int) -> str:
 
 
 def agreement_table(rows: list[dict[str, Any]]) -> Table:
+    """PA is perf_analyzer (its default, a thread per request), PAa perf_analyzer --async."""
     table = Table(title="agreement: medians ± half the spread (max-min)/median over repeats")
-    for header in (
-        "model",
-        "proto",
-        "conc",
-        "PA infer/s",
-        "our infer/s",
-        "PA p50 ms",
-        "our p50 ms",
-        "PA p95 ms",
-        "our p95 ms",
-    ):
+    with_async = any("pa_async" in r for r in rows)
+    tools = [("PA", "pa"), *([("PAa", "pa_async")] if with_async else []), ("our", "ours")]
+    columns = [("infer/s", "throughput", 0), ("p50 ms", "p50_ms", 2), ("p95 ms", "p95_ms", 2)]
+    for header in ("model", "proto", "conc"):
         table.add_column(header, justify="right")
+    for label, _, _ in columns:
+        for tool, _ in tools:
+            table.add_column(f"{tool} {label}", justify="right")
     for row in rows:
-        pa, us = row["pa"], row["ours"]
-        table.add_row(
-            row["model"],
-            row["protocol"],
-            str(row["concurrency"]),
-            _cell(pa, "throughput", 0),
-            _cell(us, "throughput", 0),
-            _cell(pa, "p50_ms", 2),
-            _cell(us, "p50_ms", 2),
-            _cell(pa, "p95_ms", 2),
-            _cell(us, "p95_ms", 2),
-        )
+        cells = [_cell(row[key], name, digits) for _, name, digits in columns for _, key in tools]
+        table.add_row(row["model"], row["protocol"], str(row["concurrency"]), *cells)
     return table
 
 
@@ -502,20 +496,24 @@ def verdicts(
     protocols: Sequence[str],
 ) -> list[str]:
     lines = []
-    for row in agreement_rows:
-        pa, us = row["pa"], row["ours"]
-        if not pa.samples or not us.samples:
-            lines.append(f"agreement {row['model']} {row['protocol']} c={row['concurrency']}: no figures")
-            continue
-        ratios = {name: us.median(name) / pa.median(name) for name in ("throughput", "p50_ms", "p95_ms")}
-        ok = abs(ratios["throughput"] - 1) <= THROUGHPUT_TOLERANCE and all(
-            abs(ratios[n] - 1) <= LATENCY_TOLERANCE for n in ("p50_ms", "p95_ms")
-        )
-        lines.append(
-            f"{'PASS' if ok else 'FAIL'} agreement {row['model']:6} {row['protocol']:4} "
-            f"c={row['concurrency']:<2}  throughput x{ratios['throughput']:.3f}  "
-            f"p50 x{ratios['p50_ms']:.3f}  p95 x{ratios['p95_ms']:.3f}"
-        )
+    for key, against in (("pa", ""), ("pa_async", "  (vs perf_analyzer --async)")):
+        for row in agreement_rows:
+            if key not in row:
+                continue
+            pa, us = row[key], row["ours"]
+            if not pa.samples or not us.samples:
+                point = f"{row['model']} {row['protocol']} c={row['concurrency']}"
+                lines.append(f"agreement {point}: no figures{against}")
+                continue
+            ratios = {name: us.median(name) / pa.median(name) for name in ("throughput", "p50_ms", "p95_ms")}
+            ok = abs(ratios["throughput"] - 1) <= THROUGHPUT_TOLERANCE and all(
+                abs(ratios[n] - 1) <= LATENCY_TOLERANCE for n in ("p50_ms", "p95_ms")
+            )
+            lines.append(
+                f"{'PASS' if ok else 'FAIL'} agreement {row['model']:6} {row['protocol']:4} "
+                f"c={row['concurrency']:<2}  throughput x{ratios['throughput']:.3f}  "
+                f"p50 x{ratios['p50_ms']:.3f}  p95 x{ratios['p95_ms']:.3f}{against}"
+            )
     for protocol in protocols:
         theirs = max(
             (
@@ -575,6 +573,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="agreement: models")
     parser.add_argument("--levels", type=int, nargs="+", default=list(LEVELS), help="agreement: concurrency")
     parser.add_argument("--no-pin", action="store_true", help="agreement: share all CPUs (server and tools)")
+    parser.add_argument(
+        "--pa-async", action="store_true", help="agreement: perf_analyzer --async as a second reference"
+    )
     parser.add_argument("--json", type=Path, help="write every sample here")
     return parser
 
@@ -587,7 +588,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         rate_fractions=(0.25, 0.5, 1.0) if args.quick else (0.1, 0.25, 0.4, 0.5, 0.75, 1.0, 1.3),
         protocols=tuple(args.protocols),
         models=tuple(args.models),
-        levels=tuple(args.levels), parts=tuple(args.parts), pin=not args.no_pin,
+        levels=tuple(args.levels), parts=tuple(args.parts), pin=not args.no_pin, pa_async=args.pa_async,
     )  # fmt: skip
 
 
