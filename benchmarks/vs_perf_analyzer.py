@@ -496,21 +496,30 @@ def verdicts(
     protocols: Sequence[str],
 ) -> list[str]:
     lines = []
-    for key, against in (("pa", ""), ("pa_async", "  (vs perf_analyzer --async)")):
+    # (measured, reference, what the line says after the ratios); the last compares perf_analyzer's
+    # two clients with each other: how far apart two implementations of one tool land at a point
+    comparisons = (
+        ("ours", "pa", ""),
+        ("ours", "pa_async", "  (vs perf_analyzer --async)"),
+        ("pa_async", "pa", "  (perf_analyzer --async vs perf_analyzer: the reference against itself)"),
+    )
+    for key, ref, against in comparisons:
         for row in agreement_rows:
-            if key not in row:
+            if key not in row or ref not in row:
                 continue
-            pa, us = row[key], row["ours"]
-            if not pa.samples or not us.samples:
+            measured, reference = row[key], row[ref]
+            if not measured.samples or not reference.samples:
                 point = f"{row['model']} {row['protocol']} c={row['concurrency']}"
                 lines.append(f"agreement {point}: no figures{against}")
                 continue
-            ratios = {name: us.median(name) / pa.median(name) for name in ("throughput", "p50_ms", "p95_ms")}
+            names = ("throughput", "p50_ms", "p95_ms")
+            ratios = {name: measured.median(name) / reference.median(name) for name in names}
             ok = abs(ratios["throughput"] - 1) <= THROUGHPUT_TOLERANCE and all(
                 abs(ratios[n] - 1) <= LATENCY_TOLERANCE for n in ("p50_ms", "p95_ms")
             )
+            verdict = ("PASS" if ok else "FAIL") if key == "ours" else ("ref-in" if ok else "ref-OUT")
             lines.append(
-                f"{'PASS' if ok else 'FAIL'} agreement {row['model']:6} {row['protocol']:4} "
+                f"{verdict} agreement {row['model']:6} {row['protocol']:4} "
                 f"c={row['concurrency']:<2}  throughput x{ratios['throughput']:.3f}  "
                 f"p50 x{ratios['p50_ms']:.3f}  p95 x{ratios['p95_ms']:.3f}{against}"
             )
@@ -577,6 +586,12 @@ def _parser() -> argparse.ArgumentParser:
         "--pa-async", action="store_true", help="agreement: perf_analyzer --async as a second reference"
     )
     parser.add_argument("--json", type=Path, help="write every sample here")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="print the tables and ratios of a run written by --json; no measuring",
+    )
     return parser
 
 
@@ -594,6 +609,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.render:
+        return show(_load(args.render))
     _tools.stop_on_sigint()
     settings = settings_from(args)
     command = shlex.join([Path(sys.executable).name, *sys.argv])
@@ -607,49 +624,82 @@ def main(argv: Sequence[str] | None = None) -> int:
             capacity(pa, repo, work, settings) if {"capacity", "rate"} & set(settings.parts) else []
         )
         rate_rows = rates(pa, repo, work, settings, capacity_rows) if "rate" in settings.parts else []
-    minutes = (time.monotonic() - started) / 60
-    console.print(f"command: {command}")
+    run = {
+        "command": command,
+        "settings": settings,
+        "minutes": (time.monotonic() - started) / 60,
+        "cpus": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+        "agreement": agreement_rows,
+        "capacity": capacity_rows,
+        "rate": rate_rows,
+    }
+    status = show(run)
+    if args.json:
+        run["verdicts"] = verdicts(agreement_rows, capacity_rows, rate_rows, settings.protocols)
+        args.json.write_text(json.dumps(run, default=_plain, indent=1))
+    return status
+
+
+def show(run: dict[str, Any]) -> int:
+    """Print a run's set-up, tables and ratios; 1 when a ratio is outside its bar."""
+    settings: Settings = run["settings"]
+    console.print(f"command: {run['command']}")
+    load = (
+        f"load average {run['load_before']:.2f} before, {run['load_after']:.2f} after, "
+        if "load_before" in run
+        else ""
+    )
     console.print(
-        f"{os.cpu_count()} CPUs, load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after, "
-        f"{minutes:.1f} min; window {settings.window_s:g} s, stability {settings.stability:g}%, "
-        f"max windows {settings.max_windows}, {settings.repeats} repeat(s), "
-        f"agreement {'pinned: server and tools on separate CPUs' if settings.pin else 'unpinned'}"
+        f"{run.get('cpus', '?')} CPUs, {load}{run['minutes']:.1f} min; window {settings.window_s:g} s, "
+        f"stability {settings.stability:g}%, max windows {settings.max_windows}, {settings.repeats} "
+        f"repeat(s), agreement {'pinned: server and tools on separate CPUs' if settings.pin else 'unpinned'}"
     )
     for rows, render in (
-        (agreement_rows, agreement_table),
-        (capacity_rows, capacity_table),
-        (rate_rows, rate_table),
+        (run["agreement"], agreement_table),
+        (run["capacity"], capacity_table),
+        (run["rate"], rate_table),
     ):
         if rows:
             console.print(render(rows))
-    lines = verdicts(agreement_rows, capacity_rows, rate_rows, settings.protocols)
+    lines = verdicts(run["agreement"], run["capacity"], run["rate"], settings.protocols)
     console.print(
         "ratios (ours / perf_analyzer; bars: throughput 5%, p50/p95 10%, capacity >= 0.8x, rate 2%; "
-        "rate: PASS = sent within 2%, no warning; WARNED = behind-schedule reported; FAIL = off, silent):"
+        "rate: PASS = sent within 2%, no warning; WARNED = behind-schedule reported; FAIL = off, silent; "
+        "ref-in / ref-OUT: perf_analyzer --async against perf_analyzer, within / outside the same bars):"
     )
     for line in lines:
         console.print(line)
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "command": command,
-                    "settings": asdict(settings),
-                    "minutes": minutes,
-                    "agreement": agreement_rows,
-                    "capacity": capacity_rows,
-                    "rate": rate_rows,
-                    "verdicts": lines,
-                },
-                default=_plain,
-                indent=1,
-            )
-        )
     return 0 if not any(line.startswith("FAIL") for line in lines) else 1
 
 
+def _load(path: Path) -> dict[str, Any]:
+    """A run written by --json, with its samples as objects again (for --render)."""
+    run: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+
+    def sample(d: dict[str, Any]) -> Sample:
+        return Sample(**(d | {"warnings": tuple(d.get("warnings", ()))}))
+
+    def series(d: dict[str, Any]) -> Series:
+        return Series(d["tool"], [sample(x) for x in d["samples"]], d.get("failures", 0))
+
+    fields = {f: tuple(v) if isinstance(v, list) else v for f, v in run["settings"].items()}
+    run["settings"] = Settings(**fields)
+    for row in run["agreement"]:
+        for key in ("pa", "pa_async", "ours"):
+            if key in row:
+                row[key] = series(row[key])
+    for row in run["capacity"]:
+        row["series"] = {name: series(d) for name, d in row["series"].items()}
+    for row in run["rate"]:
+        row["sample"] = sample(row["sample"])
+        row["pa"] = sample(row["pa"]) if row.get("pa") else None
+    return run
+
+
 def _plain(value: object) -> Any:
-    if isinstance(value, Series | Sample):
+    if isinstance(value, Series | Sample | Settings):
         return asdict(value)
     raise TypeError(f"cannot write {type(value).__name__}")
 
