@@ -47,10 +47,12 @@ def add_parser(sub: Any) -> None:
         description="Measure throughput and latency of one model on a running Triton server, "
         "level by level, closed loop (--concurrency) or open loop (--request-rate).",
     )
-    bench.add_argument("--model", required=True)
+    bench.add_argument("--model", required=True, help="the model's name on the server")
     bench.add_argument("--url", default="127.0.0.1:8000", help="HOST:HTTP_PORT (default 127.0.0.1:8000)")
     bench.add_argument("--grpc-url", default="", help="HOST:GRPC_PORT (default: the HTTP host, port + 1)")
-    bench.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    bench.add_argument("--protocol", choices=("http", "grpc"), default="http",
+                       help="http (default, as perf_analyzer) or grpc; at saturation the two can "
+                            "differ, see docs/loadgen.md")
     level = bench.add_mutually_exclusive_group()
     level.add_argument("--concurrency", help="N or START:END[:STEP] requests in flight (default 1)")
     level.add_argument("--request-rate", help="R or START:END[:STEP] requests per second (open loop)")

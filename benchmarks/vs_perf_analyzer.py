@@ -130,6 +130,11 @@ class Sample:
     send_rate: float = 0.0
     late_p99_ms: float = 0.0
     warnings: tuple[str, ...] = ()
+    # where a request's time goes, per request in us: the average latency, the server's queue +
+    # compute (its statistics), and perf_analyzer's own client time (its Client Send + Recv)
+    avg_us: float = float("nan")
+    server_us: float = float("nan")
+    client_us: float = float("nan")
 
 
 @dataclass
@@ -255,12 +260,27 @@ def perf_analyzer(
                 stable=stability == settings.stability,
                 send_rate=float(sent.group(1)) if sent else 0.0,
                 warnings=(BEHIND_SCHEDULE,) if behind else (),
+                avg_us=_column(row, "Avg latency"),
+                server_us=sum(
+                    _column(row, f"Server {part}")
+                    for part in ("Queue", "Compute Input", "Compute Infer", "Compute Output")
+                ),
+                client_us=_column(row, "Client Send") + _column(row, "Client Recv"),
             )
         _tools.log(f"perf_analyzer exit {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-300:]}")
     return None
 
 
+def _column(row: dict[str, str], name: str) -> float:
+    """A number of perf_analyzer's --verbose-csv row, nan where its version lacks the column."""
+    try:
+        return float(row[name])
+    except (KeyError, ValueError):
+        return float("nan")
+
+
 def ours(point: Point) -> Sample:
+    server = point.server
     return Sample(
         point.throughput,
         point.p50_ms,
@@ -270,6 +290,11 @@ def ours(point: Point) -> Sample:
         point.send_rate,
         point.send_late_p99_ms,
         point.warnings,
+        avg_us=point.avg_ms * 1000,
+        server_us=server.queue_us
+        + server.compute_input_us
+        + server.compute_infer_us
+        + server.compute_output_us,
     )
 
 
@@ -434,6 +459,35 @@ def agreement_table(rows: list[dict[str, Any]]) -> Table:
             table.add_column(f"{tool} {label}", justify="right")
     for row in rows:
         cells = [_cell(row[key], name, digits) for _, name, digits in columns for _, key in tools]
+        table.add_row(row["model"], row["protocol"], str(row["concurrency"]), *cells)
+    return table
+
+
+def time_table(rows: list[dict[str, Any]]) -> Table:
+    """Where a request's time goes at each point: the same server time under both tools means
+    a difference in latency is the clients' (perf_analyzer reports its own client time)."""
+    table = Table(
+        title="agreement, per request (us, medians): average latency, server queue + compute, the rest; "
+        "perf_analyzer's own client send + receive"
+    )
+    tools = [
+        ("PA", "pa"),
+        *([("PAa", "pa_async")] if any("pa_async" in r for r in rows) else []),
+        ("our", "ours"),
+    ]
+    for header in ("model", "proto", "conc"):
+        table.add_column(header, justify="right")
+    for tool, _ in tools:
+        for label in ("avg", "server", "rest"):
+            table.add_column(f"{tool} {label}", justify="right")
+    for tool, _ in tools[:-1]:
+        table.add_column(f"{tool} client", justify="right")
+    for row in rows:
+        cells = []
+        for _, key in tools:
+            avg, server = row[key].median("avg_us"), row[key].median("server_us")
+            cells += [f"{avg:.0f}", f"{server:.0f}", f"{avg - server:.0f}"]
+        cells += [f"{row[key].median('client_us'):.0f}" for _, key in tools[:-1]]
         table.add_row(row["model"], row["protocol"], str(row["concurrency"]), *cells)
     return table
 
@@ -658,6 +712,7 @@ def show(run: dict[str, Any]) -> int:
     )
     for rows, render in (
         (run["agreement"], agreement_table),
+        ([r for r in run["agreement"] if r["ours"].median("avg_us") > 0], time_table),  # nan: older runs
         (run["capacity"], capacity_table),
         (run["rate"], rate_table),
     ):
