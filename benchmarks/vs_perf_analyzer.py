@@ -260,7 +260,7 @@ def perf_analyzer(
                 stable=stability == settings.stability,
                 send_rate=float(sent.group(1)) if sent else 0.0,
                 warnings=(BEHIND_SCHEDULE,) if behind else (),
-                avg_us=_column(row, "Avg latency"),
+                avg_us=_average_us(row),
                 server_us=sum(
                     _column(row, f"Server {part}")
                     for part in ("Queue", "Compute Input", "Compute Infer", "Compute Output")
@@ -277,6 +277,17 @@ def _column(row: dict[str, str], name: str) -> float:
         return float(row[name])
     except (KeyError, ValueError):
         return float("nan")
+
+
+def _average_us(row: dict[str, str]) -> float:
+    """perf_analyzer's average latency; with --percentile its CSV has no "Avg latency" column,
+    and the average is the sum of its breakdown (checked on a run that has both: 461 vs 464 us)."""
+    average = _column(row, "Avg latency")
+    if average == average:  # not nan
+        return average
+    parts = ("Client Send", "Network+Server Send/Recv", "Server Queue", "Server Compute Input",
+             "Server Compute Infer", "Server Compute Output", "Client Recv")  # fmt: skip
+    return sum(_column(row, part) for part in parts)
 
 
 def ours(point: Point) -> Sample:
