@@ -58,6 +58,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from autotune.launch._common import Server, wait_model_ready
 from autotune.launch.local import LocalLauncher
 from autotune.loadgen import LoadGenerator, WindowPlan
+from autotune.loadgen._stats import StatsSnapshot, breakdown
+from autotune.loadgen._transport import get_json
 from autotune.measure import BEHIND_SCHEDULE, Point
 
 MODELS = ("noop", "bertQA")
@@ -135,6 +137,7 @@ class Sample:
     avg_us: float = float("nan")
     server_us: float = float("nan")
     client_us: float = float("nan")
+    avg_batch: float = float("nan")  # the batches the server executed (ours: kept windows; PA: its run)
 
 
 @dataclass
@@ -240,6 +243,7 @@ def perf_analyzer(
         if level.startswith("--request-rate"):
             cmd.append("--max-threads=64")  # sync calls, one in flight per thread: room for the rate
         limit = 60 + 3 * settings.window_s * (settings.max_windows + 2)  # perf_analyzer can hang (HTTP, c=64)
+        before = _snapshot(server, model)
         try:
             proc = subprocess.run(
                 cmd, env=pa.env(), capture_output=True, text=True, check=False, timeout=limit
@@ -266,9 +270,14 @@ def perf_analyzer(
                     for part in ("Queue", "Compute Input", "Compute Infer", "Compute Output")
                 ),
                 client_us=_column(row, "Client Send") + _column(row, "Client Recv"),
+                avg_batch=breakdown(before, _snapshot(server, model)).avg_batch,
             )
         _tools.log(f"perf_analyzer exit {proc.returncode}: {(proc.stdout + proc.stderr).strip()[-300:]}")
     return None
+
+
+def _snapshot(server: Server, model: str) -> StatsSnapshot:
+    return StatsSnapshot.parse(get_json(server.host, server.http_port, f"/v2/models/{model}/stats"))
 
 
 def _column(row: dict[str, str], name: str) -> float:
@@ -306,6 +315,7 @@ def ours(point: Point) -> Sample:
         + server.compute_input_us
         + server.compute_infer_us
         + server.compute_output_us,
+        avg_batch=server.avg_batch,
     )
 
 
@@ -479,7 +489,7 @@ def time_table(rows: list[dict[str, Any]]) -> Table:
     a difference in latency is the clients' (perf_analyzer reports its own client time)."""
     table = Table(
         title="agreement, per request (us, medians): average latency, server queue + compute, the rest; "
-        "perf_analyzer's own client send + receive"
+        "perf_analyzer's own client send + receive; the server's average batch"
     )
     tools = [
         ("PA", "pa"),
@@ -493,12 +503,15 @@ def time_table(rows: list[dict[str, Any]]) -> Table:
             table.add_column(f"{tool} {label}", justify="right")
     for tool, _ in tools[:-1]:
         table.add_column(f"{tool} client", justify="right")
+    for tool, _ in tools:
+        table.add_column(f"{tool} batch", justify="right")
     for row in rows:
         cells = []
         for _, key in tools:
             avg, server = row[key].median("avg_us"), row[key].median("server_us")
             cells += [f"{avg:.0f}", f"{server:.0f}", f"{avg - server:.0f}"]
         cells += [f"{row[key].median('client_us'):.0f}" for _, key in tools[:-1]]
+        cells += [f"{row[key].median('avg_batch'):.2f}" for _, key in tools]
         table.add_row(row["model"], row["protocol"], str(row["concurrency"]), *cells)
     return table
 
