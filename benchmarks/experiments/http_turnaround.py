@@ -1,6 +1,6 @@
 """Does the moment our HTTP client sends its next request change the batches the server forms?
 
-    .venv/bin/python benchmarks/experiments/http_turnaround.py            # noop and bertQA, c=16 (~6 min)
+    .venv/bin/python benchmarks/experiments/http_turnaround.py            # noop and bertQA, c=16 (~8 min)
     .venv/bin/python benchmarks/experiments/http_turnaround.py --rounds 4
 
 At concurrency 16 over HTTP the server forms batches of about 2 under our load generator and
@@ -13,6 +13,8 @@ immediate   the product's send (written as soon as the answer is read)
 deferred    written at the end of the event loop's iteration (all answers read first)
 after-200us written 200 us after the answer (asyncio's timer: at least that)
 after-1ms   written 1 ms after the answer
+split       headers and body in two writes, as libcurl sends them (two segments)
+split-poll  headers at once, the body at the end of the loop iteration (libcurl polls between)
 
 and prints throughput, p50/p95, the server's average batch and queue time per request. An
 experiment, not a product option: the product sends at once.
@@ -61,11 +63,25 @@ def _after(delay_s: float) -> Callable[[Any, bytes], None]:
     return schedule
 
 
+def _split(conn: Any, request: bytes) -> None:
+    cut = request.index(b"\r\n\r\n") + 4
+    conn.transport.write(request[:cut])
+    conn.transport.write(request[cut:])
+
+
+def _split_poll(conn: Any, request: bytes) -> None:
+    cut = request.index(b"\r\n\r\n") + 4
+    conn.transport.write(request[:cut])
+    asyncio.get_running_loop().call_soon(conn.transport.write, request[cut:])
+
+
 SENDS: dict[str, Callable[..., None]] = {
     "immediate": IMMEDIATE,
     "deferred": _later(_deferred),
     "after-200us": _later(_after(200e-6)),
     "after-1ms": _later(_after(1e-3)),
+    "split": _later(_split),
+    "split-poll": _later(_split_poll),
 }
 
 
