@@ -1,6 +1,6 @@
 """Does the moment our HTTP client sends its next request change the batches the server forms?
 
-    .venv/bin/python benchmarks/experiments/http_turnaround.py            # noop and bertQA, c=16 (~8 min)
+    .venv/bin/python benchmarks/experiments/http_turnaround.py            # noop and bertQA, c=16 (~10 min)
     .venv/bin/python benchmarks/experiments/http_turnaround.py --rounds 4
 
 At concurrency 16 over HTTP the server forms batches of about 2 under our load generator and
@@ -16,7 +16,9 @@ after-1ms   written 1 ms after the answer
 split       headers and body in two writes, as libcurl sends them (two segments)
 split-poll  headers at once, the body at the end of the loop iteration (libcurl polls between)
 
-and prints throughput, p50/p95, the server's average batch and queue time per request. An
+and prints throughput, p50/p95, the server's average batch and queue time per request. Then
+``threads``: http_arrivals.py's client with a thread and a blocking socket per connection
+(12 s, the first 3 s not timed; its batch and queue figures cover the whole run). An
 experiment, not a product option: the product sends at once.
 """
 
@@ -31,12 +33,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "experiments")]
 
+import http_arrivals  # noqa: E402
 import vs_perf_analyzer as bench  # noqa: E402
 
-from autotune.loadgen import LoadGenerator  # noqa: E402
+from autotune.loadgen import LoadGenerator, _inputs  # noqa: E402
 from autotune.loadgen import _transport as transport  # noqa: E402
+from autotune.loadgen._stats import breakdown  # noqa: E402
 
 IMMEDIATE = transport._Http1.send
 
@@ -115,6 +119,18 @@ def main() -> int:
                             f"batch {p.server.avg_batch:4.2f}  queue {p.server.queue_us:7.0f} us",
                             flush=True,
                         )
+                    request = _inputs.http_request(gen.payload, server.host)
+                    before = bench._snapshot(server, model)
+                    latencies, _ = http_arrivals.threaded_client(server.host, server.http_port, request, 16)
+                    split = breakdown(before, bench._snapshot(server, model))
+                    rate = len(latencies) / (http_arrivals.RUN_S - http_arrivals.WARMUP_S)
+                    print(
+                        f"{model:6} round {round_ + 1} {'threads':11} {rate:6.0f} infer/s  "
+                        f"p50 {http_arrivals.percentile(latencies, 0.5):7.2f} ms  "
+                        f"p95 {http_arrivals.percentile(latencies, 0.95):7.2f} ms  "
+                        f"batch {split.avg_batch:4.2f}  queue {split.queue_us:7.0f} us",
+                        flush=True,
+                    )
     return 0
 
 
