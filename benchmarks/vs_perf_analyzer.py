@@ -36,6 +36,7 @@ import argparse
 import contextlib
 import csv
 import json
+import math
 import os
 import re
 import shlex
@@ -292,7 +293,7 @@ def _average_us(row: dict[str, str]) -> float:
     """perf_analyzer's average latency; with --percentile its CSV has no "Avg latency" column,
     and the average is the sum of its breakdown (checked on a run that has both: 461 vs 464 us)."""
     average = _column(row, "Avg latency")
-    if average == average:  # not nan
+    if not math.isnan(average):
         return average
     parts = ("Client Send", "Network+Server Send/Recv", "Server Queue", "Server Compute Input",
              "Server Compute Infer", "Server Compute Output", "Client Recv")  # fmt: skip
@@ -467,11 +468,16 @@ def _cell(series: Series, name: str, digits: int) -> str:
     return f"{series.median(name):.{digits}f} ±{series.spread(name) / 2:.0f}%{flag}"
 
 
-def agreement_table(rows: list[dict[str, Any]]) -> Table:
-    """PA is perf_analyzer (its default, a thread per request), PAa perf_analyzer --async."""
-    table = Table(title="agreement: medians ± half the spread (max-min)/median over repeats")
+def _tools_in(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(column label, row key) of the tools measured: PA is perf_analyzer (its default, a thread
+    per request), PAa perf_analyzer --async; ours last."""
     with_async = any("pa_async" in r for r in rows)
-    tools = [("PA", "pa"), *([("PAa", "pa_async")] if with_async else []), ("our", "ours")]
+    return [("PA", "pa"), *([("PAa", "pa_async")] if with_async else []), ("our", "ours")]
+
+
+def agreement_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="agreement: medians ± half the spread (max-min)/median over repeats")
+    tools = _tools_in(rows)
     columns = [("infer/s", "throughput", 0), ("p50 ms", "p50_ms", 2), ("p95 ms", "p95_ms", 2)]
     for header in ("model", "proto", "conc"):
         table.add_column(header, justify="right")
@@ -491,11 +497,7 @@ def time_table(rows: list[dict[str, Any]]) -> Table:
         title="agreement, per request (us, medians): average latency, server queue + compute, the rest; "
         "perf_analyzer's own client send + receive; the server's average batch"
     )
-    tools = [
-        ("PA", "pa"),
-        *([("PAa", "pa_async")] if any("pa_async" in r for r in rows) else []),
-        ("our", "ours"),
-    ]
+    tools = _tools_in(rows)
     for header in ("model", "proto", "conc"):
         table.add_column(header, justify="right")
     for tool, _ in tools:
@@ -688,7 +690,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.render:
-        return show(_load(args.render))
+        return _status(show(_load(args.render)))
     _tools.stop_on_sigint()
     settings = settings_from(args)
     command = shlex.join([Path(sys.executable).name, *sys.argv])
@@ -713,15 +715,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "capacity": capacity_rows,
         "rate": rate_rows,
     }
-    status = show(run)
+    run["verdicts"] = show(run)
     if args.json:
-        run["verdicts"] = verdicts(agreement_rows, capacity_rows, rate_rows, settings.protocols)
         args.json.write_text(json.dumps(run, default=_plain, indent=1))
-    return status
+    return _status(run["verdicts"])
 
 
-def show(run: dict[str, Any]) -> int:
-    """Print a run's set-up, tables and ratios; 1 when a ratio is outside its bar."""
+def _status(lines: list[str]) -> int:
+    """1 when a ratio is outside its bar."""
+    return 0 if not any(line.startswith("FAIL") for line in lines) else 1
+
+
+def show(run: dict[str, Any]) -> list[str]:
+    """Print a run's set-up, tables and ratios; the ratio lines."""
     settings: Settings = run["settings"]
     console.print(f"command: {run['command']}")
     load = (
@@ -736,7 +742,10 @@ def show(run: dict[str, Any]) -> int:
     )
     for rows, render in (
         (run["agreement"], agreement_table),
-        ([r for r in run["agreement"] if r["ours"].median("avg_us") > 0], time_table),  # nan: older runs
+        (
+            [r for r in run["agreement"] if not math.isnan(r["ours"].median("avg_us"))],
+            time_table,
+        ),  # older runs: nan
         (run["capacity"], capacity_table),
         (run["rate"], rate_table),
     ):
@@ -750,7 +759,7 @@ def show(run: dict[str, Any]) -> int:
     )
     for line in lines:
         console.print(line)
-    return 0 if not any(line.startswith("FAIL") for line in lines) else 1
+    return lines
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -67,12 +67,6 @@ def _after(delay_s: float) -> Callable[[Any, bytes], None]:
     return schedule
 
 
-def _split(conn: Any, request: bytes) -> None:
-    cut = request.index(b"\r\n\r\n") + 4
-    conn.transport.write(request[:cut])
-    conn.transport.write(request[cut:])
-
-
 def _split_poll(conn: Any, request: bytes) -> None:
     cut = request.index(b"\r\n\r\n") + 4
     conn.transport.write(request[:cut])
@@ -84,7 +78,7 @@ SENDS: dict[str, Callable[..., None]] = {
     "deferred": _later(_deferred),
     "after-200us": _later(_after(200e-6)),
     "after-1ms": _later(_after(1e-3)),
-    "split": _later(_split),
+    "split": http_arrivals.split_send,
     "split-poll": _later(_split_poll),
 }
 
