@@ -282,6 +282,50 @@ def test_closed_loop_counts_errors_and_reconnects() -> None:
     assert tally.first_error in ("HTTP 500: model failed", "connection closed by the server (EOF)")
 
 
+def test_closed_loop_opens_each_connection_while_requests_flow() -> None:
+    """Triton's HTTP server gives a new connection to its first HTTP thread with no work
+    pending: every connection after the first must open while requests are in flight, and
+    what is answered before the clock starts is not counted."""
+    in_flight_at_open: list[int] = []
+    in_flight = 0
+
+    class Slow:
+        def send(self, done: Done) -> None:
+            nonlocal in_flight
+            in_flight += 1
+
+            def answer() -> None:
+                nonlocal in_flight
+                in_flight -= 1
+                done(None)
+
+            asyncio.get_running_loop().call_later(0.001, answer)
+
+        async def close(self) -> None:
+            return None
+
+    async def scenario() -> tuple[Tally, Tally]:
+        async def connect() -> Connection:
+            in_flight_at_open.append(in_flight)
+            await asyncio.sleep(0.002)  # a connect takes time; answers come back meanwhile
+            return Slow()
+
+        load = Load(connect)
+        job = Job(concurrency=4)
+        await load.prepare(job)
+        before = load.recorder.rotate(0)
+        load.start(job, clock())
+        await load.wait(0.05)
+        tally = load.rotate()
+        await load.stop()
+        return before, tally
+
+    before, tally = asyncio.run(scenario())
+    assert in_flight_at_open[0] == 0 and all(n >= 1 for n in in_flight_at_open[1:])
+    assert before.completions > 0  # requests flowed while connections opened
+    assert tally.completions > 0 and tally.duration_s < 0.2  # a fresh window from start()
+
+
 # ---------------------------------------------------------------- input data
 
 IO = ModelIO(

@@ -1,7 +1,14 @@
 """Requests from one event loop: closed-loop slots or an open-loop schedule.
 
 Closed loop: ``concurrency`` slots, each with its own connection, send the next request
-as soon as the previous answer is back; latency runs from send to answer.
+as soon as the previous answer is back; latency runs from send to answer. Each slot starts
+sending as soon as its connection is open, before the clock starts, so every connection
+after the first opens while requests flow, as perf_analyzer's do: Triton's HTTP server
+hands a new connection to the first of its HTTP threads with no work pending, so
+connections opened one after another on an idle server all land on one thread. That
+thread then reads and answers every request, and at saturation the batcher gets them one
+or two at a time: noop at concurrency 16 ran batches of 2.2 where perf_analyzer's clients
+got 6-7 (benchmarks/experiments/http_threads.py).
 
 Open loop: a timer (:mod:`._timer`) wakes at each due time of a :class:`Schedule` and
 hands the request to an idle connection; when none is idle the due time waits in a
@@ -121,8 +128,9 @@ class Recorder:
 
 
 class Load:
-    """The load of one event loop: :meth:`prepare` (connections), :meth:`start` (the clock
-    starts), :meth:`wait` (surfaces failures), :meth:`rotate` (a window), :meth:`stop`.
+    """The load of one event loop: :meth:`prepare` (connections; closed loop, requests start
+    flowing), :meth:`start` (the clock starts), :meth:`wait` (surfaces failures),
+    :meth:`rotate` (a window), :meth:`stop`.
 
     Requests run on callbacks, not tasks: an answer's callback records it and, closed loop,
     sends the next request at once; open loop, the timer's callback sends what is due on
@@ -146,20 +154,24 @@ class Load:
         self._timer: DueTimer | None = None
 
     async def prepare(self, job: Job) -> None:
-        """Open the connections the job starts with (before the clock starts)."""
+        """Open the connections the job starts with. Closed loop, each slot starts sending as
+        soon as its connection is open (see the module docstring); what it measures before
+        :meth:`start` is dropped. Open loop, the connections wait idle for the schedule."""
         if job.schedule is None:
+            self.running = True
             for _ in range(job.concurrency):
-                self._slots.append(_Slot(self, await self._open()))
+                slot = _Slot(self, await self._open())
+                self._slots.append(slot)
+                slot.resume()
         else:
             for _ in range(job.pool):
                 self._idle.append(_Sender(self, await self._open()))
 
     def start(self, job: Job, start_ns: int) -> None:
+        """The clock starts: a fresh window (closed loop, the slots are already sending)."""
         self.running = True
-        self.recorder.started = clock()
+        self.recorder = Recorder()
         if job.schedule is None:
-            for slot in self._slots:
-                slot.resume()
             return
         self._offsets = job.schedule.offsets()
         self._start_ns = start_ns
