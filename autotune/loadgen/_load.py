@@ -7,8 +7,9 @@ after the first opens while requests flow, as perf_analyzer's do: Triton's HTTP 
 hands a new connection to the first of its HTTP threads with no work pending, so
 connections opened one after another on an idle server all land on one thread. That
 thread then reads and answers every request, and at saturation the batcher gets them one
-or two at a time: noop at concurrency 16 ran batches of 2.2 where perf_analyzer's clients
-got 6-7 (benchmarks/experiments/http_threads.py).
+or two at a time: noop at concurrency 16 over HTTP ran batches of 2.2, against 6.9-7.1
+with the connections opened this way (benchmarks/experiments/http_threads.py) and 6.0
+under perf_analyzer (docs/loadgen.md).
 
 Open loop: a timer (:mod:`._timer`) wakes at each due time of a :class:`Schedule` and
 hands the request to an idle connection; when none is idle the due time waits in a

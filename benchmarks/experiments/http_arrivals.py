@@ -13,6 +13,11 @@ fairness  bertQA (2 instances, dynamic batching) at concurrency 16, three client
           connection (how evenly the server served the 16 connections).
 nobatch   noop without dynamic_batching, concurrency 1, 4 and 16, 2 rounds: perf_analyzer
           and our load generator in turn, over HTTP.
+
+``asyncio_client`` opens its connections one after another before sending, so the server
+puts them all on one of its HTTP threads (experiments/http_threads.py), where the threaded
+client's connections, opened at the same time by 16 threads, spread; its comparisons have
+that difference in them too.
 """
 
 from __future__ import annotations

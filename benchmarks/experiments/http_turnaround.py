@@ -20,6 +20,12 @@ and prints throughput, p50/p95, the server's average batch and queue time per re
 ``threads``: http_arrivals.py's client with a thread and a blocking socket per connection
 (12 s, the first 3 s not timed; its batch and queue figures cover the whole run). An
 experiment, not a product option: the product sends at once.
+
+The answer came later (experiments/http_threads.py): not the moment of the send, but which
+of the server's HTTP threads serve the connections. Opened one after another on an idle
+server, all 16 landed on one thread; the product now opens them while requests flow, and
+this script's variants all inherit that (before that change, c406ad3, they ran with the
+connections on one thread).
 """
 
 from __future__ import annotations
