@@ -31,7 +31,8 @@ if [ -n "$builder" ] && [ "$(id -u)" = 0 ] && [ "${AUTOTUNE_SKIP_DOCKER:-0}" != 
   log "container engine and test image: $builder"
   # from /: the API service it may start keeps its working directory, and conmon fails
   # ("Failed to get working directory") once a removed checkout was that directory
-  if out=$(cd / && bash "$(realpath "$builder")"); then
+  builder=$(realpath "$builder")  # before the cd below: the path is relative to the checkout
+  if out=$(cd / && bash "$builder"); then
     echo "$out" | sed -n 's/^export //p' >> .test-env
     echo "AUTOTUNE_TEST_IMAGE=${AUTOTUNE_TRITON_IMAGE:-localhost/autotune-triton:test}" >> .test-env
   else
