@@ -29,7 +29,11 @@ def check() -> None:
 
 
 def install() -> None:
-    """Route SIGINT and SIGTERM through :func:`request` (main thread only)."""
+    """Route SIGINT and SIGTERM through :func:`request` (main thread only), at the start of a
+    command: no stop is pending then (one requested in an earlier command in this process,
+    e.g. a test calling ``autotune.cli.main`` again, was acted upon by that command)."""
+    global _requested
+    _requested = False
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(ValueError):  # not the main thread (e.g. a test's worker thread)
             signal.signal(signum, request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import pytest
@@ -24,3 +25,13 @@ def test_a_stop_raised_inside_a_finalizer_is_not_lost(monkeypatch: pytest.Monkey
     # the KeyboardInterrupt went to "Exception ignored in"; the next check raises it again
     with pytest.raises(KeyboardInterrupt):
         stopping.check()
+
+
+def test_a_new_run_starts_with_no_stop_pending(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop acted upon by an earlier run in this process does not stop the next one."""
+    monkeypatch.setattr(stopping, "_requested", True)
+    installed: list[int] = []
+    monkeypatch.setattr(stopping.signal, "signal", lambda signum, handler: installed.append(signum))
+    stopping.install()
+    assert sorted(installed) == sorted([signal.SIGINT, signal.SIGTERM])
+    stopping.check()  # nothing pending: no KeyboardInterrupt
