@@ -40,9 +40,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import _tools  # noqa: E402
 import vs_perf_analyzer as bench  # noqa: E402
 
+from autotune.launch._common import Server  # noqa: E402
 from autotune.loadgen import LoadGenerator, _inputs  # noqa: E402
 from autotune.loadgen import _transport as transport  # noqa: E402
+from autotune.loadgen._stats import breakdown  # noqa: E402
 from autotune.loadgen._windows import WindowPlan  # noqa: E402
+from autotune.measure import ServerBreakdown  # noqa: E402
 
 RUN_S, WARMUP_S = 12.0, 3.0
 
@@ -139,6 +142,17 @@ def threaded_client(host: str, port: int, request: bytes, concurrency: int) -> R
         thread.join()
     return latencies, per
 
+
+def threaded_point(
+    server: Server, model: str, request: bytes, concurrency: int
+) -> tuple[float, float, float, ServerBreakdown]:
+    """A :func:`threaded_client` run: infer/s and p50/p95 ms over its timed part, and the
+    server's breakdown (average batch, queue, ...) over the whole run."""
+    before = bench._snapshot(server, model)
+    latencies, _ = threaded_client(server.host, server.http_port, request, concurrency)
+    split = breakdown(before, bench._snapshot(server, model))
+    rate = len(latencies) / (RUN_S - WARMUP_S)
+    return rate, percentile(latencies, 0.5), percentile(latencies, 0.95), split
 
 def fairness(root: Path) -> None:
     repo = bench.build_repository(root)

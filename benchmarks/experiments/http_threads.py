@@ -43,7 +43,6 @@ import http_arrivals  # noqa: E402
 import vs_perf_analyzer as bench  # noqa: E402
 
 from autotune.loadgen import LoadGenerator, _inputs, _load  # noqa: E402
-from autotune.loadgen._stats import breakdown  # noqa: E402
 
 BUSY_OPEN = _load.Load.prepare, _load.Load.start
 
@@ -129,15 +128,9 @@ def main() -> int:
                     traced: list[str] = []
                     tracer = _strace_later(pid, 3.0, traced) if args.strace else None
                     ticks = _thread_ticks(pid)
-                    before = bench._snapshot(server, "noop")
                     if name == "threads":
-                        latencies, _ = http_arrivals.threaded_client(
-                            server.host, server.http_port, request, 16
-                        )
-                        rate = len(latencies) / (http_arrivals.RUN_S - http_arrivals.WARMUP_S)
-                        p50 = http_arrivals.percentile(latencies, 0.5)
-                        p95 = http_arrivals.percentile(latencies, 0.95)
-                        batch = breakdown(before, bench._snapshot(server, "noop")).avg_batch
+                        rate, p50, p95, split = http_arrivals.threaded_point(server, "noop", request, 16)
+                        batch = split.avg_batch
                     else:
                         if name == "idle-open":
                             _load.Load.prepare, _load.Load.start = _idle_prepare, _idle_start  # type: ignore[method-assign]

@@ -46,7 +46,6 @@ import vs_perf_analyzer as bench  # noqa: E402
 
 from autotune.loadgen import LoadGenerator, _inputs  # noqa: E402
 from autotune.loadgen import _transport as transport  # noqa: E402
-from autotune.loadgen._stats import breakdown  # noqa: E402
 
 IMMEDIATE = transport._Http1.send
 
@@ -120,14 +119,10 @@ def main() -> int:
                             flush=True,
                         )
                     request = _inputs.http_request(gen.payload, server.host)
-                    before = bench._snapshot(server, model)
-                    latencies, _ = http_arrivals.threaded_client(server.host, server.http_port, request, 16)
-                    split = breakdown(before, bench._snapshot(server, model))
-                    rate = len(latencies) / (http_arrivals.RUN_S - http_arrivals.WARMUP_S)
+                    rate, p50, p95, split = http_arrivals.threaded_point(server, model, request, 16)
                     print(
                         f"{model:6} round {round_ + 1} {'threads':11} {rate:6.0f} infer/s  "
-                        f"p50 {http_arrivals.percentile(latencies, 0.5):7.2f} ms  "
-                        f"p95 {http_arrivals.percentile(latencies, 0.95):7.2f} ms  "
+                        f"p50 {p50:7.2f} ms  p95 {p95:7.2f} ms  "
                         f"batch {split.avg_batch:4.2f}  queue {split.queue_us:7.0f} us",
                         flush=True,
                     )
