@@ -1,0 +1,195 @@
+"""The import graph of the autotune package, and the layering rules it must follow.
+
+    python scripts/import_graph.py            # the graph as text (module -> modules it imports)
+    python scripts/import_graph.py --mermaid  # the same as a Mermaid flowchart (docs/architecture.md)
+    python scripts/import_graph.py --check    # exit 1 and one line per broken rule
+
+Read with ``ast``, nothing is imported. Imports inside functions count like the others (a
+lazy import is still a dependency); ``if TYPE_CHECKING:`` imports do not (they never run).
+The rules (``--check``; tests/test_architecture.py runs it):
+
+- layering: every module belongs to one layer of :data:`LAYERS` and imports only modules of
+  its own layer or of layers below it, so the flow goes one way;
+- privacy: a ``_private`` module is imported only from inside its own package;
+- size: ``autotune/tuner.py`` stays under :data:`TUNER_MAX_LINES` lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "autotune"
+TUNER_MAX_LINES = 400
+
+# Lowest first. A module may import modules of its own layer or of a lower one.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("autotune", "autotune.errors", "autotune.files", "autotune.stopping",
+                    "autotune.processes")),
+    ("values", ("autotune.objective", "autotune.search_space", "autotune.model_config",
+                "autotune.measure", "autotune.decide")),
+    ("settings", ("autotune.settings",)),
+    ("io", ("autotune.control", "autotune.loadgen", "autotune.gpu")),
+    ("launch", ("autotune.launch", "autotune.staging")),
+    ("record", ("autotune.results", "autotune.study", "autotune.rundir")),
+    ("tune", ("autotune.tuner", "autotune.reload", "autotune.report", "autotune.writeback", "autotune.bench")),
+    ("people", ("autotune.events", "autotune._console", "autotune.cli")),
+)
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the package: dotted name -> file."""
+    out = {}
+    for path in sorted((root / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = module.split(".")
+                parent = parent if is_package else parent[:-1]
+                parent = parent[: len(parent) - (node.level - 1)]
+                base = ".".join([*parent, base] if base else parent)
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def _strip_type_checking(tree: ast.Module) -> ast.Module:
+    class Strip(ast.NodeTransformer):
+        def visit_If(self, node: ast.If) -> ast.AST | None:
+            return None if _type_checking_only(node) else self.generic_visit(node)
+
+    result = Strip().visit(tree)
+    assert isinstance(result, ast.Module)
+    return result
+
+
+def graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (names resolved to modules that exist)."""
+    known = modules(root)
+    out: dict[str, set[str]] = {}
+    for name, path in known.items():
+        tree = _strip_type_checking(ast.parse(path.read_text(encoding="utf-8")))
+        found = set()
+        for target in _imports(tree, name, path.name == "__init__.py"):
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name and target.startswith(PACKAGE):
+                found.add(target)
+        out[name] = found
+    return out
+
+
+def layer_of(module: str) -> int | None:
+    """The index of the module's layer: its own entry, else its package's."""
+    probe = module
+    while probe:
+        for index, (_, members) in enumerate(LAYERS):
+            if probe in members:
+                return index
+        probe = probe.rpartition(".")[0]
+        if probe == PACKAGE:  # a top-level module is placed by name, not by the package's layer
+            return None
+    return None
+
+
+def _package(module: str, root: Path = ROOT) -> str:
+    return module if (root / Path(*module.split(".")) / "__init__.py").exists() else module.rpartition(".")[0]
+
+
+def problems(root: Path = ROOT) -> list[str]:
+    found = []
+    edges = graph(root)
+    for module, targets in sorted(edges.items()):
+        own = layer_of(module)
+        if own is None:
+            found.append(f"{module}: in no layer of scripts/import_graph.py LAYERS")
+            continue
+        for target in sorted(targets):
+            theirs = layer_of(target)
+            if theirs is not None and theirs > own and not target.startswith(module + "."):
+                found.append(
+                    f"{module} ({LAYERS[own][0]}) imports {target} ({LAYERS[theirs][0]}), a layer above it"
+                )
+            private = [p for p in target.split(".") if p.startswith("_") and not p.startswith("__")]
+            if private and not module.startswith(_package(target, root) + ".") and module != _package(
+                target, root
+            ):
+                found.append(f"{module} imports the private module {target} from outside its package")
+    tuner = root / PACKAGE / "tuner.py"
+    lines = len(tuner.read_text(encoding="utf-8").splitlines()) if tuner.exists() else 0
+    if lines >= TUNER_MAX_LINES:
+        found.append(f"autotune/tuner.py has {lines} lines (the rule: under {TUNER_MAX_LINES})")
+    return found
+
+
+def _short(module: str) -> str:
+    return module.removeprefix(PACKAGE + ".") or PACKAGE
+
+
+def as_text(edges: dict[str, set[str]]) -> str:
+    return "\n".join(
+        f"{_short(m)} -> {', '.join(sorted(_short(t) for t in ts)) or '(nothing)'}" for m, ts in sorted(edges.items())
+    )
+
+
+def as_mermaid(edges: dict[str, set[str]]) -> str:
+    """A top-down flowchart, a subgraph per layer (highest first), packages folded into one node."""
+    def node(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if len(parts) > 2 else module
+
+    folded: dict[str, set[str]] = {}
+    for m, ts in edges.items():
+        folded.setdefault(node(m), set()).update(node(t) for t in ts if node(t) != node(m))
+    ident = {n: _short(n).replace(".", "_") for n in folded}
+    lines = ["flowchart TD"]
+    by_layer: dict[int, list[str]] = {}
+    for n in folded:
+        by_layer.setdefault(layer_of(n) if layer_of(n) is not None else -1, []).append(n)
+    for index in sorted(by_layer, reverse=True):
+        title = LAYERS[index][0] if index >= 0 else "unlayered"
+        lines.append(f"  subgraph {title}")
+        lines.extend(f"    {ident[n]}[{_short(n)}]" for n in sorted(by_layer[index]))
+        lines.append("  end")
+    for n, ts in sorted(folded.items()):
+        lines.extend(f"  {ident[n]} --> {ident[t]}" for t in sorted(ts) if t in ident)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart")
+    parser.add_argument("--check", action="store_true", help="check the rules; exit 1 if one is broken")
+    args = parser.parse_args(argv)
+    if args.check:
+        found = problems()
+        print("\n".join(found) or "import graph: every rule holds")
+        return 1 if found else 0
+    edges = graph()
+    print(as_mermaid(edges) if args.mermaid else as_text(edges))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
