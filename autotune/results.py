@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from autotune.measure import Measurement, Point
 from autotune.objective import Sla
@@ -106,4 +106,3 @@ class RunInfo:
     winner_config: str = ""  # config.pbtxt text of the winner
     winner_diff: str = ""
     verifications: tuple[Verification, ...] = ()
-    notes: tuple[str, ...] = field(default_factory=tuple)
