@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 DEMO_ARGS ?=
 
-.PHONY: demo test install models test-env lint clean
+.PHONY: demo test install models test-env stubs lint clean
 
 $(INSTALLED): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -32,9 +32,21 @@ test-env:
 test: models test-env
 	set -a; [ -f .test-env ] && source .test-env; set +a; $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: $(INSTALLED)
-	$(BIN)/ruff check autotune tests benchmarks examples
-	$(BIN)/mypy autotune
+# mypy stubs for tritonclient's model_config_pb2, generated from the installed wheel (nothing is
+# committed): redone only when tritonclient, mypy-protobuf or the script change; the script leaves
+# unchanged files alone, so the touch is what marks the target up to date.
+STUBS := typings/tritonclient/grpc/model_config_pb2.pyi
+$(STUBS): $(INSTALLED) scripts/protobuf_stubs.py \
+		$(wildcard $(VENV)/lib/python*/site-packages/tritonclient/grpc/model_config_pb2.py) \
+		$(wildcard $(VENV)/lib/python*/site-packages/mypy_protobuf/main.py)
+	$(BIN)/python scripts/protobuf_stubs.py --out typings
+	touch $@
+
+stubs: $(STUBS)
+
+lint: stubs
+	$(BIN)/ruff check autotune tests benchmarks examples scripts
+	$(BIN)/mypy autotune scripts/import_graph.py scripts/protobuf_stubs.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .test-env
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .test-env typings

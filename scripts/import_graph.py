@@ -36,7 +36,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("io", ("autotune.control", "autotune.loadgen", "autotune.gpu")),
     ("launch", ("autotune.launch", "autotune.staging")),
     ("record", ("autotune.results", "autotune.study", "autotune.rundir")),
-    ("tune", ("autotune.tuner", "autotune.reload", "autotune.report", "autotune.writeback", "autotune.bench")),
+    ("tune", ("autotune.tuner", "autotune.reload", "autotune.report", "autotune.writeback",
+              "autotune.bench")),
     ("people", ("autotune.events", "autotune._console", "autotune.cli")),
 )
 
@@ -149,7 +150,8 @@ def _short(module: str) -> str:
 
 def as_text(edges: dict[str, set[str]]) -> str:
     return "\n".join(
-        f"{_short(m)} -> {', '.join(sorted(_short(t) for t in ts)) or '(nothing)'}" for m, ts in sorted(edges.items())
+        f"{_short(m)} -> {', '.join(sorted(_short(t) for t in ts)) or '(nothing)'}"
+        for m, ts in sorted(edges.items())
     )
 
 
@@ -166,7 +168,8 @@ def as_mermaid(edges: dict[str, set[str]]) -> str:
     lines = ["flowchart TD"]
     by_layer: dict[int, list[str]] = {}
     for n in folded:
-        by_layer.setdefault(layer_of(n) if layer_of(n) is not None else -1, []).append(n)
+        layer = layer_of(n)
+        by_layer.setdefault(layer if layer is not None else -1, []).append(n)
     for index in sorted(by_layer, reverse=True):
         title = LAYERS[index][0] if index >= 0 else "unlayered"
         lines.append(f"  subgraph {title}")
