@@ -20,7 +20,6 @@ from numpy.typing import NDArray
 
 import autotune.loadgen as loadgen
 from autotune.errors import UsageError
-from autotune.loadgen import _h2
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, TensorSpec, http_request, payload_from_file, raw_bytes
 from autotune.loadgen._load import Job, Load, Recorder, Tally, clock
@@ -407,33 +406,6 @@ def test_http_chunked_response() -> None:
     chunked = b"HTTP/1.1 400 Bad\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nerr:\r\n4\r\n bad\r\n0\r\n\r\n"
     assert _parse_response(chunked) == (400, b"err: bad", len(chunked))
     assert _parse_response(chunked[:-3]) is None
-
-
-@pytest.mark.parametrize(("value", "bits"), [(0, 5), (30, 5), (31, 5), (1337, 5), (10, 7), (2**20, 4)])
-def test_hpack_integers_round_trip(value: int, bits: int) -> None:
-    encoded = _h2.encode_int(value, bits)
-    assert _h2.decode_int(encoded, 0, bits) == (value, len(encoded))
-
-
-def test_hpack_decodes_what_grpc_sends_and_our_request_block() -> None:
-    # a trailers block as gRPC's C-core sends it to a table of size 0: a size update,
-    # ":status 200" indexed, literals with incremental indexing and without indexing
-    block = (b"\x20\x88\x40\x0bgrpc-status\x015\x00\x0cgrpc-message\x0fmodel not found"
-             b"\x5f\x10application/grpc")  # fmt: skip
-    assert _h2.decode_header_block(block) == [
-        (b":status", b"200"), (b"grpc-status", b"5"), (b"grpc-message", b"model not found"),
-        (b"content-type", b"application/grpc"),
-    ]  # fmt: skip
-    path = "/inference.GRPCInferenceService/ModelInfer"
-    ours = dict(_h2.decode_header_block(_h2.request_header_block("host:1", path)))
-    assert ours[b":method"] == b"POST" and ours[b":path"] == path.encode() and ours[b"te"] == b"trailers"
-    assert len(_h2.STATIC_TABLE) == 61 and _h2.STATIC_TABLE[30] == (b"content-type", b"")
-
-
-def test_hpack_refuses_a_dynamic_table_and_marks_huffman() -> None:
-    with pytest.raises(_h2.H2ProtocolError, match="static table"):
-        _h2.decode_header_block(b"\xbe")  # index 62: a dynamic entry we never allowed
-    assert _h2.decode_header_block(b"\x00\x01a\x81\x07") == [(b"a", _h2.UNDECODABLE)]
 
 
 def test_due_timer_never_fires_early() -> None:

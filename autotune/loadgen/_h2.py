@@ -6,11 +6,15 @@ with prior knowledge, as gRPC does: a stream per call, a HEADERS frame whose hea
 block is encoded once, DATA frames within the peer's flow-control windows, and the
 answer judged by the ``grpc-status`` trailer.
 
-HPACK (RFC 7541) is decoded without state: our SETTINGS ask for a header table of size
-0, so the server never refers to a dynamic table. Strings are expected raw, as gRPC's
-C-core sends them; a Huffman-coded value is reported as undecodable (a failed call
-with a clear message), never guessed. Decoded header blocks are cached by their bytes:
-with no dynamic table, the same bytes always mean the same headers.
+HPACK (RFC 7541), both ways. The request's header block is encoded here, once per
+pool, with static-table names and raw literals that never enter a dynamic table.
+Received header blocks are decoded by the ``hpack`` package (Huffman-coded strings
+included, as proxies and some servers send them), one decoder per connection. Our
+SETTINGS announce a header table of size 0 and that decoder starts and stays at 0: a
+block that asks for a larger table or refers to a dynamic entry is a protocol error
+that closes the connection. With no dynamic table, decoding is a pure function of
+the block's bytes, so decoded blocks are cached by their bytes and the decoder runs
+only for blocks not seen before (a server repeats the same few blocks call after call).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import cast
 from urllib.parse import unquote
+
+import hpack
 
 from autotune.errors import MeasurementError
 from autotune.loadgen._transport import Connection, Connector, Done, InferError
@@ -40,37 +46,15 @@ GRPC_CODES = (
     "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
 )  # fmt: skip
 _HEAD = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
-
-# RFC 7541 Appendix A: the static table (index 1..61), names and values.
-STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = tuple(
-    (name.encode(), value.encode())
-    for name, value in (
-        (":authority", ""), (":method", "GET"), (":method", "POST"), (":path", "/"),
-        (":path", "/index.html"), (":scheme", "http"), (":scheme", "https"), (":status", "200"),
-        (":status", "204"), (":status", "206"), (":status", "304"), (":status", "400"),
-        (":status", "404"), (":status", "500"), ("accept-charset", ""),
-        ("accept-encoding", "gzip, deflate"), ("accept-language", ""), ("accept-ranges", ""),
-        ("accept", ""), ("access-control-allow-origin", ""), ("age", ""), ("allow", ""),
-        ("authorization", ""), ("cache-control", ""), ("content-disposition", ""),
-        ("content-encoding", ""), ("content-language", ""), ("content-length", ""),
-        ("content-location", ""), ("content-range", ""), ("content-type", ""), ("cookie", ""),
-        ("date", ""), ("etag", ""), ("expect", ""), ("expires", ""), ("from", ""), ("host", ""),
-        ("if-match", ""), ("if-modified-since", ""), ("if-none-match", ""), ("if-range", ""),
-        ("if-unmodified-since", ""), ("last-modified", ""), ("link", ""), ("location", ""),
-        ("max-forwards", ""), ("proxy-authenticate", ""), ("proxy-authorization", ""),
-        ("range", ""), ("referer", ""), ("refresh", ""), ("retry-after", ""), ("server", ""),
-        ("set-cookie", ""), ("strict-transport-security", ""), ("transfer-encoding", ""),
-        ("user-agent", ""), ("vary", ""), ("via", ""), ("www-authenticate", ""),
-    )
-)
-UNDECODABLE = b"\x00<huffman>"
+DECODED_CACHE = 256  # header blocks remembered per connection; a server sends a handful
+Headers = list[tuple[bytes, bytes]]
 
 
 class H2ProtocolError(Exception):
     """The peer sent something this client does not understand."""
 
 
-# ---------------------------------------------------------------- HPACK (stateless)
+# ---------------------------------------------------------------- HPACK (the request's block)
 
 
 def encode_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
@@ -103,59 +87,22 @@ def request_header_block(authority: str, path: str) -> bytes:
     ))  # fmt: skip
 
 
-def decode_int(block: bytes, at: int, prefix_bits: int) -> tuple[int, int]:
-    limit = (1 << prefix_bits) - 1
-    value = block[at] & limit
-    at += 1
-    if value < limit:
-        return value, at
-    shift = 0
-    while True:
-        if at >= len(block):
-            raise H2ProtocolError("truncated HPACK integer")
-        byte = block[at]
-        at += 1
-        value += (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, at
+def header_decoder() -> hpack.Decoder:
+    """A decoder for a peer told HEADER_TABLE_SIZE 0: its table is 0 from the start, so
+    nothing is ever kept (decoding depends on the block's bytes alone), and a size
+    update above 0 raises, as a reference to a dynamic entry does."""
+    decoder = hpack.Decoder()
+    decoder.header_table_size = 0
+    decoder.max_allowed_table_size = 0
+    return decoder
 
 
-def _decode_string(block: bytes, at: int) -> tuple[bytes, int]:
-    huffman = block[at] & 0x80
-    length, at = decode_int(block, at, 7)
-    if at + length > len(block):
-        raise H2ProtocolError("truncated HPACK string")
-    return (UNDECODABLE if huffman else block[at : at + length]), at + length
-
-
-def _static(index: int) -> tuple[bytes, bytes]:
-    if not 1 <= index <= len(STATIC_TABLE):
-        raise H2ProtocolError(f"HPACK index {index} outside the static table (we allow no dynamic table)")
-    return STATIC_TABLE[index - 1]
-
-
-def decode_header_block(block: bytes) -> list[tuple[bytes, bytes]]:
-    """Headers of one block sent to a decoder whose dynamic table has size 0."""
-    headers: list[tuple[bytes, bytes]] = []
-    at = 0
-    while at < len(block):
-        byte = block[at]
-        if byte & 0x80:  # indexed field
-            index, at = decode_int(block, at, 7)
-            headers.append(_static(index))
-            continue
-        if byte & 0xE0 == 0x20:  # dynamic table size update (to 0: nothing to keep)
-            _, at = decode_int(block, at, 5)
-            continue
-        index, at = decode_int(block, at, 6 if byte & 0x40 else 4)  # literal (incremental / not / never)
-        if index:
-            name = _static(index)[0]
-        else:
-            name, at = _decode_string(block, at)
-        value, at = _decode_string(block, at)
-        headers.append((name, value))  # incremental indexing into a table of size 0 keeps nothing
-    return headers
+def decode_block(decoder: hpack.Decoder, block: bytes) -> Headers:
+    """Headers of one block as bytes pairs; hpack's errors are the peer's protocol errors."""
+    try:
+        return cast(Headers, decoder.decode(block, raw=True))
+    except hpack.HPACKError as exc:
+        raise H2ProtocolError(f"cannot decode a header block ({exc}; we allow no dynamic table)") from exc
 
 
 # ---------------------------------------------------------------- framing
@@ -204,7 +151,8 @@ class H2Protocol(asyncio.Protocol):
         self._headers: dict[int, bytes] = {}  # stream -> header block being continued
         self._header_flags: dict[int, int] = {}
         self._consumed = 0
-        self._decoded: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._decoder = header_decoder()
+        self._decoded: dict[bytes, Headers] = {}  # block -> headers: valid, as no dynamic table exists
         self.closed: InferError | None = None
 
     # --------------------------------------------------------- asyncio callbacks
@@ -357,8 +305,8 @@ class H2Protocol(asyncio.Protocol):
         block = self._headers.pop(stream, b"") + payload
         headers = self._decoded.get(block)
         if headers is None:
-            headers = decode_header_block(block)
-            if len(self._decoded) < 256:
+            headers = decode_block(self._decoder, block)
+            if len(self._decoded) < DECODED_CACHE:
                 self._decoded[block] = headers
         call = self._calls.get(stream)
         if call is not None:
@@ -424,8 +372,6 @@ def _complete(call: _Call, error: InferError | None) -> None:
 
 
 def _status_text(status: bytes, message: bytes) -> str:
-    if status == UNDECODABLE or message == UNDECODABLE:
-        return "gRPC error (the server sent a Huffman-coded status this client does not decode)"
     if not status:
         return "gRPC call ended without a status " + message.decode("utf-8", "replace")
     code = int(status) if status.isdigit() else -1
