@@ -11,14 +11,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from autotune.events import Events
 from autotune.measure import Point
-from autotune.results import COMPLETE, TrialResult, recommendation
+from autotune.results import COMPLETE, Outcome, TrialResult, recommendation
 from autotune.search_space import Candidate
 
 console = Console(stderr=True, highlight=False)
 
 
-class RichEvents:
+class RichEvents(Events):
     """Two bars: trials done of the budget, and the trial in flight with its latest point."""
 
     def __init__(self, percentile: int = 95) -> None:
@@ -32,7 +33,7 @@ class RichEvents:
             TextColumn("{task.fields[status]}"),
             console=console,
             transient=False,
-            disable=not console.is_terminal and not _force(),
+            disable=not console.is_terminal,
         )
         self._trials: Any = None
         self._current: Any = None
@@ -67,9 +68,13 @@ class RichEvents:
         )
 
     def trial_finished(self, result: TrialResult) -> None:
-        if self._trials is not None and result.reason.startswith("verification") is False:
+        if self._trials is not None:
             self._progress.advance(self._trials)
         self._log(_trial_line(result, self._pct))
+
+    def verification_failed(self, result: TrialResult, reason: str) -> None:
+        label = result.candidate.label() if result.candidate else "?"
+        self._log(f"verify {result.number:>3} {label}: FAILED {reason} (not a finalist any more)")
 
     def verifying(self, trial: int, concurrency: int, repeat: int, repeats: int) -> None:
         if self._current is not None:
@@ -84,10 +89,6 @@ class RichEvents:
             print(text, file=sys.stderr, flush=True)
         else:
             self._progress.console.print(text)
-
-
-def _force() -> bool:
-    return False
 
 
 def _trial_line(result: TrialResult, pct: int) -> str:
@@ -110,7 +111,7 @@ def _trial_line(result: TrialResult, pct: int) -> str:
     )
 
 
-def print_summary(outcome: Any) -> None:
+def print_summary(outcome: Outcome) -> None:
     out = Console(highlight=False)
     info, winner, base = outcome.info, outcome.winner, outcome.baseline
     table = Table(title=f"{info.model}: best config under {info.sla.label}")
@@ -125,7 +126,7 @@ def print_summary(outcome: Any) -> None:
         v = point.verification
         table.add_row(
             name,
-            result.candidate.label(),
+            result.candidate.label() if result.candidate else "?",
             str(point.concurrency),
             f"{point.throughput:.0f}",
             f"{point.p50_ms:.1f}",
@@ -133,7 +134,9 @@ def print_summary(outcome: Any) -> None:
             f"{v.sla_met}/{len(v.points)} repeats met the SLA" if v else "-",
         )
     out.print(table)
-    if winner is None:
+    if outcome.all_failed:
+        out.print("[bold red]every trial failed[/]: see the report for each one's reason and server log")
+    elif winner is None:
         out.print("[bold red]no config met the SLA[/]: see the report for the closest ones")
     elif base is not None and base.best is not None and winner.best is not None:
         # both from the search's measurements: the baseline is not verified
@@ -143,4 +146,5 @@ def print_summary(outcome: Any) -> None:
         out.print("changes against your config.pbtxt:")
         out.print(info.winner_diff, markup=False, highlight=False)
     out.print(f"report: {outcome.run_dir / 'report.html'}")
-    out.print(f"apply it: autotune apply {outcome.run_dir}")
+    if winner is not None:
+        out.print(f"apply it: autotune apply {outcome.run_dir}")

@@ -10,9 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from autotune import __version__, stopping
-from autotune.errors import AutotuneError, UsageError
+from autotune.decide import IMPROVEMENT
+from autotune.errors import AutotuneError, MeasurementError, UsageError
 from autotune.objective import Sla
-from autotune.settings import LAUNCHERS, DockerOptions, RunSettings, parse_duration
+from autotune.settings import (
+    LAUNCHERS,
+    DockerOptions,
+    Launch,
+    LocalOptions,
+    RemoteOptions,
+    RunSettings,
+    parse_duration,
+)
+
+# what counts as progress, and as a finalist worth verifying ("%%": argparse formats help text)
+GAIN = f"{IMPROVEMENT * 100:g}%%"
 
 EPILOG_RUN = """examples:
   autotune run --model bertQA --sla-p95-ms 50
@@ -89,7 +101,7 @@ def _add_run(sub: Any) -> None:
         "--patience",
         type=int,
         default=4,
-        help="stop after this many measured configs in a row without a goodput 8%% better "
+        help=f"stop after this many measured configs in a row without a goodput {GAIN} better "
         "than the best (default 4; 0: never)",
     )
     run.add_argument(
@@ -131,7 +143,7 @@ def _add_run(sub: Any) -> None:
         type=int,
         default=2,
         help="top configs re-measured at the end (default 2); one after a finalist that met the SLA "
-        "every time only if it could beat it by 5%%",
+        f"every time only if it could beat it by {GAIN}",
     )
     run.add_argument("--repeats", type=int, default=3, help="re-measurements of each finalist (default 3)")
     run.add_argument(
@@ -141,14 +153,26 @@ def _add_run(sub: Any) -> None:
         help="measurement window in seconds while searching; finalists are verified with "
         "windows twice as long (default 0.5)",
     )
-    run.add_argument("--tritonserver", type=Path, help="local launcher: the tritonserver binary to use")
-    run.add_argument("--url", default="", help="remote launcher: HOST:HTTP_PORT of a running server")
-    run.add_argument("--grpc-url", default="", help="remote launcher: HOST:GRPC_PORT (for --protocol grpc)")
-    run.add_argument("--image", default=DockerOptions.image, help="docker launcher: Triton image")
-    run.add_argument("--gpus", default="", help="docker launcher: 'all' or GPU ids like 0,1")
-    run.add_argument("--shm-size", default=DockerOptions.shm_size, help="docker launcher: /dev/shm size")
-    run.add_argument("--pull", action="store_true", help="docker launcher: pull the image if it is missing")
+    _add_launcher_options(run)
     run.set_defaults(handler=_run)
+
+
+def _add_launcher_options(run: Any) -> None:
+    """One group per launcher, as settings.Launch groups them (the run directory records the
+    group in use, and `autotune apply` verifies on it)."""
+    local = run.add_argument_group("--launcher local (a tritonserver process here)")
+    local.add_argument("--tritonserver", type=Path, help="the tritonserver binary (default: on PATH, "
+                       "else the nvidia-pytriton wheel's)")
+    docker = run.add_argument_group("--launcher docker (a container per trial)")
+    docker.add_argument("--image", default=DockerOptions.image, help="Triton image (default %(default)s)")
+    docker.add_argument("--gpus", default="", help="'all' or GPU ids like 0,1 (default: none)")
+    docker.add_argument(
+        "--shm-size", default=DockerOptions.shm_size, help="/dev/shm size (default %(default)s)"
+    )
+    docker.add_argument("--pull", action="store_true", help="pull the image if it is missing")
+    remote = run.add_argument_group("--launcher remote (a running server in explicit model-control mode)")
+    remote.add_argument("--url", default="", help="HOST:HTTP_PORT of the server")
+    remote.add_argument("--grpc-url", default="", help="HOST:GRPC_PORT (default: the HTTP port + 1)")
 
 
 def _add_apply(sub: Any) -> None:
@@ -197,7 +221,7 @@ def _repository(args: argparse.Namespace) -> Path:
 
 
 def settings_from(args: argparse.Namespace) -> RunSettings:
-    from autotune.loadgen import WindowPlan
+    from autotune.measure import WindowPlan
 
     sla = _sla(args)
     budget = None if str(args.time_budget).lower() == "none" else parse_duration(args.time_budget)
@@ -205,6 +229,12 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         raise UsageError(f"--window must be > 0, got {args.window}")
     if args.finalists < 0 or args.repeats < 0:
         raise UsageError("--finalists and --repeats must be >= 0")
+    launch = Launch(
+        args.launcher,
+        local=LocalOptions(args.tritonserver),
+        docker=DockerOptions(image=args.image, gpus=args.gpus, shm_size=args.shm_size, pull=args.pull),
+        remote=RemoteOptions(args.url, args.grpc_url),
+    )
     return RunSettings(
         model=args.model,
         repository=_repository(args),
@@ -213,7 +243,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         max_trials=args.max_trials,
         time_budget_s=budget,
         patience=args.patience,
-        launcher=args.launcher,
+        launch=launch,
         write_back=args.write_back,
         reports_dir=args.reports_dir,
         run_dir=args.resume,
@@ -225,10 +255,6 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         finalists=args.finalists,
         repeats=args.repeats,
         margin=args.margin,
-        tritonserver=args.tritonserver,
-        url=args.url,
-        grpc_url=args.grpc_url,
-        docker=DockerOptions(image=args.image, gpus=args.gpus, shm_size=args.shm_size, pull=args.pull),
     )
 
 
@@ -236,10 +262,11 @@ def _run(args: argparse.Namespace) -> int:
     from autotune import tuner
     from autotune._console import RichEvents, print_summary
     from autotune.gpu import gpu_available
+    from autotune.rundir import find_unfinished
 
     settings = settings_from(args)
     if settings.run_dir is None and not args.fresh:
-        unfinished = tuner.find_unfinished(settings)
+        unfinished = find_unfinished(settings.reports_dir, settings.model, settings.repository, settings.sla)
         if unfinished is not None:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             settings = replace(settings, run_dir=unfinished)
@@ -257,7 +284,12 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 130
     print_summary(outcome)
-    if settings.write_back:
+    if outcome.all_failed:
+        raise MeasurementError(
+            f"every trial failed: no config could be measured (reasons: {outcome.run_dir / 'report.html'})",
+            hint="the first trial is your own config: look at its reason and server log",
+        )
+    if settings.write_back and outcome.winner is not None:
         return _write_back(outcome.run_dir, verify=True)
     return 0
 
@@ -277,34 +309,26 @@ def _write_back(run_dir: Path, verify: bool) -> int:
 
     result = write_back(run_dir, verify=verify)
     print(result.diff or "(the winner's config equals the current one: nothing to change)")
-    print(
-        f"wrote {result.path} (backup: {result.backup})"
-        + (" and loaded it in Triton" if result.verified else "")
-    )
+    loaded = f" and loaded it in Triton ({result.verified_on})" if result.verified else ""
+    print(f"wrote {result.path} (backup: {result.backup}){loaded}")
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
     from autotune.reload import reload_outcome
-    from autotune.tuner import write_outputs
+    from autotune.report import write_report
 
-    path = write_outputs(reload_outcome(args.run_dir, args.storage))
-    print(f"wrote {path}")
+    outcome = reload_outcome(args.run_dir, args.storage)
+    print(f"wrote {write_report(outcome.info, outcome.trials, outcome.run_dir)}")
     return 0
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from autotune.launch import _pids
+    from autotune.launch import reap_leftovers
 
-    reaped = _pids.reap()
-    containers: list[str] = []
-    try:
-        from autotune.launch.docker import reap_containers
-
-        containers = reap_containers()
-    except AutotuneError:
-        pass  # no container engine reachable: nothing of ours can be running there
-    print(f"stopped {len(reaped)} server process(es) and {len(containers)} container(s) left by earlier runs")
+    servers, containers = reap_leftovers()
+    print(f"stopped {len(servers)} server process(es) and {len(containers)} container(s) "
+          "left by earlier runs")
     return 0
 
 
@@ -321,6 +345,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _print_error(exc)
         return exc.exit_code
+    except Exception as exc:  # a bug of ours: one line and where to look, not a traceback
+        if debug:
+            raise
+        print(f"autotune: internal error: {type(exc).__name__}: {exc} (--debug shows the traceback)",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(
             "\ninterrupted: servers stopped; finished trials are kept (resume with --resume RUN_DIR)",

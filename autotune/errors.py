@@ -12,7 +12,10 @@ optuna, OS) are translated where they enter, with ``raise ... from exc``.
     │   └── SearchSpaceError                malformed search space file
     ├── LaunchError                exit 3   a server could not be started or reached
     │   ├── ServerExitedError               tritonserver/container exited early
-    │   └── ModelNotReadyError              the model never became ready
+    │   ├── ModelNotReadyError              the model never became ready
+    │   └── ControlError                    the server's control API refused or did not answer
+    ├── RestoreError               exit 3   a remote server could not go back to its own config:
+    │                                       the run stops (not one trial's failure)
     ├── MeasurementError           exit 4   the load generator could not measure
     ├── StudyError                 exit 5   the study storage is unusable
     └── WriteBackError             exit 6   the config could not be written back safely
@@ -63,6 +66,23 @@ class ServerExitedError(LaunchError):
 
 class ModelNotReadyError(LaunchError):
     """The server ran, but the model never reported ready."""
+
+
+class ControlError(LaunchError):
+    """The server's HTTP control API (health, metadata, statistics, repository) failed.
+
+    ``status`` is the HTTP status when the server answered, None when nothing answered."""
+
+    def __init__(self, message: str, *, status: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+
+
+class RestoreError(AutotuneError):
+    """A remote server could not be put back on its own config after a trial."""
+
+    exit_code = 3
+    hint = "load the model on that server again by hand (its repository's config is unchanged)"
 
 
 class MeasurementError(AutotuneError):

@@ -31,6 +31,19 @@ WARNING_TEXT = {
 
 
 @dataclass(frozen=True)
+class WindowPlan:
+    """How one operating point is measured: perf_analyzer's windows (autotune.loadgen runs them)."""
+
+    window_s: float = 1.0
+    warmup_s: float = 1.0
+    tolerance: float = 0.10
+    stable_windows: int = 3
+    max_windows: int = 8
+    min_requests: int = 50  # a window is extended (up to 4x) until it has this many
+    percentile: int = 95  # the latency the stability rule watches
+
+
+@dataclass(frozen=True)
 class ServerBreakdown:
     """Per-request averages from Triton's statistics over the measured windows (microseconds)."""
 

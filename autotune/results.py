@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from autotune.measure import Measurement, Point
 from autotune.objective import Sla
@@ -29,6 +31,9 @@ class TrialResult:
     log_tail: str = ""  # the server log's last lines, for failed trials
     duration_s: float = 0.0
     reused_from: int | None = None  # a repeat of an earlier trial's candidate: not re-measured
+    # FAIL because the tuner was stopped (Ctrl-C, SIGTERM, kill -9) while it ran: it is measured
+    # again on --resume and does not count against the budget. A crash is a FAIL with its reason.
+    interrupted: bool = False
 
     @property
     def best(self) -> Point | None:
@@ -64,6 +69,19 @@ class Verification:
     def median_latency_ms(self, percentile: int) -> float:
         values = sorted(p.latency_ms(percentile) for p in self.points)
         return values[len(values) // 2] if values else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trial": self.trial,
+            "concurrency": self.concurrency,
+            "sla_met": self.sla_met,
+            "points": [p.to_dict() for p in self.points],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Verification:
+        points = tuple(Point.from_dict(p) for p in data["points"])
+        return cls(int(data["trial"]), int(data["concurrency"]), points, int(data["sla_met"]))
 
 
 @dataclass(frozen=True)
@@ -106,3 +124,25 @@ class RunInfo:
     winner_config: str = ""  # config.pbtxt text of the winner
     winner_diff: str = ""
     verifications: tuple[Verification, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A run as its outputs see it: where it lives, its summary and every trial."""
+
+    run_dir: Path
+    info: RunInfo
+    trials: tuple[TrialResult, ...]
+
+    @property
+    def winner(self) -> TrialResult | None:
+        return next((t for t in self.trials if t.number == self.info.winner), None)
+
+    @property
+    def baseline(self) -> TrialResult | None:
+        return next((t for t in self.trials if t.baseline and t.state == COMPLETE), None)
+
+    @property
+    def all_failed(self) -> bool:
+        """No trial was measured (each failed or was interrupted): the run found nothing."""
+        return not any(t.state == COMPLETE for t in self.trials)

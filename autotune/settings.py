@@ -1,13 +1,20 @@
-"""Frozen settings, parsed once from the command line (and an optional YAML file)."""
+"""Frozen settings, parsed once from the command line (and an optional YAML file).
+
+Each launcher's options are a group of their own (:class:`LocalOptions`,
+:class:`DockerOptions`, :class:`RemoteOptions`), held together by :class:`Launch`, which
+names the one in use; the run directory records that group, so that a later ``autotune
+apply`` verifies the written config on the same kind of server.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from autotune.errors import UsageError
-from autotune.loadgen import WindowPlan
+from autotune.measure import WindowPlan
 from autotune.objective import Sla
 
 LAUNCHERS = ("local", "docker", "remote")
@@ -24,11 +31,61 @@ def parse_duration(text: str) -> float:
 
 
 @dataclass(frozen=True)
+class LocalOptions:
+    tritonserver: Path | None = None  # None: on PATH, else the nvidia-pytriton wheel's
+
+
+@dataclass(frozen=True)
 class DockerOptions:
     image: str = "nvcr.io/nvidia/tritonserver:24.10-py3"
     gpus: str = ""  # "", "all" or "0,1"
     shm_size: str = "1g"
     pull: bool = False
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    url: str = ""  # host:http_port
+    grpc_url: str = ""  # host:grpc_port; default the HTTP port + 1
+
+
+LauncherOptions = LocalOptions | DockerOptions | RemoteOptions
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Which launcher runs the servers, and the options of each."""
+
+    kind: str = "local"
+    local: LocalOptions = field(default_factory=LocalOptions)
+    docker: DockerOptions = field(default_factory=DockerOptions)
+    remote: RemoteOptions = field(default_factory=RemoteOptions)
+
+    def __post_init__(self) -> None:
+        if self.kind not in LAUNCHERS:
+            raise UsageError(f"unknown launcher {self.kind!r} (choose from {', '.join(LAUNCHERS)})")
+        if self.kind == "remote" and not self.remote.url:
+            raise UsageError("--launcher remote needs --url HOST:PORT of a running tritonserver")
+
+    @property
+    def options(self) -> LauncherOptions:
+        options: LauncherOptions = getattr(self, self.kind)
+        return options
+
+    def to_json(self) -> dict[str, Any]:
+        """The launcher in use and its options (what a run directory records)."""
+        options = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.options).items()}
+        return {"kind": self.kind, "options": options}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Launch:
+        kind, raw = str(data.get("kind", "local")), dict(data.get("options", {}))
+        if kind == "docker":
+            return cls(kind, docker=DockerOptions(**raw))
+        if kind == "remote":
+            return cls(kind, remote=RemoteOptions(**raw))
+        path = raw.get("tritonserver")
+        return cls("local", local=LocalOptions(Path(path) if path else None))
 
 
 @dataclass(frozen=True)
@@ -43,7 +100,7 @@ class RunSettings:
     # in benchmarks/experiments/search_replay.py the fifth config cost one more config per run
     # (and runs of 11 or more configs twice as often) for under 1% of goodput, inside the noise.
     patience: int = 4
-    launcher: str = "local"
+    launch: Launch = field(default_factory=Launch)
     write_back: bool = False
     reports_dir: Path = Path("reports")
     run_dir: Path | None = None  # set for --resume
@@ -58,14 +115,8 @@ class RunSettings:
     # benchmarks/vs_model_analyzer.py whose search p99 lay within 10% of the SLA broke it in
     # 1 to 8 of 10 re-measurements by perf_analyzer (benchmarks/results/headroom-20261122.txt).
     margin: float = 0.10
-    tritonserver: Path | None = None
-    url: str = ""  # remote launcher: host:http_port
-    grpc_url: str = ""
-    docker: DockerOptions = field(default_factory=DockerOptions)
 
     def __post_init__(self) -> None:
-        if self.launcher not in LAUNCHERS:
-            raise UsageError(f"unknown launcher {self.launcher!r} (choose from {', '.join(LAUNCHERS)})")
         if self.max_trials < 1:
             raise UsageError(f"--max-trials must be >= 1, got {self.max_trials}")
         if self.patience < 0:
@@ -74,5 +125,3 @@ class RunSettings:
             raise UsageError(f"--margin must be in [0, 0.5), got {self.margin}")
         if self.protocol not in ("http", "grpc"):
             raise UsageError(f"--protocol must be http or grpc, got {self.protocol!r}")
-        if self.launcher == "remote" and not self.url:
-            raise UsageError("--launcher remote needs --url HOST:PORT of a running tritonserver")

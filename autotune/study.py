@@ -10,8 +10,6 @@ PostgreSQL for several workers on one study.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 import warnings
 from collections.abc import Sequence
@@ -19,17 +17,17 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FixedTrial, FrozenTrial, TrialState
 
 from autotune.errors import StudyError
-from autotune.launch._pids import pid_alive
 from autotune.measure import Measurement, Point
 from autotune.objective import Sla, scores
+from autotune.processes import Owner
 from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult
-from autotune.search_space import Candidate, SearchSpace
+from autotune.search_space import Candidate, SearchSpace, params_of
 
 DIRECTIONS: list[Any] = ["maximize", "minimize"]
-INTERRUPTED = "interrupted: the tuner stopped while this trial ran"
+INTERRUPTED = "the tuner stopped while this trial ran"  # the reason of a trial left RUNNING
 
 optuna.logging.set_verbosity(logging.WARNING)
 
@@ -53,11 +51,18 @@ def _sampler(seed: int | None, startup_trials: int) -> optuna.samplers.BaseSampl
 
 @dataclass
 class Asked:
-    """A trial in flight: its number, the candidate, and Optuna's handle."""
+    """A trial in flight: its number, the candidate, whether it is the baseline, Optuna's handle."""
 
     number: int
     candidate: Candidate
     trial: optuna.Trial
+    baseline: bool = False
+
+    def set(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Set user attributes on the trial; returns all this process set, ``attrs`` included."""
+        for key, value in attrs.items():
+            self.trial.set_user_attr(key, value)
+        return {"candidate": _candidate_json(self.candidate), "baseline": self.baseline, **attrs}
 
 
 class Study:
@@ -97,56 +102,74 @@ class Study:
     # ------------------------------------------------------------ asking and telling
 
     def enqueue(self, params: dict[str, Any], baseline: bool = False, again: bool = False) -> None:
-        """Queue params for the next ask; ``again`` re-queues a candidate tried before."""
+        """Queue params for the next ask (only those the candidate they make uses: the space
+        asks for the others only where they apply); ``again`` re-queues a candidate tried before."""
         attrs = {"baseline": True} if baseline else {}
-        self._study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=not again)
+        used = params_of(self.space.suggest(FixedTrial(params)))
+        self._study.enqueue_trial(used, user_attrs=attrs, skip_if_exists=not again)
 
     def ask(self) -> Asked:
         trial = self._study.ask()
         candidate = self.space.suggest(trial)
         trial.set_user_attr("candidate", _candidate_json(candidate))
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-        return Asked(trial.number, candidate, trial)
+        trial.set_user_attr("worker", Owner.current().text())
+        return Asked(trial.number, candidate, trial, baseline=bool(trial.user_attrs.get("baseline")))
 
     def tell_measured(
         self, asked: Asked, measurement: Measurement, duration_s: float, reused_from: int | None = None
-    ) -> None:
+    ) -> TrialResult:
+        """Tell the study what the trial measured; the trial's result, as :meth:`results` reads it."""
         point = measurement.closest(self.sla)
-        trial = asked.trial
-        trial.set_user_attr("measurement", _measurement_json(measurement))
         violation = 0.0 if measurement.feasible else self.sla.violation(point)
-        trial.set_user_attr("constraint", violation)
-        if _TRIAL_CONSTRAINTS:
-            trial.set_constraint("sla", violation)
-        trial.set_user_attr("duration_s", round(duration_s, 3))
+        attrs: dict[str, Any] = {
+            "measurement": _measurement_json(measurement),
+            "constraint": violation,
+            "duration_s": round(duration_s, 3),
+        }
         if reused_from is not None:
-            trial.set_user_attr("reused_from", reused_from)
-        self._study.tell(trial, list(scores(point, self.sla)))
+            attrs["reused_from"] = reused_from
+        told = asked.set(attrs)
+        if _TRIAL_CONSTRAINTS:
+            asked.trial.set_constraint("sla", violation)
+        self._study.tell(asked.trial, list(scores(point, self.sla)))
+        return _result_of(asked, COMPLETE, told)
 
-    def tell_failed(self, asked: Asked, reason: str, log_tail: str, duration_s: float) -> None:
-        trial = asked.trial
-        trial.set_user_attr("reason", reason[:500])
-        trial.set_user_attr("log_tail", log_tail[-4000:])
-        trial.set_user_attr("duration_s", round(duration_s, 3))
-        self._study.tell(trial, state=TrialState.FAIL)
+    def tell_failed(
+        self, asked: Asked, reason: str, log_tail: str, duration_s: float, *, interrupted: bool = False
+    ) -> TrialResult:
+        """Tell the study the trial failed: ``interrupted`` when a stop request ended it (it is
+        measured again on --resume), else for ``reason`` (it is not: it would fail again)."""
+        attrs: dict[str, Any] = {
+            "reason": reason[:500],
+            "log_tail": log_tail[-4000:],
+            "duration_s": round(duration_s, 3),
+        }
+        if interrupted:
+            attrs["interrupted"] = True
+        told = asked.set(attrs)
+        self._study.tell(asked.trial, state=TrialState.FAIL)
+        return _result_of(asked, FAIL, told)
 
-    def interrupted_params(self) -> list[dict[str, Any]]:
-        """Trials a stopped tuner left behind (RUNNING after kill -9, failed as interrupted after
-        Ctrl-C): the RUNNING ones are told FAIL; each one's params are returned once, to re-run."""
+    def interrupted(self) -> list[tuple[dict[str, Any], bool]]:
+        """Trials a stopped tuner left behind (RUNNING after kill -9, FAIL and interrupted after
+        Ctrl-C): the RUNNING ones are told FAIL; each one's params, and whether it was the
+        baseline, are returned once, to queue again."""
         for trial in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if _worker_alive(str(trial.user_attrs.get("worker", ""))):
+            owner = Owner.parse(str(trial.user_attrs.get("worker", "")))
+            if owner is not None and not owner.is_me() and not owner.gone():
                 continue  # another worker of this study is measuring it right now
             self._study._storage.set_trial_user_attr(trial._trial_id, "reason", INTERRUPTED)
+            self._study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
             self._study.tell(trial.number, state=TrialState.FAIL)
         done = set(self.attr("requeued", []))
         found = [
             t
             for t in self._study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-            if str(t.user_attrs.get("reason", "")).startswith("interrupted") and t.number not in done
+            if t.user_attrs.get("interrupted") and t.number not in done
         ]
         if found:
             self.set_attr("requeued", sorted(done | {t.number for t in found}))
-        return [dict(t.params) for t in found if t.params]
+        return [(dict(t.params), bool(t.user_attrs.get("baseline"))) for t in found if t.params]
 
     # ------------------------------------------------------------ reading
 
@@ -158,24 +181,6 @@ class Study:
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self._study.user_attrs.get(key, default)
-
-    @property
-    def finished_trials(self) -> int:
-        """Trials that count against the budget: those interrupted (and re-run) do not."""
-        states = (TrialState.COMPLETE, TrialState.FAIL)
-        trials = self._study.get_trials(deepcopy=False, states=states)
-        return sum(not str(t.user_attrs.get("reason", "")).startswith("interrupted") for t in trials)
-
-
-def _worker_alive(worker: str) -> bool:
-    """Whether the process that asked a trial may still run it: a worker on another host is
-    assumed alive; on this host, its pid must exist."""
-    host, _, pid = worker.rpartition(":")
-    if not host or not pid.isdigit():
-        return False
-    if host != socket.gethostname():
-        return True
-    return int(pid) != os.getpid() and pid_alive(int(pid))
 
 
 def redact(url: str) -> str:
@@ -211,19 +216,28 @@ def measurement_from_json(data: dict[str, Any]) -> Measurement:
 
 
 def _result(trial: FrozenTrial) -> TrialResult:
-    attrs = trial.user_attrs
     state = {TrialState.COMPLETE: COMPLETE, TrialState.FAIL: FAIL}.get(trial.state, RUNNING)
+    return _from_attrs(trial.number, state, dict(trial.params), trial.user_attrs)
+
+
+def _result_of(asked: Asked, state: str, attrs: dict[str, Any]) -> TrialResult:
+    """The result of a trial just told, from what this process set on it (not read back)."""
+    return _from_attrs(asked.number, state, dict(asked.trial.params), attrs)
+
+
+def _from_attrs(number: int, state: str, params: dict[str, Any], attrs: dict[str, Any]) -> TrialResult:
     measurement = attrs.get("measurement")
     candidate = attrs.get("candidate")
     return TrialResult(
-        number=trial.number,
+        number=number,
         state=state,
         candidate=candidate_from_json(candidate) if candidate else None,
-        params=dict(trial.params),
+        params=params,
         baseline=bool(attrs.get("baseline")),
         measurement=measurement_from_json(measurement) if measurement else None,
         reason=str(attrs.get("reason", "")),
         log_tail=str(attrs.get("log_tail", "")),
         duration_s=float(attrs.get("duration_s", 0.0)),
         reused_from=attrs.get("reused_from"),
+        interrupted=bool(attrs.get("interrupted")),
     )

@@ -2,21 +2,31 @@
 
 Refused when the repository's config.pbtxt changed since the run started (someone else's
 edit would be lost). The backup is ``config.pbtxt.autotune-<run-id>.bak`` beside the config
-and a copy in the run directory; ``undo`` restores it. If the written config does not load,
-the original is put back before the error is raised.
+and a copy in the run directory; ``undo`` restores it. Every write, restores included, is
+atomic (:func:`autotune.files.copy_atomic`): a reader never sees half a config.
+
+The written config is verified on the kind of server the run measured on: the launcher and
+options recorded in the run directory (a local tritonserver, a container of the run's image,
+or the remote server, which loads it through its repository API and then goes back to its
+own). That launcher is set up before anything is written: if it cannot be (no engine, no
+server there), nothing is written and the error says so. If the written config does not
+load, the original is put back before the error is raised.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from autotune import model_config as mcfg
 from autotune.errors import AutotuneError, UsageError, WriteBackError
-from autotune.files import write_text_atomic
-from autotune.tuner import file_digest, read_run
+from autotune.files import copy_atomic, file_digest, write_text_atomic
+from autotune.launch import Launcher, make_launcher
+from autotune.rundir import WINNER_CONFIG, RunDir, RunRecord
 
 STATE_FILE = "writeback.json"
 
@@ -26,53 +36,81 @@ class WriteBackResult:
     path: Path
     backup: Path
     diff: str
-    verified: bool
+    verified_on: str = ""  # the server that loaded the written config ("" when not verified)
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.verified_on)
 
 
 def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
-    record = read_run(run_dir)
-    winner_file = run_dir / "winner.pbtxt"
-    if record.get("winner") is None or not winner_file.is_file():
+    run = RunDir.load(run_dir)
+    record = run.record
+    winner_file = run_dir / WINNER_CONFIG
+    if record.winner is None or not winner_file.is_file():
         raise UsageError(f"{run_dir}: the run has no winner to apply (unfinished, or no config met the SLA)")
-    target = Path(record["repository"]) / record["model"] / mcfg.CONFIG_NAME
+    target = record.repository / record.model / mcfg.CONFIG_NAME
     winner = mcfg.parse_config(winner_file.read_text(encoding="utf-8"), str(winner_file))
-    backup = target.with_name(f"{mcfg.CONFIG_NAME}.autotune-{record['run_id']}.bak")
+    backup = target.with_name(f"{mcfg.CONFIG_NAME}.autotune-{record.run_id}.bak")
+    launcher = _verifier(record) if verify else None  # before anything is written
     if _already_written(run_dir, target, winner, backup, record):
         current = mcfg.parse_config(backup.read_text(encoding="utf-8"), str(backup))
     else:  # the normal path; also after a stop that came before the replace
         _check_unchanged(target, record)
         current = mcfg.parse_config(target.read_text(encoding="utf-8"), str(target))
-        _copy_atomic(target, backup)
-        _copy_atomic(target, run_dir / "original.pbtxt")
+        copy_atomic(target, backup)
+        copy_atomic(target, run_dir / "original.pbtxt")
         _save_state(run_dir, target, backup)
         mcfg.write_config(winner, target)
-    verified = False
-    if verify:
+    verified_on = ""
+    if launcher is not None:
         try:
-            _load_once(Path(record["repository"]), record["model"], run_dir)
-            verified = True
+            verified_on = _load_once(launcher, run)
         except AutotuneError as exc:
-            shutil.copy2(backup, target)
+            copy_atomic(backup, target)
             raise WriteBackError(
                 f"the written config did not load, so the original was restored: {exc}"
             ) from exc
-    return WriteBackResult(target, backup, mcfg.config_diff(current, winner), verified)
+    return WriteBackResult(target, backup, mcfg.config_diff(current, winner), verified_on)
+
+
+def _verifier(record: RunRecord) -> Launcher[Any]:
+    """The run's own launcher, ready to serve (or a WriteBackError saying why it cannot be)."""
+    try:
+        return make_launcher(record.launch, record.run_id)
+    except AutotuneError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise WriteBackError(
+            f"cannot verify the config with the run's {record.launch.kind} launcher, so nothing was "
+            f"written: {first}",
+            hint="make that launcher work here, or give --no-verify to write without loading it",
+        ) from exc
+
+
+def _load_once(launcher: Launcher[Any], run: RunDir) -> str:
+    """Serve the model from its real folder (through a repository that links to it and holds
+    nothing else) until it is ready; the server's description."""
+    model = run.record.model
+    view = run.stage("writeback")
+    shutil.rmtree(view, ignore_errors=True)
+    view.mkdir(parents=True)
+    os.symlink(run.record.repository / model, view / model)
+    try:
+        with launcher.serve(view, model, run.log("writeback-verify.log")) as server:
+            return server.description or "tritonserver"
+    finally:
+        launcher.drain()
+        shutil.rmtree(view, ignore_errors=True)
 
 
 def _already_written(
-    run_dir: Path, target: Path, winner: mcfg.ModelConfig, backup: Path, record: dict[str, object]
+    run_dir: Path, target: Path, winner: mcfg.ModelConfig, backup: Path, record: RunRecord
 ) -> bool:
     """A write-back of this run that was stopped after the replace (so: only verify again)."""
     if not (run_dir / STATE_FILE).is_file() or not backup.is_file() or not target.is_file():
         return False
     same = _normal(target.read_text(encoding="utf-8")) == mcfg.config_text(winner)
-    return same and file_digest(backup) == record.get("original_digest")
-
-
-def _copy_atomic(source: Path, dest: Path) -> None:
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    shutil.copy2(source, tmp)
-    tmp.replace(dest)
+    return same and file_digest(backup) == record.original_digest
 
 
 def undo(run_dir: Path) -> Path:
@@ -83,19 +121,19 @@ def undo(run_dir: Path) -> Path:
     target, backup = Path(state["target"]), Path(state["backup"])
     if not backup.is_file():
         raise WriteBackError(f"backup {backup} is gone; the original is also in {run_dir / 'original.pbtxt'}")
-    written = (run_dir / "winner.pbtxt").read_text(encoding="utf-8")
+    written = (run_dir / WINNER_CONFIG).read_text(encoding="utf-8")
     if target.exists() and _normal(target.read_text(encoding="utf-8")) != _normal(written):
         raise WriteBackError(
             f"{target} changed after the write-back; restore {backup} by hand if you mean it"
         )
-    _copy_atomic(backup, target)
+    copy_atomic(backup, target)
     return target
 
 
-def _check_unchanged(target: Path, record: dict[str, object]) -> None:
+def _check_unchanged(target: Path, record: RunRecord) -> None:
     if not target.is_file():
         raise WriteBackError(f"{target} no longer exists")
-    if file_digest(target) != record.get("original_digest"):
+    if file_digest(target) != record.original_digest:
         raise WriteBackError(
             f"{target} changed since the run started; refusing to overwrite it",
             hint="re-run the tuning on the current config, or copy winner.pbtxt by hand",
@@ -109,14 +147,3 @@ def _save_state(run_dir: Path, target: Path, backup: Path) -> None:
 
 def _normal(text: str) -> str:
     return mcfg.config_text(mcfg.parse_config(text))
-
-
-def _load_once(repository: Path, model: str, run_dir: Path) -> None:
-    """Start Triton on the real repository with only this model loaded, and wait for ready."""
-    from autotune.launch import _pids
-    from autotune.launch.local import LocalLauncher
-
-    _pids.reap()  # a verification server a killed write-back left behind
-    launcher = LocalLauncher(extra_args=("--model-control-mode=explicit", f"--load-model={model}"))
-    with launcher.serve(repository, model, run_dir / "logs" / "writeback-verify.log"):
-        pass

@@ -66,7 +66,7 @@ import yaml
 
 from autotune import model_config as mcfg
 from autotune.errors import AutotuneError
-from autotune.launch._common import free_ports
+from autotune.launch import free_ports
 from autotune.launch.local import LocalLauncher
 from autotune.reload import reload_outcome
 from autotune.results import recommendation

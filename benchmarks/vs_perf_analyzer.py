@@ -56,11 +56,10 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.grpc import model_config_pb2 as mc
 
-from autotune.launch._common import Server, wait_model_ready
+from autotune.control import ServerControl
+from autotune.launch import Server, wait_model_ready
 from autotune.launch.local import LocalLauncher
-from autotune.loadgen import LoadGenerator, WindowPlan
-from autotune.loadgen._stats import StatsSnapshot, breakdown
-from autotune.loadgen._transport import get_json
+from autotune.loadgen import LoadGenerator, StatsSnapshot, WindowPlan, breakdown
 from autotune.measure import BEHIND_SCHEDULE, Point
 
 MODELS = ("noop", "bertQA")
@@ -278,7 +277,8 @@ def perf_analyzer(
 
 
 def _snapshot(server: Server, model: str) -> StatsSnapshot:
-    return StatsSnapshot.parse(get_json(server.host, server.http_port, f"/v2/models/{model}/stats"))
+    with ServerControl(server.host, server.http_port) as control:
+        return StatsSnapshot.parse(control.statistics(model))
 
 
 def _column(row: dict[str, str], name: str) -> float:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,17 +28,24 @@ TUNER_MAX_LINES = 400
 
 # Lowest first. A module may import modules of its own layer or of a lower one.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # no knowledge of tuning: errors, atomic files, stop requests, processes
     ("foundation", ("autotune", "autotune.errors", "autotune.files", "autotune.stopping",
                     "autotune.processes")),
+    # frozen values and the pure rules over them (no I/O but reading a file given by name)
     ("values", ("autotune.objective", "autotune.search_space", "autotune.model_config",
-                "autotune.measure", "autotune.decide")),
+                "autotune.measure", "autotune.results", "autotune.decide")),
     ("settings", ("autotune.settings",)),
+    # talking to a server that runs: its control plane, the load generator
     ("io", ("autotune.control", "autotune.loadgen", "autotune.gpu")),
+    # starting and stopping servers
     ("launch", ("autotune.launch", "autotune.staging")),
-    ("record", ("autotune.results", "autotune.study", "autotune.rundir")),
-    ("tune", ("autotune.tuner", "autotune.reload", "autotune.report", "autotune.writeback",
-              "autotune.bench")),
-    ("people", ("autotune.events", "autotune._console", "autotune.cli")),
+    # what persists: the study, the run directory
+    ("record", ("autotune.study", "autotune.rundir")),
+    # the jobs: tune, re-read a run, report, write back, bench
+    ("tune", ("autotune.events", "autotune.tuner", "autotune.reload", "autotune.report",
+              "autotune.writeback", "autotune.bench")),
+    # people: progress and summaries, the command line
+    ("people", ("autotune._console", "autotune.cli")),
 )
 
 
@@ -60,7 +67,8 @@ def _type_checking_only(node: ast.If) -> bool:
     )
 
 
-def _imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
+def _imports(tree: ast.AST, module: str, is_package: bool, known: Collection[str]) -> Iterator[str]:
+    """The modules ``tree`` imports: ``from a import b`` is ``a.b`` when that is a module, else ``a``."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
@@ -71,8 +79,9 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
                 parent = parent if is_package else parent[:-1]
                 parent = parent[: len(parent) - (node.level - 1)]
                 base = ".".join([*parent, base] if base else parent)
-            yield base
-            yield from (f"{base}.{alias.name}" for alias in node.names)
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                yield name if name in known else base
 
 
 def _strip_type_checking(tree: ast.Module) -> ast.Module:
@@ -92,7 +101,7 @@ def graph(root: Path = ROOT) -> dict[str, set[str]]:
     for name, path in known.items():
         tree = _strip_type_checking(ast.parse(path.read_text(encoding="utf-8")))
         found = set()
-        for target in _imports(tree, name, path.name == "__init__.py"):
+        for target in _imports(tree, name, path.name == "__init__.py", known):
             while target and target not in known:
                 target = target.rpartition(".")[0]
             if target and target != name and target.startswith(PACKAGE):
@@ -184,12 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart")
     parser.add_argument("--check", action="store_true", help="check the rules; exit 1 if one is broken")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to read (default: this one)")
     args = parser.parse_args(argv)
     if args.check:
-        found = problems()
+        found = problems(args.root)
         print("\n".join(found) or "import graph: every rule holds")
         return 1 if found else 0
-    edges = graph()
+    edges = graph(args.root)
     print(as_mermaid(edges) if args.mermaid else as_text(edges))
     return 0
 

@@ -12,7 +12,7 @@ import pytest
 
 from autotune.bench import COLUMNS, _levels
 from autotune.cli import main
-from autotune.launch._common import Server
+from autotune.launch import Server
 from autotune.launch.local import LocalLauncher
 from tests.conftest import fast_toy_repo
 

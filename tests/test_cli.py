@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
+from autotune.decide import IMPROVEMENT
 
 BAD_RUNS = [
     (["--model", "nope"], "model 'nope' not found"),
@@ -110,3 +111,25 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for words in ("--sla-p95-ms", "--write-back", "--time-budget", "--resume", "exit codes"):
         assert words in out
+
+
+def test_help_states_the_gain_the_code_uses(capsys: pytest.CaptureFixture[str]) -> None:
+    """--patience and --finalists tell the same threshold as the search and verification use."""
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    gain = f"{IMPROVEMENT * 100:g}%"
+    assert f"without a goodput {gain} better" in out
+    assert f"only if it could beat it by {gain}" in out
+    assert out.count("%") == out.count(gain) + out.count("10%"), "no other threshold is claimed"
+
+
+def test_launcher_options_are_grouped_by_launcher(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = capsys.readouterr().out
+    groups = {"--launcher local": ["--tritonserver"], "--launcher docker": ["--image", "--gpus"],
+              "--launcher remote": ["--url", "--grpc-url"]}
+    for group, options in groups.items():
+        section = out[out.index(group):]
+        assert all(option in section.split("\n\n")[0] for option in options), (group, section[:400])

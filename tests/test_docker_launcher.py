@@ -22,14 +22,16 @@ from typing import Any
 
 import pytest
 
-from autotune.cli import main
+from autotune.cli import build_parser, main, settings_from
 from autotune.errors import LaunchError, ModelNotReadyError, ServerExitedError
+from autotune.events import Events
 from autotune.launch import docker as dl
-from autotune.launch._common import failure_line, free_ports, read_tail
+from autotune.launch import failure_line, free_ports, read_tail
+from autotune.measure import Point
 from autotune.model_config import load_config
-from autotune.objective import Sla
-from autotune.settings import DockerOptions, RunSettings
+from autotune.settings import DockerOptions
 from autotune.staging import stage_model
+from autotune.tuner import prepare, tune
 
 docker = pytest.importorskip("docker")
 
@@ -130,15 +132,41 @@ def _run_argv(repo: Path, tmp_path: Path, *extra: str) -> list[str]:
 # ---------------------------------------------------------------- 1. a whole run
 
 
-def test_a_tuning_run_in_containers(client: Any, toy_repo: Path, tmp_path: Path) -> None:
+class _RunLabels(Events):
+    """Watches a run: the run label of our containers while a trial measures."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.run_dir, self.labels = client, Path(), set[str]()
+
+    def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
+        self.run_dir = run_dir
+
+    def point_measured(self, number: int, point: Point) -> None:
+        self.labels |= {c.labels.get(dl.LABEL_RUN, "") for c in _ours(self.client)}
+
+
+def test_a_tuning_run_in_containers_labelled_with_the_run_then_applied_in_one(
+    client: Any, toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = toy_repo / "toy" / "config.pbtxt"
     original = config.read_bytes()
-    assert main(_run_argv(toy_repo, tmp_path)) == 0
-    (run_dir,) = list((tmp_path / "reports" / "toy").iterdir())
+    settings = settings_from(build_parser().parse_args(_run_argv(toy_repo, tmp_path)))
+    events = _RunLabels(client)
+    outcome = tune(prepare(settings), events)
+    run_dir = outcome.run_dir
+    assert events.labels == {run_dir.name}, "every container carries the run's id"
     assert (run_dir / "report.html").stat().st_size > 10_000
     logs = sorted((run_dir / "logs").glob("trial-*.log"))
     assert logs and all("successfully loaded 'toy'" in log.read_text() for log in logs)
     assert config.read_bytes() == original
+    assert _ours(client) == []
+    # write-back is verified on the run's own launcher: a container of the run's image
+    assert outcome.winner is not None
+    assert main(["apply", str(run_dir)]) == 0
+    assert "and loaded it in Triton (container autotune-toy-" in capsys.readouterr().out
+    assert "successfully loaded 'toy'" in (run_dir / "logs" / "writeback-verify.log").read_text()
+    assert config.read_text() == (run_dir / "winner.pbtxt").read_text()
+    assert main(["apply", "--undo", str(run_dir)]) == 0 and config.read_bytes() == original
     assert _ours(client) == []
 
 
@@ -199,8 +227,10 @@ def test_a_port_taken_at_start_is_retried_on_others(client: Any, staged_toy: Pat
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        choices = iter([[port, port + 1]])
-        monkeypatch.setattr(dl, "free_ports", lambda n: next(choices, None) or free_ports(n))
+        choices = iter([(port, port + 1)])
+        monkeypatch.setattr(
+            dl.DockerLauncher, "_ports", lambda self: next(choices, None) or tuple(free_ports(2))
+        )
         names: list[str] = []
         real = dl._create_started
 
@@ -270,9 +300,7 @@ def test_leftovers_of_dead_owners_are_reaped(client: Any, toy_repo: Path) -> Non
         assert kept.status == "running"
         # the next launcher start reaps too
         by_start = _leftover(client, dead, "start")
-        settings = RunSettings(model="toy", repository=toy_repo, sla=Sla(95, 50.0), launcher="docker",
-                               docker=DockerOptions(image=IMAGE))
-        dl.DockerLauncher.from_settings(settings)
+        dl.DockerLauncher.from_options(DockerOptions(image=IMAGE), "start")
         with pytest.raises(docker.errors.NotFound):
             client.containers.get(by_start.id)
     finally:

@@ -16,9 +16,9 @@ import pytest
 
 from autotune.errors import LaunchError, UsageError
 from autotune.launch import docker as dl
+from autotune.launch import make_launcher
 from autotune.model_config import load_config
-from autotune.objective import Sla
-from autotune.settings import DockerOptions, RunSettings
+from autotune.settings import DockerOptions, Launch
 from autotune.staging import stage_model
 
 
@@ -62,10 +62,9 @@ def test_bad_gpus_are_a_usage_error(gpus: str) -> None:
 
 def test_bad_gpus_fail_before_the_engine_is_asked(toy_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    settings = RunSettings(model="toy", repository=toy_repo, sla=Sla(95, 50.0), launcher="docker",
-                           docker=DockerOptions(gpus="0;1"))
+    launch = Launch("docker", docker=DockerOptions(gpus="0;1"))
     with pytest.raises(UsageError):
-        dl.DockerLauncher.from_settings(settings)
+        make_launcher(launch, "run-1")
 
 
 # ---------------------------------------------------------------- mounts and the request

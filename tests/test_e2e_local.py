@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
+from autotune.control import ServerControl
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
 from tests.conftest import servers_under, toy_run_args
@@ -73,6 +74,22 @@ def test_failing_candidates_are_recorded_and_the_search_goes_on(
     assert "refuses dynamic batching" in (outcome.run_dir / "report.html").read_text()
 
 
+def test_a_run_where_every_trial_failed_exits_4_and_offers_nothing_to_apply(
+    toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = toy_repo / "toy" / "config.pbtxt"
+    config.write_text(config.read_text() + 'parameters { key: "crash_on_load" value { string_value: "1" } }\n')
+    reports = tmp_path / "reports"
+    assert _run(toy_repo, reports, small_space, "--max-trials", "2", "--write-back") == 4
+    out, err = capsys.readouterr()
+    assert "every trial failed" in out and "every trial failed" in err
+    assert "autotune apply" not in out + err
+    outcome = reload_outcome(_run_dir(reports))
+    assert [t.state for t in outcome.trials] == [FAIL, FAIL] and outcome.info.winner is None
+    assert "crash_on_load=1" in (outcome.run_dir / "report.html").read_text()  # each reason is reported
+    assert not list(config.parent.glob("config.pbtxt.autotune-*.bak")), "nothing was written back"
+
+
 def test_write_back_refused_when_the_config_changed(
     toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -125,10 +142,11 @@ def test_remote_launcher_loads_candidates_through_the_repository_api(
         labels = {t.candidate.label() for t in outcome.trials if t.candidate}
         assert len(labels) >= 2  # the baseline and at least one other candidate were served
         for log in (outcome.run_dir / "logs").glob("trial-*.log"):
-            assert "/v2/repository/models/toy/load -> HTTP 200" in log.read_text()
+            text = log.read_text()
+            assert "load toy with the candidate config: ok" in text
+            assert "load toy from the server's repository: ok" in text
         # the server is back on its own config after the run
-        from autotune.loadgen._transport import get_json
-
-        config = get_json(server.host, server.http_port, "/v2/models/toy/config")
+        with ServerControl(server.host, server.http_port) as control:
+            config = control.config("toy")
         assert config["instance_group"][0]["count"] == 1 and "dynamic_batching" not in config
     assert (toy_repo / "toy" / "config.pbtxt").read_bytes() == before

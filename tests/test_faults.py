@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from autotune.cli import build_parser, main, settings_from
+from autotune.events import Events
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
 from autotune.study import INTERRUPTED
+from autotune.tuner import prepare, tune
 from tests.conftest import CLI, servers_under, toy_run_args
 
 pytestmark = pytest.mark.integration
@@ -56,8 +59,9 @@ def test_tuner_stopped_mid_trial_then_resumed(
             proc.kill()
     run_dir = _trial_logs(reports)[0].parent.parent
     if sig == signal.SIGKILL:
-        # the server was left running; the next start must reap it
-        pass
+        # no handler runs on kill -9: the server dies with the tuner (it must not hold its port,
+        # CPU and memory until the next autotune start reaps it)
+        _wait_for(lambda: servers_under(run_dir) == [], 5)
     else:
         assert proc.returncode == 130, out
         assert "--resume" in out
@@ -74,11 +78,11 @@ def test_tuner_stopped_mid_trial_then_resumed(
     after = reload_outcome(run_dir)
     for number, trial in before.items():  # nothing finished was lost or measured again
         assert after.trials[number].measurement == trial.measurement
-    interrupted = [t for t in after.trials if t.state == FAIL and t.reason.startswith("interrupted")]
+    interrupted = [t for t in after.trials if t.state == FAIL and t.interrupted]
     assert len(interrupted) == 1 and (sig != signal.SIGKILL or interrupted[0].reason == INTERRUPTED)
     rerun = [t for t in after.trials if t.params == interrupted[0].params and t.state == COMPLETE]
     assert rerun, "the interrupted candidate is measured again"
-    counted = [t for t in after.trials if not t.reason.startswith("interrupted")]
+    counted = [t for t in after.trials if not t.interrupted]
     assert len(counted) == 4 and after.info.winner is not None
     assert (run_dir / "report.html").is_file()
 
@@ -142,7 +146,7 @@ def test_killed_at_many_points_then_resumed_loses_nothing(
     assert final.returncode == 0, final.stderr
     outcome = reload_outcome(run_dir)
     assert all(_complete(run_dir).get(n) == m for n, m in seen.items())
-    assert len([t for t in outcome.trials if not t.reason.startswith("interrupted")]) == 5
+    assert len([t for t in outcome.trials if not t.interrupted]) == 5
     assert outcome.info.winner is not None and servers_under(run_dir) == []
 
 
@@ -206,4 +210,33 @@ def test_crashing_or_hanging_candidates_fail_and_the_search_goes_on(
     assert failed, "the faulty candidates must fail"
     assert all(reason in t.reason for t in failed), [t.reason for t in failed]
     assert outcome.winner is not None and outcome.winner.state == COMPLETE
+    assert servers_under(run_dir) == []
+
+
+class _BreakStaging(Events):
+    """Makes the run's staging folder a file once the run directory exists: staging the first
+    trial then fails with an OSError nobody expects (as a full or read-only disk would)."""
+
+    def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
+        (run_dir / "stage").write_text("not a folder")
+
+
+def test_a_crash_in_a_trial_is_a_failure_with_its_reason_not_an_interruption(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    argv = toy_run_args(toy_repo, small_space, tmp_path / "reports", "--max-trials", "3", "--repeats", "0")
+    settings = settings_from(build_parser().parse_args(argv))
+    with pytest.raises(OSError):
+        tune(prepare(settings), _BreakStaging())
+    (run_dir,) = list((tmp_path / "reports" / "toy").iterdir())
+    crashed = reload_outcome(run_dir).trials[0]
+    assert crashed.state == FAIL and not crashed.interrupted
+    assert crashed.reason.startswith("internal error: ") and "Error" in crashed.reason, crashed.reason
+    # resumed, it is not measured again (it would crash again): only a stop request re-queues
+    (run_dir / "stage").unlink()
+    assert main([*argv, "--resume", str(run_dir)]) == 0
+    after = reload_outcome(run_dir)
+    assert after.trials[0].reason == crashed.reason
+    again = [t.number for t in after.trials[1:] if t.params == crashed.params]
+    assert again == [], "the crashed candidate was queued again"
     assert servers_under(run_dir) == []

@@ -32,7 +32,7 @@ from autotune.loadgen._windows import behind_schedule
 def test_exported_names() -> None:
     assert set(loadgen.__all__) == {
         "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Schedule",
-        "WindowPlan",
+        "StatsSnapshot", "WindowPlan", "breakdown",
     }  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from autotune.launch._common import Server
+from autotune.launch import Server
 from autotune.launch.local import LocalLauncher
 from autotune.loadgen import LoadGenerator, WindowPlan
 from autotune.loadgen._h2 import grpc_connector

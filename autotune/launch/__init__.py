@@ -1,30 +1,55 @@
-"""Launchers: where each trial's Triton runs (a local process, a container, a remote server)."""
+"""Launchers: where each trial's Triton runs (a local process, a container, a remote server).
+
+    launcher = make_launcher(settings.launch, run_id)
+    with launcher.serve(repository, model, log_path) as server:   # the model is ready
+        ...
+    launcher.drain()                                               # every server has stopped
+
+:class:`Launcher` owns the sequence (ports, retry on a port clash, readiness, teardown); each
+launcher only starts and stops. ``autotune clean`` calls :func:`reap_leftovers`.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-from autotune.launch._common import Launcher, Server, free_ports, wait_model_ready
+from autotune.errors import AutotuneError
+from autotune.launch._base import Launcher, Server, failure_line, free_ports, read_tail, wait_model_ready
+from autotune.settings import Launch
 
-if TYPE_CHECKING:
-    from autotune.settings import RunSettings
+__all__ = [
+    "Launcher", "Server", "failure_line", "free_ports", "make_launcher", "read_tail", "reap_leftovers",
+    "wait_model_ready",
+]  # fmt: skip
 
-__all__ = ["Launcher", "Server", "free_ports", "make_launcher", "wait_model_ready"]
 
-
-def make_launcher(settings: RunSettings, run_dir: Path | None = None) -> Launcher:
-    """The launcher the settings ask for (imported lazily: docker is optional at run time)."""
-    if settings.launcher == "docker":
+def make_launcher(launch: Launch, run: str) -> Launcher[Any]:
+    """The launcher ``launch`` names, set up and checked (a wrong set-up fails here, before any
+    trial); ``run`` is the run's id (containers are labelled with it). Imported lazily: the
+    docker SDK is only needed by the docker launcher."""
+    if launch.kind == "docker":
         from autotune.launch.docker import DockerLauncher
 
-        return DockerLauncher.from_settings(settings, run_dir)
-    if settings.launcher == "remote":
+        return DockerLauncher.from_options(launch.docker, run)
+    if launch.kind == "remote":
         from autotune.launch.remote import RemoteLauncher
 
-        return RemoteLauncher.from_settings(settings)
-    from autotune.launch import _pids
-    from autotune.launch.local import LocalLauncher, find_installation
+        return RemoteLauncher.from_options(launch.remote)
+    from autotune.launch.local import LocalLauncher
 
-    _pids.reap()  # servers a killed run left behind
-    return LocalLauncher(find_installation(settings.tritonserver), stop_in_background=True)
+    return LocalLauncher.from_options(launch.local)
+
+
+def reap_leftovers() -> tuple[list[int], list[str]]:
+    """Stop the servers and remove the containers of runs whose process is gone: their pids
+    and names. No container engine reachable: none of ours can be running there."""
+    from autotune.launch import _pids
+
+    servers = _pids.reap()
+    try:
+        from autotune.launch.docker import reap_containers
+
+        containers = reap_containers()
+    except AutotuneError:
+        containers = []
+    return servers, containers

@@ -1,17 +1,19 @@
 """A record of the servers we started, so that a later start can reap what a killed run left.
 
 Each started server gets a small JSON file ``<pid>.json`` naming its owner (the autotune
-process) and its command. :func:`reap` ends the servers whose owner is gone and whose
-command line still matches (so a reused pid is never hit).
+process, as a :class:`~autotune.processes.Owner`) and its command. :func:`reap` ends the
+servers whose owner is gone and whose command line still matches (so a reused pid is never
+hit). On Linux a server dies with its owner anyway (:func:`autotune.processes.die_with_parent`);
+the records are for the rest, and for servers started by older versions.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 from pathlib import Path
+
+from autotune.processes import Owner, cmdline, kill_group
 
 
 def default_dir() -> Path:
@@ -22,7 +24,7 @@ def default_dir() -> Path:
 def remember(directory: Path | None, pid: int, command: str) -> None:
     folder = directory or default_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    record = {"pid": pid, "owner": os.getpid(), "command": command}
+    record = {"pid": pid, "owner": Owner.current().text(), "command": command}
     (folder / f"{pid}.json").write_text(json.dumps(record), encoding="utf-8")
 
 
@@ -36,11 +38,12 @@ def reap(directory: Path | None = None) -> list[int]:
     reaped: list[int] = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         record = _read(path)
-        if record is None or pid_alive(int(str(record["owner"]))):
+        owner = Owner.parse(str(record.get("owner", ""))) if record else None
+        if record is None or owner is None or not owner.gone():
             continue
         pid = int(str(record["pid"]))
-        if _cmdline(pid).startswith(str(record["command"])):
-            _kill_group(pid)
+        if cmdline(pid).startswith(str(record["command"])):
+            kill_group(pid)
             reaped.append(pid)
         path.unlink(missing_ok=True)
     return reaped
@@ -53,29 +56,3 @@ def _read(path: Path) -> dict[str, object] | None:
         path.unlink(missing_ok=True)
         return None
     return data if isinstance(data, dict) else None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (one we may not signal counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)

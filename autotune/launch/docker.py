@@ -24,10 +24,9 @@ import re
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import docker
 import requests
@@ -36,12 +35,9 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest, Mount
 
 from autotune.errors import LaunchError, UsageError
-from autotune.launch import _pids
-from autotune.launch._common import Server, free_ports, wait_model_ready
+from autotune.launch._base import READY_TIMEOUT_S, Launcher, PortClash, Server, Started, port_clash
+from autotune.processes import Owner
 from autotune.settings import DockerOptions
-
-if TYPE_CHECKING:
-    from autotune.settings import RunSettings
 
 STOP_TIMEOUT_S = 15  # Triton itself gives in-flight work 5 s (--exit-timeout-secs)
 MODELS_DIR = "/models"
@@ -185,12 +181,12 @@ def container_request(
 
 
 def owner_labels(run: str, model: str) -> dict[str, str]:
-    pid = os.getpid()
+    owner = Owner.current()
     return {
         LABEL: "1",
-        LABEL_HOST: socket.gethostname(),
-        LABEL_PID: str(pid),
-        LABEL_STARTED: _started(pid) or "",
+        LABEL_HOST: owner.host,
+        LABEL_PID: str(owner.pid),
+        LABEL_STARTED: owner.started,
         LABEL_RUN: run,
         LABEL_MODEL: model,
     }
@@ -204,17 +200,6 @@ def _container_name(model: str) -> str:
 # ---------------------------------------------------------------- leftovers
 
 
-def _started(pid: int) -> str | None:
-    """The process's start time (ticks since boot); "" where /proc cannot tell; None: no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        if Path("/proc/self/stat").exists():
-            return None
-        return "" if _pids.pid_alive(pid) else None
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
 def owner_gone(labels: Mapping[str, str], host: str | None = None) -> bool:
     """True when the labels name an owner on this host that no longer runs (never for other hosts)."""
     if labels.get(LABEL_HOST) != (host or socket.gethostname()):
@@ -223,9 +208,7 @@ def owner_gone(labels: Mapping[str, str], host: str | None = None) -> bool:
         pid = int(labels.get(LABEL_PID, ""))
     except ValueError:
         return False
-    started = _started(pid)
-    recorded = labels.get(LABEL_STARTED, "")
-    return started is None or bool(recorded and started and recorded != started)
+    return Owner(socket.gethostname(), pid, labels.get(LABEL_STARTED, "")).gone()
 
 
 def reap_containers(client: docker.DockerClient | None = None) -> list[str]:
@@ -256,7 +239,10 @@ def _remove(container: Container) -> None:
 # ---------------------------------------------------------------- the launcher
 
 
-class DockerLauncher:
+_Running = tuple[Container, "_LogCopy"]
+
+
+class DockerLauncher(Launcher[_Running]):
     """Starts one Triton container per :meth:`serve`."""
 
     name = "docker"
@@ -267,63 +253,46 @@ class DockerLauncher:
         options: DockerOptions,
         *,
         run: str = "",
-        ready_timeout_s: float = 180.0,
+        ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> None:
+        super().__init__(ready_timeout_s=ready_timeout_s)
         self._client = client
         self._options = options
         self._run = run or uuid.uuid4().hex[:12]
-        self._ready_timeout_s = ready_timeout_s
 
     @classmethod
-    def from_settings(cls, settings: RunSettings, run_dir: Path | None = None) -> DockerLauncher:
-        """Connect, remove what killed runs left, and make sure the image is there: all before trial 1."""
-        device_requests(settings.docker.gpus)
+    def from_options(cls, options: DockerOptions, run: str) -> DockerLauncher:
+        """Connect, remove what killed runs left, and make sure the image is there: all before
+        trial 1. ``run`` (the run's id) labels every container."""
+        device_requests(options.gpus)
         client = connect()
         reap_containers(client)
-        ensure_image(client, settings.docker.image, settings.docker.pull)
-        run = (run_dir or settings.run_dir or Path()).name
-        return cls(client, settings.docker, run=run)
+        ensure_image(client, options.image, options.pull)
+        return cls(client, options, run=run)
 
-    def drain(self) -> None:
-        """Servers are stopped when their context ends: nothing to wait for."""
-
-    @contextmanager
-    def serve(self, repository: Path, model: str, log_path: Path) -> Iterator[Server]:
+    def _start(
+        self, repository: Path, model: str, log_path: Path, ports: tuple[int, int]
+    ) -> Started[_Running]:
         log = _LogCopy(log_path)
-        container, (http_port, grpc_port) = self._start(repository, model)
+        request = container_request(self._options, repository, ports, owner_labels(self._run, model),
+                                    _container_name(model))
         try:
-            log.follow(container)
-            server = Server(
-                "127.0.0.1", http_port, grpc_port, log_path,
-                alive=lambda: _running(container) or log.finish(container),
-                description=f"container {container.name}",
-            )
-            wait_model_ready(server, model, self._ready_timeout_s,
-                             exit_detail=lambda: _how_it_ended(container))
-            yield server
-        except BaseException:
-            _teardown(container, log, strict=False)
+            container = _create_started(self._client, request)
+        except LaunchError as exc:
+            if port_clash(str(exc)):
+                raise PortClash(str(exc)) from exc
             raise
-        _teardown(container, log, strict=True)
+        log.follow(container)
+        server = Server(
+            "127.0.0.1", ports[0], ports[1], log_path,
+            alive=lambda: _running(container) or log.finish(container),
+            description=f"container {container.name}",
+        )  # fmt: skip
+        return Started(server, (container, log), exit_detail=lambda: _how_it_ended(container))
 
-    def _start(self, repository: Path, model: str) -> tuple[Container, tuple[int, int]]:
-        labels = owner_labels(self._run, model)
-        for attempt in range(2):
-            http_port, grpc_port = free_ports(2)
-            request = container_request(self._options, repository, (http_port, grpc_port), labels,
-                                        _container_name(model))
-            try:
-                return _create_started(self._client, request), (http_port, grpc_port)
-            except LaunchError as exc:
-                if attempt == 0 and _port_taken(str(exc)):
-                    continue  # someone took a port between our check and the bind
-                raise
-        raise AssertionError("unreachable")
-
-
-def _port_taken(message: str) -> bool:
-    message = message.lower()
-    return "address already in use" in message or "port is already allocated" in message
+    def _stop(self, started: Started[_Running], *, failed: bool) -> None:
+        container, log = started.handle
+        _teardown(container, log, strict=not failed)
 
 
 def _create_started(client: docker.DockerClient, request: dict[str, Any]) -> Container:

@@ -7,8 +7,12 @@ whose python stub matches this interpreter. The server's PATH starts with this
 interpreter's ``bin`` so the python backend stub finds the packages of this environment.
 
 The server runs in its own process group; teardown is SIGTERM to the group, then SIGKILL,
-and always happens (exceptions, Ctrl-C) because :meth:`LocalLauncher.serve` is a context
-manager. Every started server is recorded in a pid file so a later start can reap leftovers.
+and always happens (exceptions, Ctrl-C) because :meth:`Launcher.serve` is a context manager.
+On Linux the server also gets SIGKILL when the thread that started it ends, so even ``kill
+-9`` of the tuner leaves no server running (:func:`autotune.processes.die_with_parent`):
+start servers from a thread that outlives them (the tuner starts them all from its main
+thread). Every started server is also recorded in a pid file, so a later start reaps what
+the rest of its process group left.
 """
 
 from __future__ import annotations
@@ -22,14 +26,14 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.errors import LaunchError, ServerExitedError
+from autotune.errors import LaunchError
 from autotune.launch import _pids
-from autotune.launch._common import Server, free_ports, read_tail, wait_model_ready
+from autotune.launch._base import READY_TIMEOUT_S, Launcher, Server, Started
+from autotune.processes import die_with_parent
+from autotune.settings import LocalOptions
 
 STOP_TIMEOUT_S = 15.0
 
@@ -102,7 +106,7 @@ def _python_backend_dir(root: Path, cache_dir: Path) -> Path:
     return target
 
 
-class LocalLauncher:
+class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
     """Starts one tritonserver process per :meth:`serve`."""
 
     name = "local"
@@ -113,18 +117,24 @@ class LocalLauncher:
         *,
         pid_dir: Path | None = None,
         extra_args: tuple[str, ...] = (),
-        ready_timeout_s: float = 180.0,
+        ready_timeout_s: float = READY_TIMEOUT_S,
         stop_in_background: bool = False,
     ) -> None:
+        super().__init__(ready_timeout_s=ready_timeout_s)
         self._installation = installation
         self._pid_dir = pid_dir
         self._extra_args = extra_args
-        self._ready_timeout_s = ready_timeout_s
         # A graceful stop takes seconds (the backend's stubs unload); once a trial is measured,
         # its server may finish stopping while the next one starts. An error or an interrupt
         # still stops it on the spot.
         self._stop_in_background = stop_in_background
         self._stopping: list[threading.Thread] = []
+
+    @classmethod
+    def from_options(cls, options: LocalOptions, *, extra_args: tuple[str, ...] = ()) -> LocalLauncher:
+        """Reap what killed runs left, find tritonserver: before the first trial."""
+        _pids.reap()
+        return cls(find_installation(options.tritonserver), extra_args=extra_args, stop_in_background=True)
 
     @property
     def installation(self) -> Installation:
@@ -132,51 +142,34 @@ class LocalLauncher:
             self._installation = find_installation()
         return self._installation
 
-    @contextmanager
-    def serve(self, repository: Path, model: str, log_path: Path) -> Iterator[Server]:
-        for attempt in range(2):
-            http_port, grpc_port = free_ports(2)
-            proc = self._start(repository, log_path, http_port, grpc_port)
-            handed_off = False
-            try:
-                server = Server(
-                    "127.0.0.1",
-                    http_port,
-                    grpc_port,
-                    log_path,
-                    alive=lambda p=proc: p.poll() is None,  # type: ignore[misc]
-                    description=f"tritonserver (pid {proc.pid})",
-                )
-                try:
-                    wait_model_ready(server, model, self._ready_timeout_s)
-                except ServerExitedError:
-                    if attempt == 0 and _port_clash(log_path):
-                        continue  # someone took a port between our check and the bind
-                    raise
-                yield server
-                if self._stop_in_background:
-                    self._stop_later(proc)
-                    handed_off = True
-                return
-            finally:
-                if not handed_off:
-                    self._stop_now(proc)
+    def _start(
+        self, repository: Path, model: str, log_path: Path, ports: tuple[int, int]
+    ) -> Started[subprocess.Popen[bytes]]:
+        proc = self._spawn(repository, log_path, *ports)
+        server = Server(
+            "127.0.0.1", ports[0], ports[1], log_path,
+            alive=lambda: proc.poll() is None, description=f"tritonserver (pid {proc.pid})",
+        )  # fmt: skip
+        return Started(server, proc, exit_detail=lambda: f" with exit code {proc.poll()}")
+
+    def _stop(self, started: Started[subprocess.Popen[bytes]], *, failed: bool) -> None:
+        if self._stop_in_background and not failed:
+            thread = threading.Thread(target=self._stop_now, args=(started.handle,), name="stop-server")
+            self._stopping.append(thread)
+            thread.start()
+        else:
+            self._stop_now(started.handle)
 
     def _stop_now(self, proc: subprocess.Popen[bytes]) -> None:
         stop_process(proc)
         _pids.forget(self._pid_dir, proc.pid)
-
-    def _stop_later(self, proc: subprocess.Popen[bytes]) -> None:
-        thread = threading.Thread(target=self._stop_now, args=(proc,), name=f"stop-{proc.pid}")
-        self._stopping.append(thread)
-        thread.start()
 
     def drain(self) -> None:
         for thread in self._stopping:
             thread.join()
         self._stopping.clear()
 
-    def _start(
+    def _spawn(
         self, repository: Path, log_path: Path, http_port: int, grpc_port: int
     ) -> subprocess.Popen[bytes]:
         inst = self.installation
@@ -203,6 +196,7 @@ class LocalLauncher:
                     stdin=subprocess.DEVNULL,
                     env=self._environment(),
                     start_new_session=True,
+                    preexec_fn=die_with_parent,  # only a prctl call: safe between fork and exec
                 )
             except OSError as exc:
                 raise LaunchError(f"cannot start {inst.binary}: {exc}") from exc
@@ -216,11 +210,6 @@ class LocalLauncher:
         if libs:
             env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
         return env
-
-
-def _port_clash(log_path: Path) -> bool:
-    tail = read_tail(log_path, 40).lower()
-    return "address already in use" in tail or "failed to bind" in tail
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:

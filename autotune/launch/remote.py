@@ -1,27 +1,26 @@
 """A running Triton server in explicit model-control mode: candidates are loaded through the
-repository API (``POST /v2/repository/models/NAME/load`` with the config as an override).
+repository API (a load with the candidate's config as an override, through tritonclient).
 
-The server's own files are never changed; when a trial ends the model is loaded again
-without an override, which restores the config in the server's repository.
+The server's own files are never changed. When a trial ends, the model is unloaded and loaded
+again without an override, which puts it back on the config of the server's repository. That
+restore must succeed: if it does not, :class:`~autotune.errors.RestoreError` stops the run
+and says what state the server was left in, rather than leaving the user's server on a
+candidate config without a word.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from google.protobuf import json_format
 
-from autotune.errors import LaunchError, UsageError
-from autotune.launch._common import Server, http_status, wait_model_ready
+from autotune.control import ServerControl
+from autotune.errors import ControlError, LaunchError, RestoreError, UsageError
+from autotune.launch._base import Launcher, Server, Started
 from autotune.model_config import CONFIG_NAME, parse_config
-
-if TYPE_CHECKING:
-    from autotune.settings import RunSettings
+from autotune.settings import RemoteOptions
 
 LOAD_TIMEOUT_S = 300.0
 
@@ -33,70 +32,87 @@ def split_url(url: str, what: str = "--url") -> tuple[str, int]:
     return host, int(port)
 
 
-class RemoteLauncher:
+class RemoteLauncher(Launcher[str]):
+    """Serves candidates on one running server; a started "server" is the model loaded there."""
+
     name = "remote"
 
     def __init__(self, host: str, http_port: int, grpc_port: int) -> None:
+        super().__init__(ready_timeout_s=LOAD_TIMEOUT_S)
         self.host, self.http_port, self.grpc_port = host, http_port, grpc_port
 
     @classmethod
-    def from_settings(cls, settings: RunSettings) -> RemoteLauncher:
-        host, port = split_url(settings.url)
-        grpc_port = split_url(settings.grpc_url, "--grpc-url")[1] if settings.grpc_url else port + 1
+    def from_options(cls, options: RemoteOptions) -> RemoteLauncher:
+        host, port = split_url(options.url)
+        grpc_port = split_url(options.grpc_url, "--grpc-url")[1] if options.grpc_url else port + 1
         launcher = cls(host, port, grpc_port)
         launcher.check_reachable()
         return launcher
 
+    def control(self) -> ServerControl:
+        return ServerControl(self.host, self.http_port, timeout_s=LOAD_TIMEOUT_S)
+
     def check_reachable(self) -> None:
-        if http_status(self.host, self.http_port, "/v2/health/live") != 200:
-            raise LaunchError(
-                f"no Triton server answers at {self.host}:{self.http_port}",
-                hint="start it (e.g. docker-compose up) or fix --url",
-            )
+        with self.control() as control:
+            if not control.live():
+                raise LaunchError(
+                    f"no Triton server answers at {self.host}:{self.http_port}",
+                    hint="start it (e.g. docker-compose up) or fix --url",
+                )
 
-    def drain(self) -> None:
-        """Servers are stopped when their context ends: nothing to wait for."""
+    def _ports(self) -> tuple[int, int]:
+        return self.http_port, self.grpc_port
 
-    @contextmanager
-    def serve(self, repository: Path, model: str, log_path: Path) -> Iterator[Server]:
+    def _start(self, repository: Path, model: str, log_path: Path, ports: tuple[int, int]) -> Started[str]:
         config = parse_config((repository / model / CONFIG_NAME).read_text(encoding="utf-8"))
         override = json_format.MessageToJson(config, preserving_proto_field_name=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        server = Server(
-            self.host,
-            self.http_port,
-            self.grpc_port,
-            log_path,
-            alive=self._alive,
-            description=f"remote server {self.host}:{self.http_port}",
-        )
         try:
-            self._post(f"/v2/repository/models/{model}/load", {"parameters": {"config": override}}, log_path)
-            wait_model_ready(server, model, LOAD_TIMEOUT_S)
-            yield server
-        finally:
-            # back to the server's own config: a load without an override does not re-read the
-            # repository while the model is loaded, so unload first
-            self._post(f"/v2/repository/models/{model}/unload", {}, log_path, check=False)
-            self._post(f"/v2/repository/models/{model}/load", {}, log_path, check=False)
+            with self.control() as control:
+                what = f"load {model} with the candidate config"
+                _logged(log_path, what, lambda: control.load(model, override))
+        except ControlError as exc:
+            self._restore(model, log_path)
+            raise LaunchError(f"the server refused the candidate config: {exc}") from exc
+        server = Server(
+            self.host, self.http_port, self.grpc_port, log_path,
+            alive=self._alive, description=f"remote server {self.host}:{self.http_port}",
+        )  # fmt: skip
+        return Started(server, model)
+
+    def _stop(self, started: Started[str], *, failed: bool) -> None:
+        assert started.server.log_path is not None
+        self._restore(started.handle, started.server.log_path)
+
+    def _restore(self, model: str, log_path: Path) -> None:
+        """Back to the server's own config: a load without an override does not re-read the
+        repository while the model is loaded, so unload first, then load."""
+        try:
+            with self.control() as control:
+                _logged(log_path, f"unload {model}", lambda: control.unload(model))
+                _logged(log_path, f"load {model} from the server's repository", lambda: control.load(model))
+        except ControlError as exc:
+            raise RestoreError(
+                f"the server at {self.host}:{self.http_port} could not go back to its own config of "
+                f"model {model!r}: {exc}; the model may be unloaded or on a candidate config there"
+            ) from exc
 
     def _alive(self) -> bool:
-        return http_status(self.host, self.http_port, "/v2/health/live") == 200
+        with self.control() as control:
+            return control.live()
 
-    def _post(self, path: str, body: dict[str, object], log_path: Path, check: bool = True) -> None:
-        conn = http.client.HTTPConnection(self.host, self.http_port, timeout=LOAD_TIMEOUT_S)
-        try:
-            conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            text = response.read().decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException) as exc:
-            if check:
-                raise LaunchError(f"repository API {path} failed: {exc}") from exc
-            return
-        finally:
-            conn.close()
-        with log_path.open("a", encoding="utf-8") as log:
-            log.write(f"POST {path} -> HTTP {response.status} {text}\n")
-        if check and response.status != 200:
-            error = json.loads(text).get("error", text) if text.startswith("{") else text
-            raise LaunchError(f"the server refused the candidate config: {error}")
+
+def _logged(log_path: Path, what: str, call: Callable[[], object]) -> None:
+    """Run a repository call and write what it did, and how it ended, to the trial's log."""
+    stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    try:
+        call()
+    except ControlError as exc:
+        _append(log_path, f"{stamp} {what}: FAILED: {exc}")
+        raise
+    _append(log_path, f"{stamp} {what}: ok")
+
+
+def _append(log_path: Path, line: str) -> None:
+    with log_path.open("a", encoding="utf-8") as log:
+        log.write(line + "\n")

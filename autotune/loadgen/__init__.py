@@ -20,18 +20,20 @@ from typing import Any
 
 import numpy as np
 
-from autotune.errors import MeasurementError, ModelNotFoundError, UsageError
+from autotune.control import AsyncStatistics, ServerControl
+from autotune.errors import ControlError, MeasurementError, ModelNotFoundError, UsageError
 from autotune.loadgen._endpoint import PROTOCOLS, Endpoint
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, Payload, payload_from_file, random_payload
 from autotune.loadgen._load import Job, Load, clock
 from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule
-from autotune.loadgen._transport import HttpStatusError, get_json
-from autotune.loadgen._windows import Source, WindowPlan, run_windows, summarise
-from autotune.measure import Point
+from autotune.loadgen._stats import StatsSnapshot, breakdown
+from autotune.loadgen._windows import Source, run_windows, summarise
+from autotune.measure import Point, WindowPlan
 
 __all__ = [
-    "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Schedule", "WindowPlan",
+    "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Schedule", "StatsSnapshot",
+    "WindowPlan", "breakdown",
 ]
 
 
@@ -97,13 +99,20 @@ class LoadGenerator:
 
     async def _measure(self, job: Job, *, concurrency: int, rate: float) -> Point:
         endpoint = self.endpoint
-        stats = await endpoint.stats_connection()
+        statistics = AsyncStatistics(self.host, self.http_port, self.io.name)
+
+        async def stats() -> StatsSnapshot:
+            try:
+                return StatsSnapshot.parse(await statistics())
+            except ControlError as exc:
+                raise MeasurementError(str(exc), hint=exc.hint or None) from exc
+
         try:
             with _quiet_gc():
                 async with _running(endpoint, job, self.workers) as source:
                     before, windows = await run_windows(source, stats, self.plan)
         finally:
-            await stats.close()
+            await statistics.close()
         return summarise(before, windows, self.plan, concurrency=concurrency, rate=rate,
                          batch=self.payload.batch_size)
 
@@ -145,14 +154,14 @@ def _quiet_gc() -> Iterator[None]:
 
 
 def _model_io(host: str, http_port: int, model: str) -> ModelIO:
-    try:
-        metadata = get_json(host, http_port, f"/v2/models/{model}")
-    except HttpStatusError as exc:
-        if exc.status in (400, 404):
-            raise ModelNotFoundError(f"model {model!r} is not loaded on the server at {host}:{http_port}",
-                                     hint="check --model") from exc
-        raise
-    return ModelIO.from_metadata(metadata, get_json(host, http_port, f"/v2/models/{model}/config"))
+    with ServerControl(host, http_port) as control:
+        try:
+            return ModelIO.from_metadata(control.metadata(model), control.config(model))
+        except ControlError as exc:
+            if exc.status in (400, 404):
+                raise ModelNotFoundError(f"model {model!r} is not loaded on the server at {host}:{http_port}",
+                                         hint="check --model") from exc
+            raise MeasurementError(str(exc), hint=exc.hint or None) from exc
 
 
 @asynccontextmanager

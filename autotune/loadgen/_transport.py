@@ -11,10 +11,8 @@ answer that is not a success, with the server's message; an InferError whose
 from __future__ import annotations
 
 import asyncio
-import http.client
-import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from autotune.errors import MeasurementError
 
@@ -163,20 +161,6 @@ class HttpConnection:
             error = InferError(f"HTTP {status}: {body[:300].decode('utf-8', 'replace')}")
         done(error)
 
-    async def exchange(self, request: bytes) -> tuple[int, bytes]:
-        future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
-
-        def answer(status: int, body: bytes, error: InferError | None) -> None:
-            if future.done():
-                return
-            if error is None:
-                future.set_result((status, body))
-            else:
-                future.set_exception(error)
-
-        self._protocol.send(request, answer)
-        return await future
-
     async def close(self) -> None:
         if self._protocol.transport is not None:
             self._protocol.transport.close()
@@ -187,29 +171,3 @@ def http_connector(host: str, port: int, request: bytes) -> Connector:
         return await HttpConnection.open(host, port, request)
 
     return connect
-
-
-def get_json(host: str, port: int, path: str, timeout: float = 10.0) -> Any:
-    """A small synchronous GET for metadata and statistics."""
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        body = response.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise MeasurementError(f"GET http://{host}:{port}{path} failed: {exc}",
-                               hint="is the server running there?") from exc
-    finally:
-        conn.close()
-    if response.status != 200:
-        text = body[:200].decode("utf-8", "replace")
-        raise HttpStatusError(f"GET {path}: HTTP {response.status}: {text}", status=response.status)
-    return json.loads(body)
-
-
-class HttpStatusError(MeasurementError):
-    """A GET answered with a status other than 200."""
-
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message)
-        self.status = status

@@ -22,23 +22,12 @@ from typing import Protocol
 from autotune.errors import MeasurementError
 from autotune.loadgen._load import Tally
 from autotune.loadgen._stats import StatsSnapshot, breakdown
-from autotune.measure import BEHIND_SCHEDULE, ERRORS, FEW_SAMPLES, UNSTABLE, Point, is_stable
+from autotune.measure import BEHIND_SCHEDULE, ERRORS, FEW_SAMPLES, UNSTABLE, Point, WindowPlan, is_stable
 
 STATS_TIMEOUT_S = 10.0
 SENT_FRACTION = 0.98
 LATE_FLOOR_MS = 2.0
 LATE_FRACTION = 0.10
-
-
-@dataclass(frozen=True)
-class WindowPlan:
-    window_s: float = 1.0
-    warmup_s: float = 1.0
-    tolerance: float = 0.10
-    stable_windows: int = 3
-    max_windows: int = 8
-    min_requests: int = 50  # a window is extended (up to 4x) until it has this many
-    percentile: int = 95  # the latency the stability rule watches
 
 
 class Source(Protocol):

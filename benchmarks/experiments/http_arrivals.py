@@ -40,12 +40,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import _tools  # noqa: E402
 import vs_perf_analyzer as bench  # noqa: E402
 
-from autotune.launch._common import Server  # noqa: E402
+from autotune.launch import Server  # noqa: E402
 from autotune.loadgen import LoadGenerator, _inputs  # noqa: E402
 from autotune.loadgen import _transport as transport  # noqa: E402
 from autotune.loadgen._stats import breakdown  # noqa: E402
-from autotune.loadgen._windows import WindowPlan  # noqa: E402
-from autotune.measure import ServerBreakdown  # noqa: E402
+from autotune.measure import ServerBreakdown, WindowPlan  # noqa: E402
 
 RUN_S, WARMUP_S = 12.0, 3.0
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
+from autotune import decide
 from autotune import model_config as mcfg
-from autotune import tuner
 from autotune.measure import Measurement, Point
 from autotune.objective import Sla
 from autotune.search_space import Candidate, SearchSpace, load_search_space, params_of
@@ -54,13 +54,14 @@ def load_runs(files: list[Path]) -> dict[str, list[tuple[str, pd.DataFrame]]]:
 
 @dataclass
 class _Recorded:
-    """Just what ``tuner.converged`` reads from a trial."""
+    """Just what ``decide.converged`` reads from a trial."""
 
     number: int
     state: str
     reused_from: int | None
     reason: str
     value: float
+    interrupted: bool = False
 
     def goodput(self) -> float:
         return self.value
@@ -86,7 +87,7 @@ def replay(runs: dict[str, list[tuple[str, pd.DataFrame]]], patiences: list[int]
             cells = []
             for patience in patiences:
                 stop = next(
-                    (n for n in range(1, len(trials) + 1) if tuner.converged(trials[:n], patience)),  # type: ignore[arg-type]
+                    (n for n in range(1, len(trials) + 1) if decide.converged(trials[:n], patience)),  # type: ignore[arg-type]
                     len(trials),
                 )
                 kept = df.iloc[:stop]
@@ -140,14 +141,14 @@ def simulate_once(
     ``space`` already holds ``baseline``, as the tuner's does."""
     study = Study.open(None, f"{model}-{seed}", space, sla, seed=seed)  # type: ignore[arg-type]
     study.enqueue(params_of(baseline), baseline=True)
-    for candidate in tuner.heuristic_seeds(space, cores):
-        study.enqueue(params_of(candidate))
+    for params in decide.heuristic_seeds(space, cores):
+        study.enqueue(params)
     rng = random.Random(seed)
     measured: list[tuple[Key, float]] = []
-    while study.finished_trials < max_trials and not tuner.converged(study.results(), patience):
+    while decide.finished(study.results()) < max_trials and not decide.converged(study.results(), patience):
         asked = study.ask()
         c = asked.candidate
-        earlier = tuner.measured_before(study.results(), c)
+        earlier = decide.measured_before(study.results(), c)
         if earlier is not None and earlier.measurement is not None:
             study.tell_measured(asked, earlier.measurement, 0.0, reused_from=earlier.number)
             continue
@@ -173,7 +174,7 @@ def simulate(runs: dict[str, list[tuple[str, pd.DataFrame]]], args: argparse.Nam
         sla = Sla(percentile=99, limit_ms=float(slas[model]))
         for patience in args.patience:
             for improvement in args.improvement:
-                tuner.IMPROVEMENT = improvement
+                decide.IMPROVEMENT = improvement
                 outcomes = [
                     simulate_once(
                         model, sla, model_space, baseline, table, seed, args.noise, patience, args.cores

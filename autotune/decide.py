@@ -1,0 +1,155 @@
+"""The tuner's decisions, as pure functions of what was measured (no I/O, no optuna).
+
+- which configs to try first (:func:`heuristic_seeds`);
+- where a candidate's goodput search starts and what it must beat (:func:`incumbent`);
+- whether a candidate was measured already (:func:`measured_before`);
+- when the search has converged (:func:`converged`) or the time budget is spent (:func:`time_left`);
+- which finalists to verify (:func:`finalists`, :func:`could_beat`) and at which levels
+  (:func:`verify_levels`);
+- the winner (:func:`choose_winner`).
+
+``autotune.tuner`` runs the loop and does the I/O; every rule it follows is here, with its
+unit tests in ``tests/test_decide.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autotune.results import COMPLETE, FAIL, TrialResult, Verification
+from autotune.search_space import Candidate, SearchSpace
+
+# A goodput this much better than the best so far counts as progress, not noise: short screening
+# windows differ by 5-10% on a busy two-core machine (cnn: 0.5 s windows). At 5%, one cnn run
+# went on for 20 trials on gains of 5.3% and 7.7% that re-measurement could not tell apart.
+IMPROVEMENT = 0.08
+CONTENDER = 0.90  # a finalist after the first is verified only within this fraction of its goodput
+TIE = 0.02  # verified throughputs this close are a tie: the lower latency wins
+
+
+def heuristic_seeds(space: SearchSpace, cores: int) -> list[dict[str, Any]]:
+    """Sound first guesses after the baseline: dynamic batching at the largest batch size, with
+    one instance and with as many instances as cores (capped by the space). Trial parameters
+    (:meth:`SearchSpace.suggest` takes the ones that apply)."""
+    mbs = max(space.max_batch_size)
+    if mbs == 0 or True not in space.dynamic_batching:
+        return []
+    counts = sorted({min(space.instance_count), closest(space.instance_count, cores)})
+    pref = "none" if "none" in space.preferred_batch_size else space.preferred_batch_size[0]
+    return [
+        {
+            "instance_count": count,
+            "kind": space.kind[0],
+            "max_batch_size": mbs,
+            "dynamic_batching": True,
+            "preferred_batch_size": pref,
+            "max_queue_delay_us": min(space.max_queue_delay_us),
+            "gpus": space.gpus[0],
+            "trt_fp16": False,
+        }
+        for count in counts
+    ]
+
+
+def closest(choices: Sequence[int], target: int) -> int:
+    """The choice nearest ``target``; the smaller one on a tie."""
+    return min(choices, key=lambda c: (abs(c - target), c))
+
+
+def converged(results: Sequence[TrialResult], patience: int) -> bool:
+    """Whether the last ``patience`` configs measured (reused ones are free and do not count,
+    nor do interrupted ones) brought no goodput ``IMPROVEMENT`` better than the best before them."""
+    if patience < 1:
+        return False
+    best, since = 0.0, 0
+    for result in sorted(results, key=lambda r: r.number):
+        if result.reused_from is not None or result.interrupted or result.state not in (COMPLETE, FAIL):
+            continue
+        if result.goodput() > best * (1 + IMPROVEMENT):
+            best, since = result.goodput(), 0
+        else:
+            since += 1
+    return best > 0 and since >= patience
+
+
+def finished(results: Sequence[TrialResult]) -> int:
+    """Trials that count against the budget: measured, reused or failed; not interrupted ones
+    (they are measured again)."""
+    return sum(r.state in (COMPLETE, FAIL) and not r.interrupted for r in results)
+
+
+def time_left(budget_s: float | None, elapsed_s: float, finished: int) -> bool:
+    """Whether another trial fits: stop when the next one would likely overrun the budget (half
+    an average trial is kept for verification and the report)."""
+    if budget_s is None:
+        return True
+    per_trial = elapsed_s / finished if finished else 0.0
+    return elapsed_s + per_trial * 0.5 < budget_s
+
+
+def measured_before(results: Sequence[TrialResult], candidate: Candidate) -> TrialResult | None:
+    """An earlier COMPLETE trial of the same candidate, if any (not measured twice)."""
+    for result in results:
+        if result.state == COMPLETE and result.candidate == candidate and result.reused_from is None:
+            return result
+    return None
+
+
+def incumbent(results: Sequence[TrialResult]) -> tuple[int | None, float]:
+    """Where the next goodput search starts (the best candidate's concurrency) and the
+    goodput it must beat to be worth refining (see :func:`autotune.measure.find_goodput`)."""
+    best = max((r for r in results if r.feasible), key=lambda r: r.goodput(), default=None)
+    if best is None or best.best is None:
+        return None, 0.0
+    return best.best.concurrency, best.goodput()
+
+
+def finalists(results: Sequence[TrialResult], count: int) -> list[TrialResult]:
+    """The real contenders, best first: the top ``count`` feasible, measured trials within
+    ``CONTENDER`` of the best screening goodput."""
+    ranked = sorted(
+        (r for r in results if r.feasible and r.reused_from is None), key=lambda r: r.goodput(), reverse=True
+    )
+    return [r for r in ranked[:count] if r.goodput() >= CONTENDER * ranked[0].goodput()]
+
+
+def could_beat(result: TrialResult, verified: Sequence[Verification]) -> bool:
+    """Whether a finalist is worth verifying: yes unless a verified one met the SLA in every
+    repeat at a median throughput that this finalist's screening goodput does not clearly
+    (by ``IMPROVEMENT``) exceed. Screening figures are the noisy maxima of short windows, so
+    a finalist within that margin would be chosen by noise, at the price of a server and
+    several windows."""
+    passed = [v.median_throughput for v in verified if v.passed]
+    return not passed or result.goodput() > max(passed) * (1 + IMPROVEMENT)
+
+
+def verify_levels(result: TrialResult) -> list[int]:
+    """The concurrencies to verify a finalist at: its operating point, then (should a repeat
+    break the SLA there) the next lower level that met it while searching."""
+    assert result.best is not None and result.measurement is not None
+    levels = [result.best.concurrency]
+    lower = [p.concurrency for p in result.measurement.points if p.concurrency < levels[0]]
+    return levels + ([max(lower)] if lower else [])
+
+
+def choose_winner(
+    results: Sequence[TrialResult], verifications: Sequence[Verification], percentile: int = 95
+) -> int | None:
+    """Verified finalists that met the SLA in every repeat (else in most), by median
+    throughput, a tie going to the lower latency (more headroom under the SLA); else the
+    best feasible trial not verified, by its search measurement. A finalist that could not
+    beat a passed one by ``IMPROVEMENT`` is not verified (:func:`could_beat`), so such
+    near-ties are settled by the search ranking."""
+    every = [v for v in verifications if v.passed]
+    most = [v for v in verifications if v.sla_met * 2 > len(v.points)]
+    for passing in (every, most):
+        if passing:
+            top = max(v.median_throughput for v in passing)
+            tied = [v for v in passing if v.median_throughput >= top * (1 - TIE)]
+            return min(tied, key=lambda v: v.median_latency_ms(percentile)).trial
+    verified = {v.trial for v in verifications}
+    feasible = [r for r in results if r.feasible and r.reused_from is None and r.number not in verified]
+    if feasible:
+        return max(feasible, key=lambda r: r.goodput()).number
+    return None

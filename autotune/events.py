@@ -1,0 +1,34 @@
+"""What a tuning run tells the person watching it.
+
+:class:`Events` does nothing in every method: the tuner calls it unconditionally, a caller
+overrides what it wants to show (the CLI's progress bars in ``autotune._console``; a test
+that watches a run while it happens).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.measure import Point
+from autotune.results import TrialResult
+from autotune.search_space import Candidate
+
+
+class Events:
+    def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
+        """The run directory exists; ``total`` trials at most, within ``budget_s`` (None: no limit)."""
+
+    def trial_started(self, number: int, candidate: Candidate, baseline: bool) -> None:
+        """A trial was asked; its server is starting."""
+
+    def point_measured(self, number: int, point: Point) -> None:
+        """One operating point of the trial in flight was measured."""
+
+    def trial_finished(self, result: TrialResult) -> None:
+        """The trial was told to the study: measured, reused or failed."""
+
+    def verifying(self, trial: int, concurrency: int, repeat: int, repeats: int) -> None:
+        """A finalist is being measured again at its operating point."""
+
+    def verification_failed(self, result: TrialResult, reason: str) -> None:
+        """A finalist could not be verified (its server or a measurement failed); it is skipped."""

@@ -1,0 +1,189 @@
+"""What every launcher shares: the Server handle, and the sequence of serving one model.
+
+:meth:`Launcher.serve` owns the sequence (ports, a retry on others when a port was taken
+between our check and the server's bind, readiness on the *model's* ready endpoint, and a
+teardown that always happens); a subclass only starts (:meth:`Launcher._start`) and stops
+(:meth:`Launcher._stop`). Readiness asks the model, not the server: a server can be ready
+with no model (a missing mount, a failed load). While waiting, the server's ``alive`` check
+turns an early exit into ServerExitedError with the log's last lines.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Generic, TypeVar
+
+from autotune.control import ServerControl
+from autotune.errors import LaunchError, ModelNotReadyError, ServerExitedError
+
+LOG_TAIL_LINES = 25
+READY_TIMEOUT_S = 180.0
+H = TypeVar("H")  # what a launcher keeps of one started server (a process, a container, ...)
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running Triton server: where to reach it and where its log is."""
+
+    host: str
+    http_port: int
+    grpc_port: int
+    log_path: Path | None
+    alive: Callable[[], bool]
+    description: str = ""
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return read_tail(self.log_path, lines) if self.log_path else ""
+
+
+@dataclass(frozen=True)
+class Started(Generic[H]):
+    """A server a launcher started: the handle people use, and what the launcher keeps to stop it."""
+
+    server: Server
+    handle: H
+    exit_detail: Callable[[], str] = field(default=lambda: "")  # how it ended, once found dead
+
+
+class PortClash(LaunchError):
+    """A port we chose was taken before the server could bind it: worth one more try."""
+
+
+class Launcher(ABC, Generic[H]):
+    """Starts Triton on a model repository; :meth:`serve`'s context always tears it down."""
+
+    name: ClassVar[str]
+
+    def __init__(self, *, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
+        self.ready_timeout_s = ready_timeout_s
+
+    @contextmanager
+    def serve(self, repository: Path, model: str, log_path: Path) -> Iterator[Server]:
+        """A server with ``model`` of ``repository`` ready; its log goes to ``log_path``."""
+        started = self._ready(repository, model, log_path)
+        try:
+            yield started.server
+        except BaseException:
+            self._stop(started, failed=True)  # a failure here is raised, chained to the one in flight
+            raise
+        self._stop(started, failed=False)
+
+    def drain(self) -> None:
+        """Wait until every server this launcher started has stopped (some stop in the background)."""
+
+    def _ready(self, repository: Path, model: str, log_path: Path) -> Started[H]:
+        for attempt in (1, 2):
+            try:
+                started = self._start(repository, model, log_path, self._ports())
+            except PortClash:
+                if attempt == 1:
+                    continue
+                raise
+            try:
+                wait_model_ready(started.server, model, self.ready_timeout_s, started.exit_detail)
+            except BaseException as exc:
+                self._stop(started, failed=True)
+                clashed = isinstance(exc, ServerExitedError) and port_clash(started.server.log_tail(40))
+                if attempt == 1 and clashed:
+                    continue
+                raise
+            return started
+        raise AssertionError("unreachable")
+
+    def _ports(self) -> tuple[int, int]:
+        """HTTP and gRPC ports for the next server."""
+        http, grpc = free_ports(2)
+        return http, grpc
+
+    @abstractmethod
+    def _start(self, repository: Path, model: str, log_path: Path, ports: tuple[int, int]) -> Started[H]:
+        """Start a server (not yet ready); raise PortClash when a port turned out to be taken."""
+
+    @abstractmethod
+    def _stop(self, started: Started[H], *, failed: bool) -> None:
+        """Stop it; ``failed``: an error or a stop request is on its way (stop now, quietly)."""
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Ports the OS says are free now (held open together so they differ)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def port_clash(log_text: str) -> bool:
+    text = log_text.lower()
+    return any(s in text for s in ("address already in use", "failed to bind", "port is already allocated"))
+
+
+def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            data = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def wait_model_ready(
+    server: Server,
+    model: str,
+    timeout_s: float = READY_TIMEOUT_S,
+    exit_detail: Callable[[], str] | None = None,
+    poll_s: float = 0.05,
+) -> None:
+    """Poll the model's readiness until it is ready; early exit or timeout raise with the log tail.
+
+    ``exit_detail`` (asked once the server is found dead) adds how it ended, e.g. " with exit code 1".
+    """
+    deadline = time.monotonic() + timeout_s
+    with ServerControl(server.host, server.http_port, timeout_s=2.0) as control:
+        while time.monotonic() < deadline:
+            if not server.alive():
+                detail = exit_detail() if exit_detail else ""
+                raise ServerExitedError(
+                    f"{server.description or 'tritonserver'} exited{detail} before model {model!r} was ready"
+                    + _tail_suffix(server)
+                )
+            if control.model_ready(model):
+                return
+            time.sleep(poll_s)
+    raise ModelNotReadyError(f"model {model!r} was not ready after {timeout_s:.0f} s" + _tail_suffix(server))
+
+
+def _tail_suffix(server: Server) -> str:
+    tail = server.log_tail(LOG_TAIL_LINES)
+    where = f" (log: {server.log_path})" if server.log_path else ""
+    return f"{where}\n{tail}" if tail else where
+
+
+def failure_line(log_text: str) -> str:
+    """The most telling line of a server log: the first error, else nothing."""
+    lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+    noise = ("NVML", "DCGM", "CudaDriverHelper", "GPU metrics", "cuda")
+    for line in lines:
+        if (line.startswith("E") or "error" in line.lower()) and not any(n in line for n in noise):
+            return line[:300]
+    return ""

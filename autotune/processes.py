@@ -1,0 +1,124 @@
+"""Processes we watch or start: who owns a run, a server or a container, and whether it is alive.
+
+One answer everywhere: an :class:`Owner` names a process by host, pid and start time, so a
+pid that the kernel handed to a new process is not taken for the old one. Run directories,
+studies shared by workers, server pid records and container labels all record one and ask
+:meth:`Owner.gone`.
+
+:func:`die_with_parent` makes a child we start (tritonserver) get SIGKILL the moment the
+thread that started it ends, even by ``kill -9`` of the tuner, which no handler can catch: a
+server left running would hold a port, CPU and GPU memory, and skew the next measurement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one we may not signal counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot; "" where /proc cannot tell (not
+    Linux); None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        if Path("/proc/self/stat").exists():
+            return None
+        return "" if pid_alive(pid) else None
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A process, named so that it can be recognised later, from another process."""
+
+    host: str
+    pid: int
+    started: str = ""  # start time ("" unknown: then only the pid is checked)
+
+    @classmethod
+    def current(cls) -> Owner:
+        return cls(socket.gethostname(), os.getpid(), start_time(os.getpid()) or "")
+
+    def is_me(self) -> bool:
+        return self.host == socket.gethostname() and self.pid == os.getpid()
+
+    def gone(self) -> bool:
+        """True when this process no longer runs. Never for another host: we cannot look there,
+        so its processes are taken to be alive."""
+        if self.host != socket.gethostname():
+            return False
+        now = start_time(self.pid)
+        return now is None or bool(self.started and now and now != self.started)
+
+    def text(self) -> str:
+        """``host:pid:started``, for places that hold one string (labels, attributes)."""
+        return f"{self.host}:{self.pid}:{self.started}"
+
+    @classmethod
+    def parse(cls, text: str) -> Owner | None:
+        """Read :meth:`text` back (also the older ``host:pid``); None when it is not one."""
+        parts = text.split(":")
+        if len(parts) == 2:
+            parts.append("")
+        if len(parts) != 3 or not parts[0] or not parts[1].isdigit():
+            return None
+        return cls(parts[0], int(parts[1]), parts[2])
+
+
+def _prctl() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    if not sys.platform.startswith("linux"):
+        return None
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl
+    return None
+
+
+_PRCTL = _prctl()  # looked up here, not in the child: between fork and exec, do as little as possible
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` for a child that must not outlive the thread starting it (Linux; a no-op
+    elsewhere, where :mod:`autotune.launch` still reaps leftovers on the next start)."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a process group and its leader; a gone one is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def cmdline(pid: int) -> str:
+    """The process's command line, arguments joined by spaces ("" when it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()

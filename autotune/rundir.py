@@ -1,0 +1,186 @@
+"""A run directory and its typed record, ``run.json``: the one place that reads or writes it.
+
+    reports/<model>/<run-id>/
+      run.json          RunRecord: settings that must not change on --resume, the launcher and
+                        its options, the owner process, the winner and the verifications
+      study.db          the Optuna study (unless --storage names another)
+      logs/  stage/     server logs; staged repositories of running trials
+      winner.pbtxt  winner.diff  report.html  trials.csv
+
+The tuner creates and updates it, ``autotune report`` (:mod:`autotune.reload`) and ``autotune
+apply`` (:mod:`autotune.writeback`) load it; every write is atomic, so a run killed at any
+instant leaves the previous record whole.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import UsageError
+from autotune.files import write_text_atomic
+from autotune.objective import Sla
+from autotune.processes import Owner
+from autotune.results import RunInfo, Verification
+from autotune.settings import Launch
+
+RUN_FILE = "run.json"
+WINNER_CONFIG = "winner.pbtxt"
+WINNER_DIFF = "winner.diff"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    model: str
+    repository: Path  # resolved
+    sla: Sla
+    launch: Launch
+    protocol: str
+    study_name: str
+    storage: str | None  # the study's URL with any password hidden; None: study.db here
+    original_config: str  # config.pbtxt text when the run started
+    original_digest: str  # its sha256: write-back refuses a config changed since
+    started: str  # ISO time
+    owner: Owner | None = None  # the process running it (None once it finished)
+    finished: str = ""
+    winner: int | None = None  # trial number
+    verifications: tuple[Verification, ...] = ()
+
+    def same_tuning(self, model: str, repository: Path, sla: Sla) -> bool:
+        """Whether a run of ``model`` in ``repository`` under ``sla`` would continue this one."""
+        return (self.model, self.repository, self.sla) == (model, repository.resolve(), sla)
+
+    def running_elsewhere(self) -> bool:
+        """Another process that is still alive runs it."""
+        return self.owner is not None and not self.owner.is_me() and not self.owner.gone()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "model": self.model,
+            "repository": str(self.repository),
+            "sla": {"percentile": self.sla.percentile, "limit_ms": self.sla.limit_ms},
+            "launcher": self.launch.to_json(),
+            "protocol": self.protocol,
+            "study_name": self.study_name,
+            "storage": self.storage,
+            "original_config": self.original_config,
+            "original_digest": self.original_digest,
+            "started": self.started,
+            "owner": self.owner.text() if self.owner else None,
+            "finished": self.finished,
+            "winner": self.winner,
+            "verifications": [v.to_json() for v in self.verifications],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        sla = data["sla"]
+        owner = data.get("owner")
+        return cls(
+            run_id=str(data["run_id"]),
+            model=str(data["model"]),
+            repository=Path(data["repository"]),
+            sla=Sla(int(sla["percentile"]), float(sla["limit_ms"])),
+            launch=Launch.from_json(data.get("launcher") or {}),
+            protocol=str(data.get("protocol", "http")),
+            study_name=str(data["study_name"]),
+            storage=data.get("storage"),
+            original_config=str(data["original_config"]),
+            original_digest=str(data["original_digest"]),
+            started=str(data["started"]),
+            owner=Owner.parse(owner) if isinstance(owner, str) else None,
+            finished=str(data.get("finished") or ""),
+            winner=data.get("winner"),
+            verifications=tuple(Verification.from_json(v) for v in data.get("verifications", [])),
+        )
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory with the record it holds (a new value after each :meth:`update`)."""
+
+    path: Path
+    record: RunRecord
+
+    @staticmethod
+    def new_path(reports_dir: Path, model: str, run_id: str) -> Path:
+        """A path for a new run that no run uses yet (a suffix when two start in one second)."""
+        path, suffix = reports_dir / model / run_id, 1
+        while path.exists():
+            suffix += 1
+            path = reports_dir / model / f"{run_id}-{suffix}"
+        return path
+
+    @classmethod
+    def create(cls, path: Path, record: RunRecord) -> RunDir:
+        path.mkdir(parents=True)
+        return cls(path, record).save()
+
+    @classmethod
+    def load(cls, path: Path) -> RunDir:
+        try:
+            data = json.loads((path / RUN_FILE).read_text(encoding="utf-8"))
+            return cls(path, RunRecord.from_json(data))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"{path}: not a run directory ({exc})") from exc
+
+    def save(self) -> RunDir:
+        write_text_atomic(self.path / RUN_FILE, json.dumps(self.record.to_json(), indent=2))
+        return self
+
+    def update(self, **changes: Any) -> RunDir:
+        return replace(self, record=replace(self.record, **changes)).save()
+
+    def log(self, name: str) -> Path:
+        return self.path / "logs" / name
+
+    def stage(self, name: str) -> Path:
+        return self.path / "stage" / name
+
+    def study_url(self, storage: str | None = None) -> str:
+        """Where the study lives: ``storage`` (the full URL, password included) when given,
+        else the recorded one, else the SQLite file in this directory."""
+        url = storage or self.record.storage
+        if url and "***" in url:
+            raise UsageError(
+                f"{self.path}: the study lives in {url}; give --storage with the password"
+            )
+        return url or f"sqlite:///{(self.path / 'study.db').resolve()}"
+
+    def info(self) -> RunInfo:
+        """The summary the report and the console read."""
+        r = self.record
+        winner_config = self.path / WINNER_CONFIG
+        diff = self.path / WINNER_DIFF
+        chosen = r.winner is not None and winner_config.is_file()
+        return RunInfo(
+            run_id=r.run_id,
+            model=r.model,
+            sla=r.sla,
+            launcher=r.launch.kind,
+            original_config=r.original_config,
+            started=r.started,
+            finished=r.finished,
+            winner=r.winner,
+            winner_config=winner_config.read_text(encoding="utf-8") if chosen else "",
+            winner_diff=diff.read_text(encoding="utf-8") if chosen and diff.is_file() else "",
+            verifications=r.verifications,
+        )
+
+
+def find_unfinished(reports_dir: Path, model: str, repository: Path, sla: Sla) -> Path | None:
+    """The newest run of the same model, repository and SLA that stopped before finishing."""
+    folder = reports_dir / model
+    for run_file in sorted(folder.glob(f"*/{RUN_FILE}"), reverse=True) if folder.is_dir() else []:
+        try:
+            record = RunDir.load(run_file.parent).record
+        except UsageError:
+            continue
+        stopped = not record.finished and not record.running_elsewhere()
+        if stopped and record.same_tuning(model, repository, sla):
+            return run_file.parent
+    return None

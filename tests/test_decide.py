@@ -1,0 +1,154 @@
+"""The tuner's pure decisions (autotune.decide): seeds, convergence, the budget, finalists,
+verification levels and the winner (no server)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autotune.decide import (
+    choose_winner,
+    converged,
+    could_beat,
+    finalists,
+    finished,
+    heuristic_seeds,
+    incumbent,
+    measured_before,
+    time_left,
+    verify_levels,
+)
+from autotune.measure import Measurement, Point
+from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult, Verification
+from autotune.search_space import Candidate, parse_search_space
+
+
+def point(concurrency: int, throughput: float, p95: float = 12.0) -> Point:
+    return Point(concurrency, 0.0, throughput, 10.0, 9.0, 11.0, p95, 13.0, 100, 0, 1.0, 3, True)
+
+
+def measured(
+    number: int, goodput: float, reused_from: int | None = None, candidate: Candidate | None = None
+) -> TrialResult:
+    p = point(4, goodput)
+    return TrialResult(
+        number=number, state=COMPLETE, candidate=candidate, params={}, baseline=False,
+        measurement=Measurement((p,), p if goodput else None), reused_from=reused_from,
+    )  # fmt: skip
+
+
+def failed(number: int, reason: str = "server exited", interrupted: bool = False) -> TrialResult:
+    return TrialResult(
+        number=number, state=FAIL, candidate=None, params={}, baseline=False, measurement=None, reason=reason,
+        interrupted=interrupted,
+    )  # fmt: skip
+
+
+def test_converged_after_patience_configs_without_progress() -> None:
+    results = [measured(0, 100.0), measured(1, 150.0), measured(2, 157.0), failed(3), measured(4, 0.0)]
+    assert not converged(results, 4)  # 3 since the best (157 is within 8% of 150: noise)
+    assert converged([*results, measured(5, 149.0)], 4)
+    assert not converged([*results, measured(5, 163.0)], 4)  # 8.7% above 150: progress resets the count
+    assert not converged([*results, measured(5, 149.0)], 0)  # 0: never
+
+
+def test_reused_and_interrupted_trials_do_not_count() -> None:
+    stop = "the tuner was stopped during this trial"
+    results = [measured(0, 100.0), measured(1, 90.0, reused_from=0), failed(2, stop, interrupted=True)]
+    results += [measured(3, 90.0, reused_from=0), failed(4, stop, interrupted=True), measured(5, 95.0)]
+    assert not converged(results, 2)  # only 0 and 5 were measured
+    assert converged([*results, measured(6, 80.0)], 2)
+    assert not converged([failed(0), failed(1), failed(2)], 2)  # nothing feasible yet: go on
+
+
+def test_a_crash_counts_as_a_failed_config_not_an_interruption() -> None:
+    """Interruption is the field, never the reason's text: a crash whose message happens to
+    start with "interrupted" is a failed config like any other."""
+    crash = failed(1, "interrupted system call (EINTR) in the load generator")
+    results = [measured(0, 100.0), crash, measured(2, 90.0)]
+    assert converged(results, 2)  # the crash is the first of two configs without progress
+    assert finished(results) == 3
+
+
+def test_only_finished_trials_that_were_not_interrupted_use_the_budget() -> None:
+    running = replace(failed(3), state=RUNNING)
+    results = [measured(0, 1.0), failed(1), failed(2, interrupted=True), running]
+    results.append(measured(4, 2.0, reused_from=0))
+    assert finished(results) == 3
+
+
+def test_the_time_budget_keeps_half_a_trial_in_hand() -> None:
+    assert time_left(None, 10_000.0, 3)  # no budget
+    assert time_left(60.0, 0.0, 0)
+    assert time_left(60.0, 40.0, 4)  # 10 s a trial: 40 + 5 < 60
+    assert not time_left(60.0, 56.0, 4)  # 56 + 7 > 60
+
+
+def verified(throughputs: list[float], met: int) -> Verification:
+    points = tuple(Point(4, 0.0, t, 10.0, 9.0, 11.0, 12.0, 13.0, 100, 0, 1.0, 3, True) for t in throughputs)
+    return Verification(trial=0, concurrency=4, points=points, sla_met=met)
+
+
+def test_a_finalist_is_verified_only_if_it_could_beat_a_verified_winner() -> None:
+    assert could_beat(measured(1, 150.0), [])  # nothing verified yet
+    passed = verified([140.0, 151.0, 148.0], met=3)  # median 148
+    assert not could_beat(measured(1, 159.0), [passed])  # within 8% of 148: noise
+    assert could_beat(measured(1, 161.0), [passed])  # 8.8% above: worth a look
+    failed_one = verified([160.0, 170.0], met=1)  # broke the SLA in a repeat: proves nothing
+    assert could_beat(measured(1, 100.0), [failed_one])
+    assert not could_beat(measured(1, 100.0), [failed_one, passed])
+
+
+def test_the_next_search_starts_at_the_best_feasible_config() -> None:
+    assert incumbent([]) == (None, 0.0)
+    assert incumbent([failed(0), measured(1, 0.0)]) == (None, 0.0)  # nothing met the SLA yet
+    assert incumbent([measured(0, 100.0), failed(1), measured(2, 150.0), measured(3, 120.0)]) == (4, 150.0)
+
+
+def test_a_candidate_measured_before_is_reused_not_measured_again() -> None:
+    a = Candidate(1, "KIND_CPU", (), 8, True, (), 0, False)
+    b = replace(a, instance_count=2)
+    results = [failed(0), measured(1, 100.0, candidate=a), measured(2, 100.0, reused_from=1, candidate=a)]
+    assert measured_before(results, a) is results[1]  # the measured one, not its reuse
+    assert measured_before(results, b) is None
+
+
+def test_seeds_turn_batching_on_at_the_largest_batch_with_one_instance_and_one_per_core() -> None:
+    space = parse_search_space({"instance_group": {"count": {"min": 1, "max": 4}},
+                                "max_batch_size": [1, 8, 16], "dynamic_batching": {"enabled": [True, False]}})
+    seeds = heuristic_seeds(space, cores=2)
+    assert [s["instance_count"] for s in seeds] == [1, 2]
+    assert all(s["dynamic_batching"] and s["max_batch_size"] == 16 for s in seeds)
+    assert [s["instance_count"] for s in heuristic_seeds(space, cores=1)] == [1]  # one core: one seed
+    assert [s["instance_count"] for s in heuristic_seeds(space, cores=16)] == [1, 4]  # capped by the space
+    no_batching = parse_search_space({"max_batch_size": [0]})
+    assert heuristic_seeds(no_batching, cores=2) == []
+
+
+def test_finalists_are_the_top_feasible_within_the_contender_margin() -> None:
+    results = [measured(0, 100.0), measured(1, 95.0), measured(2, 80.0), measured(3, 120.0, reused_from=0)]
+    assert [r.number for r in finalists(results, 3)] == [0, 1]  # 80 is below 90% of 100; reuses never
+    assert [r.number for r in finalists(results, 1)] == [0]
+    assert finalists([failed(0), measured(1, 0.0)], 2) == []
+
+
+def test_verification_falls_back_to_the_next_lower_level_measured() -> None:
+    points = (point(2, 50.0), point(4, 90.0), point(8, 100.0), point(16, 101.0, p95=80.0))
+    result = replace(measured(0, 100.0), measurement=Measurement(points, points[2]))
+    assert verify_levels(result) == [8, 4]
+    lowest = replace(measured(0, 50.0), measurement=Measurement(points[:1], points[0]))
+    assert verify_levels(lowest) == [2]
+
+
+def test_the_winner_is_the_best_verified_finalist_a_near_tie_going_to_the_lower_latency() -> None:
+    results = [measured(0, 100.0), measured(1, 98.0), measured(2, 97.0)]
+
+    def v(trial: int, throughputs: list[float], met: int, p95: float = 12.0) -> Verification:
+        pts = tuple(point(4, t, p95) for t in throughputs)
+        return Verification(trial=trial, concurrency=4, points=pts, sla_met=met)
+
+    assert choose_winner(results, [v(0, [100.0] * 3, 3), v(1, [110.0] * 3, 3)]) == 1
+    assert choose_winner(results, [v(0, [100.0] * 3, 3, p95=20.0), v(1, [99.0] * 3, 3, p95=10.0)]) == 1
+    assert choose_winner(results, [v(0, [120.0] * 3, 2), v(1, [90.0] * 3, 3)]) == 1  # every repeat beats most
+    assert choose_winner(results, [v(0, [120.0] * 3, 2), v(1, [130.0] * 3, 1)]) == 0  # else most
+    assert choose_winner(results, [v(0, [120.0] * 3, 1)]) == 1  # none passed: best not verified
+    assert choose_winner([failed(0), measured(1, 0.0)], []) is None
