@@ -133,7 +133,8 @@ def print_summary(outcome: Outcome) -> None:
             f"{point.latency_ms:.1f}",
             f"{v.sla_met}/{len(v.points)} repeats met the SLA" if v else "-",
         )
-    out.print(table)
+    if table.row_count:
+        out.print(table)
     if outcome.all_failed:
         out.print("[bold red]every trial failed[/]: see the report for each one's reason and server log")
     elif winner is None:

@@ -174,7 +174,9 @@ class Study:
     # ------------------------------------------------------------ reading
 
     def results(self) -> list[TrialResult]:
-        return [_result(t) for t in self._study.get_trials(deepcopy=False)]
+        """Every trial asked so far (queued ones that no worker asked yet are not trials)."""
+        asked = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+        return [_result(t) for t in self._study.get_trials(deepcopy=False, states=asked)]
 
     def set_attr(self, key: str, value: Any) -> None:
         self._study.set_user_attr(key, value)

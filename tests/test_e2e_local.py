@@ -78,7 +78,8 @@ def test_a_run_where_every_trial_failed_exits_4_and_offers_nothing_to_apply(
     toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = toy_repo / "toy" / "config.pbtxt"
-    config.write_text(config.read_text() + 'parameters { key: "crash_on_load" value { string_value: "1" } }\n')
+    crash = 'parameters { key: "crash_on_load" value { string_value: "1" } }\n'
+    config.write_text(config.read_text() + crash)
     reports = tmp_path / "reports"
     assert _run(toy_repo, reports, small_space, "--max-trials", "2", "--write-back") == 4
     out, err = capsys.readouterr()

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from autotune.measure import UNSTABLE, Measurement, Point, ServerBreakdown
 from autotune.objective import Sla
 from autotune.report import render_html, report_data, write_report
-from autotune.report._render import diff_html, script_json
+from autotune.report._render import diff_lines, script_json
 from autotune.results import COMPLETE, FAIL, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, params_of
 
@@ -100,7 +101,6 @@ def sample() -> tuple[RunInfo, list[TrialResult]]:
         winner_config='name: "m"\nmax_batch_size: 16\ndynamic_batching {\n'
         "  max_queue_delay_microseconds: 100\n}\ninstance_group { count: 3 kind: KIND_CPU }\n",
         winner_diff=diff, verifications=(verification,),
-        notes=("trial 4 failed: the server ran out of memory; <lower> max_batch_size",),
     )  # fmt: skip
     return run, trials
 
@@ -126,7 +126,7 @@ def test_page_is_self_contained(page: str) -> None:
 def test_user_strings_are_escaped(page: str) -> None:
     assert EVIL_MODEL not in page and "alert(2)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert "&lt;out of memory&gt; &amp; more" in page and "&lt;killed&gt;" in page and "&lt;lower&gt;" in page
+    assert "&lt;out of memory&gt; &amp; more" in page and "&lt;killed&gt;" in page
 
 
 def test_plot_json_cannot_close_its_script_element(page: str) -> None:
@@ -147,10 +147,16 @@ def test_verification_table_shows_median_and_worst_latency(page: str) -> None:
 
 
 def test_diff_lines_are_classed_and_escaped() -> None:
-    out = diff_html("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a <b>\n+c & d\n same\n")
+    diff = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a <b>\n+c & d\n same\n"
+    assert [cls for cls, _ in diff_lines(diff)] == ["file", "file", "hunk", "del", "add", "ctx"]
+    assert diff_lines(" \n") == []  # the winner is the original: nothing to show
+    run, trials = sample()
+    page = render_html(report_data(replace(run, winner_diff=diff), trials))
+    out = page.split('<pre class="diff">')[1].split("</pre>")[0]
     assert '<span class="file">--- a/x</span>' in out and '<span class="hunk">@@ -1 +1 @@</span>' in out
     assert '<span class="del">-a &lt;b&gt;</span>' in out and '<span class="add">+c &amp; d</span>' in out
     assert '<span class="ctx"> same</span>' in out
+    assert "</span>\n" not in out  # nothing between the lines' spans: a <pre> would show it
 
 
 def test_a_run_with_nothing_measured_still_renders() -> None:

@@ -1,17 +1,20 @@
-"""The report's records: rows, operating points, Pareto front, winner/baseline/gain, CSV."""
+"""The report's tables: trial rows, operating points, Pareto front, winner/baseline/gain, CSV."""
 
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 import pytest
 
 import autotune.report as report
 from autotune.measure import Measurement, Point, ServerBreakdown
 from autotune.objective import Sla
 from autotune.report import pareto_front, render_html, report_data, trials_frame, write_csv
-from autotune.report._data import TrialRow
+from autotune.report._data import CSV_HEAD, CSV_TAIL, POINT_COLUMNS, records
 from autotune.results import COMPLETE, FAIL, RUNNING, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, params_of
 
@@ -61,58 +64,69 @@ def run(winner: int | None = None, verifications: tuple[Verification, ...] = ())
 
 
 def row(
-    number: int, throughput: float, latency: float, *, feasible: bool = True, state: str = COMPLETE
-) -> TrialRow:
-    return TrialRow(
-        number=number, label=f"t{number}", params={}, state=state, baseline=False, feasible=feasible,
-        throughput=throughput, latency_ms=latency,
-    )  # fmt: skip
+    number: int,
+    throughput: float | None,
+    latency: float | None,
+    *,
+    feasible: bool = True,
+    state: str = COMPLETE,
+    reused_from: int | None = None,
+) -> dict[str, Any]:
+    """The columns of a trials-table row that the Pareto front reads."""
+    return {
+        "trial": number, "label": f"t{number}", "state": state, "feasible": feasible,
+        "throughput": throughput, "latency_ms": latency, "reused_from": reused_from,
+    }  # fmt: skip
 
 
-def numbers(rows: list[TrialRow]) -> list[int]:
-    return [r.number for r in rows]
+def table(*rows: dict[str, Any]) -> pd.DataFrame:
+    columns = ["trial", "label", "state", "feasible", "throughput", "latency_ms", "reused_from"]
+    return pd.DataFrame.from_records(list(rows), columns=columns).set_axis([r["trial"] for r in rows])
+
+
+def numbers(frame: pd.DataFrame) -> list[int]:
+    return [int(n) for n in frame["trial"]]
 
 
 # ---------------------------------------------------------------- Pareto front (pure)
 
 
 def test_front_keeps_only_undominated_sorted_by_latency() -> None:
-    rows = [row(0, 100, 10), row(1, 200, 15), row(2, 150, 16), row(3, 300, 30), row(4, 50, 5)]
+    rows = table(row(0, 100, 10), row(1, 200, 15), row(2, 150, 16), row(3, 300, 30), row(4, 50, 5))
     assert numbers(pareto_front(rows)) == [4, 0, 1, 3]  # 2 is beaten by 1 on both
 
 
 def test_front_ties_exact_duplicates_both_stay() -> None:
-    rows = [row(0, 100, 10), row(1, 100, 10), row(2, 90, 10)]
+    rows = table(row(0, 100, 10), row(1, 100, 10), row(2, 90, 10))
     assert numbers(pareto_front(rows)) == [0, 1]  # equal points do not dominate each other
 
 
 def test_front_tie_on_one_axis_is_dominated() -> None:
     # same throughput, more latency -> dominated; same latency, less throughput -> dominated
-    rows = [row(0, 100, 10), row(1, 100, 12), row(2, 80, 10)]
+    rows = table(row(0, 100, 10), row(1, 100, 12), row(2, 80, 10))
     assert numbers(pareto_front(rows)) == [0]
 
 
 def test_front_considers_infeasible_rows_and_keeps_their_flag() -> None:
-    rows = [row(0, 100, 10), row(1, 400, 40, feasible=False), row(2, 90, 50, feasible=False)]
+    rows = table(row(0, 100, 10), row(1, 400, 40, feasible=False), row(2, 90, 50, feasible=False))
     front = pareto_front(rows)
     assert numbers(front) == [0, 1]
-    assert [r.feasible for r in front] == [True, False]
+    assert list(front["feasible"]) == [True, False]
 
 
 def test_front_skips_failed_running_unmeasured_and_reused() -> None:
-    rows = [
+    rows = table(
         row(0, 100, 10),
         row(1, 999, 1, state=FAIL),
         row(2, 999, 1, state=RUNNING),
-        TrialRow(number=3, label="", params={}, state=COMPLETE, baseline=False, feasible=False),
-        TrialRow(number=4, label="", params={}, state=COMPLETE, baseline=False, feasible=True,
-                 throughput=999, latency_ms=1, reused_from=0),
-    ]  # fmt: skip
+        row(3, None, None, feasible=False),
+        row(4, 999, 1, reused_from=0),
+    )
     assert numbers(pareto_front(rows)) == [0]
 
 
 def test_front_of_nothing_is_empty() -> None:
-    assert pareto_front([]) == []
+    assert pareto_front(table()).empty
 
 
 # ---------------------------------------------------------------- rows and points
@@ -121,32 +135,47 @@ def test_front_of_nothing_is_empty() -> None:
 def test_rows_report_best_point_and_server_side() -> None:
     t = trial(0, point(1, 100, 5), point(2, 180, 9, batches={1: 2, 2: 6}), point(4, 220, 25))
     data = report_data(run(), [t])
-    r = data.rows[0]
-    assert (r.concurrency, r.throughput, r.latency_ms, r.feasible) == (2, 180, 9, True)
-    assert (r.p50_ms, r.p95_ms, r.p99_ms, r.avg_ms) == pytest.approx((4.5, 9, 10.8, 5.4))
-    assert (r.queue_us, r.compute_infer_us) == (200.0, 900.0)
-    assert r.avg_batch == pytest.approx(14 / 8)
-    assert r.label == t.candidate.label() if t.candidate else False
-    assert r.params == t.params and r.goodput == 180
+    r = data.row(0)
+    assert (r["concurrency"], r["throughput"], r["latency_ms"], r["feasible"]) == (2, 180, 9, True)
+    assert (r["p50_ms"], r["p95_ms"], r["p99_ms"], r["avg_ms"]) == pytest.approx((4.5, 9, 10.8, 5.4))
+    assert (r["queue_us"], r["compute_infer_us"]) == (200.0, 900.0)
+    assert r["avg_batch"] == pytest.approx(14 / 8) and r["batch_sizes"] == {1: 2, 2: 6}
+    assert r["label"] == t.candidate.label() if t.candidate else False
+    assert r["params"] == t.params and r["goodput"] == 180
+
+
+def test_row_point_columns_are_the_points_fields() -> None:
+    t = trial(0, point(1, 100, 5))
+    r = report_data(run(), [t]).row(0)
+    assert t.best is not None
+    fields = t.best.to_dict()
+    server = fields.pop("server")
+    assert {k: r[k] for k in ("requests", "errors", "windows", "stable", "send_rate")} == {
+        k: fields[k] for k in ("requests", "errors", "windows", "stable", "send_rate")
+    }
+    assert r["point_duration_s"] == fields["duration_s"] and r["duration_s"] == t.duration_s  # the trial's
+    assert r["server_requests"] == server["requests"] and r["executions"] == server["executions"]
+    assert set(fields) - {"duration_s"} <= set(POINT_COLUMNS) and "server" not in POINT_COLUMNS
 
 
 def test_infeasible_trial_reports_its_closest_point_with_zero_goodput() -> None:
     t = trial(0, point(1, 100, 30), point(2, 150, 45))
-    r = report_data(run(), [t]).rows[0]
-    assert not r.feasible and r.concurrency == 1 and r.latency_ms == 30
-    assert r.goodput == 0.0
+    r = report_data(run(), [t]).row(0)
+    assert not r["feasible"] and r["concurrency"] == 1 and r["latency_ms"] == 30
+    assert r["goodput"] == 0.0
 
 
 def test_failed_trial_row_keeps_reason_and_log_tail() -> None:
     data = report_data(run(), [trial(0, point(1, 100, 5)), failed(1)])
-    r = data.rows[1]
-    assert (r.state, r.feasible, r.reason, r.log_tail) == (
+    r = data.row(1)
+    assert (r["state"], r["feasible"], r["reason"], r["log_tail"]) == (
         FAIL,
         False,
         "model never became ready",
         "E1122 out of memory\n",
     )
-    assert r.throughput is None and r.concurrency is None and r.goodput == 0.0 and not r.pareto
+    assert r["throughput"] is None and r["concurrency"] is None
+    assert r["goodput"] == 0.0 and not r["pareto"]
     assert data.count(FAIL) == 1 and data.count(COMPLETE) == 1
 
 
@@ -156,26 +185,26 @@ def test_operating_points_cover_every_measured_point_once() -> None:
     reused = TrialResult(number=2, state=COMPLETE, candidate=t1.candidate, params=t1.params, baseline=False,
                          measurement=t1.measurement, reused_from=1)  # fmt: skip
     data = report_data(run(), [reused, t1, failed(3), t0])  # order does not matter
-    assert [r.number for r in data.rows] == [0, 1, 2, 3]
-    assert [(p.trial, p.concurrency, p.meets_sla, p.best) for p in data.points] == [
+    assert list(data.trials["trial"]) == [0, 1, 2, 3] == list(data.trials.index)
+    assert [(p["trial"], p["concurrency"], p["meets_sla"], p["best"]) for p in records(data.points)] == [
         (0, 1, True, False), (0, 2, True, True), (0, 4, False, False), (1, 1, True, True),
     ]  # fmt: skip
-    assert data.points[2].latency_ms == 25
-    assert data.rows[2].reused_from == 1 and not data.rows[2].pareto
+    assert data.points["latency_ms"].iloc[2] == 25
+    assert data.row(2)["reused_from"] == 1 and not data.row(2)["pareto"]
 
 
 def test_points_with_errors_do_not_meet_the_sla() -> None:
     data = report_data(run(), [trial(0, point(1, 100, 5, errors=3))])
-    assert not data.points[0].meets_sla and not data.rows[0].feasible
+    assert not data.points["meets_sla"].iloc[0] and not data.row(0)["feasible"]
 
 
 def test_rows_on_the_front_are_marked() -> None:
     data = report_data(
         run(), [trial(0, point(1, 100, 5)), trial(1, point(1, 80, 6)), trial(2, point(1, 300, 40))]
     )
-    assert numbers(list(data.front)) == [0, 2]
-    assert [r.pareto for r in data.rows] == [True, False, True]
-    assert not data.front[1].feasible
+    assert numbers(data.front) == [0, 2]
+    assert list(data.trials["pareto"]) == [True, False, True]
+    assert not data.front["feasible"].iloc[1]
 
 
 # ---------------------------------------------------------------- winner, baseline, gain
@@ -188,9 +217,10 @@ def test_winner_baseline_and_gain_from_the_run() -> None:
         trial(2, point(1, 300, 9)),
     ]
     data = report_data(run(winner=1), trials)  # the run chose 1 (say, after verification)
-    assert data.winner is not None and data.winner.number == 1 and data.winner_chosen
-    assert data.baseline is not None and data.baseline.number == 0
+    assert data.winner == 1 and data.winner_chosen
+    assert data.baseline == 0
     assert data.gain == pytest.approx(2.5)
+    assert list(data.trials["winner"]) == [False, True, False]
 
 
 def test_winner_falls_back_to_best_feasible_so_far() -> None:
@@ -200,13 +230,13 @@ def test_winner_falls_back_to_best_feasible_so_far() -> None:
         trial(2, point(1, 900, 99)),
     ]
     data = report_data(run(winner=None), trials)
-    assert data.winner is not None and data.winner.number == 1 and not data.winner_chosen
+    assert data.winner == 1 and not data.winner_chosen
 
 
 def test_best_so_far_ties_go_to_lower_latency_then_earlier_trial() -> None:
     trials = [trial(0, point(1, 300, 9)), trial(1, point(1, 300, 7)), trial(2, point(1, 300, 7))]
     data = report_data(run(), trials)
-    assert data.winner is not None and data.winner.number == 1
+    assert data.winner == 1
 
 
 def test_no_gain_without_a_feasible_baseline() -> None:
@@ -230,7 +260,7 @@ def test_verifications_are_summarised() -> None:
     (row_,) = data.verifications
     assert (row_.trial, row_.concurrency, row_.repeats, row_.sla_met) == (1, 4, 3, 2)
     assert (row_.median_throughput, row_.min_throughput, row_.max_throughput) == (250, 240, 260)
-    assert row_.max_latency_ms == 21 and row_.label == data.rows[0].label
+    assert row_.max_latency_ms == 21 and row_.label == data.row(1)["label"]
     assert row_.median_latency_ms == 9
 
 
@@ -240,7 +270,7 @@ def test_the_winner_is_shown_at_its_verified_operating_point() -> None:
     v = Verification(trial=1, concurrency=8, points=repeats, sla_met=3)
     found = trial(1, point(8, 260, 11), point(16, 300, 19))
     data = report_data(run(winner=1, verifications=(v,)), [found])
-    assert data.winner is not None and data.winner.concurrency == 16  # the trial's row: the search
+    assert data.winner == 1 and data.row(1)["concurrency"] == 16  # the trial's row: the search
     chosen = data.recommended
     assert chosen is not None and chosen.verification is v
     assert (chosen.concurrency, chosen.throughput, chosen.latency_ms) == (8, 245, 13)
@@ -264,6 +294,8 @@ def test_csv_has_one_row_per_trial_and_params_as_columns(tmp_path: Path) -> None
     assert [r["trial"] for r in records] == ["0", "1", "2"]
     header = list(records[0])
     assert header[:4] == ["trial", "state", "baseline", "winner"]
+    params = list(dict.fromkeys(k for t in trials for k in t.params))
+    assert header == [*CSV_HEAD, *params, *CSV_TAIL]  # fixed columns, the parameters between them
     for name in (
         "instance_count",
         "kind",
@@ -291,7 +323,7 @@ def test_frame_renames_a_parameter_that_clashes_with_a_fixed_column() -> None:
 
 def test_exported_names() -> None:
     assert set(report.__all__) == {
-        "CSV_NAME", "REPORT_NAME", "OperatingPoint", "ReportData", "TrialRow", "VerificationRow",
+        "CSV_NAME", "REPORT_NAME", "ReportData", "VerificationRow",
         "pareto_front", "render_html", "report_data", "trials_frame", "write_csv", "write_report",
     }  # fmt: skip
 
@@ -307,9 +339,10 @@ def test_console_summary_shows_the_recommended_points_and_a_gain_from_one_source
     v = Verification(trial=1, concurrency=8, points=repeats, sla_met=3)
     base = trial(0, point(2, 100, 5), baseline=True)
     found = trial(1, point(8, 260, 11), point(16, 300, 19))
-    outcome = SimpleNamespace(
-        info=run(winner=1, verifications=(v,)), winner=found, baseline=base, run_dir=tmp_path
-    )
+    outcome: Any = SimpleNamespace(  # only the fields print_summary reads
+        info=run(winner=1, verifications=(v,)), winner=found, baseline=base, run_dir=tmp_path,
+        all_failed=False,
+    )  # fmt: skip
     print_summary(outcome)
     out = capsys.readouterr().out
     winner_row = next(line for line in out.splitlines() if "winner" in line and "│" in line)
@@ -318,3 +351,11 @@ def test_console_summary_shows_the_recommended_points_and_a_gain_from_one_source
     base_row = next(line for line in out.splitlines() if "baseline" in line and "│" in line)
     assert [c.strip() for c in base_row.split("│")][3:8] == ["2", "100", "2.5", "5.0", "-"]  # search
     assert "3.00x throughput at the SLA (search measurements)" in out  # 300 / 100, same as the report
+
+
+def test_the_baseline_is_the_measured_one_when_an_interrupted_baseline_ran_again() -> None:
+    stopped = replace(trial(0, baseline=True), state=FAIL, measurement=None, interrupted=True)
+    again = trial(2, point(4, 110, 9), baseline=True)
+    data = report_data(run(), [stopped, trial(1, point(4, 200, 9)), again])
+    assert data.baseline == 2 and data.gain == pytest.approx(200 / 110)
+    assert report_data(run(), [stopped, trial(1, point(4, 200, 9))]).baseline == 0  # only the stopped one

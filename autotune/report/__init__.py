@@ -1,6 +1,6 @@
-"""The tuning report: data first (plain records), then render (one offline HTML page).
+"""The tuning report: data first (tables), then render (one offline HTML page).
 
-    data = report_data(run, trials)        # records tests assert on
+    data = report_data(run, trials)        # the trials and points as DataFrames; tests assert on them
     html = render_html(data)               # self-contained page, plotly.js inline
     write_report(run, trials, out_dir)     # report.html + trials.csv, each written atomically
 
@@ -14,9 +14,7 @@ from pathlib import Path
 
 from autotune.files import write_text_atomic
 from autotune.report._data import (
-    OperatingPoint,
     ReportData,
-    TrialRow,
     VerificationRow,
     pareto_front,
     report_data,
@@ -43,9 +41,7 @@ def write_report(run: RunInfo, trials: Sequence[TrialResult], out_dir: Path) -> 
 __all__ = [
     "CSV_NAME",
     "REPORT_NAME",
-    "OperatingPoint",
     "ReportData",
-    "TrialRow",
     "VerificationRow",
     "pareto_front",
     "render_html",

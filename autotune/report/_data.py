@@ -1,77 +1,41 @@
-"""The report's data: plain records built from a run's trials (pure, but for :func:`write_csv`).
+"""The report's data: one table of trials and one of operating points (pure, but for :func:`write_csv`).
 
 :func:`report_data` reads :class:`~autotune.results.RunInfo` and the trials and returns a
-:class:`ReportData` that tests assert on and ``_render`` draws. Nothing here draws.
+:class:`ReportData` that tests assert on and ``_figures``/``_render`` draw. Nothing here draws.
+
+The trials table is the one shape of a trial in the report: the figures, the HTML table and
+``trials.csv`` all read it. A row is a trial at its reported point (the best point within the
+SLA, else the closest one, as :meth:`~autotune.measure.Measurement.closest` picks it); the
+point's columns are its fields as :meth:`~autotune.measure.Point.to_dict` names them, so a field
+added to :class:`~autotune.measure.Point` becomes a column without a change here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from autotune.files import write_text_atomic
-from autotune.measure import Point
+from autotune.measure import Point, ServerBreakdown
 from autotune.objective import Sla
 from autotune.results import COMPLETE, Recommendation, RunInfo, TrialResult, Verification, recommendation
 
+# A trial's own columns; its point's columns follow (see point_columns).
+TRIAL_COLUMNS = (
+    "trial", "label", "params", "state", "baseline", "feasible", "reused_from", "reason", "log_tail",
+    "duration_s",
+)  # fmt: skip
+# Columns derived from a point: the latency at the SLA percentile and the server's average batch.
+DERIVED_COLUMNS = ("latency_ms", "avg_batch")
+# Columns of whole numbers that pandas stores as floats once a row lacks them (see records).
+INTEGER_COLUMNS = ("trial", "concurrency", "reused_from")
 
-@dataclass(frozen=True)
-class TrialRow:
-    """One trial, at its best point (or its closest point when none met the SLA)."""
-
-    number: int
-    label: str  # Candidate.label(), or "" when the trial has no candidate
-    params: dict[str, object]
-    state: str  # COMPLETE, FAIL or RUNNING
-    baseline: bool
-    feasible: bool
-    reused_from: int | None = None
-    reason: str = ""
-    log_tail: str = ""
-    duration_s: float = 0.0
-    # The reported point: the best within the SLA, else the closest (lowest latency) one.
-    concurrency: int | None = None
-    request_rate: float | None = None
-    throughput: float | None = None
-    latency_ms: float | None = None  # at the SLA percentile
-    p50_ms: float | None = None
-    p90_ms: float | None = None
-    p95_ms: float | None = None
-    p99_ms: float | None = None
-    avg_ms: float | None = None
-    queue_us: float | None = None
-    compute_input_us: float | None = None
-    compute_infer_us: float | None = None
-    compute_output_us: float | None = None
-    avg_batch: float | None = None
-    batch_sizes: dict[int, int] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-    pareto: bool = False  # on the trial-level Pareto front
-
-    @property
-    def goodput(self) -> float:
-        """Throughput within the SLA; 0 for trials with no feasible point."""
-        return (self.throughput or 0.0) if self.feasible else 0.0
-
-    @property
-    def measured(self) -> bool:
-        return self.throughput is not None and self.latency_ms is not None
-
-
-@dataclass(frozen=True)
-class OperatingPoint:
-    """One measured (concurrency or rate, throughput, latency) point of one trial."""
-
-    trial: int
-    concurrency: int
-    request_rate: float
-    throughput: float
-    latency_ms: float  # at the SLA percentile
-    meets_sla: bool
-    best: bool  # the trial's reported point
+Row = dict[str, Any]  # one row of a table, as plain Python values (see records)
 
 
 @dataclass(frozen=True)
@@ -90,15 +54,17 @@ class VerificationRow:
     median_latency_ms: float = 0.0  # the median repeat's, at the SLA percentile
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # eq=False: DataFrames have no truth value to compare by
 class ReportData:
+    """What the report shows. ``trials`` is indexed by trial number (see :func:`trials_table`)."""
+
     run: RunInfo
-    rows: tuple[TrialRow, ...]
-    points: tuple[OperatingPoint, ...]
-    front: tuple[TrialRow, ...]  # sorted by latency, lowest first
-    winner: TrialRow | None
+    trials: pd.DataFrame  # one row per trial, by number; + goodput, pareto, winner columns
+    points: pd.DataFrame  # every point measured: trial, point columns, latency_ms, meets_sla, best
+    front: pd.DataFrame  # the rows of ``trials`` on the Pareto front, sorted by latency
+    winner: int | None  # trial number
     winner_chosen: bool  # True: RunInfo.winner; False: the best feasible trial so far
-    baseline: TrialRow | None
+    baseline: int | None  # trial number
     gain: float | None  # winner goodput / baseline goodput; None when either is missing or 0
     verifications: tuple[VerificationRow, ...]
     recommended: Recommendation | None = None  # the winner's operating point (verified if it was)
@@ -108,108 +74,135 @@ class ReportData:
         return self.run.sla
 
     def count(self, state: str) -> int:
-        return sum(1 for r in self.rows if r.state == state)
+        return int((self.trials["state"] == state).sum())
 
     @property
     def feasible_count(self) -> int:
-        return sum(1 for r in self.rows if r.feasible)
+        return int(self.trials["feasible"].sum())
+
+    def row(self, number: int) -> Row:
+        """One trial's row as plain Python values (see :func:`records`)."""
+        return records(self.trials.loc[[number]])[0]
 
 
-# ---------------------------------------------------------------- building the records
+# ---------------------------------------------------------------- building the tables
 
 
 def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
+    """The report's tables and choices from a run's trials, in any order (sorted by number here)."""
     ordered = sorted(trials, key=lambda t: t.number)
-    rows = [trial_row(t, run.sla) for t in ordered]
-    front = pareto_front(rows)
-    on_front = {r.number for r in front}
-    rows = [replace(r, pareto=r.number in on_front) for r in rows]
-    by_number = {r.number: r for r in rows}
-    winner, chosen = _winner(run, by_number)
-    baseline = next((r for r in rows if r.baseline), None)
-    recommended = None
-    if winner is not None:
-        winner_trial = next(t for t in ordered if t.number == winner.number)
-        recommended = recommendation(winner_trial, run.verifications, run.sla.percentile)
+    table = trials_table(ordered, run.sla)
+    front = pareto_front(table)
+    winner, chosen = _winner(run, table)
+    baseline = _baseline(ordered)
+    table = table.assign(pareto=table["trial"].isin(front["trial"]), winner=table["trial"].eq(winner))
     return ReportData(
         run=run,
-        rows=tuple(rows),
-        points=tuple(operating_points(ordered, run.sla)),
-        front=tuple(by_number[r.number] for r in front),
+        trials=table,
+        points=operating_points(ordered, run.sla),
+        front=table.loc[front["trial"].tolist()],
         winner=winner,
         winner_chosen=chosen,
         baseline=baseline,
-        gain=gain(winner, baseline),
-        verifications=tuple(_verification_row(v, by_number, run.sla) for v in run.verifications),
-        recommended=recommended,
+        gain=gain(table, winner, baseline),
+        verifications=tuple(_verification_row(v, table, run.sla) for v in run.verifications),
+        recommended=_recommended(ordered, winner, run),
     )
 
 
-def trial_row(trial: TrialResult, sla: Sla) -> TrialRow:
-    row = TrialRow(
-        number=trial.number,
-        label=trial.candidate.label() if trial.candidate else "",
-        params=dict(trial.params),
-        state=trial.state,
-        baseline=trial.baseline,
-        feasible=trial.feasible,
-        reused_from=trial.reused_from,
-        reason=trial.reason,
-        log_tail=trial.log_tail,
-        duration_s=trial.duration_s,
-    )
+def _baseline(trials: Sequence[TrialResult]) -> int | None:
+    """The baseline trial: the measured one, when an interrupted baseline was queued again."""
+    flagged = [t for t in trials if t.baseline]
+    measured = [t for t in flagged if t.state == COMPLETE]
+    return (measured or flagged)[0].number if flagged else None
+
+
+def _recommended(trials: Sequence[TrialResult], winner: int | None, run: RunInfo) -> Recommendation | None:
+    chosen = next((t for t in trials if t.number == winner), None)
+    return None if chosen is None else recommendation(chosen, run.verifications, run.sla.percentile)
+
+
+def trials_table(trials: Sequence[TrialResult], sla: Sla) -> pd.DataFrame:
+    """One row per trial (index: its number): :data:`TRIAL_COLUMNS`, its point's columns and
+    ``goodput`` (throughput within the SLA; 0 for a trial with no feasible point). A trial with
+    no point measured has empty point columns."""
+    columns = [*TRIAL_COLUMNS, *POINT_COLUMNS, *DERIVED_COLUMNS]
+    rows = [{**_trial_columns(t), **_reported(t, sla)} for t in trials]
+    frame = pd.DataFrame.from_records(rows, columns=columns).set_axis([t.number for t in trials])
+    goodput = frame["throughput"].where(frame["feasible"].astype(bool), 0.0).fillna(0.0)
+    return frame.assign(goodput=goodput.astype(float))
+
+
+def _trial_columns(trial: TrialResult) -> dict[str, Any]:
+    return {
+        "trial": trial.number, "label": trial.candidate.label() if trial.candidate else "",
+        "params": dict(trial.params), "state": trial.state, "baseline": trial.baseline,
+        "feasible": trial.feasible, "reused_from": trial.reused_from, "reason": trial.reason,
+        "log_tail": trial.log_tail, "duration_s": trial.duration_s,
+    }  # fmt: skip
+
+
+def _reported(trial: TrialResult, sla: Sla) -> dict[str, Any]:
+    """The trial's reported point's columns; none when it measured nothing."""
     m = trial.measurement
-    if m is None or not m.points:
-        return row
-    return _at_point(row, m.closest(sla), sla)
+    return measured_columns(m.closest(sla), sla) if m is not None and m.points else {}
 
 
-def _at_point(row: TrialRow, p: Point, sla: Sla) -> TrialRow:
-    s = p.server
-    return replace(
-        row,
-        concurrency=p.concurrency,
-        request_rate=p.request_rate,
-        throughput=p.throughput,
-        latency_ms=p.latency_ms(sla.percentile),
-        p50_ms=p.p50_ms,
-        p90_ms=p.p90_ms,
-        p95_ms=p.p95_ms,
-        p99_ms=p.p99_ms,
-        avg_ms=p.avg_ms,
-        queue_us=s.queue_us,
-        compute_input_us=s.compute_input_us,
-        compute_infer_us=s.compute_infer_us,
-        compute_output_us=s.compute_output_us,
-        avg_batch=s.avg_batch,
-        batch_sizes=dict(s.batch_sizes),
-        warnings=p.warnings,
+def measured_columns(point: Point, sla: Sla) -> dict[str, Any]:
+    """A point's columns and :data:`DERIVED_COLUMNS`."""
+    derived = {"latency_ms": point.latency_ms(sla.percentile), "avg_batch": point.server.avg_batch}
+    own = asdict(point)  # Point.to_dict(), but batch sizes keep their int keys
+    return {**point_columns(own, own.pop("server")), **derived}
+
+
+def point_columns(own: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
+    """A point's fields, then its server breakdown's, as columns.
+
+    A field named like a trial column gets a ``point_`` prefix (``point_duration_s``: the
+    measurement's, beside the trial's), a server field named like a point one ``server_``
+    (``server_requests``: Triton's count, beside the load generator's)."""
+    out = {(f"point_{k}" if k in TRIAL_COLUMNS else k): v for k, v in own.items()}
+    return {**out, **{(f"server_{k}" if k in out else k): v for k, v in server.items()}}
+
+
+POINT_COLUMNS = tuple(
+    point_columns(
+        dict.fromkeys(f.name for f in fields(Point) if f.name != "server"),
+        dict.fromkeys(f.name for f in fields(ServerBreakdown)),
     )
+)
 
 
-def operating_points(trials: Iterable[TrialResult], sla: Sla) -> list[OperatingPoint]:
-    """Every point measured; a reused trial's points are its source's, so they are not repeated."""
-    out: list[OperatingPoint] = []
-    for t in trials:
-        if t.measurement is None or t.reused_from is not None or not t.measurement.points:
-            continue
-        shown = t.measurement.closest(sla)
-        out.extend(
-            OperatingPoint(
-                trial=t.number,
-                concurrency=p.concurrency,
-                request_rate=p.request_rate,
-                throughput=p.throughput,
-                latency_ms=p.latency_ms(sla.percentile),
-                meets_sla=sla.met_by(p),
-                best=p == shown,
-            )
-            for p in t.measurement.points
-        )
-    return out
+def operating_points(trials: Iterable[TrialResult], sla: Sla) -> pd.DataFrame:
+    """Every point measured, one row each: ``trial``, the point's columns, ``meets_sla`` and
+    ``best`` (the trial's reported point). A reused trial's points are its source's, so they
+    are not repeated."""
+    rows = [
+        {"trial": t.number, **measured_columns(p, sla), "meets_sla": sla.met_by(p), "best": p == shown}
+        for t in trials
+        if t.measurement is not None and t.reused_from is None and t.measurement.points
+        for shown in (t.measurement.closest(sla),)
+        for p in t.measurement.points
+    ]
+    columns = ["trial", *POINT_COLUMNS, *DERIVED_COLUMNS, "meets_sla", "best"]
+    return pd.DataFrame.from_records(rows, columns=columns)
 
 
-def pareto_front(rows: Iterable[TrialRow]) -> list[TrialRow]:
+def records(frame: pd.DataFrame) -> list[Row]:
+    """A table's rows as plain Python values, for drawing: None for a gap (not NaN), and ints in
+    :data:`INTEGER_COLUMNS` (pandas keeps a column of ints that has a gap as floats)."""
+    plain: list[Row] = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    for row in plain:
+        for name in INTEGER_COLUMNS:
+            if row.get(name) is not None:
+                row[name] = int(row[name])
+    return plain
+
+
+# ---------------------------------------------------------------- front, winner, gain
+
+
+def pareto_front(trials: pd.DataFrame) -> pd.DataFrame:
     """The trials no other trial beats on both throughput (up) and latency (down).
 
     Only COMPLETE, measured trials that are not repeats (``reused_from``) take part;
@@ -217,42 +210,54 @@ def pareto_front(rows: Iterable[TrialRow]) -> list[TrialRow]:
     the same throughput and latency do not dominate each other: all of them are on the front.
     Sorted by latency, then throughput (highest first), then trial number.
     """
-    pool = [r for r in rows if r.state == COMPLETE and r.measured and r.reused_from is None]
-    front = [r for r in pool if not any(_dominates(o, r) for o in pool)]
-    return sorted(front, key=lambda r: (r.latency_ms, -(r.throughput or 0.0), r.number))
+    pool = trials[
+        trials["state"].eq(COMPLETE)
+        & trials["throughput"].notna()
+        & trials["latency_ms"].notna()
+        & trials["reused_from"].isna()
+    ]
+    beaten = _dominated(pool["throughput"].to_numpy(dtype=float), pool["latency_ms"].to_numpy(dtype=float))
+    front = pool[~beaten]
+    return front.sort_values(["latency_ms", "throughput", "trial"], ascending=[True, False, True])
 
 
-def _dominates(a: TrialRow, b: TrialRow) -> bool:
-    ta, tb = a.throughput or 0.0, b.throughput or 0.0
-    la, lb = a.latency_ms or 0.0, b.latency_ms or 0.0
-    return ta >= tb and la <= lb and (ta > tb or la < lb)
+def _dominated(throughput: np.ndarray[Any, Any], latency: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """For each trial j: is there a trial i with no less throughput, no more latency, and better
+    on one of them? (rows i, columns j)"""
+    t_i, t_j = throughput[:, None], throughput[None, :]
+    l_i, l_j = latency[:, None], latency[None, :]
+    beats = (t_i >= t_j) & (l_i <= l_j) & ((t_i > t_j) | (l_i < l_j))
+    return np.asarray(beats.any(axis=0), dtype=bool)
 
 
-def _winner(run: RunInfo, rows: dict[int, TrialRow]) -> tuple[TrialRow | None, bool]:
-    if run.winner is not None and run.winner in rows:
-        return rows[run.winner], True
-    return best_so_far(rows.values()), False
+def _winner(run: RunInfo, trials: pd.DataFrame) -> tuple[int | None, bool]:
+    if run.winner is not None and run.winner in trials.index:
+        return run.winner, True
+    return best_so_far(trials), False
 
 
-def best_so_far(rows: Iterable[TrialRow]) -> TrialRow | None:
+def best_so_far(trials: pd.DataFrame) -> int | None:
     """The highest-goodput feasible trial; ties go to lower latency, then the earlier trial."""
-    feasible = [r for r in rows if r.feasible and r.state == COMPLETE]
-    return min(feasible, key=lambda r: (-r.goodput, r.latency_ms or 0.0, r.number), default=None)
-
-
-def gain(winner: TrialRow | None, baseline: TrialRow | None) -> float | None:
-    """The winner's goodput over the baseline's; None when the ratio means nothing."""
-    if winner is None or baseline is None or baseline.goodput <= 0:
+    feasible = trials[trials["feasible"].astype(bool) & trials["state"].eq(COMPLETE)]
+    if feasible.empty:
         return None
-    return winner.goodput / baseline.goodput
+    ranked = feasible.sort_values(["goodput", "latency_ms", "trial"], ascending=[False, True, True])
+    return int(ranked["trial"].iloc[0])
 
 
-def _verification_row(v: Verification, rows: dict[int, TrialRow], sla: Sla) -> VerificationRow:
+def gain(trials: pd.DataFrame, winner: int | None, baseline: int | None) -> float | None:
+    """The winner's goodput over the baseline's; None when the ratio means nothing."""
+    if winner is None or baseline is None:
+        return None
+    base = float(trials.loc[baseline, "goodput"])
+    return None if base <= 0 else float(trials.loc[winner, "goodput"]) / base
+
+
+def _verification_row(v: Verification, trials: pd.DataFrame, sla: Sla) -> VerificationRow:
     throughputs = [p.throughput for p in v.points] or [0.0]
-    row = rows.get(v.trial)
     return VerificationRow(
         trial=v.trial,
-        label=row.label if row else "",
+        label=str(trials.loc[v.trial, "label"]) if v.trial in trials.index else "",
         concurrency=v.concurrency,
         repeats=len(v.points),
         sla_met=v.sla_met,
@@ -264,7 +269,7 @@ def _verification_row(v: Verification, rows: dict[int, TrialRow], sla: Sla) -> V
     )
 
 
-# ---------------------------------------------------------------- tables
+# ---------------------------------------------------------------- trials.csv
 
 # trials.csv's fixed columns; the trial parameters come between "avg_batch" and "label".
 CSV_HEAD = (
@@ -276,27 +281,15 @@ CSV_TAIL = ("label", "reused_from", "duration_s", "reason")
 
 
 def trials_frame(data: ReportData) -> pd.DataFrame:
-    """One row per trial, the parameters as columns (a parameter a trial lacks is empty)."""
-    names = list(dict.fromkeys(k for r in data.rows for k in r.params))
+    """trials.csv's table: the trials table's CSV columns, the parameters between them (a
+    parameter a trial lacks is empty; one named like a fixed column gets a ``param_`` prefix)."""
+    trials = data.trials
+    names = list(dict.fromkeys(k for params in trials["params"] for k in params))
     fixed = set(CSV_HEAD) | set(CSV_TAIL)
-    columns = {n: (f"param_{n}" if n in fixed else n) for n in names}
-    winner = data.winner.number if data.winner else None
-    records = [_csv_record(r, columns, r.number == winner) for r in data.rows]
-    return pd.DataFrame.from_records(records, columns=[*CSV_HEAD, *columns.values(), *CSV_TAIL])
-
-
-def _csv_record(r: TrialRow, columns: dict[str, str], winner: bool) -> dict[str, object]:
-    return {
-        "trial": r.number, "state": r.state, "baseline": r.baseline, "winner": winner,
-        "feasible": r.feasible, "pareto": r.pareto, "goodput": r.goodput,
-        "concurrency": r.concurrency, "request_rate": r.request_rate, "throughput": r.throughput,
-        "latency_ms": r.latency_ms, "p50_ms": r.p50_ms, "p90_ms": r.p90_ms, "p95_ms": r.p95_ms,
-        "p99_ms": r.p99_ms, "avg_ms": r.avg_ms, "queue_us": r.queue_us,
-        "compute_infer_us": r.compute_infer_us, "avg_batch": r.avg_batch,
-        **{columns[k]: v for k, v in r.params.items()},
-        "label": r.label, "reused_from": r.reused_from, "duration_s": r.duration_s,
-        "reason": r.reason,
-    }  # fmt: skip
+    params = pd.DataFrame.from_records(list(trials["params"]), columns=names, index=trials.index)
+    params.columns = [f"param_{n}" if n in fixed else n for n in names]
+    frame = pd.concat([trials[list(CSV_HEAD)], params, trials[list(CSV_TAIL)]], axis=1)
+    return frame.reset_index(drop=True)
 
 
 def write_csv(data: ReportData, path: Path) -> Path:

@@ -1,0 +1,247 @@
+"""The report's plotly figures, drawn from a :class:`~autotune.report._data.ReportData`.
+
+Plotly renders hover text and trace text as HTML, so a string in a figure that came from a
+person or a server (a trial's label: the kind comes from a config) goes through
+:func:`hover_text` here. Everything else on the page is escaped by the template.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from autotune.report._data import ReportData, Row, records
+
+PALETTE = (
+    "#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d",
+    "#ff9da6", "#7f7f7f", "#2f4b7c", "#bcbd22", "#17becf", "#a05195", "#665191", "#d45087",
+)  # fmt: skip
+WINNER = "#f2b705"
+BASELINE = "#1d4ed8"
+FRONT = "#1b2230"
+SLA_RED = "#c0392b"
+FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, Arial, "Noto Sans", "DejaVu Sans", sans-serif'
+# The server-side breakdown's stacked bars, bottom up: (legend, column, colour).
+SERVER_BARS = (
+    ("queue", "queue_us", "#f2a541"),
+    ("compute input", "compute_input_us", "#9ec5e8"),
+    ("compute infer", "compute_infer_us", "#2f6db5"),
+    ("compute output", "compute_output_us", "#b9d7a8"),
+)
+
+
+def figures(data: ReportData) -> dict[str, go.Figure | None]:
+    """The page's figures by the id of the element each is drawn in; None: nothing to draw."""
+    return {
+        "fig-pareto": pareto_figure(data),
+        "fig-server": server_figure(data),
+        "fig-batch": batch_figure(data),
+    }
+
+
+def hover_text(value: object) -> str:
+    """A person's or a server's string, safe as plotly's (HTML) hover text."""
+    return html.escape(str(value), quote=True)
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    """A number as the page shows it (thousands separated); a dash for none."""
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def sla_text(data: ReportData) -> str:
+    return f"p{data.sla.percentile} ≤ {data.sla.limit_ms:g} ms"
+
+
+def measured(row: Row) -> bool:
+    return row["throughput"] is not None and row["latency_ms"] is not None
+
+
+def shown(row: Row) -> bool:
+    """Drawn as a trial: measured, and not a repeat of a trial drawn already."""
+    return measured(row) and row["reused_from"] is None
+
+
+# ---------------------------------------------------------------- throughput vs latency
+
+
+def pareto_figure(data: ReportData) -> go.Figure | None:
+    if data.points.empty:
+        return None
+    rows = records(data.trials)
+    fig = go.Figure()
+    fig.add_trace(_points_trace(records(data.points), {r["trial"]: hover_text(r["label"]) for r in rows}))
+    for feasible in (True, False):
+        best = [r for r in rows if shown(r) and r["feasible"] == feasible]
+        if best:
+            fig.add_trace(_best_trace(best, feasible))
+    fig.add_trace(_front_trace(records(data.front)))
+    for number, name, symbol, colour, size in (
+        (data.baseline, "baseline", "diamond", BASELINE, 15),
+        (data.winner, "winner", "star", WINNER, 22),
+    ):
+        if number is not None and measured(data.row(number)):
+            fig.add_trace(_marked(data.row(number), name, symbol, colour, size))
+    _pareto_layout(fig, data)
+    return fig
+
+
+def _colour(trial: int) -> str:
+    return PALETTE[trial % len(PALETTE)]
+
+
+def _points_trace(points: Sequence[Row], labels: dict[int, str]) -> go.Scatter:
+    return go.Scatter(
+        x=[p["latency_ms"] for p in points],
+        y=[p["throughput"] for p in points],
+        mode="markers",
+        name="operating points",
+        marker={"color": [_colour(p["trial"]) for p in points], "size": 7, "opacity": 0.35},
+        customdata=[
+            [p["trial"], labels.get(p["trial"], ""), _load(p), "yes" if p["meets_sla"] else "no"]
+            for p in points
+        ],
+        hovertemplate=(
+            "trial #%{customdata[0]} · %{customdata[2]}<br>%{customdata[1]}<br>"
+            "%{y:,.1f} infer/s · %{x:,.2f} ms · SLA met: %{customdata[3]}<extra></extra>"
+        ),
+    )
+
+
+def _load(p: Row) -> str:
+    return f"concurrency {p['concurrency']}" if p["concurrency"] else f"{p['request_rate']:g} req/s"
+
+
+def _best_trace(rows: Sequence[Row], feasible: bool) -> go.Scatter:
+    marker: dict[str, Any] = {
+        "color": [_colour(r["trial"]) for r in rows],
+        "size": 11,
+        "line": {"color": "white", "width": 1.5},
+    }
+    if not feasible:
+        marker = {"color": "#8a93a3", "size": 9, "symbol": "x", "line": {"width": 0}}
+    return go.Scatter(
+        x=[r["latency_ms"] for r in rows],
+        y=[r["throughput"] for r in rows],
+        mode="markers",
+        name="trials (best within SLA)" if feasible else "trials (none within SLA: closest)",
+        marker=marker,
+        customdata=[[r["trial"], hover_text(r["label"]), r["concurrency"] or 0] for r in rows],
+        hovertemplate=(
+            "<b>trial #%{customdata[0]}</b><br>%{customdata[1]}<br>concurrency %{customdata[2]} · "
+            "%{y:,.1f} infer/s · %{x:,.2f} ms<extra></extra>"
+        ),
+    )
+
+
+def _front_trace(front: Sequence[Row]) -> go.Scatter:
+    return go.Scatter(
+        x=[r["latency_ms"] for r in front], y=[r["throughput"] for r in front], mode="lines+markers",
+        name="Pareto front", line={"color": FRONT, "width": 2},
+        marker={"symbol": "circle-open", "size": 17, "color": FRONT, "line": {"width": 1.5}},
+        hoverinfo="skip",
+    )  # fmt: skip
+
+
+def _marked(row: Row, name: str, symbol: str, colour: str, size: int) -> go.Scatter:
+    return go.Scatter(
+        x=[row["latency_ms"]], y=[row["throughput"]], mode="markers+text", name=name,
+        text=[f"<b>{name}</b>"], textposition="top center", textfont={"color": "#1b2230", "size": 12},
+        marker={"symbol": symbol, "size": size, "color": colour, "line": {"color": "#1b2230", "width": 1.2}},
+        customdata=[[row["trial"], hover_text(row["label"])]],
+        hovertemplate=(
+            f"<b>{name}</b>: trial #%{{customdata[0]}}<br>%{{customdata[1]}}<br>"
+            "%{y:,.1f} infer/s · %{x:,.2f} ms<extra></extra>"
+        ),
+    )  # fmt: skip
+
+
+def _pareto_layout(fig: go.Figure, data: ReportData) -> None:
+    latencies = [float(x) for x in data.points["latency_ms"] if x > 0]
+    log = bool(latencies) and max(latencies) / min(latencies) > 50
+    limit = data.sla.limit_ms
+    right = max([*latencies, limit]) * (3 if log else 1.08)
+    fig.add_vrect(x0=limit, x1=right, fillcolor=SLA_RED, opacity=0.05, line_width=0, layer="below")
+    fig.add_vline(x=limit, line={"color": SLA_RED, "width": 1.5, "dash": "dash"})
+    fig.add_annotation(  # on a log axis, annotations take log10 of the value (shapes do not)
+        x=math.log10(limit) if log else limit, y=1, yref="paper", text=f"SLA {sla_text(data)}",
+        showarrow=False, xanchor="left", yanchor="top", xshift=6, font={"color": SLA_RED, "size": 12},
+    )  # fmt: skip
+    _base_layout(fig)
+    fig.update_layout(legend={"orientation": "h", "y": -0.16, "x": 0}, hovermode="closest")
+    fig.update_xaxes(title_text=f"p{data.sla.percentile} latency (ms)", type="log" if log else "linear")
+    fig.update_yaxes(title_text="throughput (infer/s)", rangemode="tozero")
+    if not log:
+        fig.update_xaxes(rangemode="tozero")
+
+
+def _base_layout(fig: go.Figure) -> None:
+    fig.update_layout(
+        template="plotly_white",
+        font={"family": FONT, "size": 12.5, "color": "#1b2230"},
+        margin={"l": 64, "r": 20, "t": 16, "b": 56},
+        hoverlabel={"font": {"family": FONT}},
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+    )
+    fig.update_xaxes(showline=True, linecolor="#c9ced8", gridcolor="#eef0f4", zeroline=False)
+    fig.update_yaxes(showline=True, linecolor="#c9ced8", gridcolor="#eef0f4", zeroline=False)
+
+
+# ---------------------------------------------------------------- server side
+
+
+def server_figure(data: ReportData) -> go.Figure | None:
+    rows = [r for r in records(data.trials) if shown(r) and r["queue_us"] is not None]
+    if not any((r["queue_us"] or 0) + (r["compute_infer_us"] or 0) > 0 for r in rows):
+        return None
+    names = [_trial_tick(r, data) for r in rows]
+    labels = [hover_text(r["label"]) for r in rows]
+    fig = go.Figure()
+    for title, column, colour in SERVER_BARS:
+        values = [r[column] or 0.0 for r in rows]
+        if any(values):
+            fig.add_trace(
+                go.Bar(
+                    x=names, y=values, name=title, marker={"color": colour}, customdata=labels,
+                    hovertemplate=f"%{{x}} · {title}: %{{y:,.0f}} µs<br>%{{customdata}}<extra></extra>",
+                )
+            )  # fmt: skip
+    _base_layout(fig)
+    fig.update_layout(
+        barmode="stack", legend={"orientation": "h", "y": -0.22, "x": 0, "traceorder": "normal"}, bargap=0.25
+    )
+    fig.update_xaxes(type="category", tickangle=0)
+    fig.update_yaxes(title_text="µs per request")
+    return fig
+
+
+def _trial_tick(row: Row, data: ReportData) -> str:
+    if row["trial"] == data.winner:
+        return f"#{row['trial']} ★"
+    return f"#{row['trial']} (base)" if row["baseline"] else f"#{row['trial']}"
+
+
+def batch_figure(data: ReportData) -> go.Figure | None:
+    if data.winner is None:
+        return None
+    w = data.row(data.winner)
+    batch_sizes: dict[int, int] = w["batch_sizes"] or {}
+    if not any(batch_sizes.values()):
+        return None
+    sizes = sorted(batch_sizes)
+    fig = go.Figure(
+        go.Bar(
+            x=[str(s) for s in sizes], y=[batch_sizes[s] for s in sizes], marker={"color": "#2f6db5"},
+            hovertemplate="batch size %{x}: %{y:,} executions<extra></extra>", name="executions",
+        )
+    )  # fmt: skip
+    _base_layout(fig)
+    fig.update_layout(showlegend=False, bargap=0.3)
+    fig.update_xaxes(type="category", title_text=f"batch size (average {num(w['avg_batch'], 2)})")
+    fig.update_yaxes(title_text="executions")
+    return fig
