@@ -158,7 +158,7 @@ class H2Protocol(asyncio.Protocol):
     # --------------------------------------------------------- asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check
+        # asyncio hands a BaseTransport; ours are always asyncio.Transport (TCP)
         self.transport = cast(asyncio.Transport, transport)
         settings = {HEADER_TABLE_SIZE: 0, ENABLE_PUSH: 0, INITIAL_WINDOW_SIZE: MAX_WINDOW,
                     MAX_FRAME_SIZE: OUR_MAX_FRAME}

@@ -111,13 +111,6 @@ def _restore(
     )
 
 
-def _bucket(ns: int) -> int:
-    if ns <= _MIN_NS:
-        return 0
-    index = int(math.log(ns / _MIN_NS) / _LOG_GROWTH) + 1
-    return index if index < _BUCKETS else _BUCKETS - 1
-
-
 def _value(index: int) -> float:
     """A bucket's representative value: the geometric middle of its bounds."""
     if index == 0:

@@ -69,7 +69,7 @@ class _Http1(asyncio.Protocol):
         self._lost: InferError | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check
+        # asyncio hands a BaseTransport; ours are always asyncio.Transport (TCP)
         self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
