@@ -89,7 +89,9 @@ def _check_writable(path: Path) -> None:
 
 
 def _check_resumable(settings: RunSettings, run_dir: Path) -> None:
-    record = RunDir.load(run_dir).record
+    run = RunDir.load(run_dir)
+    run.study_url(settings.storage)  # a recorded URL whose password was hidden needs --storage
+    record = run.record
     if record.model != settings.model:
         raise UsageError(f"--resume {run_dir}: that run tuned {record.model!r}, not {settings.model!r}")
     if record.sla != settings.sla:
