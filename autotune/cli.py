@@ -33,8 +33,9 @@ EPILOG_RUN = """examples:
 
 The run directory (reports/<model>/<run-id>/) holds report.html, trials.csv, the
 winner's config (winner.pbtxt, winner.diff), the study (study.db) and the server logs.
-exit codes: 0 ok, 1 error, 2 bad input (nothing written), 3 server failed to start,
-4 measurement failed, 5 study storage, 6 write-back refused, 130 interrupted."""
+exit codes: 0 ok, 1 error, 2 bad input (nothing written), 3 server failed to start (or a
+remote server could not go back to its own config), 4 measurement failed (or every trial
+failed: nothing to apply), 5 study storage, 6 write-back refused, 130 interrupted."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -266,7 +267,8 @@ def _run(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     if settings.run_dir is None and not args.fresh:
-        unfinished = find_unfinished(settings.reports_dir, settings.model, settings.repository, settings.sla)
+        s = settings
+        unfinished = find_unfinished(s.reports_dir, s.model, s.repository, s.sla, s.launch, s.protocol)
         if unfinished is not None:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             settings = replace(settings, run_dir=unfinished)

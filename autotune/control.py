@@ -22,7 +22,12 @@ from tritonclient.utils import InferenceServerException
 from autotune.errors import ControlError
 
 T = TypeVar("T")
-_UNREACHABLE = (OSError, http.client.HTTPException, aiohttp.ClientError, asyncio.TimeoutError)
+# What tritonclient's transports raise when nothing (or no Triton) answers: sockets, HTTP parsing,
+# aiohttp, timeouts; ValueError for a body that is not JSON (another server on that port);
+# RuntimeError for a host name geventhttpclient cannot resolve.
+_UNREACHABLE = (
+    OSError, http.client.HTTPException, aiohttp.ClientError, asyncio.TimeoutError, ValueError, RuntimeError,
+)  # fmt: skip
 
 
 def _status(exc: InferenceServerException) -> int | None:

@@ -16,7 +16,7 @@ optuna, OS) are translated where they enter, with ``raise ... from exc``.
     │   └── ControlError                    the server's control API refused or did not answer
     ├── RestoreError               exit 3   a remote server could not go back to its own config:
     │                                       the run stops (not one trial's failure)
-    ├── MeasurementError           exit 4   the load generator could not measure
+    ├── MeasurementError           exit 4   the load generator could not measure; every trial failed
     ├── StudyError                 exit 5   the study storage is unusable
     └── WriteBackError             exit 6   the config could not be written back safely
 """

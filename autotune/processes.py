@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,8 +79,11 @@ class Owner:
         return f"{self.host}:{self.pid}:{self.started}"
 
     @classmethod
-    def parse(cls, text: str) -> Owner | None:
-        """Read :meth:`text` back (also the older ``host:pid``); None when it is not one."""
+    def parse(cls, text: str | int) -> Owner | None:
+        """Read :meth:`text` back; also the older ``host:pid``, and a bare pid (of this host);
+        None when it is none of these."""
+        if isinstance(text, int) or text.isdigit():
+            return cls(socket.gethostname(), int(text))
         parts = text.split(":")
         if len(parts) == 2:
             parts.append("")
@@ -100,11 +104,19 @@ def _prctl() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
 _PRCTL = _prctl()  # looked up here, not in the child: between fork and exec, do as little as possible
 
 
-def die_with_parent() -> None:
-    """``preexec_fn`` for a child that must not outlive the thread starting it (Linux; a no-op
-    elsewhere, where :mod:`autotune.launch` still reaps leftovers on the next start)."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def die_with_parent(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn`` for a child of ``parent`` (this process) that must not outlive the thread
+    starting it (Linux; elsewhere a no-op, and :mod:`autotune.launch` reaps leftovers on the next
+    start). It only calls prctl, and getppid: had the parent died before prctl took effect, the
+    child would never get the signal, so it exits at once instead."""
+
+    def arm() -> None:
+        if _PRCTL is not None:
+            _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    return arm
 
 
 def kill_group(pid: int) -> None:

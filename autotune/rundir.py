@@ -15,11 +15,12 @@ instant leaves the previous record whole.
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import UsageError
+from autotune.errors import AutotuneError, UsageError
 from autotune.files import write_text_atomic
 from autotune.objective import Sla
 from autotune.processes import Owner
@@ -49,13 +50,25 @@ class RunRecord:
     winner: int | None = None  # trial number
     verifications: tuple[Verification, ...] = ()
 
-    def same_tuning(self, model: str, repository: Path, sla: Sla) -> bool:
-        """Whether a run of ``model`` in ``repository`` under ``sla`` would continue this one."""
-        return (self.model, self.repository, self.sla) == (model, repository.resolve(), sla)
+    def differences(self, model: str, repository: Path, sla: Sla, launch: Launch, protocol: str) -> list[str]:
+        """What a command would change of this run if it continued it (nothing may change: the
+        trials measured so far would not compare with the next ones), as "what: was -> now"."""
+        pairs = [
+            ("model", self.model, model),
+            ("repository", str(self.repository), str(repository.resolve())),
+            ("SLA", self.sla.label, sla.label),
+            ("launcher", self.launch.to_json(), launch.to_json()),
+            ("protocol", self.protocol, protocol),
+        ]
+        return [f"{what}: {was} -> {now}" for what, was, now in pairs if was != now]
 
     def running_elsewhere(self) -> bool:
-        """Another process that is still alive runs it."""
-        return self.owner is not None and not self.owner.is_me() and not self.owner.gone()
+        """Another process of this host that is still alive runs it. A run last owned on another
+        host (a container, a renamed machine, a shared disk) cannot be looked at: taken as stopped."""
+        owner = self.owner
+        if owner is None or owner.is_me() or owner.host != socket.gethostname():
+            return False
+        return not owner.gone()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,21 +91,23 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        """Read :meth:`to_json` back; also a record of before 0.2 (a bare launcher name, the
+        owner as ``owner_pid``, the verifications kept in the study)."""
         sla = data["sla"]
-        owner = data.get("owner")
+        owner = data.get("owner", data.get("owner_pid"))
         return cls(
             run_id=str(data["run_id"]),
             model=str(data["model"]),
             repository=Path(data["repository"]),
             sla=Sla(int(sla["percentile"]), float(sla["limit_ms"])),
-            launch=Launch.from_json(data.get("launcher") or {}),
+            launch=Launch.from_json(data.get("launcher") or "local"),
             protocol=str(data.get("protocol", "http")),
             study_name=str(data["study_name"]),
             storage=data.get("storage"),
             original_config=str(data["original_config"]),
             original_digest=str(data["original_digest"]),
             started=str(data["started"]),
-            owner=Owner.parse(owner) if isinstance(owner, str) else None,
+            owner=Owner.parse(owner) if isinstance(owner, str | int) else None,
             finished=str(data.get("finished") or ""),
             winner=data.get("winner"),
             verifications=tuple(Verification.from_json(v) for v in data.get("verifications", [])),
@@ -125,7 +140,7 @@ class RunDir:
         try:
             data = json.loads((path / RUN_FILE).read_text(encoding="utf-8"))
             return cls(path, RunRecord.from_json(data))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, AutotuneError) as exc:
             raise UsageError(f"{path}: not a run directory ({exc})") from exc
 
     def save(self) -> RunDir:
@@ -172,8 +187,11 @@ class RunDir:
         )
 
 
-def find_unfinished(reports_dir: Path, model: str, repository: Path, sla: Sla) -> Path | None:
-    """The newest run of the same model, repository and SLA that stopped before finishing."""
+def find_unfinished(
+    reports_dir: Path, model: str, repository: Path, sla: Sla, launch: Launch, protocol: str
+) -> Path | None:
+    """The newest run that stopped before finishing and that this command would continue
+    unchanged (model, repository, SLA, launcher, protocol); runs it cannot read are skipped."""
     folder = reports_dir / model
     for run_file in sorted(folder.glob(f"*/{RUN_FILE}"), reverse=True) if folder.is_dir() else []:
         try:
@@ -181,6 +199,6 @@ def find_unfinished(reports_dir: Path, model: str, repository: Path, sla: Sla) -
         except UsageError:
             continue
         stopped = not record.finished and not record.running_elsewhere()
-        if stopped and record.same_tuning(model, repository, sla):
+        if stopped and not record.differences(model, repository, sla, launch, protocol):
             return run_file.parent
     return None

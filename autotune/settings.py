@@ -64,8 +64,6 @@ class Launch:
     def __post_init__(self) -> None:
         if self.kind not in LAUNCHERS:
             raise UsageError(f"unknown launcher {self.kind!r} (choose from {', '.join(LAUNCHERS)})")
-        if self.kind == "remote" and not self.remote.url:
-            raise UsageError("--launcher remote needs --url HOST:PORT of a running tritonserver")
 
     @property
     def options(self) -> LauncherOptions:
@@ -78,7 +76,11 @@ class Launch:
         return {"kind": self.kind, "options": options}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Launch:
+    def from_json(cls, data: dict[str, Any] | str) -> Launch:
+        """Read :meth:`to_json` back; a bare kind (run directories made before 0.2) gets that
+        launcher's default options."""
+        if isinstance(data, str):
+            return cls(data if data in LAUNCHERS else "local")
         kind, raw = str(data.get("kind", "local")), dict(data.get("options", {}))
         if kind == "docker":
             return cls(kind, docker=DockerOptions(**raw))
@@ -125,3 +127,5 @@ class RunSettings:
             raise UsageError(f"--margin must be in [0, 0.5), got {self.margin}")
         if self.protocol not in ("http", "grpc"):
             raise UsageError(f"--protocol must be http or grpc, got {self.protocol!r}")
+        if self.launch.kind == "remote" and not self.launch.remote.url:
+            raise UsageError("--launcher remote needs --url HOST:PORT of a running tritonserver")

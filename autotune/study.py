@@ -23,11 +23,11 @@ from autotune.errors import StudyError
 from autotune.measure import Measurement, Point
 from autotune.objective import Sla, scores
 from autotune.processes import Owner
-from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult
+from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult, Verification
 from autotune.search_space import Candidate, SearchSpace, params_of
 
 DIRECTIONS: list[Any] = ["maximize", "minimize"]
-INTERRUPTED = "the tuner stopped while this trial ran"  # the reason of a trial left RUNNING
+INTERRUPTED = "the tuner was stopped while this trial ran"  # the reason of every interrupted trial
 
 optuna.logging.set_verbosity(logging.WARNING)
 
@@ -177,6 +177,14 @@ class Study:
         """Every trial asked so far (queued ones that no worker asked yet are not trials)."""
         asked = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
         return [_result(t) for t in self._study.get_trials(deepcopy=False, states=asked)]
+
+    def verifications(self) -> list[Verification]:
+        """The finalists verified so far, by any worker of the study (one server each: a
+        finalist another worker verified is not verified again)."""
+        return [Verification.from_json(v) for v in self.attr("verifications", [])]
+
+    def record_verifications(self, verifications: Sequence[Verification]) -> None:
+        self.set_attr("verifications", [v.to_json() for v in verifications])
 
     def set_attr(self, key: str, value: Any) -> None:
         self._study.set_user_attr(key, value)

@@ -44,7 +44,7 @@ from autotune.rundir import WINNER_CONFIG, WINNER_DIFF, RunDir, RunRecord
 from autotune.search_space import Candidate, SearchSpace, load_search_space, params_of
 from autotune.settings import RunSettings
 from autotune.staging import stage_model
-from autotune.study import Asked, Study, redact
+from autotune.study import INTERRUPTED, Asked, Study, redact
 
 RAMP_S = 0.3  # warm-up before each point after a trial's first one (the first gets the plan's)
 
@@ -92,11 +92,11 @@ def _check_resumable(settings: RunSettings, run_dir: Path) -> None:
     run = RunDir.load(run_dir)
     run.study_url(settings.storage)  # a recorded URL whose password was hidden needs --storage
     record = run.record
-    if record.model != settings.model:
-        raise UsageError(f"--resume {run_dir}: that run tuned {record.model!r}, not {settings.model!r}")
-    if record.sla != settings.sla:
+    s = settings
+    changed = record.differences(s.model, s.repository, s.sla, s.launch, s.protocol)
+    if changed:
         raise UsageError(
-            f"--resume {run_dir}: that run's SLA was {record.sla.label}; resume it with the same SLA"
+            f"--resume {run_dir}: resume a run with the settings it started with ({'; '.join(changed)})"
         )
     if record.running_elsewhere() and record.owner is not None:
         raise UsageError(f"--resume {run_dir}: process {record.owner.pid} is still running it")
@@ -122,7 +122,7 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
         while _go_on(settings, results := study.results(), time.monotonic() - started):
             trials.run(study, results)
         stopping.check()
-        run = _verify(prep, trials, run, study.results())
+        run = _verify(prep, trials, run, study)
         return _finish(prep, run, study)  # written while the last server stops
     finally:
         launcher.drain()  # no server outlives the run
@@ -137,10 +137,10 @@ def _now() -> str:
 
 
 def _open_run(prep: Prepared, path: Path) -> RunDir:
-    """The resumed run (its launcher updated to this command's), or a new one; owned by this process."""
+    """The resumed run, or a new one; owned by this process."""
     settings = prep.settings
     if settings.run_dir is not None:
-        return RunDir.load(path).update(owner=Owner.current(), launch=settings.launch)
+        return RunDir.load(path).update(owner=Owner.current())
     record = RunRecord(
         run_id=path.name,
         model=settings.model,
@@ -181,14 +181,12 @@ class _Trials:
         self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run, events
         self.search_sla = _tightened(prep.settings.sla, prep.settings.margin)
 
-    def run(self, study: Study, results: list[TrialResult]) -> TrialResult:
+    def run(self, study: Study, results: list[TrialResult]) -> None:
         """Ask one trial and tell its result; ``results``: every trial so far, this worker's or not."""
         stopping.check()
         asked = study.ask()
         self.events.trial_started(asked.number, asked.candidate, asked.baseline)
-        result = self._measure_and_tell(study, asked, results, time.monotonic())
-        self.events.trial_finished(result)
-        return result
+        self.events.trial_finished(self._measure_and_tell(study, asked, results, time.monotonic()))
 
     def _measure_and_tell(
         self, study: Study, asked: Asked, results: list[TrialResult], start: float
@@ -207,8 +205,7 @@ class _Trials:
             study.tell_failed(asked, _crash_reason(exc), tail, time.monotonic() - start)
             raise
         except BaseException:  # a stop request: measured again on --resume
-            reason = "the tuner was stopped during this trial"
-            study.tell_failed(asked, reason, "", time.monotonic() - start, interrupted=True)
+            study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
             raise
 
     def log(self, number: int) -> Path:
@@ -322,23 +319,24 @@ def _crash_reason(exc: Exception) -> str:
 # ---------------------------------------------------------------- verification and the winner
 
 
-def _verify(prep: Prepared, trials: _Trials, run: RunDir, results: list[TrialResult]) -> RunDir:
+def _verify(prep: Prepared, trials: _Trials, run: RunDir, study: Study) -> RunDir:
     """Re-measure the finalists (:func:`decide.finalists`) at their operating points, several
     times on one server, so that noise cannot crown a loser nor hand the user a point that
     breaks the SLA; once one has met the SLA in every repeat, only those that could still beat
-    it (:func:`decide.could_beat`). Each verification is recorded as it ends (a resumed run
-    does not repeat it)."""
-    if prep.settings.repeats < 1:
-        return run
-    done = {v.trial: v for v in run.record.verifications}
+    it (:func:`decide.could_beat`). Each verification is recorded as it ends, in the study (a
+    resumed run, or another worker of the study, does not repeat it) and in the run's record,
+    which ends up holding exactly the ones the winner is chosen from."""
     out: list[Verification] = []
-    for result in decide.finalists(results, prep.settings.finalists):
-        if result.number in done:
-            out.append(done[result.number])
-        elif decide.could_beat(result, out) and (verification := trials.verify(result)) is not None:
-            out.append(verification)
-            run = run.update(verifications=tuple(out))
-    return run
+    if prep.settings.repeats >= 1:
+        done = {v.trial: v for v in study.verifications()}
+        for result in decide.finalists(study.results(), prep.settings.finalists):
+            if result.number in done:
+                out.append(done[result.number])
+            elif decide.could_beat(result, out) and (verification := trials.verify(result)) is not None:
+                out.append(verification)
+                study.record_verifications(list({**done, **{v.trial: v for v in out}}.values()))
+                run = run.update(verifications=tuple(out))
+    return run.update(verifications=tuple(out))
 
 
 def _finish(prep: Prepared, run: RunDir, study: Study) -> Outcome:

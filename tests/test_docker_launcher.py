@@ -114,7 +114,7 @@ def client(engine: Any) -> Iterator[Any]:
 
 
 def _launcher(client: Any, **kwargs: Any) -> dl.DockerLauncher:
-    return dl.DockerLauncher(client, DockerOptions(image=IMAGE, shm_size="256m"), **kwargs)
+    return dl.DockerLauncher(client, DockerOptions(image=IMAGE, shm_size="256m"), run="test", **kwargs)
 
 
 def _space(tmp_path: Path) -> Path:

@@ -15,7 +15,7 @@ from autotune.measure import Measurement, Point, ServerBreakdown
 from autotune.objective import Sla
 from autotune.report import pareto_front, render_html, report_data, trials_frame, write_csv
 from autotune.report._data import CSV_HEAD, CSV_TAIL, POINT_COLUMNS, records
-from autotune.results import COMPLETE, FAIL, RUNNING, RunInfo, TrialResult, Verification
+from autotune.results import COMPLETE, FAIL, RUNNING, Outcome, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, params_of
 
 SLA = Sla(percentile=95, limit_ms=20.0)
@@ -331,19 +331,13 @@ def test_exported_names() -> None:
 def test_console_summary_shows_the_recommended_points_and_a_gain_from_one_source(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from types import SimpleNamespace
-
     from autotune._console import print_summary
 
     repeats = (point(8, 240, 12), point(8, 250, 13), point(8, 245, 14))
     v = Verification(trial=1, concurrency=8, points=repeats, sla_met=3)
     base = trial(0, point(2, 100, 5), baseline=True)
     found = trial(1, point(8, 260, 11), point(16, 300, 19))
-    outcome: Any = SimpleNamespace(  # only the fields print_summary reads
-        info=run(winner=1, verifications=(v,)), winner=found, baseline=base, run_dir=tmp_path,
-        all_failed=False,
-    )  # fmt: skip
-    print_summary(outcome)
+    print_summary(Outcome(tmp_path, run(winner=1, verifications=(v,)), (base, found)))
     out = capsys.readouterr().out
     winner_row = next(line for line in out.splitlines() if "winner" in line and "│" in line)
     cells = [c.strip() for c in winner_row.split("│")]

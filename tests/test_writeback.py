@@ -66,6 +66,7 @@ def test_a_config_that_does_not_load_is_restored_atomically(
     model.write_text(model.read_text().replace("        config = json.loads(", broken))
     with _versions(config) as seen:
         assert main(["apply", str(run_dir)]) == 6
+        time.sleep(0.05)  # the poller sees what the restore left
     assert "did not load, so the original was restored" in capsys.readouterr().err
     assert config.read_bytes() == original
     winner = (run_dir / "winner.pbtxt").read_bytes()

@@ -94,7 +94,7 @@ class Launcher(ABC, Generic[H]):
                     continue
                 raise
             try:
-                wait_model_ready(started.server, model, self.ready_timeout_s, started.exit_detail)
+                self._wait_ready(started, model)
             except BaseException as exc:
                 self._stop(started, failed=True)
                 clashed = isinstance(exc, ServerExitedError) and port_clash(started.server.log_tail(40))
@@ -103,6 +103,10 @@ class Launcher(ABC, Generic[H]):
                 raise
             return started
         raise AssertionError("unreachable")
+
+    def _wait_ready(self, started: Started[H], model: str) -> None:
+        """Until the model is ready (ServerExitedError if the server ends first)."""
+        wait_model_ready(started.server, model, self.ready_timeout_s, started.exit_detail)
 
     def _ports(self) -> tuple[int, int]:
         """HTTP and gRPC ports for the next server."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
@@ -200,15 +199,12 @@ def _container_name(model: str) -> str:
 # ---------------------------------------------------------------- leftovers
 
 
-def owner_gone(labels: Mapping[str, str], host: str | None = None) -> bool:
+def owner_gone(labels: Mapping[str, str]) -> bool:
     """True when the labels name an owner on this host that no longer runs (never for other hosts)."""
-    if labels.get(LABEL_HOST) != (host or socket.gethostname()):
+    pid = labels.get(LABEL_PID, "")
+    if not pid.isdigit():
         return False
-    try:
-        pid = int(labels.get(LABEL_PID, ""))
-    except ValueError:
-        return False
-    return Owner(socket.gethostname(), pid, labels.get(LABEL_STARTED, "")).gone()
+    return Owner(labels.get(LABEL_HOST, ""), int(pid), labels.get(LABEL_STARTED, "")).gone()
 
 
 def reap_containers(client: docker.DockerClient | None = None) -> list[str]:
@@ -252,13 +248,15 @@ class DockerLauncher(Launcher[_Running]):
         client: docker.DockerClient,
         options: DockerOptions,
         *,
-        run: str = "",
+        run: str,
         ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> None:
+        """``run``: the run's id, on every container's labels (``autotune clean`` and the next
+        start find a killed run's containers by their owner; people, by the run)."""
         super().__init__(ready_timeout_s=ready_timeout_s)
         self._client = client
         self._options = options
-        self._run = run or uuid.uuid4().hex[:12]
+        self._run = run
 
     @classmethod
     def from_options(cls, options: DockerOptions, run: str) -> DockerLauncher:

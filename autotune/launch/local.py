@@ -196,11 +196,16 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
                     stdin=subprocess.DEVNULL,
                     env=self._environment(),
                     start_new_session=True,
-                    preexec_fn=die_with_parent,  # only a prctl call: safe between fork and exec
+                    # prctl and getppid only: nothing that takes a lock between fork and exec
+                    preexec_fn=die_with_parent(os.getpid()),
                 )
             except OSError as exc:
                 raise LaunchError(f"cannot start {inst.binary}: {exc}") from exc
-        _pids.remember(self._pid_dir, proc.pid, str(inst.binary))
+        try:
+            _pids.remember(self._pid_dir, proc.pid, str(inst.binary))
+        except BaseException:
+            stop_process(proc)
+            raise
         return proc
 
     def _environment(self) -> dict[str, str]:

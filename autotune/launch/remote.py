@@ -22,7 +22,8 @@ from autotune.launch._base import Launcher, Server, Started
 from autotune.model_config import CONFIG_NAME, parse_config
 from autotune.settings import RemoteOptions
 
-LOAD_TIMEOUT_S = 300.0
+LOAD_TIMEOUT_S = 300.0  # a load can build an engine, or copy large weights
+HEALTH_TIMEOUT_S = 5.0
 
 
 def split_url(url: str, what: str = "--url") -> tuple[str, int]:
@@ -49,11 +50,12 @@ class RemoteLauncher(Launcher[str]):
         launcher.check_reachable()
         return launcher
 
-    def control(self) -> ServerControl:
-        return ServerControl(self.host, self.http_port, timeout_s=LOAD_TIMEOUT_S)
+    def control(self, timeout_s: float = LOAD_TIMEOUT_S) -> ServerControl:
+        """The server's control API; loads can take minutes, health questions get ``HEALTH_TIMEOUT_S``."""
+        return ServerControl(self.host, self.http_port, timeout_s=timeout_s)
 
     def check_reachable(self) -> None:
-        with self.control() as control:
+        with self.control(HEALTH_TIMEOUT_S) as control:
             if not control.live():
                 raise LaunchError(
                     f"no Triton server answers at {self.host}:{self.http_port}",
@@ -86,19 +88,26 @@ class RemoteLauncher(Launcher[str]):
 
     def _restore(self, model: str, log_path: Path) -> None:
         """Back to the server's own config: a load without an override does not re-read the
-        repository while the model is loaded, so unload first, then load."""
-        try:
-            with self.control() as control:
-                _logged(log_path, f"unload {model}", lambda: control.unload(model))
-                _logged(log_path, f"load {model} from the server's repository", lambda: control.load(model))
-        except ControlError as exc:
+        repository while the model is loaded, so unload first, then load (tried even if the
+        unload failed); either failing is a RestoreError."""
+        failed: list[ControlError] = []
+        with self.control() as control:
+            for what, call in (
+                (f"unload {model}", lambda: control.unload(model)),
+                (f"load {model} from the server's repository", lambda: control.load(model)),
+            ):
+                try:
+                    _logged(log_path, what, call)
+                except ControlError as exc:
+                    failed.append(exc)
+        if failed:
             raise RestoreError(
                 f"the server at {self.host}:{self.http_port} could not go back to its own config of "
-                f"model {model!r}: {exc}; the model may be unloaded or on a candidate config there"
-            ) from exc
+                f"model {model!r}: {failed[-1]}; the model may be unloaded or on a candidate config there"
+            ) from failed[-1]
 
     def _alive(self) -> bool:
-        with self.control() as control:
+        with self.control(HEALTH_TIMEOUT_S) as control:
             return control.live()
 
 

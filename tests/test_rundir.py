@@ -1,0 +1,104 @@
+"""The run directory's typed record (rundir.py): written and read back whole, records of older
+versions still read, and which stopped run a command would continue."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import UsageError
+from autotune.measure import Point
+from autotune.objective import Sla
+from autotune.processes import Owner
+from autotune.results import Verification
+from autotune.rundir import RUN_FILE, RunDir, RunRecord, find_unfinished
+from autotune.settings import DockerOptions, Launch
+
+SLA = Sla(95, 50.0)
+
+
+def record(repo: Path, run_id: str = "20261123-120000", **changes: object) -> RunRecord:
+    base = RunRecord(
+        run_id=run_id, model="toy", repository=repo.resolve(), sla=SLA, launch=Launch(), protocol="http",
+        study_name=f"toy-{run_id}", storage=None, original_config="name: \"toy\"\n", original_digest="ab",
+        started="2026-11-23T12:00:00+00:00",
+    )  # fmt: skip
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_a_record_is_read_back_as_written(tmp_path: Path) -> None:
+    point = Point(4, 0.0, 100.0, 10.0, 9.0, 11.0, 12.0, 13.0, 100, 0, 1.0, 3, True)
+    full = record(
+        tmp_path, launch=Launch("docker", docker=DockerOptions(image="img:1", gpus="0,1")),
+        owner=Owner("h", 12, "345"), finished="2026-11-23T12:05:00+00:00", winner=3,
+        verifications=(Verification(3, 4, (point, point), 2),), storage="postgresql://***@db/x",
+    )  # fmt: skip
+    run = RunDir.create(tmp_path / "reports" / "toy" / full.run_id, full)
+    assert RunDir.load(run.path).record == full
+
+
+def test_a_record_of_before_0_2_is_still_read(tmp_path: Path) -> None:
+    old = {
+        "run_id": "r1", "model": "toy", "repository": str(tmp_path),
+        "sla": {"percentile": 95, "limit_ms": 50}, "launcher": "docker", "storage": None,
+        "study_name": "toy-r1", "original_config": "", "original_digest": "ab", "started": "2026",
+        "owner_pid": 4321, "finished": "2026", "winner": 2,
+    }  # fmt: skip
+    (tmp_path / RUN_FILE).write_text(json.dumps(old))
+    loaded = RunDir.load(tmp_path).record
+    assert loaded.launch == Launch("docker") and loaded.owner == Owner(socket.gethostname(), 4321)
+    assert loaded.winner == 2 and loaded.verifications == () and loaded.protocol == "http"
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"run_id": "x"}', '{"launcher": 3}'])
+def test_anything_else_is_not_a_run_directory(tmp_path: Path, text: str) -> None:
+    (tmp_path / RUN_FILE).write_text(text)
+    with pytest.raises(UsageError, match="not a run directory"):
+        RunDir.load(tmp_path)
+
+
+def test_a_hidden_password_must_be_given_again(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path / "r", record(tmp_path, storage="postgresql://***@db/x"))
+    with pytest.raises(UsageError, match="--storage"):
+        run.study_url()
+    assert run.study_url("postgresql://u:p@db/x") == "postgresql://u:p@db/x"
+    assert RunDir.create(tmp_path / "s", record(tmp_path)).study_url().endswith("/s/study.db")
+
+
+def test_the_newest_stopped_run_with_the_same_settings_is_continued(tmp_path: Path) -> None:
+    repo, reports = tmp_path / "repo", tmp_path / "reports"
+    repo.mkdir()
+    here, gone = Owner.current(), Owner(socket.gethostname(), 999_999_999)
+
+    def make(run_id: str, **changes: object) -> None:
+        RunDir.create(reports / "toy" / run_id, record(repo, run_id, **changes))
+
+    make("20261123-100000", owner=gone)  # stopped, older
+    make("20261123-110000", owner=gone)  # stopped: the one to continue
+    make("20261123-120000", owner=gone, finished="2026")  # finished
+    make("20261123-130000", owner=gone, protocol="grpc")  # another protocol
+    make("20261123-140000", owner=gone, launch=Launch("docker"))  # another launcher
+    make("20261123-150000", owner=Owner(here.host, 1, ""))  # pid 1 runs it (alive on this host)
+    (reports / "toy" / "20261123-160000").mkdir()
+    (reports / "toy" / "20261123-160000" / RUN_FILE).write_text("{")  # unreadable: skipped
+    found = find_unfinished(reports, "toy", repo, SLA, Launch(), "http")
+    assert found == reports / "toy" / "20261123-110000"
+    assert find_unfinished(reports, "toy", repo, Sla(99, 50.0), Launch(), "http") is None
+
+
+def test_a_run_last_owned_on_another_host_counts_as_stopped(tmp_path: Path) -> None:
+    elsewhere = record(tmp_path, owner=Owner("another-host", 1, ""))
+    assert not elsewhere.running_elsewhere()
+    assert record(tmp_path, owner=Owner(socket.gethostname(), 1, "")).running_elsewhere()  # init lives
+    assert not record(tmp_path, owner=Owner.current()).running_elsewhere()  # this process
+
+
+def test_what_a_resume_would_change_is_named(tmp_path: Path) -> None:
+    rec = record(tmp_path)
+    assert rec.differences("toy", tmp_path, SLA, Launch(), "http") == []
+    changed = rec.differences("toy", tmp_path, Sla(99, 50.0), Launch("docker"), "grpc")
+    assert [c.split(":")[0] for c in changed] == ["SLA", "launcher", "protocol"]
