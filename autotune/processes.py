@@ -5,9 +5,10 @@ pid that the kernel handed to a new process is not taken for the old one. Run di
 studies shared by workers, server pid records and container labels all record one and ask
 :meth:`Owner.gone`.
 
-:func:`die_with_parent` makes a child we start (tritonserver) get SIGKILL the moment the
-thread that started it ends, even by ``kill -9`` of the tuner, which no handler can catch: a
-server left running would hold a port, CPU and GPU memory, and skew the next measurement.
+:func:`on_parent_death` lets a process we start (the guard of a tritonserver, :mod:`autotune.guard`)
+know the moment the thread that started it ends, even by ``kill -9`` of the tuner, which no
+handler can catch: a server left running would hold a port, CPU and GPU memory, and skew the
+next measurement.
 """
 
 from __future__ import annotations
@@ -101,22 +102,20 @@ def _prctl() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     return None
 
 
-_PRCTL = _prctl()  # looked up here, not in the child: between fork and exec, do as little as possible
+_PRCTL = _prctl()
 
 
-def die_with_parent(parent: int) -> Callable[[], None]:
-    """A ``preexec_fn`` for a child of ``parent`` (this process) that must not outlive the thread
-    starting it (Linux; elsewhere a no-op, and :mod:`autotune.launch` reaps leftovers on the next
-    start). It only calls prctl, and getppid: had the parent died before prctl took effect, the
-    child would never get the signal, so it exits at once instead."""
-
-    def arm() -> None:
-        if _PRCTL is not None:
-            _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    return arm
+def on_parent_death(signum: int, parent: int, act: Callable[[], None]) -> bool:
+    """Have the kernel send ``signum`` to this process when the thread that started it ends
+    (PR_SET_PDEATHSIG: also on ``kill -9`` of ``parent``); should ``parent`` be gone already
+    (it died before the request took effect), ``act`` now. False where the kernel offers no
+    such thing (not Linux): then :mod:`autotune.launch` reaps leftovers on the next start."""
+    if _PRCTL is None:
+        return False
+    _PRCTL(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    if os.getppid() != parent:
+        act()
+    return True
 
 
 def kill_group(pid: int) -> None:

@@ -30,7 +30,7 @@ TUNER_MAX_LINES = 400
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # no knowledge of tuning: errors, atomic files, stop requests, processes
     ("foundation", ("autotune", "autotune.errors", "autotune.files", "autotune.stopping",
-                    "autotune.processes")),
+                    "autotune.processes", "autotune.guard")),
     # frozen values and the pure rules over them (no I/O but reading a file given by name)
     ("values", ("autotune.objective", "autotune.search_space", "autotune.model_config",
                 "autotune.measure", "autotune.results", "autotune.decide")),

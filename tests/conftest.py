@@ -52,7 +52,8 @@ def small_space(tmp_path: Path) -> Path:
 
 
 def servers_under(marker: Path) -> list[int]:
-    """Pids of tritonserver processes whose command line names a path under ``marker``."""
+    """Pids of tritonserver processes (their guards and python backend stubs included) whose
+    command line names a path under ``marker``."""
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -60,6 +61,6 @@ def servers_under(marker: Path) -> list[int]:
                 cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
             except OSError:
                 continue
-            if "tritonserver" in cmd and str(marker) in cmd:
+            if ("tritonserver" in cmd or "triton_python_backend_stub" in cmd) and str(marker) in cmd:
                 found.append(int(proc.name))
     return found

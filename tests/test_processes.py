@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -37,38 +38,64 @@ def test_an_owner_is_gone_when_its_process_is_or_its_pid_was_reused() -> None:
     assert start_time(_dead_pid()) is None and not pid_alive(_dead_pid())
 
 
-CHILD = """
+# A stand-in for autotune: starts a "server" under the guard, as the local launcher does. The
+# server is a shell whose own child (like a python backend stub) would outlive it.
+AUTOTUNE = """
 import os, subprocess, sys
-from autotune.processes import die_with_parent
-proc = subprocess.Popen(["sleep", "60"], preexec_fn=die_with_parent(os.getpid()), start_new_session=True)
-print(proc.pid, flush=True)
+server = ["sh", "-c", "sleep 60 & echo $! ; exec sleep 60"]
+proc = subprocess.Popen([sys.executable, "-m", "autotune.guard", str(os.getpid()), "--", *server],
+                        stdout=subprocess.PIPE, text=True, start_new_session=True)
+print(proc.pid, proc.stdout.readline().strip(), flush=True)
 sys.stdin.read()
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_child_dies_with_its_parent_even_on_kill_9() -> None:
-    parent = subprocess.Popen(
-        [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert parent.stdout is not None
-    child = int(parent.stdout.readline())
-    try:
-        assert pid_alive(child)
-        parent.kill()
-        parent.wait()
-        deadline = time.monotonic() + 5
-        while pid_alive(child) and _state(child) != "Z" and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not pid_alive(child) or _state(child) == "Z", "the child outlived its parent"
-    finally:
-        if pid_alive(child):
-            os.kill(child, 9)
+def _group(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat and int(stat[2]) == pgid and stat[0] != "Z":
+                found.append(int(entry))
+    return found
 
 
-def _state(pid: int) -> str:
+def _stat(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0]
+            return handle.read().rsplit(")", 1)[1].split()
     except OSError:
-        return ""
+        return []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_kill_9_of_autotune_takes_the_whole_server_group_with_it() -> None:
+    autotune = subprocess.Popen(
+        [sys.executable, "-c", AUTOTUNE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert autotune.stdout is not None
+    guard, stub = (int(x) for x in autotune.stdout.readline().split())
+    try:
+        assert pid_alive(stub) and len(_group(guard)) == 3  # guard, "server", "stub"
+        autotune.kill()
+        autotune.wait()
+        deadline = time.monotonic() + 5
+        while _group(guard) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _group(guard) == [], "a process of the server's group outlived autotune"
+    finally:
+        for pid in _group(guard):
+            os.kill(pid, 9)
+
+
+def test_the_guard_passes_on_a_graceful_stop_and_the_exit_code() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.guard", str(os.getpid()), "--", "sh", "-c",
+                             "trap 'exit 7' TERM; sleep 60 & wait"], start_new_session=True)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGTERM)  # what the launcher's stop does
+    assert proc.wait(10) == 7
+    crashed = subprocess.run([sys.executable, "-m", "autotune.guard", str(os.getpid()), "--", "sh", "-c",
+                              "kill -9 $$"], timeout=10)
+    assert crashed.returncode == 128 + 9
+    assert subprocess.run([sys.executable, "-m", "autotune.guard", "x"], capture_output=True).returncode == 2

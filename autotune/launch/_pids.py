@@ -3,7 +3,7 @@
 Each started server gets a small JSON file ``<pid>.json`` naming its owner (the autotune
 process, as a :class:`~autotune.processes.Owner`) and its command. :func:`reap` ends the
 servers whose owner is gone and whose command line still matches (so a reused pid is never
-hit). On Linux a server dies with its owner anyway (:func:`autotune.processes.die_with_parent`);
+hit). On Linux a server dies with its owner anyway (:mod:`autotune.guard`);
 the records are for the rest, and for servers started by older versions.
 """
 

@@ -8,11 +8,11 @@ interpreter's ``bin`` so the python backend stub finds the packages of this envi
 
 The server runs in its own process group; teardown is SIGTERM to the group, then SIGKILL,
 and always happens (exceptions, Ctrl-C) because :meth:`Launcher.serve` is a context manager.
-On Linux the server also gets SIGKILL when the thread that started it ends, so even ``kill
--9`` of the tuner leaves no server running (:func:`autotune.processes.die_with_parent`):
-start servers from a thread that outlives them (the tuner starts them all from its main
-thread). Every started server is also recorded in a pid file, so a later start reaps what
-the rest of its process group left.
+On Linux the whole process group (tritonserver and its python backend stubs) also gets
+SIGKILL when the thread that started it ends, so even ``kill -9`` of the tuner leaves nothing
+running (:mod:`autotune.guard`): start servers from a thread that outlives them (the tuner
+starts them all from its main thread). Every started server is also recorded in a pid file,
+so a later start reaps what a killed run left where the kernel cannot do it.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from pathlib import Path
 from autotune.errors import LaunchError
 from autotune.launch import _pids
 from autotune.launch._base import READY_TIMEOUT_S, Launcher, Server, Started
-from autotune.processes import die_with_parent
 from autotune.settings import LocalOptions
 
 STOP_TIMEOUT_S = 15.0
+GUARD = (sys.executable, "-m", "autotune.guard")  # see autotune/guard.py
 
 
 @dataclass(frozen=True)
@@ -172,8 +172,11 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
     def _spawn(
         self, repository: Path, log_path: Path, http_port: int, grpc_port: int
     ) -> subprocess.Popen[bytes]:
+        """tritonserver under its guard (:mod:`autotune.guard`), which leads the new process group
+        and takes the whole group down if this process dies."""
         inst = self.installation
         args = [
+            *GUARD, str(os.getpid()), "--",
             str(inst.binary),
             f"--model-repository={repository}",
             f"--backend-directory={inst.backend_dir}",
@@ -196,13 +199,11 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
                     stdin=subprocess.DEVNULL,
                     env=self._environment(),
                     start_new_session=True,
-                    # prctl and getppid only: nothing that takes a lock between fork and exec
-                    preexec_fn=die_with_parent(os.getpid()),
                 )
             except OSError as exc:
                 raise LaunchError(f"cannot start {inst.binary}: {exc}") from exc
         try:
-            _pids.remember(self._pid_dir, proc.pid, str(inst.binary))
+            _pids.remember(self._pid_dir, proc.pid, " ".join(GUARD))
         except BaseException:
             stop_process(proc)
             raise
