@@ -318,15 +318,20 @@ class Peers:
     models: Path  # a repository of freshly built example models
     server_wrapper: Path
     pa_wrapper: Path
-    autotune_src: Path | None  # a snapshot of HEAD, or None: the working tree
+    # which autotune runs: "" -> a snapshot of HEAD (None: the working tree); with --autotune-revs,
+    # each revision -> its snapshot, run side by side
+    autotune_srcs: dict[str, Path | None]
 
 
-def install(work: Path, models: Sequence[str], worktree: bool) -> Peers:
+def install(work: Path, models: Sequence[str], worktree: bool, revisions: Sequence[str] = ()) -> Peers:
     pa = _tools.ensure_perf_analyzer()
     server = _tools.find_tritonserver()
+    srcs: dict[str, Path | None] = {rev: autotune_snapshot(work, rev) for rev in revisions}
+    if not srcs:
+        srcs[""] = None if worktree else autotune_snapshot(work)
     return Peers(pa, _tools.ensure_model_analyzer(), server, _tools.example_models(models),
                  server.wrapper(work / "bin" / "tritonserver"), pa.wrapper(work / "bin" / "perf_analyzer"),
-                 None if worktree else autotune_snapshot(work))
+                 srcs)
 
 
 def ma_bounds(space: SearchSpace) -> dict[str, int]:
@@ -471,14 +476,14 @@ def _last_error(log: Path) -> str:
 # ---------------------------------------------------------------- autotune
 
 
-def autotune_snapshot(work: Path) -> Path:
-    """autotune as committed (HEAD), unpacked under ``work``: what the benchmark runs, so that
-    edits made to the working tree meanwhile cannot disturb an hour-long run; the folder to put
-    first on PYTHONPATH. (The packaged templates/ and search_spaces/ go inside the package, as
-    pyproject.toml maps them.)"""
-    src = work / "autotune-src"
+def autotune_snapshot(work: Path, rev: str = "HEAD") -> Path:
+    """autotune as committed (HEAD, or ``rev``), unpacked under ``work``: what the benchmark runs,
+    so that edits made to the working tree meanwhile cannot disturb an hour-long run; the folder
+    to put first on PYTHONPATH. (The packaged templates/ and search_spaces/ go inside the
+    package, as pyproject.toml maps them.)"""
+    src = work / ("autotune-src" if rev == "HEAD" else f"autotune-src-{rev}")
     shutil.rmtree(src, ignore_errors=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "HEAD", "autotune",
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, "autotune",
                               "templates", "search_spaces"], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(src)  # our own repository's archive
@@ -488,7 +493,7 @@ def autotune_snapshot(work: Path) -> Path:
 
 
 def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: Budget, space_file: Path,
-                 monitor: LoadMonitor, tool: str = "autotune") -> ToolRun:
+                 monitor: LoadMonitor, tool: str = "autotune", src: Path | None = None) -> ToolRun:
     repo, reports = folder / "repo", folder / "reports"
     _tools.copy_model(peers.models, model, repo)
     cmd = [sys.executable, "-m", "autotune.cli", "run", "--model", model, "--model-repository", str(repo),
@@ -497,8 +502,8 @@ def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: 
     _tools.log(f"{model}: {shlex.join(cmd[1:])} (log {folder / 'autotune.log'})")
     start = time.monotonic()
     env = _plain_terminal()
-    if peers.autotune_src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(peers.autotune_src), env.get("PYTHONPATH", "")])
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")])
     status, wall, _ = supervise(cmd, folder, folder / "autotune.log", 3600.0, env=env)
     load = monitor.between(start, time.monotonic())
     run_dirs = sorted((reports / model).glob("*/run.json"))
@@ -632,8 +637,38 @@ def table(model: str, sla_ms: float, runs: Sequence[ToolRun], measured: Sequence
     lines = [head, cols, "-" * len(cols)]
     for run in runs:
         lines.append(_row(run, by_tool.get(run.tool)))
-    lines += [""] + ratios(runs, by_tool) + [""] + [f"  {r.tool}: {r.note}" for r in runs if r.note]
+    lines += ["", *ratios(runs, by_tool), *revisions(runs, by_tool)]
+    lines += [""] + [f"  {r.tool}: {r.note}" for r in runs if r.note]
     return "\n".join(lines)
+
+
+def revisions(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> list[str]:
+    """With --autotune-revs: each revision's runs side by side (goodputs, SLA met, wall times),
+    and each revision's median goodput and wall time against the first revision's."""
+    revs = list(dict.fromkeys(r.tool.split(" ")[0] for r in runs if r.tool.startswith("autotune@")))
+    if not revs:
+        return []
+
+    def of(rev: str) -> list[ToolRun]:
+        return [r for r in runs if r.tool.split(" ")[0] == rev]
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values) if values else 0.0
+
+    out, base = [""], None
+    for rev in revs:
+        mine = of(rev)
+        goodputs = [_goodput(by_tool.get(r.tool)) for r in mine]
+        met = [f"{m.met}/{len(m.points)}" if (m := by_tool.get(r.tool)) and m.points else "-" for r in mine]
+        walls = [r.wall_s for r in mine]
+        line = (f"{rev:<22} goodput {' '.join(f'{g:.1f}' if g else 'MISS' for g in goodputs)} (median "
+                f"{med(goodputs):.1f}), met {' '.join(met)}, wall {' '.join(f'{w:.0f}s' for w in walls)}")
+        if base is None:
+            base = (med(goodputs), med(walls))
+        elif base[0] and base[1]:
+            line += f"; median goodput {med(goodputs) / base[0]:.2f}x, wall {med(walls) / base[1]:.2f}x"
+        out.append(line)
+    return out
 
 
 def _row(run: ToolRun, m: Remeasured | None) -> str:
@@ -713,11 +748,13 @@ def bench_model(model: str, sla_ms: float, modes: Sequence[str], work: Path, pee
     runs = [once(work / model / f"ma-{mode}", partial(run_model_analyzer, model, sla_ms, mode, peers=peers,
                                                     budget=budget, space=space, monitor=monitor))
             for mode in modes]
-    for i in range(autotune_runs):  # the second run: do two runs agree?
-        tool = "autotune" if i == 0 else f"autotune #{i + 1}"
-        ours = partial(run_autotune, model, sla_ms, peers=peers, budget=budget, space_file=space_file,
-                       monitor=monitor, tool=tool)
-        runs.append(once(work / model / _slug(tool).replace("#", ""), ours))
+    for i in range(autotune_runs):  # the second run: do two runs agree? (revisions alternate)
+        for rev, src in peers.autotune_srcs.items():
+            tool = f"autotune@{rev}" if rev else "autotune"
+            tool += f" #{i + 1}" if i else ""
+            ours = partial(run_autotune, model, sla_ms, peers=peers, budget=budget, space_file=space_file,
+                           monitor=monitor, tool=tool, src=src)
+            runs.append(once(work / model / _slug(tool).replace("#", "").replace("@", "-"), ours))
     start = time.monotonic()
     measured = remeasure(runs, sla_ms, work, peers, budget)
     text = table(model, sla_ms, runs, measured, budget)
@@ -752,6 +789,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--smoke", action="store_true", help="tiny budgets: checks the plumbing in minutes")
     parser.add_argument("--wait-quiet-s", type=float, default=0.0,
                         help=f"first wait up to this long for the 1-minute load to fall below {QUIET_LOAD}")
+    parser.add_argument("--autotune-revs", nargs="+", default=[], metavar="REV",
+                        help="git revisions of autotune to run side by side (alternating, --autotune-runs "
+                        "times each; e.g. an old commit and HEAD) instead of one")
     parser.add_argument("--worktree", action="store_true",
                         help="run autotune from the working tree (default: a snapshot of HEAD)")
     parser.add_argument("--work", type=Path, help="work folder, kept; tools that finished in it before "
@@ -785,7 +825,7 @@ def _terminated(signum: int, frame: object) -> None:
 
 def _bench(args: argparse.Namespace, models: Sequence[str], slas: dict[str, float], budget: Budget,
            work: Path) -> int:
-    peers = install(work, models, args.worktree)
+    peers = install(work, models, args.worktree, args.autotune_revs)
     space_file = work / "space.yaml"
     space_file.write_text(yaml.safe_dump(budget.space, sort_keys=False), encoding="utf-8")
     load_before = wait_quiet(args.wait_quiet_s) if args.wait_quiet_s > 0 else load1()
@@ -810,7 +850,9 @@ def _header(args: argparse.Namespace, load_before: float) -> str:
     git = ["git", "-C", str(ROOT)]
     rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          check=False).stdout.strip()
-    if args.worktree:
+    if args.autotune_revs:
+        rev = "revisions " + " ".join(args.autotune_revs)
+    elif args.worktree:
         dirty = subprocess.run([*git, "status", "--porcelain", "--", "autotune"], capture_output=True,
                                text=True, check=False).stdout.strip()
         rev += " working tree" + (" with uncommitted changes" if dirty else "")
