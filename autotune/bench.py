@@ -23,6 +23,7 @@ from typing import Any
 
 from autotune.errors import UsageError
 from autotune.measure import WARNING_TEXT, Point
+from autotune.settings import Workload, add_workload_arguments, workload_from_args
 
 EPILOG = """examples:
   autotune bench --model bertQA --concurrency 1:16:3
@@ -42,7 +43,9 @@ COLUMNS = (
 
 def add_parser(sub: Any) -> None:
     bench = sub.add_parser(
-        "bench", help="measure a running Triton server (like perf_analyzer)", epilog=EPILOG,
+        "bench",
+        help="measure a running Triton server (like perf_analyzer)",
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Measure throughput and latency of one model on a running Triton server, "
         "level by level, closed loop (--concurrency) or open loop (--request-rate).",
@@ -50,30 +53,45 @@ def add_parser(sub: Any) -> None:
     bench.add_argument("--model", required=True, help="the model's name on the server")
     bench.add_argument("--url", default="127.0.0.1:8000", help="HOST:HTTP_PORT (default 127.0.0.1:8000)")
     bench.add_argument("--grpc-url", default="", help="HOST:GRPC_PORT (default: the HTTP host, port + 1)")
-    bench.add_argument("--protocol", choices=("http", "grpc"), default="http",
-                       help="http (default, as perf_analyzer) or grpc; at saturation the two can "
-                            "differ, see docs/loadgen.md")
+    bench.add_argument(
+        "--protocol",
+        choices=("http", "grpc"),
+        default="http",
+        help="http (default, as perf_analyzer) or grpc; at saturation the two can "
+        "differ, see docs/loadgen.md",
+    )
     level = bench.add_mutually_exclusive_group()
     level.add_argument("--concurrency", help="N or START:END[:STEP] requests in flight (default 1)")
     level.add_argument("--request-rate", help="R or START:END[:STEP] requests per second (open loop)")
-    bench.add_argument("--distribution", choices=("constant", "poisson"), default="constant",
-                       help="open loop: gaps between sends (default constant)")
+    bench.add_argument(
+        "--distribution",
+        choices=("constant", "poisson"),
+        default="constant",
+        help="open loop: gaps between sends (default constant)",
+    )
     bench.add_argument("--seed", type=int, default=0, help="open loop: seed of the Poisson schedule")
-    bench.add_argument("--input-data", type=Path, help="perf_analyzer --input-data JSON (default: random)")
-    bench.add_argument("--shape", action="append", default=[], metavar="NAME:D1,D2",
-                       help="shape of a variable-sized input (repeatable)")
-    bench.add_argument("--batch-size", "-b", type=int, default=1, help="batch size of a request (default 1)")
     bench.add_argument("--window", type=float, default=2.0, help="measurement window in seconds (default 2)")
     bench.add_argument("--warmup", type=float, help="seconds discarded first (default: one window)")
-    bench.add_argument("--stability-percentage", type=float, default=10.0,
-                       help="windows agree within this %% of their mean (default 10)")
-    bench.add_argument("--max-windows", type=int, default=8,
-                       help="windows before giving up on stability (default 8)")
-    bench.add_argument("--percentile", type=int, choices=(50, 90, 95, 99), default=95,
-                       help="latency the stability rule watches (default 95)")
+    bench.add_argument(
+        "--stability-percentage",
+        type=float,
+        default=10.0,
+        help="windows agree within this %% of their mean (default 10)",
+    )
+    bench.add_argument(
+        "--max-windows", type=int, default=8, help="windows before giving up on stability (default 8)"
+    )
+    bench.add_argument(
+        "--percentile",
+        type=int,
+        choices=(50, 90, 95, 99),
+        default=95,
+        help="latency the stability rule watches (default 95)",
+    )
     bench.add_argument("--workers", type=int, default=1, help="load generator processes (default 1)")
     bench.add_argument("--csv", type=Path, help="write the levels as CSV here")
     bench.add_argument("--json", type=Path, help="write the levels as JSON here")
+    add_workload_arguments(bench)
     bench.set_defaults(handler=run)
 
 
@@ -88,9 +106,7 @@ class BenchSettings:
     levels: tuple[float, ...]
     distribution: str
     seed: int
-    input_data: Path | None
-    shapes: dict[str, tuple[int, ...]]
-    batch_size: int
+    workload: Workload
     window_s: float
     warmup_s: float
     tolerance: float
@@ -111,7 +127,6 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         mode, levels = "request_rate", _levels(args.request_rate, "--request-rate", float)
     else:
         mode, levels = "concurrency", _levels(args.concurrency or "1", "--concurrency", int)
-    _positive(args.batch_size, "--batch-size")
     _positive(args.window, "--window")
     _positive(args.stability_percentage, "--stability-percentage")
     _positive(args.workers, "--workers")
@@ -119,12 +134,10 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         raise UsageError(f"--max-windows must be >= 3 (stability needs 3 windows), got {args.max_windows}")
     if args.warmup is not None and args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
-    if args.input_data is not None and not args.input_data.is_file():
-        raise UsageError(f"--input-data: no such file {args.input_data}")
     return BenchSettings(
         model=args.model, host=host, http_port=http_port, grpc_port=grpc_port, protocol=args.protocol,
-        mode=mode, levels=levels, distribution=args.distribution, seed=args.seed, input_data=args.input_data,
-        shapes=dict(_shape(text) for text in args.shape), batch_size=args.batch_size,
+        mode=mode, levels=levels, distribution=args.distribution, seed=args.seed,
+        workload=workload_from_args(args),
         window_s=args.window, warmup_s=args.window if args.warmup is None else args.warmup,
         tolerance=args.stability_percentage / 100.0, max_windows=args.max_windows,
         percentile=args.percentile, workers=args.workers, csv=args.csv, json=args.json,
@@ -138,11 +151,17 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     err = Console(stderr=True, highlight=False)
-    plan = WindowPlan(window_s=settings.window_s, warmup_s=settings.warmup_s, tolerance=settings.tolerance,
-                      max_windows=settings.max_windows, percentile=settings.percentile)
+    plan = WindowPlan(
+        window_s=settings.window_s,
+        warmup_s=settings.warmup_s,
+        tolerance=settings.tolerance,
+        max_windows=settings.max_windows,
+        percentile=settings.percentile,
+    )
     gen = LoadGenerator.connect(
         settings.host, settings.http_port, settings.grpc_port, settings.model, protocol=settings.protocol,
-        plan=plan, batch_size=settings.batch_size, input_data=settings.input_data, shapes=settings.shapes,
+        plan=plan, batch_size=settings.workload.batch_size, input_data=settings.workload.input_data,
+        shapes=settings.workload.shape_map,
         workers=settings.workers, seed=settings.seed,
     )  # fmt: skip
     points = []
@@ -195,7 +214,8 @@ def write_json(path: Path, settings: BenchSettings, points: Sequence[Point]) -> 
     doc = {
         "model": settings.model, "protocol": settings.protocol, "mode": settings.mode,
         "distribution": settings.distribution if settings.mode == "request_rate" else None,
-        "batch_size": settings.batch_size, "workers": settings.workers,
+        "batch_size": settings.workload.batch_size, "input_data": settings.workload.input_data,
+        "shapes": settings.workload.to_json()["shapes"], "workers": settings.workers,
         "window_s": settings.window_s, "stability_percentage": settings.tolerance * 100,
         "max_windows": settings.max_windows, "percentile": settings.percentile,
         "levels": rows(points), "points": [p.to_dict() for p in points],
@@ -220,10 +240,22 @@ def render_table(settings: BenchSettings, points: Sequence[Point]) -> Any:
     from rich.table import Table
 
     open_loop = settings.mode == "request_rate"
-    title = f"{settings.model} over {settings.protocol}, batch {settings.batch_size}"
+    title = f"{settings.model} over {settings.protocol}, {settings.workload.label}"
     table = Table(title=title)
-    headers = ["req/s asked" if open_loop else "concurrency", "infer/s", "avg ms", "p50 ms", "p90 ms",
-               "p95 ms", "p99 ms", "queue us", "c.input us", "c.infer us", "c.output us", "avg batch"]
+    headers = [
+        "req/s asked" if open_loop else "concurrency",
+        "infer/s",
+        "avg ms",
+        "p50 ms",
+        "p90 ms",
+        "p95 ms",
+        "p99 ms",
+        "queue us",
+        "c.input us",
+        "c.infer us",
+        "c.output us",
+        "avg batch",
+    ]
     headers += ["sent/s", "late p99 ms"] if open_loop else []
     for header in [*headers, "warnings"]:
         table.add_column(header, justify="left" if header == "warnings" else "right")
@@ -231,8 +263,15 @@ def render_table(settings: BenchSettings, points: Sequence[Point]) -> Any:
         level = f"{row['request_rate']:g}" if open_loop else str(row["concurrency"])
         cells = [level, f"{row['throughput']:.1f}"]
         cells += [f"{row[k]:.2f}" for k in ("avg_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms")]
-        cells += [f"{row[k]:.0f}" for k in ("server_queue_us", "server_compute_input_us",
-                                           "server_compute_infer_us", "server_compute_output_us")]
+        cells += [
+            f"{row[k]:.0f}"
+            for k in (
+                "server_queue_us",
+                "server_compute_input_us",
+                "server_compute_infer_us",
+                "server_compute_output_us",
+            )
+        ]
         cells.append(f"{row['avg_batch']:.2f}")
         cells += [f"{row['send_rate']:.1f}", f"{row['send_late_p99_ms']:.2f}"] if open_loop else []
         table.add_row(*cells, row["warnings"])
@@ -242,8 +281,10 @@ def render_table(settings: BenchSettings, points: Sequence[Point]) -> Any:
 def _progress_line(p: Point) -> str:
     level = f"rate {p.request_rate:g}/s" if p.request_rate else f"concurrency {p.concurrency}"
     flags = f" [yellow]({', '.join(p.warnings)})[/]" if p.warnings else ""
-    return (f"{level}: {p.throughput:.1f} infer/s, p50 {p.p50_ms:.2f} ms, p95 {p.p95_ms:.2f} ms, "
-            f"p99 {p.p99_ms:.2f} ms{flags}")
+    return (
+        f"{level}: {p.throughput:.1f} infer/s, p50 {p.p50_ms:.2f} ms, p95 {p.p95_ms:.2f} ms, "
+        f"p99 {p.p99_ms:.2f} ms{flags}"
+    )
 
 
 # ---------------------------------------------------------------- parsing
@@ -274,17 +315,6 @@ def _levels(text: str, flag: str, kind: type[int] | type[float]) -> tuple[float,
     if count > 1000:
         raise UsageError(f"{flag}: {count} levels is too many")
     return tuple(kind(start + i * step) for i in range(count))
-
-
-def _shape(text: str) -> tuple[str, tuple[int, ...]]:
-    name, _, dims = text.rpartition(":")
-    try:
-        shape = tuple(int(d) for d in dims.split(","))
-    except ValueError:
-        shape = ()
-    if not name or not shape or any(d <= 0 for d in shape):
-        raise UsageError(f"--shape must be NAME:D1,D2,... with positive dims, got {text!r}")
-    return name, shape
 
 
 def _positive(value: float, flag: str) -> None:

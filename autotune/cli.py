@@ -20,7 +20,9 @@ from autotune.settings import (
     LocalOptions,
     RemoteOptions,
     RunSettings,
+    add_workload_arguments,
     parse_duration,
+    workload_from_args,
 )
 
 # what counts as progress, and as a finalist worth verifying ("%%": argparse formats help text)
@@ -154,6 +156,7 @@ def _add_run(sub: Any) -> None:
         help="measurement window in seconds while searching; finalists are verified with "
         "windows twice as long (default 0.5)",
     )
+    add_workload_arguments(run)
     _add_launcher_options(run)
     run.set_defaults(handler=_run)
 
@@ -162,8 +165,11 @@ def _add_launcher_options(run: Any) -> None:
     """One group per launcher, as settings.Launch groups them (the run directory records the
     group in use, and `autotune apply` verifies on it)."""
     local = run.add_argument_group("--launcher local (a tritonserver process here)")
-    local.add_argument("--tritonserver", type=Path, help="the tritonserver binary (default: on PATH, "
-                       "else the nvidia-pytriton wheel's)")
+    local.add_argument(
+        "--tritonserver",
+        type=Path,
+        help="the tritonserver binary (default: on PATH, else the nvidia-pytriton wheel's)",
+    )
     docker = run.add_argument_group("--launcher docker (a container per trial)")
     docker.add_argument("--image", default=DockerOptions.image, help="Triton image (default %(default)s)")
     docker.add_argument("--gpus", default="", help="'all' or GPU ids like 0,1 (default: none)")
@@ -245,6 +251,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         time_budget_s=budget,
         patience=args.patience,
         launch=launch,
+        workload=workload_from_args(args),
         write_back=args.write_back,
         reports_dir=args.reports_dir,
         run_dir=args.resume,
@@ -268,17 +275,23 @@ def _run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if settings.run_dir is None and not args.fresh:
         s = settings
-        unfinished = find_unfinished(s.reports_dir, s.model, s.repository, s.sla, s.launch, s.protocol)
+        unfinished = find_unfinished(
+            s.reports_dir, s.model, s.repository, s.sla, s.launch, s.protocol, s.workload
+        )
         if unfinished is not None:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             settings = replace(settings, run_dir=unfinished)
     prep = tuner.prepare(settings, gpu_available=gpu_available())
+    count = len(prep.data.entries) if prep.data else 1
+    entries = f" ({count} entries, sent in turn)" if count > 1 else ""
+    print(f"workload: {settings.workload.label}{entries}", file=sys.stderr)
     events = RichEvents(settings.sla.percentile)
     try:
         with events:
             outcome = tuner.tune(prep, events)
     except KeyboardInterrupt:
-        where = f" --resume {events.run_dir}" if events.run_dir else ""
+        where = f" {settings.workload.flags}" if settings.workload.flags else ""
+        where += f" --resume {events.run_dir}" if events.run_dir else ""
         print(
             f"\ninterrupted: servers stopped, finished trials kept; continue with: autotune run "
             f"--model {settings.model} --sla-p{settings.sla.percentile}-ms {settings.sla.limit_ms:g}{where}",
@@ -329,8 +342,9 @@ def _clean(args: argparse.Namespace) -> int:
     from autotune.launch import reap_leftovers
 
     servers, containers = reap_leftovers()
-    print(f"stopped {len(servers)} server process(es) and {len(containers)} container(s) "
-          "left by earlier runs")
+    print(
+        f"stopped {len(servers)} server process(es) and {len(containers)} container(s) left by earlier runs"
+    )
     return 0
 
 
@@ -350,8 +364,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug of ours: one line and where to look, not a traceback
         if debug:
             raise
-        print(f"autotune: internal error: {type(exc).__name__}: {exc} (--debug shows the traceback)",
-              file=sys.stderr)
+        print(
+            f"autotune: internal error: {type(exc).__name__}: {exc} (--debug shows the traceback)",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print(

@@ -9,7 +9,9 @@ optuna, OS) are translated where they enter, with ``raise ... from exc``.
     ├── UsageError                 exit 2   bad input: nothing was written
     │   ├── ModelNotFoundError              unknown model / missing repository
     │   ├── ConfigError                     malformed or invalid config.pbtxt
-    │   └── SearchSpaceError                malformed search space file
+    │   ├── SearchSpaceError                malformed search space file
+    │   └── WorkloadError                   the model answered the input data with an error
+    │                                       (the preflight; the run stops before measuring)
     ├── LaunchError                exit 3   a server could not be started or reached
     │   ├── ServerExitedError               tritonserver/container exited early
     │   ├── ModelNotReadyError              the model never became ready
@@ -53,6 +55,12 @@ class ConfigError(UsageError):
 
 class SearchSpaceError(UsageError):
     hint = "see search_spaces/README.md for the format"
+
+
+class WorkloadError(UsageError):
+    """The model answered the workload's data with an error before anything was measured."""
+
+    hint = "check --input-data, --shape and --batch-size against the model's inputs"
 
 
 class LaunchError(AutotuneError):

@@ -28,6 +28,11 @@ TRT_PLATFORMS = frozenset({"onnxruntime_onnx", "tensorflow_savedmodel", "tensorf
 KINDS = {"KIND_CPU": mc.ModelInstanceGroup.KIND_CPU, "KIND_GPU": mc.ModelInstanceGroup.KIND_GPU}
 
 
+def data_type_name(value: int) -> str:
+    """A tensor's data type as config.pbtxt spells it (``TYPE_FP32``)."""
+    return str(mc.DataType.Name(value))  # type: ignore[arg-type]
+
+
 def model_dir(repository: Path, model: str) -> Path:
     """The model's directory, or a ModelNotFoundError that says what is there."""
     if not repository.is_dir():

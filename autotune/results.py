@@ -124,6 +124,7 @@ class RunInfo:
     winner_config: str = ""  # config.pbtxt text of the winner
     winner_diff: str = ""
     verifications: tuple[Verification, ...] = ()
+    workload: str = ""  # what each request carried, one line (settings.Workload.label)
 
 
 @dataclass(frozen=True)

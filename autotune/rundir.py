@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import socket
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from autotune.files import write_text_atomic
 from autotune.objective import Sla
 from autotune.processes import Owner
 from autotune.results import RunInfo, Verification
-from autotune.settings import Launch
+from autotune.settings import Launch, Workload
 
 RUN_FILE = "run.json"
 WINNER_CONFIG = "winner.pbtxt"
@@ -49,17 +49,32 @@ class RunRecord:
     finished: str = ""
     winner: int | None = None  # trial number
     verifications: tuple[Verification, ...] = ()
+    workload: Workload = field(default_factory=Workload)  # what each request carried
 
-    def differences(self, model: str, repository: Path, sla: Sla, launch: Launch, protocol: str) -> list[str]:
+    def differences(
+        self,
+        model: str,
+        repository: Path,
+        sla: Sla,
+        launch: Launch,
+        protocol: str,
+        workload: Workload | None = None,
+    ) -> list[str]:
         """What a command would change of this run if it continued it (nothing may change: the
         trials measured so far would not compare with the next ones), as "what: was -> now"."""
+        workload = workload or Workload()
         pairs = [
             ("model", self.model, model),
             ("repository", str(self.repository), str(repository.resolve())),
             ("SLA", self.sla.label, sla.label),
             ("launcher", self.launch.to_json(), launch.to_json()),
             ("protocol", self.protocol, protocol),
+            ("workload", self.workload.label, workload.label),
         ]
+        if (
+            self.workload != workload and self.workload.label == workload.label
+        ):  # a file of that name elsewhere
+            pairs.append(("workload", self.workload.to_json(), workload.to_json()))
         return [f"{what}: {was} -> {now}" for what, was, now in pairs if was != now]
 
     def running_elsewhere(self) -> bool:
@@ -78,6 +93,7 @@ class RunRecord:
             "sla": {"percentile": self.sla.percentile, "limit_ms": self.sla.limit_ms},
             "launcher": self.launch.to_json(),
             "protocol": self.protocol,
+            "workload": self.workload.to_json(),
             "study_name": self.study_name,
             "storage": self.storage,
             "original_config": self.original_config,
@@ -102,6 +118,7 @@ class RunRecord:
             sla=Sla(int(sla["percentile"]), float(sla["limit_ms"])),
             launch=Launch.from_json(data.get("launcher") or "local"),
             protocol=str(data.get("protocol", "http")),
+            workload=Workload.from_json(data.get("workload")),
             study_name=str(data["study_name"]),
             storage=data.get("storage"),
             original_config=str(data["original_config"]),
@@ -161,9 +178,7 @@ class RunDir:
         else the recorded one, else the SQLite file in this directory."""
         url = storage or self.record.storage
         if url and "***" in url:
-            raise UsageError(
-                f"{self.path}: the study lives in {url}; give --storage with the password"
-            )
+            raise UsageError(f"{self.path}: the study lives in {url}; give --storage with the password")
         return url or f"sqlite:///{(self.path / 'study.db').resolve()}"
 
     def info(self) -> RunInfo:
@@ -184,14 +199,22 @@ class RunDir:
             winner_config=winner_config.read_text(encoding="utf-8") if chosen else "",
             winner_diff=diff.read_text(encoding="utf-8") if chosen and diff.is_file() else "",
             verifications=r.verifications,
+            workload=r.workload.label,
         )
 
 
 def find_unfinished(
-    reports_dir: Path, model: str, repository: Path, sla: Sla, launch: Launch, protocol: str
+    reports_dir: Path,
+    model: str,
+    repository: Path,
+    sla: Sla,
+    launch: Launch,
+    protocol: str,
+    workload: Workload | None = None,
 ) -> Path | None:
     """The newest run that stopped before finishing and that this command would continue
-    unchanged (model, repository, SLA, launcher, protocol); runs it cannot read are skipped."""
+    unchanged (model, repository, SLA, launcher, protocol, workload); runs it cannot read are
+    skipped."""
     folder = reports_dir / model
     for run_file in sorted(folder.glob(f"*/{RUN_FILE}"), reverse=True) if folder.is_dir() else []:
         try:
@@ -199,6 +222,6 @@ def find_unfinished(
         except UsageError:
             continue
         stopped = not record.finished and not record.running_elsewhere()
-        if stopped and not record.differences(model, repository, sla, launch, protocol):
+        if stopped and not record.differences(model, repository, sla, launch, protocol, workload):
             return run_file.parent
     return None

@@ -114,11 +114,16 @@ class SearchSpace:
             trt_fp16=_with(self.trt_fp16, params.get("trt_fp16")),
         )
 
-    def restricted(self, *, batching: bool, gpu: bool, tensorrt: bool) -> SearchSpace:
-        """Drop choices the model or machine cannot take (no batching, no GPU, no TensorRT)."""
+    def restricted(self, *, batching: bool, gpu: bool, tensorrt: bool, min_batch: int = 1) -> SearchSpace:
+        """Drop choices the model, the machine or the workload cannot take (no batching, no GPU,
+        no TensorRT, a max_batch_size below the requests' batch size)."""
         space = self
         if not batching:
             space = replace(space, max_batch_size=(0,), dynamic_batching=(False,))
+        elif min_batch > 1:
+            space = replace(
+                space, max_batch_size=tuple(m for m in space.max_batch_size if m >= min_batch) or (min_batch,)
+            )
         if not gpu:
             space = replace(space, kind=("KIND_CPU",))
         if not tensorrt:

@@ -8,6 +8,7 @@ apply`` verifies the written config on the same kind of server.
 
 from __future__ import annotations
 
+import argparse
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -90,6 +91,125 @@ class Launch:
         return cls("local", local=LocalOptions(Path(path) if path else None))
 
 
+INPUT_KINDS = ("random", "zero")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What each request carries, as perf_analyzer's ``--input-data``, ``--shape`` and ``-b``:
+    ``input_data`` is ``random``, ``zero``, a JSON file (perf_analyzer's format; its entries are
+    sent in turn) or a directory (one file per input); ``shapes`` fix variable dimensions
+    (without the batch dimension); each request carries ``batch_size`` samples."""
+
+    input_data: str = "random"
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    batch_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be >= 1, got {self.batch_size}")
+        names = [name for name, _ in self.shapes]
+        if len(set(names)) != len(names):
+            raise UsageError(f"--shape given twice for one input: {', '.join(names)}")
+
+    @property
+    def path(self) -> Path | None:
+        """The data's file or directory; None for random or zero data."""
+        return None if self.input_data in INPUT_KINDS else Path(self.input_data)
+
+    @property
+    def shape_map(self) -> dict[str, tuple[int, ...]]:
+        return dict(self.shapes)
+
+    @property
+    def label(self) -> str:
+        """One line for people: ``input.json, batch 2, INPUT0:16``."""
+        path = self.path
+        parts = [path.name if path else f"{self.input_data} data"]
+        if self.batch_size > 1:
+            parts.append(f"batch {self.batch_size}")
+        parts += [f"{name}:{','.join(map(str, dims))}" for name, dims in self.shapes]
+        return ", ".join(parts)
+
+    @property
+    def flags(self) -> str:
+        """The command-line flags that give this workload ("" for the default)."""
+        parts = [] if self.input_data == "random" else [f"--input-data {self.input_data}"]
+        parts += [f"--shape {name}:{','.join(map(str, dims))}" for name, dims in self.shapes]
+        parts += [f"--batch-size {self.batch_size}"] if self.batch_size > 1 else []
+        return " ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "input_data": self.input_data,
+            "shapes": {n: list(d) for n, d in self.shapes},
+            "batch_size": self.batch_size,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Workload:
+        """Read :meth:`to_json` back; a run directory made before workloads were recorded: random data."""
+        if not data:
+            return cls()
+        shapes = tuple(
+            (str(n), tuple(int(d) for d in dims)) for n, dims in dict(data.get("shapes", {})).items()
+        )
+        return cls(str(data.get("input_data", "random")), shapes, int(data.get("batch_size", 1)))
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME:D1,D2,...`` (perf_analyzer's ``--shape``) -> (name, dims)."""
+    name, _, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        shape = ()
+    if not name or not shape or any(d <= 0 for d in shape):
+        raise UsageError(f"--shape must be NAME:D1,D2,... with positive dims, got {text!r}")
+    return name, shape
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workload flags, the same for ``autotune run`` and ``autotune bench``."""
+    group = parser.add_argument_group(
+        "workload", "what each request carries, as perf_analyzer's --input-data, --shape and -b"
+    )
+    group.add_argument(
+        "--input-data",
+        default="random",
+        metavar="random|zero|PATH",
+        help='random (default) or zero data, a JSON file in perf_analyzer\'s format ({"data": [...]}: '
+        'plain values, {"content", "shape"} or {"b64"}; its entries are sent in turn, one '
+        "per request), or a directory with one binary file per input",
+    )
+    group.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D1,D2",
+        help="dimensions of a variable-sized input, without the batch dimension (repeatable)",
+    )
+    group.add_argument(
+        "--batch-size",
+        "-b",
+        type=int,
+        default=1,
+        help="samples per request (default 1); throughput counts inferences, "
+        "latency is per request, as perf_analyzer counts them",
+    )
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    """The workload flags checked (the data's path must exist; it is recorded absolute)."""
+    data = str(args.input_data)
+    if data not in INPUT_KINDS:
+        path = Path(data)
+        if not path.is_file() and not path.is_dir():
+            raise UsageError(f"--input-data: no such file or directory: {path}")
+        data = str(path.resolve())
+    return Workload(data, tuple(parse_shape(t) for t in args.shape), int(args.batch_size))
+
+
 @dataclass(frozen=True)
 class RunSettings:
     model: str
@@ -103,6 +223,7 @@ class RunSettings:
     # (and runs of 11 or more configs twice as often) for under 1% of goodput, inside the noise.
     patience: int = 4
     launch: Launch = field(default_factory=Launch)
+    workload: Workload = field(default_factory=Workload)
     write_back: bool = False
     reports_dir: Path = Path("reports")
     run_dir: Path | None = None  # set for --resume

@@ -30,11 +30,12 @@ from autotune.errors import (
     MeasurementError,
     ServerExitedError,
     UsageError,
+    WorkloadError,
 )
 from autotune.events import Events
 from autotune.files import file_digest, write_text_atomic
 from autotune.launch import Launcher, Server, failure_line, make_launcher, read_tail
-from autotune.loadgen import LoadGenerator
+from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, model_io, read_workload
 from autotune.measure import Measurement, Point, WindowPlan, find_goodput
 from autotune.objective import Sla
 from autotune.processes import Owner
@@ -58,6 +59,7 @@ class Prepared:
     model_dir: Path
     space: SearchSpace
     baseline: Candidate
+    data: WorkloadData | None  # the workload read and checked; None: the config declares no inputs
 
 
 def prepare(settings: RunSettings, gpu_available: bool = False) -> Prepared:
@@ -68,10 +70,16 @@ def prepare(settings: RunSettings, gpu_available: bool = False) -> Prepared:
     space = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
     baseline = mcfg.candidate_of(original)
     space = space.restricted(
-        batching=original.max_batch_size > 0, gpu=gpu_available, tensorrt=mcfg.supports_tensorrt(original)
+        batching=original.max_batch_size > 0,
+        gpu=gpu_available,
+        tensorrt=mcfg.supports_tensorrt(original),
+        min_batch=settings.workload.batch_size,
     ).including(baseline)
+    io = ModelIO.from_config(settings.model, original)  # None: it declares no inputs, the server will
+    data = None if io is None else read_workload(io, settings.workload, settings.seed or 0)  # read once
     _check_writable(settings.reports_dir if settings.run_dir is None else settings.run_dir)
-    return Prepared(settings, original, mcfg.model_dir(settings.repository, settings.model), space, baseline)
+    model_dir = mcfg.model_dir(settings.repository, settings.model)
+    return Prepared(settings, original, model_dir, space, baseline, data)
 
 
 def default_space_path() -> Path:
@@ -93,7 +101,7 @@ def _check_resumable(settings: RunSettings, run_dir: Path) -> None:
     run.study_url(settings.storage)  # a recorded URL whose password was hidden needs --storage
     record = run.record
     s = settings
-    changed = record.differences(s.model, s.repository, s.sla, s.launch, s.protocol)
+    changed = record.differences(s.model, s.repository, s.sla, s.launch, s.protocol, s.workload)
     if changed:
         raise UsageError(
             f"--resume {run_dir}: resume a run with the settings it started with ({'; '.join(changed)})"
@@ -119,13 +127,25 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     events.run_started(run.path, settings.max_trials, settings.time_budget_s)
     trials = _Trials(prep, launcher, run, events)
     try:
-        while _go_on(settings, results := study.results(), time.monotonic() - started):
-            trials.run(study, results)
+        try:
+            while _go_on(settings, results := study.results(), time.monotonic() - started):
+                trials.run(study, results)
+        except WorkloadError:
+            _forget_if_empty(prep, run, study)
+            raise
         stopping.check()
         run = _verify(prep, trials, run, study)
         return _finish(prep, run, study)  # written while the last server stops
     finally:
         launcher.drain()  # no server outlives the run
+
+
+def _forget_if_empty(prep: Prepared, run: RunDir, study: Study) -> None:
+    """A new run stopped by its data before it measured anything leaves nothing behind (its
+    study is in its own folder); a resumed run or a shared study keeps what it has."""
+    s = prep.settings
+    if s.run_dir is None and s.storage is None and not decide.finished(study.results()):
+        shutil.rmtree(run.path, ignore_errors=True)
 
 
 def _run_id() -> str:
@@ -148,6 +168,7 @@ def _open_run(prep: Prepared, path: Path) -> RunDir:
         sla=settings.sla,
         launch=settings.launch,
         protocol=settings.protocol,
+        workload=settings.workload,
         study_name=settings.study_name or f"{settings.model}-{path.name}",
         storage=redact(settings.storage) if settings.storage else None,
         original_config=mcfg.config_text(prep.original),
@@ -180,6 +201,8 @@ class _Trials:
     def __init__(self, prep: Prepared, launcher: Launcher[Any], run: RunDir, events: Events) -> None:
         self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run, events
         self.search_sla = _tightened(prep.settings.sla, prep.settings.margin)
+        self.data = prep.data
+        self.checked = False  # the preflight passed
 
     def run(self, study: Study, results: list[TrialResult]) -> None:
         """Ask one trial and tell its result; ``results``: every trial so far, this worker's or not."""
@@ -200,6 +223,9 @@ class _Trials:
         except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed
             tail = _tail(self.log(asked.number))
             return study.tell_failed(asked, _reason(exc, tail), tail, time.monotonic() - start)
+        except WorkloadError:  # the data, not the config: the run stops, the trial runs again
+            study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
+            raise
         except Exception as exc:  # a crash: recorded with its reason, never re-run; the run stops
             tail = _tail(self.log(asked.number))
             study.tell_failed(asked, _crash_reason(exc), tail, time.monotonic() - start)
@@ -212,11 +238,26 @@ class _Trials:
         return self.run_dir.log(f"trial-{number:03d}.log")
 
     def generator(self, server: Server, plan: WindowPlan) -> LoadGenerator:
+        """The load for this server; the first server that answers also gets the preflight: one
+        request of each distinct entry of the workload (a WorkloadError stops the run)."""
         settings = self.prep.settings
-        return LoadGenerator.connect(
+        if self.data is None:  # the config declares no inputs: the server's metadata says
+            try:
+                io = model_io(server.host, server.http_port, settings.model)
+                self.data = read_workload(io, settings.workload, settings.seed or 0)
+            except UsageError as exc:
+                raise WorkloadError(str(exc)) from exc
+        gen = LoadGenerator.connect(
             server.host, server.http_port, server.grpc_port, settings.model,
-            protocol=settings.protocol, plan=plan,
+            protocol=settings.protocol, plan=plan, data=self.data, check=self.checked,
         )  # fmt: skip
+        if not self.checked:
+            try:
+                gen.preflight(self.data)
+            except MeasurementError as exc:
+                raise WorkloadError(str(exc)) from exc
+            self.checked = True
+        return gen
 
     def measure(self, asked: Asked, start: int | None = None, beat: float = 0.0) -> Measurement:
         settings, space = self.prep.settings, self.prep.space

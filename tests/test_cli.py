@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,18 @@ BAD_RUNS = [
     (["--window", "0"], "--window must be > 0"),
     (["--protocol", "smtp"], "invalid choice"),
     (["--resume", "{tmp}"], "not a run directory"),
+    # the workload: checked against the inputs config.pbtxt declares, before anything starts
+    (["--input-data", "{tmp}/missing.json"], "--input-data: no such file or directory"),
+    (["--input-data", "{tmp}/malformed.json"], "not perf_analyzer input data"),
+    (["--input-data", "{tmp}/unknown_input.json"], "entry 1: model 'toy' has no input 'z'"),
+    (["--input-data", "{tmp}/missing_input.json"], "entry 0: no data for input 'x'"),
+    (["--input-data", "{tmp}/wrong_shape.json"], "input 'x': shape [8] does not fit the model's [16]"),
+    (["--input-data", "{tmp}/bad_b64.json"], "'b64' is not base64"),
+    (["--batch-size", "9"], "--batch-size 9 exceeds model 'toy''s max_batch_size 8"),
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--shape", "x:32"], "--shape x:32 does not fit the model's dims [16]"),
+    (["--shape", "nope:4"], "has no input 'nope'"),
+    (["--shape", "x"], "--shape must be NAME:D1,D2"),
 ]
 
 
@@ -40,6 +53,13 @@ def files(tmp_path: Path) -> Path:
     (tmp_path / "pref.yaml").write_text(
         "max_batch_size: [4]\ndynamic_batching:\n  preferred_batch_size: [16]\n"
     )
+    x = [0.5] * 16
+    (tmp_path / "malformed.json").write_text('{"data": [{"x": [1,')
+    (tmp_path / "unknown_input.json").write_text(json.dumps({"data": [{"x": x}, {"x": x, "z": [1]}]}))
+    (tmp_path / "missing_input.json").write_text(json.dumps({"data": [{}]}))
+    short = {"x": {"content": x[:8], "shape": [8]}}
+    (tmp_path / "wrong_shape.json").write_text(json.dumps({"data": [short]}))
+    (tmp_path / "bad_b64.json").write_text(json.dumps({"data": [{"x": {"b64": "not base64!"}}]}))
     return tmp_path
 
 
@@ -109,7 +129,8 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
         main(["run", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for words in ("--sla-p95-ms", "--write-back", "--time-budget", "--resume", "exit codes"):
+    for words in ("--sla-p95-ms", "--write-back", "--time-budget", "--resume", "exit codes", "--input-data",
+                  "--shape", "--batch-size", "perf_analyzer"):
         assert words in out
 
 

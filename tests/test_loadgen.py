@@ -32,7 +32,7 @@ from autotune.loadgen._windows import behind_schedule
 def test_exported_names() -> None:
     assert set(loadgen.__all__) == {
         "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Schedule",
-        "StatsSnapshot", "WindowPlan", "breakdown",
+        "StatsSnapshot", "WindowPlan", "WorkloadData", "breakdown", "model_io", "read_workload",
     }  # fmt: skip
 
 

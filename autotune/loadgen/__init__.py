@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
@@ -24,16 +25,27 @@ from autotune.control import AsyncStatistics, ServerControl
 from autotune.errors import ControlError, MeasurementError, ModelNotFoundError, UsageError
 from autotune.loadgen._endpoint import PROTOCOLS, Endpoint
 from autotune.loadgen._histogram import LatencyHistogram
-from autotune.loadgen._inputs import ModelIO, Payload, payload_from_file, random_payload
+from autotune.loadgen._inputs import ModelIO, Payload, WorkloadData, raw_bytes, read_workload
 from autotune.loadgen._load import Job, Load, clock
 from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule
 from autotune.loadgen._stats import StatsSnapshot, breakdown
 from autotune.loadgen._windows import Source, run_windows, summarise
 from autotune.measure import Point, WindowPlan
+from autotune.settings import Workload
 
 __all__ = [
-    "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Schedule", "StatsSnapshot",
-    "WindowPlan", "breakdown",
+    "DISTRIBUTIONS",
+    "PROTOCOLS",
+    "LatencyHistogram",
+    "LoadGenerator",
+    "ModelIO",
+    "Schedule",
+    "StatsSnapshot",
+    "WindowPlan",
+    "WorkloadData",
+    "breakdown",
+    "model_io",
+    "read_workload",
 ]
 
 
@@ -43,7 +55,7 @@ class LoadGenerator:
     http_port: int
     grpc_port: int
     io: ModelIO
-    payload: Payload
+    payloads: tuple[Payload, ...]  # the requests, sent in turn
     protocol: str = "http"
     plan: WindowPlan = field(default_factory=WindowPlan)
     workers: int = 1  # worker processes; 1 runs in this process
@@ -51,26 +63,41 @@ class LoadGenerator:
 
     @classmethod
     def connect(
-        cls, host: str, http_port: int, grpc_port: int, model: str, *,
-        protocol: str = "http", plan: WindowPlan | None = None, batch_size: int = 1,
-        input_data: Path | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
-        workers: int = 1, seed: int = 0,
+        cls,
+        host: str,
+        http_port: int,
+        grpc_port: int,
+        model: str,
+        *,
+        protocol: str = "http",
+        plan: WindowPlan | None = None,
+        batch_size: int = 1,
+        input_data: str | Path = "random",
+        shapes: Mapping[str, Sequence[int]] | None = None,
+        workers: int = 1,
+        seed: int = 0,
+        data: WorkloadData | None = None,
+        check: bool = True,
     ) -> LoadGenerator:
-        """Read the model's metadata, build the request once and check one answer."""
+        """Read the model's metadata, build the requests once and check one answer. ``data``: a
+        workload read before (by :func:`read_workload`), instead of ``input_data``, ``shapes`` and
+        ``batch_size``: a large input file is read once for a whole tuning run. ``check=False``
+        skips the answer check (a :meth:`preflight` follows)."""
         if protocol not in PROTOCOLS:
             raise UsageError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if workers < 1 or batch_size < 1:
             raise UsageError("workers and batch size must be >= 1")
-        io = _model_io(host, http_port, model)
-        if batch_size > 1 and io.max_batch_size < batch_size:
-            raise UsageError(f"batch size {batch_size} exceeds the model's max_batch_size "
-                             f"{io.max_batch_size}")
-        if input_data is not None:
-            payload = payload_from_file(io, input_data, batch_size, shapes)
-        else:
-            payload = random_payload(io, batch_size, shapes)
-        gen = cls(host, http_port, grpc_port, io, payload, protocol, plan or WindowPlan(), workers, seed)
-        gen.check_answer()
+        io = model_io(host, http_port, model)
+        if data is None:
+            shaped = tuple((n, tuple(int(d) for d in dims)) for n, dims in (shapes or {}).items())
+            data = read_workload(io, Workload(str(input_data), shaped, batch_size), seed)
+        elif data.io.inputs != io.inputs:  # read from the config.pbtxt: the server's view wins
+            data = WorkloadData(io, data.entries, data.batch_size, data.source)
+        gen = cls(
+            host, http_port, grpc_port, io, data.payloads(), protocol, plan or WindowPlan(), workers, seed
+        )
+        if check:
+            gen.check_answer(gen.payloads[0])
         return gen
 
     def with_plan(self, plan: WindowPlan) -> LoadGenerator:
@@ -83,7 +110,7 @@ class LoadGenerator:
 
     @property
     def endpoint(self) -> Endpoint:
-        return Endpoint(self.host, self.http_port, self.grpc_port, self.protocol, self.payload)
+        return Endpoint(self.host, self.http_port, self.grpc_port, self.protocol, self.payloads)
 
     def at_concurrency(self, concurrency: int) -> Point:
         """Closed loop: ``concurrency`` requests always in flight."""
@@ -113,30 +140,51 @@ class LoadGenerator:
                     before, windows = await run_windows(source, stats, self.plan)
         finally:
             await statistics.close()
-        return summarise(before, windows, self.plan, concurrency=concurrency, rate=rate,
-                         batch=self.payload.batch_size)
+        return summarise(
+            before, windows, self.plan, concurrency=concurrency, rate=rate, batch=self.payloads[0].batch_size
+        )
 
-    def check_answer(self) -> None:
-        """One request through tritonclient: every output must come back non-empty."""
+    def check_answer(self, payload: Payload, what: str = "") -> None:
+        """One request through tritonclient: every output must come back non-empty. ``what``
+        names the request in the error (e.g. an entry of the input data)."""
         import tritonclient.http as httpclient
         from tritonclient.utils import InferenceServerException
 
         client = httpclient.InferenceServerClient(f"{self.host}:{self.http_port}", network_timeout=120.0)
         inputs = []
-        for spec, array in self.payload.tensors:
+        for spec, array in payload.tensors:
             item = httpclient.InferInput(spec.name, list(array.shape), spec.datatype)
             item.set_data_from_numpy(array, binary_data=True)
             inputs.append(item)
+        where = f" to {what}" if what else ""
         try:
             result = client.infer(self.io.name, inputs)
         except InferenceServerException as exc:
-            raise MeasurementError(f"model {self.io.name!r} answered an error: {exc.message()}") from exc
+            raise MeasurementError(
+                f"model {self.io.name!r} answered an error{where}: {exc.message()}"
+            ) from exc
         finally:
             client.close()
-        for name in self.payload.outputs:
+        for name in payload.outputs:
             out: Any = result.as_numpy(name)
             if out is None or np.size(out) == 0:
-                raise MeasurementError(f"model {self.io.name!r} returned an empty output {name!r}")
+                raise MeasurementError(f"model {self.io.name!r} returned an empty output {name!r}{where}")
+
+    def preflight(self, data: WorkloadData) -> int:
+        """One request of each distinct entry of the workload, before anything is measured:
+        data the model cannot take fails here, naming the entry, instead of in every trial.
+        Returns how many requests were sent."""
+        seen: set[bytes] = set()
+        n, b = len(data.entries), data.batch_size
+        for number, payload in enumerate(data.payloads()):
+            key = hashlib.sha256(b"".join(raw_bytes(a, s.datatype) for s, a in payload.tensors)).digest()
+            if key in seen:
+                continue
+            seen.add(key)
+            picks = sorted({(number * b + i) % n for i in range(b)})
+            what = f"entr{'y' if len(picks) == 1 else 'ies'} {', '.join(map(str, picks))} of {data.source}"
+            self.check_answer(payload, what if n > 1 else data.source)
+        return len(seen)
 
 
 @contextmanager
@@ -153,14 +201,16 @@ def _quiet_gc() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _model_io(host: str, http_port: int, model: str) -> ModelIO:
+def model_io(host: str, http_port: int, model: str) -> ModelIO:
+    """The model's inputs and outputs as the server serves them."""
     with ServerControl(host, http_port) as control:
         try:
             return ModelIO.from_metadata(control.metadata(model), control.config(model))
         except ControlError as exc:
             if exc.status in (400, 404):
-                raise ModelNotFoundError(f"model {model!r} is not loaded on the server at {host}:{http_port}",
-                                         hint="check --model") from exc
+                raise ModelNotFoundError(
+                    f"model {model!r} is not loaded on the server at {host}:{http_port}", hint="check --model"
+                ) from exc
             raise MeasurementError(str(exc), hint=exc.hint or None) from exc
 
 

@@ -1,4 +1,4 @@
-"""Where the load goes: a server, a protocol and one encoded request (picklable, so a
+"""Where the load goes: a server, a protocol and the requests, sent in turn (picklable, so a
 worker process can rebuild its own connections from it)."""
 
 from __future__ import annotations
@@ -18,9 +18,13 @@ class Endpoint:
     http_port: int
     grpc_port: int
     protocol: str
-    payload: Payload
+    payloads: tuple[Payload, ...]
 
     def connector(self) -> Connector:
+        """Connections that each send the requests in turn, each starting at another one."""
         if self.protocol == "grpc":
-            return grpc_connector(self.host, self.grpc_port, grpc_request(self.payload).SerializeToString())
-        return http_connector(self.host, self.http_port, http_request(self.payload, self.host))
+            messages = tuple(grpc_request(p).SerializeToString() for p in self.payloads)
+            return grpc_connector(self.host, self.grpc_port, messages)
+        return http_connector(
+            self.host, self.http_port, tuple(http_request(p, self.host) for p in self.payloads)
+        )

@@ -29,7 +29,7 @@ from urllib.parse import unquote
 import hpack
 
 from autotune.errors import MeasurementError
-from autotune.loadgen._transport import Connection, Connector, Done, InferError
+from autotune.loadgen._transport import Connection, Connector, Done, InferError, Requests
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
@@ -160,8 +160,12 @@ class H2Protocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # asyncio hands a BaseTransport; ours are always asyncio.Transport (TCP)
         self.transport = cast(asyncio.Transport, transport)
-        settings = {HEADER_TABLE_SIZE: 0, ENABLE_PUSH: 0, INITIAL_WINDOW_SIZE: MAX_WINDOW,
-                    MAX_FRAME_SIZE: OUR_MAX_FRAME}
+        settings = {
+            HEADER_TABLE_SIZE: 0,
+            ENABLE_PUSH: 0,
+            INITIAL_WINDOW_SIZE: MAX_WINDOW,
+            MAX_FRAME_SIZE: OUR_MAX_FRAME,
+        }
         update = frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - DEFAULT_WINDOW))
         self.transport.write(PREFACE + settings_frame(settings) + update)
 
@@ -385,11 +389,13 @@ def _status_text(status: bytes, message: bytes) -> str:
 class GrpcConnection:
     """A caller's handle on a shared HTTP/2 connection: one call at a time."""
 
-    def __init__(self, protocol: H2Protocol, message: bytes, release: Callable[[H2Protocol], None]) -> None:
-        self._protocol, self._message, self._release = protocol, message, release
+    def __init__(
+        self, protocol: H2Protocol, messages: Requests, release: Callable[[H2Protocol], None]
+    ) -> None:
+        self._protocol, self._messages, self._release = protocol, messages, release
 
     def send(self, done: Done) -> None:
-        self._protocol.call(self._message, done)
+        self._protocol.call(self._messages.next(), done)
 
     async def close(self) -> None:
         self._release(self._protocol)
@@ -399,19 +405,25 @@ class GrpcPool:
     """Hands out GrpcConnections, up to SHARE per HTTP/2 connection; a connection is
     closed when its last handle is."""
 
-    def __init__(self, host: str, port: int, serialized_request: bytes, share: int = SHARE) -> None:
+    def __init__(
+        self, host: str, port: int, serialized: bytes | tuple[bytes, ...], share: int = SHARE
+    ) -> None:
         self._host, self._port, self._share = host, port, share
         path = "/inference.GRPCInferenceService/ModelInfer"
         self._header_block = request_header_block(f"{host}:{port}", path)
-        self._message = grpc_message(serialized_request)
+        requests = (serialized,) if isinstance(serialized, bytes) else serialized
+        self._messages = tuple(grpc_message(r) for r in requests)
+        self._handed = 0  # handles given out: the next one starts at the next message
         self._users: dict[H2Protocol, int] = {}
 
     async def connect(self) -> Connection:
-        protocol = next(
-            (p for p, n in self._users.items() if n < self._share and p.closed is None), None
-        ) or await self._open()
+        protocol = (
+            next((p for p, n in self._users.items() if n < self._share and p.closed is None), None)
+            or await self._open()
+        )
         self._users[protocol] = self._users.get(protocol, 0) + 1
-        return GrpcConnection(protocol, self._message, self._release)
+        self._handed += 1
+        return GrpcConnection(protocol, Requests(self._messages, self._handed - 1), self._release)
 
     async def _open(self) -> H2Protocol:
         loop = asyncio.get_running_loop()
@@ -433,5 +445,6 @@ class GrpcPool:
             protocol.transport.close()
 
 
-def grpc_connector(host: str, port: int, serialized_request: bytes) -> Connector:
-    return GrpcPool(host, port, serialized_request).connect
+def grpc_connector(host: str, port: int, serialized: bytes | tuple[bytes, ...]) -> Connector:
+    """Hands out calls that send the serialized requests in turn, each from the next start."""
+    return GrpcPool(host, port, serialized).connect

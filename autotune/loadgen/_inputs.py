@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,13 +21,27 @@ import numpy as np
 from numpy.typing import NDArray
 
 from autotune.errors import UsageError
+from autotune.model_config import ModelConfig, data_type_name
+from autotune.settings import Workload
 
 NP_TYPES: dict[str, Any] = {
-    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
-    "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
-    "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
     "BYTES": np.object_,
 }
+
+
+_DATATYPES = {f"TYPE_{t}": t for t in NP_TYPES} | {"TYPE_STRING": "BYTES"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,23 @@ class ModelIO:
         inputs, outputs = specs(metadata.get("inputs", [])), specs(metadata.get("outputs", []))
         return cls(metadata["name"], mbs, inputs, outputs)
 
+    @classmethod
+    def from_config(cls, name: str, config: ModelConfig) -> ModelIO | None:
+        """The inputs and outputs a config.pbtxt declares, to check a workload before any
+        server runs; None when it declares none (the server completes such a config)."""
+        if not config.input:
+            return None
+
+        def specs(items: Any) -> tuple[TensorSpec, ...]:
+            return tuple(
+                TensorSpec(
+                    t.name, _DATATYPES.get(data_type_name(t.data_type), "?"), tuple(int(d) for d in t.dims)
+                )
+                for t in items
+            )
+
+        return cls(name, int(config.max_batch_size), specs(config.input), specs(config.output))
+
 
 @dataclass(frozen=True)
 class Payload:
@@ -67,84 +99,238 @@ class Payload:
     batch_size: int
 
 
+Entry = tuple[NDArray[Any], ...]  # one sample of each input, in the model's input order, no batch dimension
+
+
+@dataclass(frozen=True)
+class WorkloadData:
+    """A workload read once: its entries (one for random or zero data), sent in turn."""
+
+    io: ModelIO
+    entries: tuple[Entry, ...]
+    batch_size: int
+    source: str  # where the entries came from, for messages
+
+    def payloads(self) -> tuple[Payload, ...]:
+        """The distinct requests, in the order they are sent: request k carries entries
+        k*b .. k*b+b-1 (mod the number of entries), as perf_analyzer steps through its data."""
+        n, b = len(self.entries), self.batch_size
+        count = n // math.gcd(n, b)
+        return tuple(self._payload([(k * b + i) % n for i in range(b)]) for k in range(count))
+
+    def _payload(self, picks: Sequence[int]) -> Payload:
+        tensors = []
+        for column, spec in enumerate(self.io.inputs):
+            arrays = [self.entries[i][column] for i in picks]
+            if any(a.shape != arrays[0].shape for a in arrays):
+                shapes = ", ".join(f"entry {i}: {list(a.shape)}" for i, a in zip(picks, arrays, strict=True))
+                raise UsageError(
+                    f"{self.source}: input {spec.name!r} has different shapes in the entries one request of "
+                    f"batch size {self.batch_size} carries ({shapes}); Triton needs one shape per request"
+                )
+            tensors.append((spec, np.stack(arrays) if self.io.max_batch_size > 0 else arrays[0]))
+        return Payload(self.io.name, tuple(tensors), tuple(o.name for o in self.io.outputs), self.batch_size)
+
+
+def read_workload(io: ModelIO, workload: Workload | None = None, seed: int = 0) -> WorkloadData:
+    """The workload's entries, read and checked against the model's inputs (a UsageError
+    naming the entry and the input on anything that does not fit)."""
+    workload = workload or Workload()
+    input_data, shapes, batch_size = workload.input_data, workload.shape_map, workload.batch_size
+    _check_batch(io, batch_size)
+    _check_shapes(io, shapes)
+    if input_data in ("random", "zero"):
+        rng = np.random.default_rng(seed)
+        zero = input_data == "zero"
+        entry = tuple(
+            _zeros(spec.datatype, _dims(spec, shapes))
+            if zero
+            else _random(spec.datatype, _dims(spec, shapes), rng)
+            for spec in io.inputs
+        )
+        return WorkloadData(io, (entry,), batch_size, f"{input_data} data")
+    path = Path(input_data)
+    entries = _read_directory(io, path, shapes) if path.is_dir() else _read_json(io, path, shapes)
+    return WorkloadData(io, entries, batch_size, str(path))
+
+
 def random_payload(
     io: ModelIO,
     batch_size: int = 1,
     shapes: Mapping[str, Sequence[int]] | None = None,
     seed: int = 0,
 ) -> Payload:
-    rng = np.random.default_rng(seed)
-    tensors = []
-    for spec in io.inputs:
-        dims = _dims(spec, shapes or {})
-        full = (batch_size, *dims) if io.max_batch_size > 0 else dims
-        tensors.append((spec, _random(spec.datatype, full, rng)))
-    return Payload(io.name, tuple(tensors), tuple(o.name for o in io.outputs), batch_size)
+    return read_workload(io, _workload("random", shapes, batch_size), seed).payloads()[0]
 
 
 def payload_from_file(
     io: ModelIO, path: Path, batch_size: int = 1, shapes: Mapping[str, Sequence[int]] | None = None
 ) -> Payload:
-    """perf_analyzer's ``--input-data`` JSON: ``{"data": [{"NAME": [...] | {"content": [...],
-    "shape": [...]} | {"b64": "..."}}]}``. The first entry is used for every request; a
-    shape (from the entry, else ``shapes``, else the model's) excludes the batch dimension."""
+    """The first request of perf_analyzer's ``--input-data`` JSON (see :func:`read_workload`)."""
+    return read_workload(io, _workload(str(path), shapes, batch_size)).payloads()[0]
+
+
+def _workload(data: str, shapes: Mapping[str, Sequence[int]] | None, batch_size: int) -> Workload:
+    return Workload(
+        data, tuple((n, tuple(int(d) for d in dims)) for n, dims in (shapes or {}).items()), batch_size
+    )
+
+
+def _check_batch(io: ModelIO, batch_size: int) -> None:
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
+    if batch_size > 1 and io.max_batch_size == 0:
+        raise UsageError(f"--batch-size {batch_size}: model {io.name!r} does not batch (max_batch_size 0)")
+    if batch_size > io.max_batch_size > 0:
+        raise UsageError(
+            f"--batch-size {batch_size} exceeds model {io.name!r}'s max_batch_size {io.max_batch_size}"
+        )
+
+
+def _check_shapes(io: ModelIO, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    by_name = {spec.name: spec for spec in io.inputs}
+    for name, dims in shapes.items():
+        spec = by_name.get(name)
+        if spec is None:
+            raise UsageError(
+                f"--shape {name}: model {io.name!r} has no input {name!r} (its inputs: {', '.join(by_name)})"
+            )
+        if not _fits(spec, dims):
+            raise UsageError(
+                f"--shape {name}:{','.join(map(str, dims))} does not fit the model's dims "
+                f"{list(spec.shape)} (only -1 dimensions can be chosen)"
+            )
+
+
+def _fits(spec: TensorSpec, dims: Sequence[int]) -> bool:
+    """Do ``dims`` fit the input's shape (-1 matches any size)?"""
+    if len(spec.shape) != len(dims):
+        return False
+    return all(m < 0 or m == d for m, d in zip(spec.shape, dims, strict=True))
+
+
+def _read_json(io: ModelIO, path: Path, shapes: Mapping[str, tuple[int, ...]]) -> tuple[Entry, ...]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        entry = doc["data"][0]
-        if not isinstance(entry, dict):
-            raise TypeError("data[0] is not an object of inputs (sequence data is not supported)")
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        data = doc["data"]
+        if not isinstance(data, list) or not data:
+            raise ValueError("'data' is not a non-empty list")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{path}: not perf_analyzer input data: {exc}") from exc
-    tensors = []
+    names = {spec.name for spec in io.inputs}
+    entries = []
+    for number, entry in enumerate(data):
+        where = f"{path}, entry {number}"
+        if not isinstance(entry, dict):
+            raise UsageError(f"{where}: not an object of inputs (sequence data is not supported)")
+        unknown = sorted(set(entry) - names)
+        if unknown:
+            raise UsageError(
+                f"{where}: model {io.name!r} has no input {unknown[0]!r} (its inputs: "
+                f"{', '.join(s.name for s in io.inputs)})"
+            )
+        columns = []
+        for spec in io.inputs:
+            if spec.name not in entry:
+                raise UsageError(f"{where}: no data for input {spec.name!r}")
+            array = _from_json(spec, entry[spec.name], shapes.get(spec.name), where)
+            columns.append(array)
+        entries.append(tuple(columns))
+    return tuple(entries)
+
+
+def _read_directory(io: ModelIO, path: Path, shapes: Mapping[str, tuple[int, ...]]) -> tuple[Entry, ...]:
+    """perf_analyzer's directory format: a file per input, named as the input, holding one
+    sample's raw values (BYTES: the file's content is one string)."""
+    columns = []
     for spec in io.inputs:
-        if spec.name not in entry:
-            raise UsageError(f"{path}: no data for input {spec.name!r}")
-        array = _from_json(spec, entry[spec.name], (shapes or {}).get(spec.name))
-        tensors.append((spec, np.stack([array] * batch_size) if io.max_batch_size > 0 else array))
-    return Payload(io.name, tuple(tensors), tuple(o.name for o in io.outputs), batch_size)
+        file = path / spec.name
+        if not file.is_file():
+            raise UsageError(f"{path}: no file for input {spec.name!r} (expected {file})")
+        raw = file.read_bytes()
+        dims = _dims(spec, shapes)
+        if spec.datatype == "BYTES":
+            array = np.array([raw] * int(np.prod(dims)), dtype=np.object_).reshape(dims)
+        else:
+            dtype = np.dtype(_np_type(spec, str(path)))
+            if len(raw) != dtype.itemsize * int(np.prod(dims)):
+                raise UsageError(
+                    f"{file}: {len(raw)} bytes are not the {int(np.prod(dims))} {spec.datatype} "
+                    f"values of shape {list(dims)}"
+                )
+            array = np.frombuffer(raw, dtype=dtype).reshape(dims).copy()
+        columns.append(array)
+    return (tuple(columns),)
 
 
-def _from_json(spec: TensorSpec, value: Any, shape: Sequence[int] | None) -> NDArray[Any]:
+def _from_json(spec: TensorSpec, value: Any, shape: Sequence[int] | None, where: str) -> NDArray[Any]:
     """One input's tensor (without the batch dimension) from its JSON value."""
-    if spec.datatype not in NP_TYPES:
-        raise UsageError(f"input {spec.name!r}: datatype {spec.datatype} is not supported")
+    _np_type(spec, where)
     if isinstance(value, dict):
         shape = value.get("shape", shape)
         if "b64" in value:
-            array = _from_b64(spec, value["b64"])
+            array = _from_b64(spec, value["b64"], where)
         elif "content" in value:
-            array = _from_content(spec, value["content"])
+            array = _from_content(spec, value["content"], where)
         else:
-            raise UsageError(f"input {spec.name!r}: an object needs 'content' or 'b64'")
+            raise UsageError(f"{where}: input {spec.name!r}: an object needs 'content' or 'b64'")
     else:
-        array = _from_content(spec, value)
-    dims = tuple(int(d) for d in shape) if shape else tuple(d if d > 0 else -1 for d in spec.shape)
+        array = _from_content(spec, value, where)
+    if shape:
+        dims = tuple(int(d) for d in shape)
+    elif any(d < 0 for d in spec.shape):  # one variable dimension can be inferred from the values
+        dims = tuple(d if d >= 0 else -1 for d in spec.shape)
+        if sum(d < 0 for d in dims) > 1:
+            raise UsageError(
+                f"{where}: input {spec.name!r} has variable dims {list(spec.shape)}: give the "
+                f'entry\'s "shape" or --shape {spec.name}:D1,D2'
+            )
+    else:
+        dims = spec.shape
     try:
-        return array.reshape(dims)
+        array = array.reshape(dims)
     except ValueError as exc:
-        raise UsageError(f"input {spec.name!r}: {array.size} values do not fit shape {list(dims)}") from exc
+        raise UsageError(
+            f"{where}: input {spec.name!r}: {array.size} values do not fit shape {list(dims)}"
+        ) from exc
+    if not _fits(spec, array.shape):
+        raise UsageError(
+            f"{where}: input {spec.name!r}: shape {list(array.shape)} does not fit the model's "
+            f"{list(spec.shape)}"
+        )
+    return array
 
 
-def _from_content(spec: TensorSpec, content: Any) -> NDArray[Any]:
+def _np_type(spec: TensorSpec, where: str) -> Any:
+    if spec.datatype not in NP_TYPES:
+        raise UsageError(f"{where}: input {spec.name!r}: datatype {spec.datatype} is not supported")
+    return NP_TYPES[spec.datatype]
+
+
+def _from_content(spec: TensorSpec, content: Any, where: str) -> NDArray[Any]:
     if spec.datatype == "BYTES":
         items = np.ravel(np.asarray(content, dtype=np.object_))
         return np.array([v if isinstance(v, bytes) else str(v).encode() for v in items], dtype=np.object_)
     try:
         return np.ravel(np.asarray(content, dtype=NP_TYPES[spec.datatype]))
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"input {spec.name!r}: cannot read the data as {spec.datatype}: {exc}") from exc
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise UsageError(
+            f"{where}: input {spec.name!r}: cannot read the data as {spec.datatype}: {exc}"
+        ) from exc
 
 
-def _from_b64(spec: TensorSpec, text: Any) -> NDArray[Any]:
+def _from_b64(spec: TensorSpec, text: Any, where: str) -> NDArray[Any]:
     try:
         raw = base64.b64decode(str(text), validate=True)
     except binascii.Error as exc:
-        raise UsageError(f"input {spec.name!r}: 'b64' is not base64: {exc}") from exc
+        raise UsageError(f"{where}: input {spec.name!r}: 'b64' is not base64: {exc}") from exc
     if spec.datatype == "BYTES":
         return np.array([raw], dtype=np.object_)
     dtype = np.dtype(NP_TYPES[spec.datatype])
     if len(raw) % dtype.itemsize:
-        raise UsageError(f"input {spec.name!r}: {len(raw)} bytes are not whole {spec.datatype} values")
+        raise UsageError(
+            f"{where}: input {spec.name!r}: {len(raw)} bytes are not whole {spec.datatype} values"
+        )
     return np.frombuffer(raw, dtype=dtype).copy()
 
 
@@ -156,6 +342,14 @@ def _dims(spec: TensorSpec, shapes: Mapping[str, Sequence[int]]) -> tuple[int, .
             f"input {spec.name!r} has a variable shape {list(spec.shape)}: give --shape {spec.name}:D1,D2"
         )
     return spec.shape
+
+
+def _zeros(datatype: str, shape: tuple[int, ...]) -> NDArray[Any]:
+    if datatype not in NP_TYPES:
+        raise UsageError(f"datatype {datatype} is not supported by the load generator")
+    if datatype == "BYTES":
+        return np.array([b"0"] * int(np.prod(shape)), dtype=np.object_).reshape(shape)
+    return np.zeros(shape, dtype=NP_TYPES[datatype])
 
 
 def _random(datatype: str, shape: tuple[int, ...], rng: np.random.Generator) -> NDArray[Any]:
@@ -187,8 +381,12 @@ def http_request(payload: Payload, host: str) -> bytes:
     blobs = [raw_bytes(a, s.datatype) for s, a in payload.tensors]
     header = {
         "inputs": [
-            {"name": s.name, "shape": list(a.shape), "datatype": s.datatype,
-             "parameters": {"binary_data_size": len(b)}}
+            {
+                "name": s.name,
+                "shape": list(a.shape),
+                "datatype": s.datatype,
+                "parameters": {"binary_data_size": len(b)},
+            }
             for (s, a), b in zip(payload.tensors, blobs, strict=True)
         ],
         "outputs": [{"name": o, "parameters": {"binary_data": True}} for o in payload.outputs],

@@ -1,7 +1,9 @@
-"""Connections that send one pre-encoded request again and again, as cheaply as Python can.
+"""Connections that send pre-encoded requests again and again, as cheaply as Python can.
 
 HTTP is a raw HTTP/1.1 keep-alive connection (an asyncio Protocol; the request bytes are
-built once, one request at a time per connection, like perf_analyzer's HTTP client).
+built once, one request at a time per connection, like perf_analyzer's HTTP client). With
+several requests (a workload of several entries) each connection sends them in turn, the
+n-th connection starting at the n-th, so that every entry is in flight from the start.
 gRPC is a minimal HTTP/2 client (:mod:`._h2`) whose connections are shared by up to six
 callers, as perf_analyzer's gRPC client shares its channels. Both raise InferError for an
 answer that is not a success, with the server's message; an InferError whose
@@ -135,23 +137,42 @@ def _parse_chunked(buffer: bytes, status: int, at: int) -> tuple[int, bytes, int
         at += size + 2
 
 
+class Requests:
+    """Pre-encoded requests taken in turn from a start: one request costs an index step."""
+
+    __slots__ = ("_at", "_items")
+
+    def __init__(self, items: tuple[bytes, ...], start: int = 0) -> None:
+        if not items:
+            raise ValueError("no requests")
+        self._items, self._at = items, start % len(items)
+
+    def next(self) -> bytes:
+        items = self._items
+        if len(items) == 1:
+            return items[0]
+        at = self._at
+        self._at = at + 1 if at + 1 < len(items) else 0
+        return items[at]
+
+
 class HttpConnection:
-    def __init__(self, protocol: _Http1, request: bytes) -> None:
-        self._protocol, self._request = protocol, request
+    def __init__(self, protocol: _Http1, requests: Requests) -> None:
+        self._protocol, self._requests = protocol, requests
         self._done: Done | None = None
 
     @classmethod
-    async def open(cls, host: str, port: int, request: bytes) -> HttpConnection:
+    async def open(cls, host: str, port: int, requests: Requests) -> HttpConnection:
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await loop.create_connection(_Http1, host, port)
         except OSError as exc:
             raise MeasurementError(f"cannot connect to {host}:{port}: {exc}") from exc
-        return cls(protocol, request)
+        return cls(protocol, requests)
 
     def send(self, done: Done) -> None:
         self._done = done
-        self._protocol.send(self._request, self._answered)
+        self._protocol.send(self._requests.next(), self._answered)
 
     def _answered(self, status: int, body: bytes, error: InferError | None) -> None:
         done, self._done = self._done, None
@@ -166,8 +187,14 @@ class HttpConnection:
             self._protocol.transport.close()
 
 
-def http_connector(host: str, port: int, request: bytes) -> Connector:
+def http_connector(host: str, port: int, requests: bytes | tuple[bytes, ...]) -> Connector:
+    """Opens connections that send ``requests`` in turn, each from the next start."""
+    items = (requests,) if isinstance(requests, bytes) else requests
+    opened = 0
+
     async def connect() -> Connection:
-        return await HttpConnection.open(host, port, request)
+        nonlocal opened
+        opened += 1
+        return await HttpConnection.open(host, port, Requests(items, opened - 1))
 
     return connect
