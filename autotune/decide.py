@@ -15,6 +15,7 @@ unit tests in ``tests/test_decide.py``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from autotune.results import COMPLETE, FAIL, TrialResult, Verification
@@ -50,6 +51,15 @@ def heuristic_seeds(space: SearchSpace, cores: int) -> list[dict[str, Any]]:
         }
         for count in counts
     ]
+
+
+def in_space(baseline: Candidate, space: SearchSpace) -> Candidate:
+    """The baseline as the search space can hold it: a config asking for a GPU this machine
+    lacks (the space then has CPU instances only) becomes its CPU twin. The baseline trial
+    still runs the config as it is (and fails, with its reason); the search tunes the twin."""
+    if baseline.kind in space.kind:
+        return baseline
+    return replace(baseline, kind=space.kind[0], gpus=(), trt_fp16=False)
 
 
 def closest(choices: Sequence[int], target: int) -> int:

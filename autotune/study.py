@@ -101,16 +101,28 @@ class Study:
 
     # ------------------------------------------------------------ asking and telling
 
-    def enqueue(self, params: dict[str, Any], baseline: bool = False, again: bool = False) -> None:
+    def enqueue(
+        self,
+        params: dict[str, Any],
+        baseline: bool = False,
+        again: bool = False,
+        as_is: Candidate | None = None,
+    ) -> None:
         """Queue params for the next ask (only those the candidate they make uses: the space
-        asks for the others only where they apply); ``again`` re-queues a candidate tried before."""
-        attrs = {"baseline": True} if baseline else {}
+        asks for the others only where they apply); ``again`` re-queues a candidate tried before;
+        ``as_is``: the candidate the trial runs, when the space cannot hold it (the baseline's
+        GPU config on a machine without one)."""
+        attrs: dict[str, Any] = {"baseline": True} if baseline else {}
+        if as_is is not None:
+            attrs["as_is"] = _candidate_json(as_is)
         used = params_of(self.space.suggest(FixedTrial(params)))
         self._study.enqueue_trial(used, user_attrs=attrs, skip_if_exists=not again)
 
     def ask(self) -> Asked:
         trial = self._study.ask()
         candidate = self.space.suggest(trial)
+        if "as_is" in trial.user_attrs:
+            candidate = candidate_from_json(trial.user_attrs["as_is"])
         trial.set_user_attr("candidate", _candidate_json(candidate))
         trial.set_user_attr("worker", Owner.current().text())
         return Asked(trial.number, candidate, trial, baseline=bool(trial.user_attrs.get("baseline")))

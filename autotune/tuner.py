@@ -74,7 +74,8 @@ def prepare(settings: RunSettings, gpu_available: bool = False) -> Prepared:
         gpu=gpu_available,
         tensorrt=mcfg.supports_tensorrt(original),
         min_batch=settings.workload.batch_size,
-    ).including(baseline)
+    )
+    space = space.including(decide.in_space(baseline, space))
     io = ModelIO.from_config(settings.model, original)  # None: it declares no inputs, the server will
     data = None if io is None else read_workload(io, settings.workload, settings.seed or 0)  # read once
     _check_writable(settings.reports_dir if settings.run_dir is None else settings.run_dir)
@@ -122,7 +123,7 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     if study.created:
         _seed(study, prep)
     for params, baseline in study.interrupted():
-        study.enqueue(params, baseline=baseline, again=True)
+        study.enqueue(params, baseline=baseline, again=True, as_is=prep.baseline if baseline else None)
     started = time.monotonic()
     events.run_started(run.path, settings.max_trials, settings.time_budget_s)
     trials = _Trials(prep, launcher, run, events)
@@ -181,7 +182,7 @@ def _open_run(prep: Prepared, path: Path) -> RunDir:
 
 def _seed(study: Study, prep: Prepared) -> None:
     """The original config first, then the heuristic seeds of :func:`decide.heuristic_seeds`."""
-    study.enqueue(params_of(prep.baseline), baseline=True)
+    study.enqueue(params_of(decide.in_space(prep.baseline, prep.space)), baseline=True, as_is=prep.baseline)
     for params in decide.heuristic_seeds(prep.space, os.cpu_count() or 1):
         study.enqueue(params)
 

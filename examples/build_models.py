@@ -2,15 +2,23 @@
 """Build the example model repositories: ONNX graphs with random weights, served by
 Triton's python backend through ``templates/onnx_model.py``.
 
-    bertQA  a BERT question-answering encoder: input_ids, segment_ids, input_mask INT64 [seq]
-            -> start_logits, end_logits FP32 [seq]
-    cnn     a small image classifier: image FP32 [3, 64, 64] -> probs FP32 [10]
+    bertQA           a BERT question-answering encoder: input_ids, segment_ids, input_mask
+                     INT64 [128] -> start_logits, end_logits FP32 [128]
+    bertQA_dynamic   the same encoder as most exported transformers are: dims [-1], any
+                     sequence length up to 256; input.json holds entries of several lengths
+    cnn              a small image classifier: image FP32 [3, 64, 64] -> probs FP32 [10]
+    food_classifier  as the food-classifier tutorial: INPUT_IMAGE TYPE_STRING [1], a base64
+                     JPEG that model.py decodes with Pillow, resizes and classifies with a
+                     small CNN -> FOOD_LABEL STRING [1], PROBABILITY FP32 [1]; its config asks
+                     for KIND_GPU gpus [0] as the tutorial's does; input.json holds JPEGs
 
 For each model it writes ``<out>/<name>/1/model.onnx`` (same arguments, same bytes),
-copies the template to ``<out>/<name>/1/model.py`` and writes ``<out>/<name>/config.pbtxt``
-only when there is none (an existing config is the user's, tuned or not). A stamp beside
-model.onnx records what it was built from, so a second run with the same arguments only
-checks. Nothing is downloaded; weights come from a seeded numpy generator.
+copies its model.py template to ``<out>/<name>/1/model.py``, writes the workload's
+``<out>/<name>/input.json`` where the model needs one (perf_analyzer's format), and writes
+``<out>/<name>/config.pbtxt`` only when there is none (an existing config is the user's,
+tuned or not). A stamp beside model.onnx records what it was built from, so a second run
+with the same arguments only checks. Nothing is downloaded; weights, token ids and images
+come from seeded numpy generators.
 
 Tests import this file by path and call :func:`build`.
 """
@@ -18,7 +26,9 @@ Tests import this file by path and call :func:`build`.
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
+import io
 import json
 import math
 import os
@@ -38,11 +48,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE.parent / "templates" / "onnx_model.py"
+FOOD_TEMPLATE = HERE.parent / "templates" / "food_classifier.py"
+INPUT_FILE = "input.json"
 DEFAULT_OUT = HERE / "model_repository"
 OPSET = 17
 IR_VERSION = 8  # the IR of opset 17: loads in onnxruntime >= 1.13
 # Bump when the graphs change: it invalidates every stamp.
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 STAMP = "model.onnx.stamp"
 MAX_BATCH_SIZE = 16
 BERT_INPUTS = ("input_ids", "segment_ids", "input_mask")
@@ -58,6 +70,7 @@ class BertSpec:
     seq: int = 128
     vocab: int = 30522
     seed: int = 0
+    dynamic: bool = False  # dims [-1]: positions cut to each request's length; seq is the longest
 
     def __post_init__(self) -> None:
         if min(self.layers, self.hidden, self.heads, self.seq, self.vocab) < 1:
@@ -76,8 +89,21 @@ class CnnSpec:
     seed: int = 0
 
 
-Spec = BertSpec | CnnSpec
-SPECS: dict[str, type[BertSpec] | type[CnnSpec]] = {"bertQA": BertSpec, "cnn": CnnSpec}
+@dataclass(frozen=True)
+class FoodSpec:
+    image: int = 64  # JPEGs are resized to this square (the tutorial's 224 is heavy for 2 cores)
+    classes: int = 10
+    images: int = 8  # JPEG entries in input.json
+    seed: int = 0
+
+
+Spec = BertSpec | CnnSpec | FoodSpec
+SPECS: dict[str, type[BertSpec] | type[CnnSpec] | type[FoodSpec]] = {
+    "bertQA": BertSpec, "bertQA_dynamic": BertSpec, "cnn": CnnSpec, "food_classifier": FoodSpec,
+}  # fmt: skip
+# sizes a model is built with unless given (the BERT of bertQA_dynamic takes any length up to 256)
+DEFAULT_SIZES: dict[str, dict[str, Any]] = {"bertQA_dynamic": {"dynamic": True, "seq": 256}}
+BERT_LENGTHS = (32, 48, 64, 96, 128, 160, 192, 256)  # bertQA_dynamic's input.json: one entry each
 
 
 class _Graph:
@@ -170,6 +196,10 @@ def bert_model(spec: BertSpec) -> onnx.ModelProto:
     words = g.op1("Gather", [g.weight("word_embeddings", [spec.vocab, spec.hidden], 0.02), ids])
     types = g.op1("Gather", [g.weight("type_embeddings", [2, spec.hidden], 0.02), segments])
     positions = g.weight("position_embeddings", [spec.seq, spec.hidden], 0.02)
+    if spec.dynamic:  # the first `length` rows of the table, length = input_ids.shape[1]
+        one, two, zero = (g.const(n, [v], np.int64) for n, v in (("one", 1), ("two", 2), ("zero", 0)))
+        length = g.op1("Slice", [g.op1("Shape", ["input_ids"]), one, two])
+        positions = g.op1("Slice", [positions, zero, length, zero])
     x = g.op1("Add", [g.op1("Add", [words, types]), positions])
     x = g.layer_norm(x, spec.hidden)
     unit = g.op1("Min", ["input_mask", g.const("one_id", 1, np.int64)])
@@ -183,10 +213,10 @@ def bert_model(spec: BertSpec) -> onnx.ModelProto:
     last = g.const("last_axis", [-1], np.int64)
     for half, name in zip(halves, ["start_logits", "end_logits"], strict=True):
         g.nodes.append(helper.make_node("Squeeze", [half, last], [name], name=name))
-    batch_seq: list[str | int] = ["batch", spec.seq]
+    batch_seq: list[str | int] = ["batch", "seq" if spec.dynamic else spec.seq]
     inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, batch_seq) for n in BERT_INPUTS]
     outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, batch_seq) for n in BERT_OUTPUTS]
-    return g.model("bertQA", inputs, outputs)
+    return g.model("bertQA_dynamic" if spec.dynamic else "bertQA", inputs, outputs)
 
 
 def cnn_model(spec: CnnSpec) -> onnx.ModelProto:
@@ -212,17 +242,64 @@ def _tensor(name: str, data_type: int, dims: Sequence[int]) -> dict[str, Any]:
 
 
 def model_config(name: str, spec: Spec) -> mc.ModelConfig:
-    """The untuned default a user starts from: python backend, one CPU instance, no batcher."""
+    """The untuned default a user starts from: python backend, one instance, no batcher; one CPU
+    instance, but the food classifier's asks for GPU 0, as the tutorial's does."""
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=MAX_BATCH_SIZE)
+    kind = mc.ModelInstanceGroup.KIND_CPU
     if isinstance(spec, BertSpec):
-        config.input.extend(mc.ModelInput(**_tensor(n, mc.TYPE_INT64, [spec.seq])) for n in BERT_INPUTS)
-        config.output.extend(mc.ModelOutput(**_tensor(n, mc.TYPE_FP32, [spec.seq])) for n in BERT_OUTPUTS)
+        seq = -1 if spec.dynamic else spec.seq
+        config.input.extend(mc.ModelInput(**_tensor(n, mc.TYPE_INT64, [seq])) for n in BERT_INPUTS)
+        config.output.extend(mc.ModelOutput(**_tensor(n, mc.TYPE_FP32, [seq])) for n in BERT_OUTPUTS)
+    elif isinstance(spec, FoodSpec):
+        config.input.append(mc.ModelInput(**_tensor("INPUT_IMAGE", mc.TYPE_STRING, [1])))
+        config.output.append(mc.ModelOutput(**_tensor("FOOD_LABEL", mc.TYPE_STRING, [1])))
+        config.output.append(mc.ModelOutput(**_tensor("PROBABILITY", mc.TYPE_FP32, [1])))
+        kind = mc.ModelInstanceGroup.KIND_GPU
     else:
         config.input.append(mc.ModelInput(**_tensor("image", mc.TYPE_FP32, [3, spec.image, spec.image])))
         config.output.append(mc.ModelOutput(**_tensor("probs", mc.TYPE_FP32, [spec.classes])))
-    config.instance_group.append(mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU))
+    group = mc.ModelInstanceGroup(count=1, kind=kind)
+    if kind == mc.ModelInstanceGroup.KIND_GPU:
+        group.gpus.append(0)
+    config.instance_group.append(group)
     config.parameters["intra_op_threads"].string_value = "1"
     return config
+
+
+def food_model(spec: FoodSpec) -> onnx.ModelProto:
+    """The food classifier's CNN: the cnn example's graph on ``image`` x ``image`` RGB."""
+    return cnn_model(CnnSpec(image=spec.image, classes=spec.classes, seed=spec.seed))
+
+
+def input_data(spec: Spec) -> dict[str, Any] | None:
+    """The model's workload in perf_analyzer's ``--input-data`` JSON format, or None."""
+    if isinstance(spec, BertSpec) and spec.dynamic:
+        rng = np.random.default_rng(spec.seed + 1)
+        entries = []
+        for length in (n for n in BERT_LENGTHS if n <= spec.seq):
+            segments = [0] * (length // 2) + [1] * (length - length // 2)
+            ids = rng.integers(min(1000, spec.vocab // 2), spec.vocab, size=length).tolist()
+            entries.append({"input_ids": ids, "segment_ids": segments, "input_mask": [1] * length})
+        return {"data": entries}
+    if isinstance(spec, FoodSpec):
+        return {"data": [{"INPUT_IMAGE": [base64.b64encode(_jpeg(spec.seed + i)).decode()]}
+                         for i in range(spec.images)]}  # fmt: skip
+    return None
+
+
+def _jpeg(seed: int, size: int = 320) -> bytes:
+    """A photo-sized JPEG of smooth colour gradients and noise (Pillow; same seed, same bytes)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0.0, 1.0, size, dtype=np.float32)
+    base = rng.uniform(40, 215, size=3).astype(np.float32)
+    tilt = rng.uniform(-40, 40, size=(2, 3)).astype(np.float32)
+    pixels = base + ramp[:, None, None] * tilt[0] + ramp[None, :, None] * tilt[1]
+    pixels = pixels + rng.normal(0, 12, size=(size, size, 3)).astype(np.float32)
+    out = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB").save(out, format="JPEG", quality=85)
+    return out.getvalue()
 
 
 def _signature(config: mc.ModelConfig) -> list[tuple[str, int, list[int]]]:
@@ -278,13 +355,19 @@ def _spec(model: str, sizes: dict[str, Any]) -> Spec:
     if model not in SPECS:
         raise ValueError(f"unknown model {model!r}; known: {', '.join(SPECS)}")
     try:
-        return SPECS[model](**sizes)
+        return SPECS[model](**{**DEFAULT_SIZES.get(model, {}), **sizes})
     except TypeError as exc:
         raise ValueError(f"{model}: unknown size argument: {exc}") from exc
 
 
+def default_spec(model: str) -> Spec:
+    """The spec a model is built with when no size is given."""
+    return _spec(model, {})
+
+
 def build(model: str, out: Path, force: bool = False, **sizes: int) -> Path:
-    """Write ``out/model`` (config.pbtxt if missing, 1/model.onnx, 1/model.py); return that dir."""
+    """Write ``out/model`` (config.pbtxt if missing, 1/model.onnx, 1/model.py, input.json when
+    the model has one); return that dir."""
     spec = _spec(model, sizes)
     model_dir, version_dir = out / model, out / model / "1"
     config_path = model_dir / "config.pbtxt"
@@ -293,12 +376,20 @@ def build(model: str, out: Path, force: bool = False, **sizes: int) -> Path:
         _check_existing_config(config_path, config)
     else:
         _write_atomic(config_path, text_format.MessageToString(config).encode())
-    template = TEMPLATE.read_bytes()
+    template = (FOOD_TEMPLATE if isinstance(spec, FoodSpec) else TEMPLATE).read_bytes()
     if not (version_dir / "model.py").is_file() or (version_dir / "model.py").read_bytes() != template:
         _write_atomic(version_dir / "model.py", template)
+    data = input_data(spec)
+    if data is not None:
+        text = json.dumps(data, separators=(",", ":")).encode()
+        if not (model_dir / INPUT_FILE).is_file() or (model_dir / INPUT_FILE).read_bytes() != text:
+            _write_atomic(model_dir / INPUT_FILE, text)
     wanted = _stamp(model, spec)
     if force or not _up_to_date(version_dir, wanted):
-        proto = bert_model(spec) if isinstance(spec, BertSpec) else cnn_model(spec)
+        if isinstance(spec, BertSpec):
+            proto = bert_model(spec)
+        else:
+            proto = food_model(spec) if isinstance(spec, FoodSpec) else cnn_model(spec)
         _write_atomic(version_dir / "model.onnx", proto.SerializeToString(deterministic=True))
         wanted["sha256"] = _sha256(version_dir / "model.onnx")
         _write_atomic(version_dir / STAMP, json.dumps(wanted, indent=1, sort_keys=True).encode())
@@ -308,7 +399,8 @@ def build(model: str, out: Path, force: bool = False, **sizes: int) -> Path:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Build the example Triton model repositories (random weights, no downloads).",
-        epilog="Sizes apply to bertQA; cnn has fixed sizes. Same arguments give byte-identical model.onnx.",
+        epilog="Sizes apply to bertQA; the other models have fixed sizes. Same arguments give "
+        "byte-identical model.onnx and input.json.",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model repository (%(default)s)")
     parser.add_argument(

@@ -6,6 +6,7 @@ onnxruntime, and batching several requests into one call gives each its own answ
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -143,11 +144,45 @@ def test_default_config_is_the_untuned_starting_point(builder: ModuleType) -> No
     ]
 
 
-@pytest.mark.parametrize("name", ["bertQA", "cnn"])
+@pytest.mark.parametrize("name", ["bertQA", "bertQA_dynamic", "cnn", "food_classifier"])
 def test_committed_config_is_what_the_builder_writes(builder: ModuleType, name: str) -> None:
     committed = ROOT / "examples/model_repository" / name / "config.pbtxt"
-    expected = builder.model_config(name, builder.SPECS[name]())
+    expected = builder.model_config(name, builder.default_spec(name))
     assert text_format.Parse(committed.read_text(), mc.ModelConfig()) == expected
+
+
+def test_dynamic_bert_takes_every_length_of_its_input_file(builder: ModuleType, tmp_path: Path) -> None:
+    model_dir = builder.build("bertQA_dynamic", tmp_path, **{**TINY, "seq": 64})
+    config = text_format.Parse((model_dir / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert [list(i.dims) for i in config.input] == [[-1]] * 3
+    entries = json.loads((model_dir / "input.json").read_text())["data"]
+    lengths = [len(e["input_ids"]) for e in entries]
+    assert lengths == [32, 48, 64]  # the lengths up to the longest the position table holds
+    session = _session(model_dir / "1" / "model.onnx")
+    for entry in entries:
+        start, _ = session.run(None, {k: np.array([v], np.int64) for k, v in entry.items()})
+        assert start.shape == (1, len(entry["input_ids"])) and np.isfinite(start).all()
+    again = builder.build("bertQA_dynamic", tmp_path / "again", **{**TINY, "seq": 64})
+    assert (again / "input.json").read_bytes() == (model_dir / "input.json").read_bytes()
+
+
+def test_food_classifier_input_is_base64_jpegs_its_model_py_decodes(
+    builder: ModuleType, tmp_path: Path
+) -> None:
+    pytest.importorskip("PIL")
+    model_dir = builder.build("food_classifier", tmp_path)
+    config = text_format.Parse((model_dir / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert config.input[0].data_type == mc.TYPE_STRING and list(config.input[0].dims) == [1]
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU  # as the tutorial's
+    entries = json.loads((model_dir / "input.json").read_text())["data"]
+    sys.modules.setdefault("triton_python_backend_utils", ModuleType("triton_python_backend_utils"))
+    food = _load("autotune_templates_food", ROOT / "templates" / "food_classifier.py")
+    images = np.stack([food.decode(e["INPUT_IMAGE"][0], 64) for e in entries])
+    assert images.shape == (len(entries), 3, 64, 64) and len({im.tobytes() for im in images}) == len(entries)
+    (probs,) = _session(model_dir / "1" / "model.onnx").run(["probs"], {"image": images})
+    assert probs.shape == (len(entries), 10) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-4)
+    with pytest.raises(ValueError):
+        food.decode(b"not an image", 64)
 
 
 def test_bert_runs_a_batch_of_three(tiny_bert: Path) -> None:

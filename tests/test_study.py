@@ -13,8 +13,13 @@ from autotune.objective import Sla
 from autotune.search_space import params_of, parse_search_space
 from autotune.study import INTERRUPTED, Study
 
-SPACE = parse_search_space({"instance_group": {"count": [1, 2]}, "max_batch_size": [8],
-                            "dynamic_batching": {"enabled": [True, False]}})
+SPACE = parse_search_space(
+    {
+        "instance_group": {"count": [1, 2]},
+        "max_batch_size": [8],
+        "dynamic_batching": {"enabled": [True, False]},
+    }
+)
 SLA = Sla(95, 50.0)
 
 
@@ -29,8 +34,9 @@ def _measurement(throughput: float) -> Measurement:
 
 def test_a_tell_returns_the_result_the_study_reads_back(tmp_path: Path) -> None:
     study = _study(tmp_path)
-    first = SPACE.suggest(FixedTrial({"instance_count": 2, "kind": "KIND_CPU", "max_batch_size": 8,
-                                  "dynamic_batching": False}))
+    first = SPACE.suggest(
+        FixedTrial({"instance_count": 2, "kind": "KIND_CPU", "max_batch_size": 8, "dynamic_batching": False})
+    )
     study.enqueue(params_of(first), baseline=True)
     measured = study.tell_measured(study.ask(), _measurement(120.0), 3.5)
     failed = study.tell_failed(study.ask(), "server exited", "E tail", 1.0)
@@ -41,8 +47,17 @@ def test_a_tell_returns_the_result_the_study_reads_back(tmp_path: Path) -> None:
 
 def test_interrupted_trials_are_queued_again_once_with_their_baseline_flag(tmp_path: Path) -> None:
     study = _study(tmp_path)
-    study.enqueue({"instance_count": 1, "kind": "KIND_CPU", "max_batch_size": 8, "dynamic_batching": True,
-                   "preferred_batch_size": "none", "max_queue_delay_us": 0}, baseline=True)
+    study.enqueue(
+        {
+            "instance_count": 1,
+            "kind": "KIND_CPU",
+            "max_batch_size": 8,
+            "dynamic_batching": True,
+            "preferred_batch_size": "none",
+            "max_queue_delay_us": 0,
+        },
+        baseline=True,
+    )
     stopped = study.tell_failed(study.ask(), INTERRUPTED, "", 1.0, interrupted=True)
     crashed = study.tell_failed(study.ask(), "internal error: OSError", "", 1.0)
     again = _study(tmp_path).interrupted()
@@ -67,3 +82,31 @@ def test_queued_trials_are_not_results_until_asked(tmp_path: Path) -> None:
     assert study.results() == []
     study.tell_measured(study.ask(), _measurement(10.0), 1.0)
     assert [r.state for r in study.results()] == ["COMPLETE"]
+
+
+def test_a_gpu_baseline_on_a_machine_without_one_runs_as_is_while_the_space_holds_its_cpu_twin(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from autotune.decide import in_space
+
+    study = _study(tmp_path)  # SPACE: CPU instances only, as on a machine without a GPU
+    gpu = replace(
+        SPACE.suggest(
+            FixedTrial(
+                {"instance_count": 1, "kind": "KIND_CPU", "max_batch_size": 8, "dynamic_batching": False}
+            )
+        ),
+        kind="KIND_GPU",
+        gpus=(0,),
+    )
+    twin = in_space(gpu, SPACE)
+    assert twin.kind == "KIND_CPU" and twin.gpus == () and twin.instance_count == 1
+    assert in_space(twin, SPACE) is twin
+    study.enqueue(params_of(twin), baseline=True, as_is=gpu)
+    asked = study.ask()
+    assert asked.baseline and asked.candidate == gpu  # the user's config, as it is
+    told = study.tell_failed(asked, "no GPU", "", 0.1)
+    assert told.candidate == gpu and study.results()[0].candidate == gpu
+    assert study.ask().candidate.kind == "KIND_CPU"  # the sampler only proposes what runs here

@@ -1,0 +1,148 @@
+"""The models users bring, tuned end to end on a real tritonserver with their own workload:
+a BERT encoder with variable-length inputs fed entries of several lengths, a python-backend
+food classifier fed base64 JPEGs (whose config asks for a GPU this machine may not have), a
+model measured with a client batch size of 2, and a model that refuses the data it is sent."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from autotune.cli import main
+from autotune.gpu import gpu_available
+from autotune.reload import reload_outcome
+from autotune.results import COMPLETE, FAIL
+from tests.conftest import servers_under
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("onnxruntime")
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL_BERT = {"layers": 1, "hidden": 64, "heads": 2, "vocab": 1000}
+FAST = ["--window", "0.4", "--finalists", "1", "--repeats", "2", "--seed", "1", "--time-budget", "4m"]
+
+
+def _builder() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "autotune_examples_builder", ROOT / "examples/build_models.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example models, built once (a small BERT), copied by each test that changes them."""
+    out = tmp_path_factory.mktemp("examples")
+    builder = _builder()
+    builder.build("bertQA_dynamic", out, **SMALL_BERT)
+    builder.build("food_classifier", out)
+    builder.build("cnn", out)
+    return out
+
+
+@pytest.fixture
+def repo(built: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "repo"
+    shutil.copytree(built, copy)
+    return copy
+
+
+@pytest.fixture
+def space(tmp_path: Path) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(
+        "instance_group:\n  count: [1, 2]\nmax_batch_size: [8]\n"
+        "dynamic_batching:\n  enabled: [true, false]\n  max_queue_delay_microseconds: [0]\n"
+        "load:\n  concurrency: {min: 1, max: 8}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _run(model: str, repo: Path, space: Path, reports: Path, sla_ms: float, *extra: str) -> int:
+    return main(["run", "--model", model, "--model-repository", str(repo), "--sla-p95-ms", str(sla_ms),
+                 "--reports-dir", str(reports), "--search-space", str(space), *FAST, *extra])  # fmt: skip
+
+
+def _run_dir(reports: Path, model: str) -> Path:
+    (run_dir,) = list((reports / model).iterdir())
+    return run_dir
+
+
+def test_bert_with_variable_lengths_is_tuned_on_the_users_entries(
+    repo: Path, space: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = repo / "bertQA_dynamic" / "input.json"
+    reports = tmp_path / "reports"
+    assert (
+        _run("bertQA_dynamic", repo, space, reports, 200, "--input-data", str(data), "--max-trials", "3") == 0
+    )
+    assert "workload: input.json (8 entries, sent in turn)" in capsys.readouterr().err
+    run_dir = _run_dir(reports, "bertQA_dynamic")
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["workload"] == {"input_data": str(data.resolve()), "shapes": {}, "batch_size": 1}
+    outcome = reload_outcome(run_dir)
+    assert outcome.winner is not None and all(t.state == COMPLETE for t in outcome.trials)
+    # one request per entry, in turn: the server saw requests of every length, and batched
+    # only equal shapes (its execution count is at least its distinct lengths' worth)
+    points = [p for t in outcome.trials if t.measurement for p in t.measurement.points]
+    assert all(p.errors == 0 and p.requests > 0 for p in points)
+    assert "workload <b>input.json</b>" in (run_dir / "report.html").read_text()
+    assert servers_under(run_dir) == []
+
+
+def test_food_classifier_on_base64_jpegs_tunes_the_cpu_candidates_when_its_gpu_config_cannot_load(
+    repo: Path, space: Path, tmp_path: Path
+) -> None:
+    data = repo / "food_classifier" / "input.json"
+    reports = tmp_path / "reports"
+    assert (
+        _run("food_classifier", repo, space, reports, 200, "--input-data", str(data), "--max-trials", "3")
+        == 0
+    )
+    outcome = reload_outcome(_run_dir(reports, "food_classifier"))
+    baseline = outcome.baseline
+    assert baseline is not None and baseline.candidate is not None and baseline.candidate.kind == "KIND_GPU"
+    if not gpu_available():
+        assert baseline.state == FAIL and "GPU" in baseline.reason + baseline.log_tail
+    tuned = [t for t in outcome.trials if t.number != baseline.number]
+    assert tuned and all(
+        t.state == COMPLETE and t.candidate and t.candidate.kind == "KIND_CPU" for t in tuned
+    )
+    assert outcome.winner is not None and outcome.winner.goodput() > 0
+
+
+def test_a_client_batch_of_two_is_counted_in_inferences(repo: Path, space: Path, tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    assert _run("cnn", repo, space, reports, 200, "--batch-size", "2", "--max-trials", "2") == 0
+    outcome = reload_outcome(_run_dir(reports, "cnn"))
+    baseline = outcome.baseline
+    assert baseline is not None and baseline.measurement is not None
+    for point in baseline.measurement.points:  # no dynamic batching: every execution is one request of 2
+        assert set(point.server.batch_sizes) == {2}
+        assert point.throughput == pytest.approx(2 * point.requests / point.duration_s, rel=0.02)
+
+
+def test_data_the_model_cannot_take_stops_the_run_at_the_preflight_with_the_servers_message(
+    repo: Path, space: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = repo / "food_classifier" / "config.pbtxt"
+    config.write_text(config.read_text().replace("gpus: 0\n", "").replace("KIND_GPU", "KIND_CPU"))
+    reports = tmp_path / "reports"
+    code = _run("food_classifier", repo, space, reports, 200, "--input-data", "random")
+    err = capsys.readouterr().err
+    assert code == 2, err
+    line = next(x for x in err.splitlines() if x.startswith("autotune: error:"))
+    assert "answered an error to random data" in line and "INPUT_IMAGE is not a base64-encoded image" in line
+    assert not (reports / "food_classifier").exists() or not any((reports / "food_classifier").iterdir())
+    assert servers_under(tmp_path) == []
