@@ -23,6 +23,7 @@ from autotune.settings import (
     add_workload_arguments,
     parse_duration,
     workload_from_args,
+    workload_given,
 )
 
 # what counts as progress, and as a finalist worth verifying ("%%": argparse formats help text)
@@ -270,9 +271,11 @@ def _run(args: argparse.Namespace) -> int:
     from autotune import tuner
     from autotune._console import RichEvents, print_summary
     from autotune.gpu import gpu_available
-    from autotune.rundir import find_unfinished
+    from autotune.rundir import RunDir, find_unfinished
 
     settings = settings_from(args)
+    if settings.run_dir is not None and not workload_given(args):  # --resume: the run's own workload
+        settings = replace(settings, workload=RunDir.load(settings.run_dir).record.workload)
     if settings.run_dir is None and not args.fresh:
         s = settings
         unfinished = find_unfinished(

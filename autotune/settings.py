@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,7 @@ class Workload:
     @property
     def flags(self) -> str:
         """The command-line flags that give this workload ("" for the default)."""
-        parts = [] if self.input_data == "random" else [f"--input-data {self.input_data}"]
+        parts = [] if self.input_data == "random" else [f"--input-data {shlex.quote(self.input_data)}"]
         parts += [f"--shape {name}:{','.join(map(str, dims))}" for name, dims in self.shapes]
         parts += [f"--batch-size {self.batch_size}"] if self.batch_size > 1 else []
         return " ".join(parts)
@@ -176,11 +177,10 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--input-data",
-        default="random",
         metavar="random|zero|PATH",
-        help='random (default) or zero data, a JSON file in perf_analyzer\'s format ({"data": [...]}: '
-        'plain values, {"content", "shape"} or {"b64"}; its entries are sent in turn, one '
-        "per request), or a directory with one binary file per input",
+        help="random (default) or zero data, a JSON file in perf_analyzer's format ({\"data\": [...]}: "
+        "plain values, {\"content\", \"shape\"} or {\"b64\"}; its entries are sent in turn, one "
+        "per request), or a directory with one binary file per input (BYTES: one string per line)",
     )
     group.add_argument(
         "--shape",
@@ -193,21 +193,26 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-size",
         "-b",
         type=int,
-        default=1,
         help="samples per request (default 1); throughput counts inferences, "
         "latency is per request, as perf_analyzer counts them",
     )
 
 
+def workload_given(args: argparse.Namespace) -> bool:
+    """Was any workload flag given? (``--resume`` without them continues the run's own.)"""
+    return args.input_data is not None or bool(args.shape) or args.batch_size is not None
+
+
 def workload_from_args(args: argparse.Namespace) -> Workload:
     """The workload flags checked (the data's path must exist; it is recorded absolute)."""
-    data = str(args.input_data)
+    data = "random" if args.input_data is None else str(args.input_data)
     if data not in INPUT_KINDS:
         path = Path(data)
         if not path.is_file() and not path.is_dir():
             raise UsageError(f"--input-data: no such file or directory: {path}")
         data = str(path.resolve())
-    return Workload(data, tuple(parse_shape(t) for t in args.shape), int(args.batch_size))
+    batch = 1 if args.batch_size is None else int(args.batch_size)
+    return Workload(data, tuple(parse_shape(t) for t in args.shape), batch)
 
 
 @dataclass(frozen=True)

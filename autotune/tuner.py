@@ -35,7 +35,7 @@ from autotune.errors import (
 from autotune.events import Events
 from autotune.files import file_digest, write_text_atomic
 from autotune.launch import Launcher, Server, failure_line, make_launcher, read_tail
-from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, model_io, read_workload
+from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, read_workload
 from autotune.measure import Measurement, Point, WindowPlan, find_goodput
 from autotune.objective import Sla
 from autotune.processes import Owner
@@ -142,8 +142,7 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
 
 
 def _forget_if_empty(prep: Prepared, run: RunDir, study: Study) -> None:
-    """A new run stopped by its data before it measured anything leaves nothing behind (its
-    study is in its own folder); a resumed run or a shared study keeps what it has."""
+    """A new run its data stopped before any trial ended leaves nothing (its study is in it)."""
     s = prep.settings
     if s.run_dir is None and s.storage is None and not decide.finished(study.results()):
         shutil.rmtree(run.path, ignore_errors=True)
@@ -182,7 +181,10 @@ def _open_run(prep: Prepared, path: Path) -> RunDir:
 
 def _seed(study: Study, prep: Prepared) -> None:
     """The original config first, then the heuristic seeds of :func:`decide.heuristic_seeds`."""
-    study.enqueue(params_of(decide.in_space(prep.baseline, prep.space)), baseline=True, as_is=prep.baseline)
+    twin = decide.in_space(prep.baseline, prep.space)
+    study.enqueue(params_of(twin), baseline=True, as_is=prep.baseline)
+    if twin != prep.baseline:  # your config cannot run here: its CPU twin is measured next
+        study.enqueue(params_of(twin), again=True)
     for params in decide.heuristic_seeds(prep.space, os.cpu_count() or 1):
         study.enqueue(params)
 
@@ -242,22 +244,11 @@ class _Trials:
         """The load for this server; the first server that answers also gets the preflight: one
         request of each distinct entry of the workload (a WorkloadError stops the run)."""
         settings = self.prep.settings
-        if self.data is None:  # the config declares no inputs: the server's metadata says
-            try:
-                io = model_io(server.host, server.http_port, settings.model)
-                self.data = read_workload(io, settings.workload, settings.seed or 0)
-            except UsageError as exc:
-                raise WorkloadError(str(exc)) from exc
         gen = LoadGenerator.connect(
-            server.host, server.http_port, server.grpc_port, settings.model,
-            protocol=settings.protocol, plan=plan, data=self.data, check=self.checked,
+            server.host, server.http_port, server.grpc_port, settings.model, protocol=settings.protocol,
+            plan=plan, workload=settings.workload, data=self.data, preflight=not self.checked,
         )  # fmt: skip
-        if not self.checked:
-            try:
-                gen.preflight(self.data)
-            except MeasurementError as exc:
-                raise WorkloadError(str(exc)) from exc
-            self.checked = True
+        self.data, self.checked = gen.data, True  # as the server serves the model, encoded once
         return gen
 
     def measure(self, asked: Asked, start: int | None = None, beat: float = 0.0) -> Measurement:

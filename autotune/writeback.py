@@ -26,6 +26,7 @@ from autotune import model_config as mcfg
 from autotune.errors import AutotuneError, UsageError, WriteBackError
 from autotune.files import copy_atomic, file_digest, write_text_atomic
 from autotune.launch import Launcher, make_launcher
+from autotune.loadgen import LoadGenerator
 from autotune.rundir import WINNER_CONFIG, RunDir, RunRecord
 
 STATE_FILE = "writeback.json"
@@ -89,7 +90,9 @@ def _verifier(record: RunRecord) -> Launcher[Any]:
 
 def _load_once(launcher: Launcher[Any], run: RunDir) -> str:
     """Serve the model from its real folder (through a repository that links to it and holds
-    nothing else) until it is ready; the server's description."""
+    nothing else) until it is ready, and send it the run's workload (one request of each
+    distinct entry: the written config must answer what the user sends); the server's
+    description."""
     model = run.record.model
     view = run.stage("writeback")
     shutil.rmtree(view, ignore_errors=True)
@@ -97,7 +100,13 @@ def _load_once(launcher: Launcher[Any], run: RunDir) -> str:
     os.symlink(run.record.repository / model, view / model)
     try:
         with launcher.serve(view, model, run.log("writeback-verify.log")) as server:
-            return server.description or "tritonserver"
+            described = server.description or "tritonserver"
+            workload = run.record.workload
+            if workload.path is not None and not workload.path.exists():
+                return f"{described} (loaded; not sent the workload: {workload.path} is gone)"
+            LoadGenerator.connect(server.host, server.http_port, server.grpc_port, model,
+                                  workload=workload, preflight=True)  # fmt: skip
+            return f"{described}, answering {workload.label}"
     finally:
         launcher.drain()
         shutil.rmtree(view, ignore_errors=True)

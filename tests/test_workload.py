@@ -54,9 +54,8 @@ def test_a_batch_takes_consecutive_entries_and_wraps(tmp_path: Path) -> None:
 
 def test_a_batch_of_entries_of_different_shapes_is_refused(tmp_path: Path) -> None:
     _json(tmp_path, [_seq(32), _seq(64)])
-    data = read_workload(BERT, Workload(str(tmp_path / "input.json"), (), 2))
     with pytest.raises(UsageError, match=r"different shapes.*entry 0: \[32\], entry 1: \[64\]"):
-        data.payloads()
+        read_workload(BERT, Workload(str(tmp_path / "input.json"), (), 2))  # when read, not mid-run
 
 
 def test_shape_flag_gives_the_variable_dims_of_random_and_zero_data() -> None:
@@ -75,12 +74,12 @@ def test_b64_jpeg_bytes_reach_the_request_unchanged(tmp_path: Path) -> None:
 
 
 def test_directory_format_one_file_per_input(tmp_path: Path) -> None:
-    model = ModelIO("m", 0, (TensorSpec("a", "FP32", (2, 2)), TensorSpec("s", "BYTES", (1,))), ())
+    model = ModelIO("m", 0, (TensorSpec("a", "FP32", (2, 2)), TensorSpec("s", "BYTES", (2,))), ())
     (tmp_path / "a").write_bytes(np.arange(4, dtype=np.float32).tobytes())
-    (tmp_path / "s").write_bytes(b"hello")
+    (tmp_path / "s").write_bytes(b"hello\nworld\n")  # BYTES: one string per line, as perf_analyzer reads it
     (payload,) = read_workload(model, Workload(str(tmp_path))).payloads()
     arrays = {spec.name: array for spec, array in payload.tensors}
-    assert arrays["a"].tolist() == [[0.0, 1.0], [2.0, 3.0]] and arrays["s"].tolist() == [b"hello"]
+    assert arrays["a"].tolist() == [[0.0, 1.0], [2.0, 3.0]] and arrays["s"].tolist() == [b"hello", b"world"]
     (tmp_path / "a").write_bytes(b"\x00" * 12)
     with pytest.raises(UsageError, match="12 bytes are not the 4 FP32 values"):
         read_workload(model, Workload(str(tmp_path)))
@@ -141,3 +140,37 @@ def test_workload_flags_round_trip(tmp_path: Path) -> None:
     assert Workload.from_json(None) == Workload() and Workload().flags == ""
     with pytest.raises(UsageError, match="--shape given twice"):
         Workload("random", (("a", (1,)), ("a", (2,))))
+
+
+def test_an_optional_input_may_be_left_out_of_an_entry(tmp_path: Path) -> None:
+    model = ModelIO(
+        "m", 4, (TensorSpec("x", "FP32", (2,)), TensorSpec("hint", "INT32", (1,), optional=True)), ()
+    )
+    data = read_workload(model, _json(tmp_path, [{"x": [1, 2]}, {"x": [3, 4], "hint": [7]}]))
+    first, second = data.payloads()
+    assert [s.name for s, _ in first.tensors] == ["x"] and [s.name for s, _ in second.tensors] == [
+        "x",
+        "hint",
+    ]
+    with pytest.raises(UsageError, match="no data for input 'x'"):
+        read_workload(model, _json(tmp_path, [{"hint": [7]}]))
+
+
+def test_entries_follow_the_model_as_the_server_serves_it(tmp_path: Path) -> None:
+    data = read_workload(BERT, _json(tmp_path, [_seq(4)]))
+    served = ModelIO(
+        "bert", 8, (BERT.inputs[1], BERT.inputs[0]), (*BERT.outputs, TensorSpec("extra", "FP32", (1,)))
+    )
+    (payload,) = data.for_model(served).payloads()
+    assert [s.name for s, _ in payload.tensors] == ["mask", "input_ids"]
+    assert payload.outputs == ("logits", "extra") and payload.tensors[1][1].tolist() == [[0, 1, 2, 3]]
+    more = ModelIO("bert", 8, (*BERT.inputs, TensorSpec("token_type", "INT64", (-1,))), BERT.outputs)
+    with pytest.raises(UsageError, match="no data for the served model's input 'token_type'"):
+        data.for_model(more)
+
+
+def test_requests_are_encoded_once_per_protocol(tmp_path: Path) -> None:
+    data = read_workload(BERT, _json(tmp_path, [_seq(4), _seq(8)]))
+    http = data.encoded("http", "127.0.0.1")
+    assert len(http) == 2 and http[0].startswith(b"POST /v2/models/bert/infer HTTP/1.1")
+    assert data.encoded("http", "127.0.0.1") is http and len(data.encoded("grpc", "x")) == 2

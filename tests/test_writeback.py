@@ -106,7 +106,7 @@ def test_apply_verifies_on_the_remote_server_of_the_run(
                      "--grpc-url", grpc)
     capsys.readouterr()
     assert main(["apply", str(run_dir)]) == 0
-    assert f"loaded it in Triton (remote server {http})" in capsys.readouterr().out
+    assert f"loaded it in Triton (remote server {http}, answering random data)" in capsys.readouterr().out
     log = (run_dir / "logs" / "writeback-verify.log").read_text()
     assert "load toy with the candidate config: ok" in log
     assert "load toy from the server's repository: ok" in log

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from autotune.control import AsyncStatistics, ServerControl
-from autotune.errors import ControlError, MeasurementError, ModelNotFoundError, UsageError
+from autotune.errors import ControlError, MeasurementError, ModelNotFoundError, UsageError, WorkloadError
 from autotune.loadgen._endpoint import PROTOCOLS, Endpoint
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, Payload, WorkloadData, raw_bytes, read_workload
@@ -55,7 +55,7 @@ class LoadGenerator:
     http_port: int
     grpc_port: int
     io: ModelIO
-    payloads: tuple[Payload, ...]  # the requests, sent in turn
+    data: WorkloadData  # the requests, sent in turn
     protocol: str = "http"
     plan: WindowPlan = field(default_factory=WindowPlan)
     workers: int = 1  # worker processes; 1 runs in this process
@@ -76,29 +76,43 @@ class LoadGenerator:
         shapes: Mapping[str, Sequence[int]] | None = None,
         workers: int = 1,
         seed: int = 0,
+        workload: Workload | None = None,
         data: WorkloadData | None = None,
-        check: bool = True,
+        preflight: bool = False,
     ) -> LoadGenerator:
-        """Read the model's metadata, build the requests once and check one answer. ``data``: a
-        workload read before (by :func:`read_workload`), instead of ``input_data``, ``shapes`` and
-        ``batch_size``: a large input file is read once for a whole tuning run. ``check=False``
-        skips the answer check (a :meth:`preflight` follows)."""
+        """Read the model's metadata, build the requests once and check one answer. The
+        workload: ``input_data``, ``shapes`` and ``batch_size``, or ``workload``, or ``data``
+        read before (by :func:`read_workload`: a large input file is read once for a whole
+        tuning run). ``preflight``: check an answer to each distinct request instead of the
+        first, and raise a WorkloadError when the data does not fit or the model refuses it."""
         if protocol not in PROTOCOLS:
             raise UsageError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if workers < 1 or batch_size < 1:
             raise UsageError("workers and batch size must be >= 1")
         io = model_io(host, http_port, model)
-        if data is None:
-            shaped = tuple((n, tuple(int(d) for d in dims)) for n, dims in (shapes or {}).items())
-            data = read_workload(io, Workload(str(input_data), shaped, batch_size), seed)
-        elif data.io.inputs != io.inputs:  # read from the config.pbtxt: the server's view wins
-            data = WorkloadData(io, data.entries, data.batch_size, data.source)
-        gen = cls(
-            host, http_port, grpc_port, io, data.payloads(), protocol, plan or WindowPlan(), workers, seed
-        )
-        if check:
+        shaped = tuple((n, tuple(int(d) for d in dims)) for n, dims in (shapes or {}).items())
+        try:
+            if data is None:
+                data = read_workload(io, workload or Workload(str(input_data), shaped, batch_size), seed)
+            else:  # read from the config.pbtxt: the server's view of the model wins
+                data = data.for_model(io)
+        except UsageError as exc:
+            if not preflight:
+                raise
+            raise WorkloadError(str(exc)) from exc
+        gen = cls(host, http_port, grpc_port, io, data, protocol, plan or WindowPlan(), workers, seed)
+        if not preflight:
             gen.check_answer(gen.payloads[0])
+            return gen
+        try:
+            gen.preflight()
+        except MeasurementError as exc:
+            raise WorkloadError(str(exc)) from exc
         return gen
+
+    @property
+    def payloads(self) -> tuple[Payload, ...]:
+        return self.data.payloads()
 
     def with_plan(self, plan: WindowPlan) -> LoadGenerator:
         return replace(self, plan=plan)
@@ -110,7 +124,8 @@ class LoadGenerator:
 
     @property
     def endpoint(self) -> Endpoint:
-        return Endpoint(self.host, self.http_port, self.grpc_port, self.protocol, self.payloads)
+        requests = self.data.encoded(self.protocol, self.host)
+        return Endpoint(self.host, self.http_port, self.grpc_port, self.protocol, requests)
 
     def at_concurrency(self, concurrency: int) -> Point:
         """Closed loop: ``concurrency`` requests always in flight."""
@@ -170,17 +185,21 @@ class LoadGenerator:
             if out is None or np.size(out) == 0:
                 raise MeasurementError(f"model {self.io.name!r} returned an empty output {name!r}{where}")
 
-    def preflight(self, data: WorkloadData) -> int:
+    def preflight(self) -> int:
         """One request of each distinct entry of the workload, before anything is measured:
         data the model cannot take fails here, naming the entry, instead of in every trial.
         Returns how many requests were sent."""
         seen: set[bytes] = set()
+        data = self.data
         n, b = len(data.entries), data.batch_size
         for number, payload in enumerate(data.payloads()):
-            key = hashlib.sha256(b"".join(raw_bytes(a, s.datatype) for s, a in payload.tensors)).digest()
-            if key in seen:
+            key = hashlib.sha256()
+            for spec, array in payload.tensors:
+                key.update(f"{spec.name}{array.shape}{spec.datatype}".encode())
+                key.update(raw_bytes(array, spec.datatype))
+            if key.digest() in seen:
                 continue
-            seen.add(key)
+            seen.add(key.digest())
             picks = sorted({(number * b + i) % n for i in range(b)})
             what = f"entr{'y' if len(picks) == 1 else 'ies'} {', '.join(map(str, picks))} of {data.source}"
             self.check_answer(payload, what if n > 1 else data.source)

@@ -1,12 +1,11 @@
-"""Where the load goes: a server, a protocol and the requests, sent in turn (picklable, so a
-worker process can rebuild its own connections from it)."""
+"""Where the load goes: a server, a protocol and the encoded requests, sent in turn
+(picklable, so a worker process can rebuild its own connections from it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from autotune.loadgen._h2 import grpc_connector
-from autotune.loadgen._inputs import Payload, grpc_request, http_request
 from autotune.loadgen._transport import Connector, http_connector
 
 PROTOCOLS = ("http", "grpc")
@@ -18,13 +17,10 @@ class Endpoint:
     http_port: int
     grpc_port: int
     protocol: str
-    payloads: tuple[Payload, ...]
+    requests: tuple[bytes, ...]  # encoded for the protocol (WorkloadData.encoded), sent in turn
 
     def connector(self) -> Connector:
         """Connections that each send the requests in turn, each starting at another one."""
         if self.protocol == "grpc":
-            messages = tuple(grpc_request(p).SerializeToString() for p in self.payloads)
-            return grpc_connector(self.host, self.grpc_port, messages)
-        return http_connector(
-            self.host, self.http_port, tuple(http_request(p, self.host) for p in self.payloads)
-        )
+            return grpc_connector(self.host, self.grpc_port, self.requests)
+        return http_connector(self.host, self.http_port, self.requests)

@@ -14,6 +14,7 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ class TensorSpec:
     name: str
     datatype: str
     shape: tuple[int, ...]  # without the batch dimension; -1 for variable
+    optional: bool = False  # an input the model runs without (config.pbtxt's `optional: true`)
 
 
 @dataclass(frozen=True)
@@ -78,15 +80,12 @@ class ModelIO:
         if not config.input:
             return None
 
-        def specs(items: Any) -> tuple[TensorSpec, ...]:
-            return tuple(
-                TensorSpec(
-                    t.name, _DATATYPES.get(data_type_name(t.data_type), "?"), tuple(int(d) for d in t.dims)
-                )
-                for t in items
-            )
+        def spec(t: Any, optional: bool) -> TensorSpec:
+            datatype = _DATATYPES.get(data_type_name(t.data_type), "?")
+            return TensorSpec(t.name, datatype, tuple(int(d) for d in t.dims), optional)
 
-        return cls(name, int(config.max_batch_size), specs(config.input), specs(config.output))
+        inputs = tuple(spec(t, bool(t.optional)) for t in config.input)
+        return cls(name, int(config.max_batch_size), inputs, tuple(spec(t, False) for t in config.output))
 
 
 @dataclass(frozen=True)
@@ -99,29 +98,72 @@ class Payload:
     batch_size: int
 
 
-Entry = tuple[NDArray[Any], ...]  # one sample of each input, in the model's input order, no batch dimension
+# one sample of each input, in the model's input order, no batch dimension; None: an optional
+# input the entry leaves out
+Entry = tuple[NDArray[Any] | None, ...]
 
 
 @dataclass(frozen=True)
 class WorkloadData:
-    """A workload read once: its entries (one for random or zero data), sent in turn."""
+    """A workload read once: its entries (one for random or zero data), sent in turn, and the
+    requests they make, built (and checked) once and encoded once per protocol."""
 
     io: ModelIO
     entries: tuple[Entry, ...]
     batch_size: int
     source: str  # where the entries came from, for messages
 
-    def payloads(self) -> tuple[Payload, ...]:
-        """The distinct requests, in the order they are sent: request k carries entries
-        k*b .. k*b+b-1 (mod the number of entries), as perf_analyzer steps through its data."""
+    def __post_init__(self) -> None:
+        self.payloads()  # a batch of entries of different shapes is refused here, not mid-run
+
+    @cached_property
+    def _payloads(self) -> tuple[Payload, ...]:
         n, b = len(self.entries), self.batch_size
         count = n // math.gcd(n, b)
         return tuple(self._payload([(k * b + i) % n for i in range(b)]) for k in range(count))
 
+    def payloads(self) -> tuple[Payload, ...]:
+        """The distinct requests, in the order they are sent: request k carries entries
+        k*b .. k*b+b-1 (mod the number of entries), as perf_analyzer steps through its data."""
+        return self._payloads
+
+    def encoded(self, protocol: str, host: str) -> tuple[bytes, ...]:
+        """The requests on the wire (HTTP/1.1 requests, or serialized gRPC messages), encoded
+        once per protocol and host, whatever the number of trials and levels."""
+        cache: dict[tuple[str, str], tuple[bytes, ...]] = self.__dict__.setdefault("_encoded", {})
+        key = (protocol, host if protocol == "http" else "")
+        if key not in cache:
+            if protocol == "grpc":
+                cache[key] = tuple(grpc_request(p).SerializeToString() for p in self.payloads())
+            else:
+                cache[key] = tuple(http_request(p, host) for p in self.payloads())
+        return cache[key]
+
+    def for_model(self, io: ModelIO) -> WorkloadData:
+        """These entries for the model as a server serves it (its inputs' order, its outputs):
+        read from config.pbtxt, the server's view wins. A UsageError if an input has no data."""
+        if io == self.io:
+            return self
+        columns = {spec.name: column for column, spec in enumerate(self.io.inputs)}
+        for spec in io.inputs:
+            if spec.name not in columns and not spec.optional:
+                raise UsageError(f"{self.source}: no data for the served model's input {spec.name!r}")
+        order = [columns.get(spec.name) for spec in io.inputs]
+        entries = tuple(tuple(None if c is None else e[c] for c in order) for e in self.entries)
+        return WorkloadData(io, entries, self.batch_size, self.source)
+
     def _payload(self, picks: Sequence[int]) -> Payload:
         tensors = []
         for column, spec in enumerate(self.io.inputs):
-            arrays = [self.entries[i][column] for i in picks]
+            given = [self.entries[i][column] for i in picks]
+            if all(a is None for a in given):
+                continue  # an optional input these entries leave out
+            if any(a is None for a in given):
+                raise UsageError(
+                    f"{self.source}: optional input {spec.name!r} is in some of the entries one request of "
+                    f"batch size {self.batch_size} carries ({', '.join(map(str, picks))}), not in all"
+                )
+            arrays = [a for a in given if a is not None]
             if any(a.shape != arrays[0].shape for a in arrays):
                 shapes = ", ".join(f"entry {i}: {list(a.shape)}" for i, a in zip(picks, arrays, strict=True))
                 raise UsageError(
@@ -142,8 +184,10 @@ def read_workload(io: ModelIO, workload: Workload | None = None, seed: int = 0) 
     if input_data in ("random", "zero"):
         rng = np.random.default_rng(seed)
         zero = input_data == "zero"
-        entry = tuple(
-            _zeros(spec.datatype, _dims(spec, shapes))
+        entry: Entry = tuple(
+            None  # an optional input of unknown size is left out
+            if spec.optional and spec.name not in shapes and any(d < 0 for d in spec.shape)
+            else _zeros(spec.datatype, _dims(spec, shapes))
             if zero
             else _random(spec.datatype, _dims(spec, shapes), rng)
             for spec in io.inputs
@@ -229,28 +273,37 @@ def _read_json(io: ModelIO, path: Path, shapes: Mapping[str, tuple[int, ...]]) -
                 f"{where}: model {io.name!r} has no input {unknown[0]!r} (its inputs: "
                 f"{', '.join(s.name for s in io.inputs)})"
             )
-        columns = []
+        columns: list[NDArray[Any] | None] = []
         for spec in io.inputs:
             if spec.name not in entry:
+                if spec.optional:
+                    columns.append(None)
+                    continue
                 raise UsageError(f"{where}: no data for input {spec.name!r}")
-            array = _from_json(spec, entry[spec.name], shapes.get(spec.name), where)
-            columns.append(array)
+            columns.append(_from_json(spec, entry[spec.name], shapes.get(spec.name), where))
         entries.append(tuple(columns))
     return tuple(entries)
 
 
 def _read_directory(io: ModelIO, path: Path, shapes: Mapping[str, tuple[int, ...]]) -> tuple[Entry, ...]:
     """perf_analyzer's directory format: a file per input, named as the input, holding one
-    sample's raw values (BYTES: the file's content is one string)."""
-    columns = []
+    sample: its raw values, or for BYTES one string per line."""
+    columns: list[NDArray[Any] | None] = []
     for spec in io.inputs:
         file = path / spec.name
         if not file.is_file():
+            if spec.optional:
+                columns.append(None)
+                continue
             raise UsageError(f"{path}: no file for input {spec.name!r} (expected {file})")
         raw = file.read_bytes()
         dims = _dims(spec, shapes)
         if spec.datatype == "BYTES":
-            array = np.array([raw] * int(np.prod(dims)), dtype=np.object_).reshape(dims)
+            lines = raw.splitlines()
+            if len(lines) != int(np.prod(dims)):
+                raise UsageError(f"{file}: {len(lines)} lines are not the {int(np.prod(dims))} strings of "
+                                 f"shape {list(dims)} (one string per line)")  # fmt: skip
+            array = np.array(lines, dtype=np.object_).reshape(dims)
         else:
             dtype = np.dtype(_np_type(spec, str(path)))
             if len(raw) != dtype.itemsize * int(np.prod(dims)):
