@@ -279,7 +279,9 @@ def input_data(spec: Spec) -> dict[str, Any] | None:
         for length in (n for n in BERT_LENGTHS if n <= spec.seq):
             segments = [0] * (length // 2) + [1] * (length - length // 2)
             ids = rng.integers(min(1000, spec.vocab // 2), spec.vocab, size=length).tolist()
-            entries.append({"input_ids": ids, "segment_ids": segments, "input_mask": [1] * length})
+            values = {"input_ids": ids, "segment_ids": segments, "input_mask": [1] * length}
+            # {"content", "shape"}: perf_analyzer needs each entry's shape for a -1 dimension
+            entries.append({name: {"content": v, "shape": [length]} for name, v in values.items()})
         return {"data": entries}
     if isinstance(spec, FoodSpec):
         return {"data": [{"INPUT_IMAGE": [base64.b64encode(_jpeg(spec.seed + i)).decode()]}
