@@ -9,6 +9,7 @@ import importlib.util
 import json
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -111,14 +112,15 @@ def test_food_classifier_on_base64_jpegs_tunes_the_cpu_candidates_when_its_gpu_c
         == 0
     )
     outcome = reload_outcome(_run_dir(reports, "food_classifier"))
-    baseline = outcome.baseline
-    assert baseline is not None and baseline.candidate is not None and baseline.candidate.kind == "KIND_GPU"
-    if not gpu_available():
-        assert baseline.state == FAIL and "GPU" in baseline.reason + baseline.log_tail
-    tuned = [t for t in outcome.trials if t.number != baseline.number]
-    assert tuned and all(
-        t.state == COMPLETE and t.candidate and t.candidate.kind == "KIND_CPU" for t in tuned
-    )
+    baseline = next(t for t in outcome.trials if t.baseline)  # the user's config, as it is
+    assert baseline.candidate is not None and baseline.candidate.kind == "KIND_GPU"
+    if not gpu_available():  # failed, with the server's own reason in the trial's one line
+        assert baseline.state == FAIL and "unsupported gpu id 0" in baseline.reason
+        twin = outcome.trials[1]  # measured next: the same config on this machine's CPU
+        assert twin.candidate == replace(baseline.candidate, kind="KIND_CPU", gpus=())
+    tuned = [t for t in outcome.trials if not t.baseline]
+    assert tuned and all(t.state == COMPLETE and t.candidate for t in tuned)
+    assert all(t.candidate is not None and t.candidate.kind == "KIND_CPU" for t in tuned)
     assert outcome.winner is not None and outcome.winner.goodput() > 0
 
 

@@ -184,8 +184,15 @@ def _tail_suffix(server: Server) -> str:
 
 
 def failure_line(log_text: str) -> str:
-    """The most telling line of a server log: the first error, else nothing."""
+    """The most telling line of a server log: why the model did not load (its load error, or
+    the reason in the model status table), else the first error, else nothing."""
     lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+    for line in lines:
+        if "failed to load '" in line:
+            return line[line.index("failed to load '") :].rstrip('"')[:300]
+    for line in lines:
+        if "| UNAVAILABLE: " in line:  # the model status table: | name | version | UNAVAILABLE: why |
+            return "model " + line.split("| UNAVAILABLE: ", 1)[1].rstrip("| ")[:290]
     noise = ("NVML", "DCGM", "CudaDriverHelper", "GPU metrics", "cuda")
     for line in lines:
         if (line.startswith("E") or "error" in line.lower()) and not any(n in line for n in noise):
