@@ -30,7 +30,7 @@ BAD = [
     (["--grpc-url", "other:8001"], "same host"),
     (["--shape", "x:2,zero"], "--shape must be NAME:D1,D2"),
     (["--shape", "2,3"], "--shape must be NAME:D1,D2"),
-    (["--batch-size", "0"], "--batch-size must be > 0"),
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--window", "0"], "--window must be > 0"),
     (["--stability-percentage", "0"], "--stability-percentage must be > 0"),
     (["--max-windows", "2"], "--max-windows must be >= 3"),

@@ -162,7 +162,10 @@ class HttpConnection:
         self._done: Done | None = None
 
     @classmethod
-    async def open(cls, host: str, port: int, requests: Requests) -> HttpConnection:
+    async def open(cls, host: str, port: int, requests: Requests | bytes) -> HttpConnection:
+        """A connection that sends ``requests`` in turn (or one request, again and again)."""
+        if isinstance(requests, bytes):
+            requests = Requests((requests,))
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await loop.create_connection(_Http1, host, port)

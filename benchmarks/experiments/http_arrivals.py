@@ -159,7 +159,7 @@ def fairness(root: Path) -> None:
     with bench.serving(repo, root / "server.log", server_cpus, client_cpus) as server:
         gen = LoadGenerator.connect(server.host, server.http_port, server.grpc_port, "bertQA",
                                     protocol="http", input_data=root / "bertQA.json")
-        request = _inputs.http_request(gen.payload, server.host)
+        request = _inputs.http_request(gen.payloads[0], server.host)
         original = transport._Http1.send
         clients: list[tuple[str, Callable[[], Result]]] = [
             ("ours", lambda: asyncio.run(asyncio_client(server.host, server.http_port, request, 16))),

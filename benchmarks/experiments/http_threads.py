@@ -122,7 +122,7 @@ def main() -> int:
                 server.host, server.http_port, server.grpc_port, "noop", protocol="http",
                 plan=settings.plan, input_data=work / "noop.json",
             )  # fmt: skip
-            request = _inputs.http_request(gen.payload, server.host)
+            request = _inputs.http_request(gen.payloads[0], server.host)
             for round_ in range(args.rounds):
                 for name in ("idle-open", "busy-open", "threads"):
                     traced: list[str] = []

@@ -118,7 +118,7 @@ def main() -> int:
                             f"batch {p.server.avg_batch:4.2f}  queue {p.server.queue_us:7.0f} us",
                             flush=True,
                         )
-                    request = _inputs.http_request(gen.payload, server.host)
+                    request = _inputs.http_request(gen.payloads[0], server.host)
                     rate, p50, p95, split = http_arrivals.threaded_point(server, model, request, 16)
                     print(
                         f"{model:6} round {round_ + 1} {'threads':11} {rate:6.0f} infer/s  "
