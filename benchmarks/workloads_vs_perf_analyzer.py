@@ -120,7 +120,9 @@ def perf_analyzer(
     max_windows: int,
     out: Path,
 ) -> Sample | None:
-    """One perf_analyzer run with the workload flags (theirs are ours: --input-data, --shape, -b)."""
+    """One perf_analyzer run with the workload flags (ours are theirs: --input-data, --shape, and
+    --batch-size, which perf_analyzer spells -b)."""
+    flags = ["-b" if f == "--batch-size" else f for f in flags]
     for stability in (10, 100):
         out.unlink(missing_ok=True)
         cmd = [
