@@ -174,3 +174,15 @@ def test_requests_are_encoded_once_per_protocol(tmp_path: Path) -> None:
     http = data.encoded("http", "127.0.0.1")
     assert len(http) == 2 and http[0].startswith(b"POST /v2/models/bert/infer HTTP/1.1")
     assert data.encoded("http", "127.0.0.1") is http and len(data.encoded("grpc", "x")) == 2
+
+
+def test_the_preflight_sends_every_shape_then_a_spread_not_every_entry(tmp_path: Path) -> None:
+    from autotune.loadgen import preflight_requests
+
+    lengths = [8] * 50 + [16] + [8] * 49 + [32]  # 101 entries, three shapes
+    payloads = read_workload(BERT, _json(tmp_path, [_seq(n) for n in lengths])).payloads()
+    chosen = preflight_requests(payloads, most=10)
+    assert len(chosen) == 10 and chosen == sorted(set(chosen))
+    assert {0, 50, 100} <= set(chosen)  # the first of each shape
+    assert max(chosen) - min(chosen) > 80  # the others spread over the file
+    assert preflight_requests(payloads[:3], most=10) == [0, 1, 2]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import hashlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,7 @@ from autotune.control import AsyncStatistics, ServerControl
 from autotune.errors import ControlError, MeasurementError, ModelNotFoundError, UsageError, WorkloadError
 from autotune.loadgen._endpoint import PROTOCOLS, Endpoint
 from autotune.loadgen._histogram import LatencyHistogram
-from autotune.loadgen._inputs import ModelIO, Payload, WorkloadData, raw_bytes, read_workload
+from autotune.loadgen._inputs import ModelIO, Payload, WorkloadData, read_workload
 from autotune.loadgen._load import Job, Load, clock
 from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule
 from autotune.loadgen._stats import StatsSnapshot, breakdown
@@ -47,6 +46,9 @@ __all__ = [
     "model_io",
     "read_workload",
 ]
+
+
+PREFLIGHT_MOST = 32  # requests the preflight sends at most (every distinct shape first)
 
 
 @dataclass(frozen=True)
@@ -185,25 +187,32 @@ class LoadGenerator:
             if out is None or np.size(out) == 0:
                 raise MeasurementError(f"model {self.io.name!r} returned an empty output {name!r}{where}")
 
-    def preflight(self) -> int:
-        """One request of each distinct entry of the workload, before anything is measured:
-        data the model cannot take fails here, naming the entry, instead of in every trial.
+    def preflight(self, most: int = PREFLIGHT_MOST) -> int:
+        """Requests of the workload sent once each before anything is measured, so that data
+        the model cannot take fails here, naming its entries, instead of in every trial: one of
+        each distinct shape, then others spread evenly over the data, ``most`` in all (a file of
+        100 MB holds tens of thousands of entries: sending each would take longer than tuning).
         Returns how many requests were sent."""
-        seen: set[bytes] = set()
         data = self.data
-        n, b = len(data.entries), data.batch_size
-        for number, payload in enumerate(data.payloads()):
-            key = hashlib.sha256()
-            for spec, array in payload.tensors:
-                key.update(f"{spec.name}{array.shape}{spec.datatype}".encode())
-                key.update(raw_bytes(array, spec.datatype))
-            if key.digest() in seen:
-                continue
-            seen.add(key.digest())
+        payloads, n, b = data.payloads(), len(data.entries), data.batch_size
+        chosen = preflight_requests(payloads, most)
+        for number in chosen:
             picks = sorted({(number * b + i) % n for i in range(b)})
             what = f"entr{'y' if len(picks) == 1 else 'ies'} {', '.join(map(str, picks))} of {data.source}"
-            self.check_answer(payload, what if n > 1 else data.source)
-        return len(seen)
+            self.check_answer(payloads[number], what if n > 1 else data.source)
+        return len(chosen)
+
+
+def preflight_requests(payloads: Sequence[Payload], most: int = PREFLIGHT_MOST) -> list[int]:
+    """Which requests a preflight sends: the first of each distinct shape, then others spread
+    evenly over the rest, ``most`` in all, in order."""
+    shapes: dict[tuple[tuple[str, tuple[int, ...]], ...], int] = {}
+    for number, payload in enumerate(payloads):
+        shapes.setdefault(tuple((s.name, a.shape) for s, a in payload.tensors), number)
+    chosen = set(list(shapes.values())[:most])
+    step = max(1, len(payloads) // max(1, most - len(chosen)))
+    spread = [k for k in range(0, len(payloads), step) if k not in chosen]
+    return sorted(chosen | set(spread[: most - len(chosen)]))
 
 
 @contextmanager
