@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 import optuna
@@ -27,6 +28,9 @@ from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult, Verification
 from autotune.search_space import Candidate, SearchSpace, params_of
 
 DIRECTIONS: list[Any] = ["maximize", "minimize"]
+# A RUNNING trial with no owner yet is being asked (optuna starts it before the owner can be
+# written); one older than this was left by a tuner killed in that moment.
+ASKING_S = 60.0
 INTERRUPTED = "the tuner was stopped while this trial ran"  # the reason of every interrupted trial
 
 optuna.logging.set_verbosity(logging.WARNING)
@@ -170,6 +174,8 @@ class Study:
             owner = Owner.parse(str(trial.user_attrs.get("worker", "")))
             if owner is not None and not owner.is_me() and not owner.gone():
                 continue  # another worker of this study is measuring it right now
+            if owner is None and _age_s(trial) < ASKING_S:
+                continue  # another worker is asking it: its owner is written a moment after
             self._study._storage.set_trial_user_attr(trial._trial_id, "reason", INTERRUPTED)
             self._study._storage.set_trial_user_attr(trial._trial_id, "interrupted", True)
             self._study.tell(trial.number, state=TrialState.FAIL)
@@ -235,6 +241,11 @@ def measurement_from_json(data: dict[str, Any]) -> Measurement:
     best = data.get("best")
     chosen = points[best] if best is not None else None
     return Measurement(points=points, best=chosen, pruned=bool(data.get("pruned", False)))
+
+
+def _age_s(trial: FrozenTrial) -> float:
+    start = trial.datetime_start
+    return (datetime.now() - start).total_seconds() if start is not None else float("inf")
 
 
 def _result(trial: FrozenTrial) -> TrialResult:

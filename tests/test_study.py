@@ -109,3 +109,13 @@ def test_a_gpu_baseline_on_a_machine_without_one_runs_as_is_while_the_space_hold
     assert asked.baseline and asked.candidate == gpu  # the user's config, as it is
     told = study.tell_failed(asked, "no GPU", "", 0.1)
     assert told.candidate == gpu and study.results()[0].candidate == gpu
+
+
+def test_a_trial_another_worker_is_asking_is_not_taken_for_an_interrupted_one(tmp_path: Path) -> None:
+    """Optuna starts a trial before its asker can write its owner: a second worker starting at
+    that moment must not fail it (two workers sharing a study crashed on that race)."""
+    study = _study(tmp_path)
+    other = Study.open(f"sqlite:///{tmp_path / 'study.db'}", "s", SPACE, SLA, seed=2)
+    trial = other._study.ask()  # asked, its owner not written yet
+    assert study.interrupted() == []
+    assert other._study.trials[trial.number].state.name == "RUNNING"
