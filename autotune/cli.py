@@ -277,10 +277,7 @@ def _run(args: argparse.Namespace) -> int:
     if settings.run_dir is not None and not workload_given(args):  # --resume: the run's own workload
         settings = replace(settings, workload=RunDir.load(settings.run_dir).record.workload)
     if settings.run_dir is None and not args.fresh:
-        s = settings
-        unfinished = find_unfinished(
-            s.reports_dir, s.model, s.repository, s.sla, s.launch, s.protocol, s.workload
-        )
+        unfinished = find_unfinished(settings)
         if unfinished is not None:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             settings = replace(settings, run_dir=unfinished)

@@ -25,7 +25,7 @@ from autotune.files import write_text_atomic
 from autotune.objective import Sla
 from autotune.processes import Owner
 from autotune.results import RunInfo, Verification
-from autotune.settings import Launch, Workload
+from autotune.settings import Launch, RunSettings, Workload
 
 RUN_FILE = "run.json"
 WINNER_CONFIG = "winner.pbtxt"
@@ -51,24 +51,16 @@ class RunRecord:
     verifications: tuple[Verification, ...] = ()
     workload: Workload = field(default_factory=Workload)  # what each request carried
 
-    def differences(
-        self,
-        model: str,
-        repository: Path,
-        sla: Sla,
-        launch: Launch,
-        protocol: str,
-        workload: Workload | None = None,
-    ) -> list[str]:
+    def differences(self, settings: RunSettings) -> list[str]:
         """What a command would change of this run if it continued it (nothing may change: the
         trials measured so far would not compare with the next ones), as "what: was -> now"."""
-        workload = workload or Workload()
+        s, workload = settings, settings.workload
         pairs = [
-            ("model", self.model, model),
-            ("repository", str(self.repository), str(repository.resolve())),
-            ("SLA", self.sla.label, sla.label),
-            ("launcher", self.launch.to_json(), launch.to_json()),
-            ("protocol", self.protocol, protocol),
+            ("model", self.model, s.model),
+            ("repository", str(self.repository), str(s.repository.resolve())),
+            ("SLA", self.sla.label, s.sla.label),
+            ("launcher", self.launch.to_json(), s.launch.to_json()),
+            ("protocol", self.protocol, s.protocol),
             ("workload", self.workload.label, workload.label),
         ]
         if (
@@ -203,25 +195,17 @@ class RunDir:
         )
 
 
-def find_unfinished(
-    reports_dir: Path,
-    model: str,
-    repository: Path,
-    sla: Sla,
-    launch: Launch,
-    protocol: str,
-    workload: Workload | None = None,
-) -> Path | None:
-    """The newest run that stopped before finishing and that this command would continue
-    unchanged (model, repository, SLA, launcher, protocol, workload); runs it cannot read are
-    skipped."""
-    folder = reports_dir / model
+def find_unfinished(settings: RunSettings) -> Path | None:
+    """The newest run under the settings' reports folder that stopped before finishing and that
+    these settings would continue unchanged (:meth:`RunRecord.differences`); runs it cannot read
+    are skipped."""
+    folder = settings.reports_dir / settings.model
     for run_file in sorted(folder.glob(f"*/{RUN_FILE}"), reverse=True) if folder.is_dir() else []:
         try:
             record = RunDir.load(run_file.parent).record
         except UsageError:
             continue
         stopped = not record.finished and not record.running_elsewhere()
-        if stopped and not record.differences(model, repository, sla, launch, protocol, workload):
+        if stopped and not record.differences(settings):
             return run_file.parent
     return None

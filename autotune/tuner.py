@@ -101,8 +101,7 @@ def _check_resumable(settings: RunSettings, run_dir: Path) -> None:
     run = RunDir.load(run_dir)
     run.study_url(settings.storage)  # a recorded URL whose password was hidden needs --storage
     record = run.record
-    s = settings
-    changed = record.differences(s.model, s.repository, s.sla, s.launch, s.protocol, s.workload)
+    changed = record.differences(settings)
     if changed:
         raise UsageError(
             f"--resume {run_dir}: resume a run with the settings it started with ({'; '.join(changed)})"

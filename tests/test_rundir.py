@@ -16,7 +16,7 @@ from autotune.objective import Sla
 from autotune.processes import Owner
 from autotune.results import Verification
 from autotune.rundir import RUN_FILE, RunDir, RunRecord, find_unfinished
-from autotune.settings import DockerOptions, Launch
+from autotune.settings import DockerOptions, Launch, RunSettings
 
 SLA = Sla(95, 50.0)
 
@@ -85,9 +85,9 @@ def test_the_newest_stopped_run_with_the_same_settings_is_continued(tmp_path: Pa
     make("20261123-150000", owner=Owner(here.host, 1, ""))  # pid 1 runs it (alive on this host)
     (reports / "toy" / "20261123-160000").mkdir()
     (reports / "toy" / "20261123-160000" / RUN_FILE).write_text("{")  # unreadable: skipped
-    found = find_unfinished(reports, "toy", repo, SLA, Launch(), "http")
+    found = find_unfinished(RunSettings("toy", repo, SLA, reports_dir=reports))
     assert found == reports / "toy" / "20261123-110000"
-    assert find_unfinished(reports, "toy", repo, Sla(99, 50.0), Launch(), "http") is None
+    assert find_unfinished(RunSettings("toy", repo, Sla(99, 50.0), reports_dir=reports)) is None
 
 
 def test_a_run_last_owned_on_another_host_counts_as_stopped(tmp_path: Path) -> None:
@@ -99,6 +99,8 @@ def test_a_run_last_owned_on_another_host_counts_as_stopped(tmp_path: Path) -> N
 
 def test_what_a_resume_would_change_is_named(tmp_path: Path) -> None:
     rec = record(tmp_path)
-    assert rec.differences("toy", tmp_path, SLA, Launch(), "http") == []
-    changed = rec.differences("toy", tmp_path, Sla(99, 50.0), Launch("docker"), "grpc")
+    assert rec.differences(RunSettings("toy", tmp_path, SLA)) == []
+    changed = rec.differences(
+        RunSettings("toy", tmp_path, Sla(99, 50.0), launch=Launch("docker"), protocol="grpc")
+    )
     assert [c.split(":")[0] for c in changed] == ["SLA", "launcher", "protocol"]
