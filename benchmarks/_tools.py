@@ -152,6 +152,14 @@ class PerfAnalyzer:
         env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, env.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
         return env
 
+    def command(self, model: str, url: str, protocol: str, level: str, window_s: float, stability: float,
+                max_windows: int, out: Path, *extra: str) -> list[str]:
+        """One p95-stabilized measurement of ``level`` (``--concurrency-range=N`` or
+        ``--request-rate-range=R``), its CSV written to ``out``; ``extra`` flags last."""
+        return [str(self.binary), "-m", model, "-u", url, "-i", protocol, level, "--percentile=95",
+                f"--measurement-interval={int(window_s * 1000)}", f"--stability-percentage={stability:g}",
+                f"--max-trials={max_windows}", "-f", str(out), *extra]  # fmt: skip
+
     def wrapper(self, path: Path) -> Path:
         """A script that runs this perf_analyzer with its libraries (for tools that take a path)."""
         libs = os.pathsep.join(str(p) for p in self.library_path)

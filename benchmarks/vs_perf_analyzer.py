@@ -220,24 +220,8 @@ def perf_analyzer(
     url = server.grpc_url if protocol == "grpc" else server.http_url
     for stability in (settings.stability, 100.0):
         out.unlink(missing_ok=True)
-        cmd = [
-            str(pa.binary),
-            "-m",
-            model,
-            "-u",
-            url,
-            "-i",
-            protocol,
-            level,
-            "--percentile=95",
-            f"--measurement-interval={int(settings.window_s * 1000)}",
-            f"--stability-percentage={stability:g}",
-            f"--max-trials={settings.max_windows}",
-            f"--input-data={data}",
-            "-f",
-            str(out),
-            "--verbose-csv",
-        ]
+        cmd = pa.command(model, url, protocol, level, settings.window_s, stability, settings.max_windows, out,
+                         f"--input-data={data}", "--verbose-csv")  # fmt: skip
         if async_calls:
             cmd.append("--async")
         if level.startswith("--request-rate"):

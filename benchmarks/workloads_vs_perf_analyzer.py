@@ -125,23 +125,8 @@ def perf_analyzer(
     flags = ["-b" if f == "--batch-size" else f for f in flags]
     for stability in (10, 100):
         out.unlink(missing_ok=True)
-        cmd = [
-            str(pa.binary),
-            "-m",
-            model,
-            "-u",
-            url,
-            "-i",
-            "grpc",
-            f"--concurrency-range={concurrency}",
-            "--percentile=95",
-            f"--measurement-interval={int(window_s * 1000)}",
-            f"--stability-percentage={stability}",
-            f"--max-trials={max_windows}",
-            "-f",
-            str(out),
-            *flags,
-        ]
+        cmd = pa.command(model, url, "grpc", f"--concurrency-range={concurrency}", window_s, stability,
+                         max_windows, out, *flags)  # fmt: skip
         proc = subprocess.run(cmd, env=pa.env(), capture_output=True, text=True, check=False, timeout=600)
         if proc.returncode == 0 and out.is_file():
             with out.open(encoding="utf-8") as handle:
