@@ -160,8 +160,7 @@ def run(args: argparse.Namespace) -> int:
     )
     gen = LoadGenerator.connect(
         settings.host, settings.http_port, settings.grpc_port, settings.model, protocol=settings.protocol,
-        plan=plan, batch_size=settings.workload.batch_size, input_data=settings.workload.input_data,
-        shapes=settings.workload.shape_map,
+        plan=plan, workload=settings.workload,
         workers=settings.workers, seed=settings.seed,
     )  # fmt: skip
     points = []

@@ -61,6 +61,7 @@ from autotune.launch import Server, wait_model_ready
 from autotune.launch.local import LocalLauncher
 from autotune.loadgen import LoadGenerator, StatsSnapshot, WindowPlan, breakdown
 from autotune.measure import BEHIND_SCHEDULE, Point
+from autotune.settings import Workload
 
 MODELS = ("noop", "bertQA")
 LEVELS = (1, 4, 16)
@@ -320,7 +321,7 @@ def agreement(pa: _tools.PerfAnalyzer, repo: Path, work: Path, settings: Setting
                     model,
                     protocol=protocol,
                     plan=settings.plan,
-                    input_data=work / f"{model}.json",
+                    workload=Workload(str(work / f"{model}.json")),
                 )
                 for level in settings.levels:
                     references = {"pa": Series("perf_analyzer")}
@@ -364,7 +365,7 @@ def capacity(pa: _tools.PerfAnalyzer, repo: Path, work: Path, settings: Settings
                 "noop",
                 protocol=protocol,
                 plan=settings.plan,
-                input_data=work / "noop.json",
+                workload=Workload(str(work / "noop.json")),
             )
             for level in settings.capacity_levels:
                 tools = {
@@ -407,7 +408,7 @@ def rates(
                 continue
             gen = LoadGenerator.connect(
                 server.host, server.http_port, server.grpc_port, "noop", protocol=protocol,
-                plan=settings.plan, input_data=work / "noop.json", workers=workers,
+                plan=settings.plan, workload=Workload(str(work / "noop.json")), workers=workers,
             )  # fmt: skip
             for fraction in settings.rate_fractions:
                 asked = round(top * fraction, -1)

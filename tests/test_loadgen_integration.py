@@ -23,6 +23,7 @@ from autotune.loadgen._h2 import grpc_connector
 from autotune.loadgen._inputs import ModelIO, Payload, TensorSpec, grpc_request, http_request, random_payload
 from autotune.loadgen._transport import HttpConnection, InferError, infer
 from autotune.measure import ERRORS, Point
+from autotune.settings import Workload
 from tests.conftest import fast_toy_repo
 
 pytestmark = pytest.mark.integration
@@ -127,7 +128,7 @@ def test_bytes_inputs_random_and_from_input_data(server: Server, protocol: str, 
     _sane(_gen(server, "strings", protocol=protocol).at_concurrency(2))
     data = tmp_path / "data.json"
     data.write_text(json.dumps({"data": [{"TEXT": {"content": ["hello", "wörld"], "shape": [2]}}]}))
-    _sane(_gen(server, "strings", protocol=protocol, input_data=data, batch_size=2).at_concurrency(2))
+    _sane(_gen(server, "strings", protocol=protocol, workload=Workload(str(data), (), 2)).at_concurrency(2))
 
 
 def _toy_payload(model: str) -> Payload:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,9 +72,6 @@ class LoadGenerator:
         *,
         protocol: str = "http",
         plan: WindowPlan | None = None,
-        batch_size: int = 1,
-        input_data: str | Path = "random",
-        shapes: Mapping[str, Sequence[int]] | None = None,
         workers: int = 1,
         seed: int = 0,
         workload: Workload | None = None,
@@ -83,21 +79,18 @@ class LoadGenerator:
         preflight: bool = False,
     ) -> LoadGenerator:
         """Read the model's metadata, build the requests once and check one answer. The
-        workload: ``input_data``, ``shapes`` and ``batch_size``, or ``workload``, or ``data``
-        read before (by :func:`read_workload`: a large input file is read once for a whole
-        tuning run). ``preflight``: check an answer to each distinct request instead of the
-        first, and raise a WorkloadError when the data does not fit or the model refuses it."""
+        workload: ``workload`` (default random data), or ``data`` read before (by
+        :func:`read_workload`: a large input file is read once for a whole tuning run).
+        ``preflight``: send the requests :meth:`preflight` picks instead of checking the first
+        answer, and raise a WorkloadError when the data does not fit or the model refuses it."""
         if protocol not in PROTOCOLS:
             raise UsageError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-        if workers < 1 or batch_size < 1:
-            raise UsageError("workers and batch size must be >= 1")
+        if workers < 1:
+            raise UsageError(f"workers must be >= 1, got {workers}")
         io = model_io(host, http_port, model)
-        shaped = tuple((n, tuple(int(d) for d in dims)) for n, dims in (shapes or {}).items())
         try:
-            if data is None:
-                data = read_workload(io, workload or Workload(str(input_data), shaped, batch_size), seed)
-            else:  # read from the config.pbtxt: the server's view of the model wins
-                data = data.for_model(io)
+            # data read from the config.pbtxt: the server's view of the model wins
+            data = read_workload(io, workload or Workload(), seed) if data is None else data.for_model(io)
         except UsageError as exc:
             if not preflight:
                 raise

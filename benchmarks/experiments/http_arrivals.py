@@ -45,6 +45,7 @@ from autotune.loadgen import LoadGenerator, _inputs  # noqa: E402
 from autotune.loadgen import _transport as transport  # noqa: E402
 from autotune.loadgen._stats import breakdown  # noqa: E402
 from autotune.measure import ServerBreakdown, WindowPlan  # noqa: E402
+from autotune.settings import Workload  # noqa: E402
 
 RUN_S, WARMUP_S = 12.0, 3.0
 
@@ -158,7 +159,7 @@ def fairness(root: Path) -> None:
     server_cpus, client_cpus = bench.split_cpus(True)
     with bench.serving(repo, root / "server.log", server_cpus, client_cpus) as server:
         gen = LoadGenerator.connect(server.host, server.http_port, server.grpc_port, "bertQA",
-                                    protocol="http", input_data=root / "bertQA.json")
+                                    protocol="http", workload=Workload(str(root / "bertQA.json")))
         request = _inputs.http_request(gen.payloads[0], server.host)
         original = transport._Http1.send
         clients: list[tuple[str, Callable[[], Result]]] = [
@@ -184,7 +185,7 @@ def nobatch(root: Path) -> None:
     with bench.serving(repo, root / "server.log", server_cpus, client_cpus) as server:
         plan = WindowPlan(window_s=2, warmup_s=2, tolerance=0.1, max_windows=10, percentile=95)
         gen = LoadGenerator.connect(server.host, server.http_port, server.grpc_port, "noop",
-                                    protocol="http", plan=plan, input_data=data)
+                                    protocol="http", plan=plan, workload=Workload(str(data)))
         for _ in range(2):
             for level in (1, 4, 16):
                 out = subprocess.run(

@@ -43,6 +43,7 @@ import http_arrivals  # noqa: E402
 import vs_perf_analyzer as bench  # noqa: E402
 
 from autotune.loadgen import LoadGenerator, _inputs, _load  # noqa: E402
+from autotune.settings import Workload  # noqa: E402
 
 BUSY_OPEN = _load.Load.prepare, _load.Load.start
 
@@ -120,7 +121,7 @@ def main() -> int:
             pid = int(re.search(r"pid (\d+)", server.description)[1])  # type: ignore[index]
             gen = LoadGenerator.connect(
                 server.host, server.http_port, server.grpc_port, "noop", protocol="http",
-                plan=settings.plan, input_data=work / "noop.json",
+                plan=settings.plan, workload=Workload(str(work / "noop.json")),
             )  # fmt: skip
             request = _inputs.http_request(gen.payloads[0], server.host)
             for round_ in range(args.rounds):

@@ -46,6 +46,7 @@ import vs_perf_analyzer as bench  # noqa: E402
 
 from autotune.loadgen import LoadGenerator, _inputs  # noqa: E402
 from autotune.loadgen import _transport as transport  # noqa: E402
+from autotune.settings import Workload  # noqa: E402
 
 IMMEDIATE = transport._Http1.send
 
@@ -103,7 +104,7 @@ def main() -> int:
             for model in ("noop", "bertQA"):
                 gen = LoadGenerator.connect(
                     server.host, server.http_port, server.grpc_port, model, protocol="http",
-                    plan=settings.plan, input_data=work / f"{model}.json",
+                    plan=settings.plan, workload=Workload(str(work / f"{model}.json")),
                 )  # fmt: skip
                 for round_ in range(args.rounds):
                     for name, send in SENDS.items():
