@@ -93,6 +93,10 @@ class Launch:
 
 
 INPUT_KINDS = ("random", "zero")
+# How a closed loop's clients go through the entries: "spread", each client every entry from
+# its own start; "perf-analyzer", every client from entry 0 in steps of the concurrency, as
+# perf_analyzer 2.41 does (each of its threads starts at data step 0 and adds the thread count).
+DATA_ORDERS = ("spread", "perf-analyzer")
 
 
 @dataclass(frozen=True)
@@ -100,15 +104,19 @@ class Workload:
     """What each request carries, as perf_analyzer's ``--input-data``, ``--shape`` and ``-b``:
     ``input_data`` is ``random``, ``zero``, a JSON file (perf_analyzer's format; its entries are
     sent in turn) or a directory (one file per input); ``shapes`` fix variable dimensions
-    (without the batch dimension); each request carries ``batch_size`` samples."""
+    (without the batch dimension); each request carries ``batch_size`` samples. ``order``: how
+    the concurrent clients of a closed loop go through the entries (:data:`DATA_ORDERS`)."""
 
     input_data: str = "random"
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     batch_size: int = 1
+    order: str = "spread"
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.order not in DATA_ORDERS:
+            raise UsageError(f"--data-order must be one of {', '.join(DATA_ORDERS)}, got {self.order!r}")
         names = [name for name, _ in self.shapes]
         if len(set(names)) != len(names):
             raise UsageError(f"--shape given twice for one input: {', '.join(names)}")
@@ -130,6 +138,7 @@ class Workload:
         if self.batch_size > 1:
             parts.append(f"batch {self.batch_size}")
         parts += [f"{name}:{','.join(map(str, dims))}" for name, dims in self.shapes]
+        parts += [f"{self.order} order"] if self.order != "spread" else []
         return ", ".join(parts)
 
     @property
@@ -138,6 +147,7 @@ class Workload:
         parts = [] if self.input_data == "random" else [f"--input-data {shlex.quote(self.input_data)}"]
         parts += [f"--shape {name}:{','.join(map(str, dims))}" for name, dims in self.shapes]
         parts += [f"--batch-size {self.batch_size}"] if self.batch_size > 1 else []
+        parts += [f"--data-order {self.order}"] if self.order != "spread" else []
         return " ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -145,6 +155,7 @@ class Workload:
             "input_data": self.input_data,
             "shapes": {n: list(d) for n, d in self.shapes},
             "batch_size": self.batch_size,
+            "order": self.order,
         }
 
     @classmethod
@@ -155,7 +166,8 @@ class Workload:
         shapes = tuple(
             (str(n), tuple(int(d) for d in dims)) for n, dims in dict(data.get("shapes", {})).items()
         )
-        return cls(str(data.get("input_data", "random")), shapes, int(data.get("batch_size", 1)))
+        batch, order = int(data.get("batch_size", 1)), str(data.get("order", "spread"))
+        return cls(str(data.get("input_data", "random")), shapes, batch, order)
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -196,11 +208,22 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         help="samples per request (default 1); throughput counts inferences, "
         "latency is per request, as perf_analyzer counts them",
     )
+    group.add_argument(
+        "--data-order",
+        choices=DATA_ORDERS,
+        help="how N concurrent clients go through the entries of --input-data. spread (default): "
+        "each client sends every entry in turn, each from another one, so entries of different "
+        "shapes are in flight together, as independent users send them. perf-analyzer: every client "
+        "starts at the first entry and steps by N, as perf_analyzer does; its figures then match "
+        "perf_analyzer's, but when N shares a factor with the number of entries only some entries "
+        "are sent (4 clients, 8 entries: entries 0 and 4)",
+    )
 
 
 def workload_given(args: argparse.Namespace) -> bool:
     """Was any workload flag given? (``--resume`` without them continues the run's own.)"""
-    return args.input_data is not None or bool(args.shape) or args.batch_size is not None
+    given = (args.input_data, args.batch_size, args.data_order)
+    return any(v is not None for v in given) or bool(args.shape)
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -212,7 +235,8 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
             raise UsageError(f"--input-data: no such file or directory: {path}")
         data = str(path.resolve())
     batch = 1 if args.batch_size is None else int(args.batch_size)
-    return Workload(data, tuple(parse_shape(t) for t in args.shape), batch)
+    order = args.data_order or "spread"
+    return Workload(data, tuple(parse_shape(t) for t in args.shape), batch, order)
 
 
 @dataclass(frozen=True)

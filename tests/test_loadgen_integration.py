@@ -19,7 +19,7 @@ import pytest
 from autotune.launch import Server
 from autotune.launch.local import LocalLauncher
 from autotune.loadgen import LoadGenerator, WindowPlan
-from autotune.loadgen._h2 import grpc_connector
+from autotune.loadgen._h2 import grpc_connector, grpc_message
 from autotune.loadgen._inputs import ModelIO, Payload, TensorSpec, grpc_request, http_request, random_payload
 from autotune.loadgen._transport import HttpConnection, InferError, infer
 from autotune.measure import ERRORS, Point
@@ -140,8 +140,8 @@ def test_error_answers_carry_the_servers_message(server: Server) -> None:
     payload = _toy_payload("no_such_model")
 
     async def both() -> tuple[str, str]:
-        serialized = grpc_request(payload).SerializeToString()
-        grpc_conn = await grpc_connector(server.host, server.grpc_port, serialized)()
+        message = grpc_message(grpc_request(payload).SerializeToString())
+        grpc_conn = await grpc_connector(server.host, server.grpc_port, message)()
         raw = http_request(payload, server.host)
         http_conn = await HttpConnection.open(server.host, server.http_port, raw)
         messages: list[str] = []
@@ -152,14 +152,15 @@ def test_error_answers_carry_the_servers_message(server: Server) -> None:
             await conn.close()
         return messages[0], messages[1]
 
-    grpc_message, http_message = asyncio.run(both())
-    assert grpc_message.startswith("gRPC NOT_FOUND") and "no_such_model" in grpc_message
-    assert http_message.startswith(("HTTP 400", "HTTP 404")) and "no_such_model" in http_message
+    grpc_error, http_error = asyncio.run(both())
+    assert grpc_error.startswith("gRPC NOT_FOUND") and "no_such_model" in grpc_error
+    assert http_error.startswith(("HTTP 400", "HTTP 404")) and "no_such_model" in http_error
 
 
 def test_grpc_connections_are_shared_and_survive_many_streams(server: Server) -> None:
     payload = _toy_payload("toy")
-    connect = grpc_connector(server.host, server.grpc_port, grpc_request(payload).SerializeToString())
+    message = grpc_message(grpc_request(payload).SerializeToString())
+    connect = grpc_connector(server.host, server.grpc_port, message)
 
     async def burst() -> int:
         conns = [await connect() for _ in range(12)]  # two HTTP/2 connections of six callers

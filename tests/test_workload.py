@@ -114,6 +114,41 @@ def test_requests_are_taken_in_turn_from_each_connection_s_start() -> None:
     assert [Requests((b"x",), 5).next() for _ in range(2)] == [b"x", b"x"]
 
 
+def test_in_perf_analyzers_order_every_client_starts_at_the_first_request_and_steps_by_n() -> None:
+    items = tuple(bytes([c]) for c in b"abcdefgh")  # 8 entries
+    spread = [Requests.for_connection(items, number, 0) for number in range(4)]
+    assert [r.next() for r in spread] == [b"a", b"b", b"c", b"d"]
+    assert {spread[3].next() for _ in range(8)} == set(items)  # each client sends every entry
+    # perf_analyzer 2.41 at concurrency 4: every thread at step 0, adding 4: only 0 and 4 are sent
+    in_step = [Requests.for_connection(items, number, 4) for number in range(4)]
+    assert [[r.next() for _ in range(3)] for r in in_step] == [[b"a", b"e", b"a"]] * 4
+    three = Requests.for_connection(items, 2, 3)  # concurrency 3: 0, 3, 6, 1, 4, 7, 2, ...
+    assert [three.next() for _ in range(6)] == [b"a", b"d", b"g", b"b", b"e", b"h"]
+
+
+def test_the_data_order_sets_the_stride_of_a_closed_loop_only(tmp_path: Path) -> None:
+    workload = _json(tmp_path, [_seq(4), _seq(8)])
+    spread = read_workload(BERT, workload)
+    in_step = read_workload(BERT, Workload(workload.input_data, order="perf-analyzer"))
+    assert [spread.stride(c) for c in (0, 1, 4)] == [0, 0, 0]
+    assert [in_step.stride(c) for c in (0, 1, 4)] == [0, 1, 4]
+    assert in_step.for_model(BERT).order == "perf-analyzer"
+
+
+def test_a_request_of_one_entry_holds_a_view_of_it_not_a_copy(tmp_path: Path) -> None:
+    data = read_workload(BERT, _json(tmp_path, [_seq(4), _seq(8)]))
+    for entry, payload in zip(data.entries, data.payloads(), strict=True):
+        assert all(np.shares_memory(a, e) for (_, a), e in zip(payload.tensors, entry, strict=True))
+
+
+def test_a_malformed_file_is_named_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "input.json"
+    path.write_text('{"data": [{"input_ids": [1], "mask": [1]}, {"input_ids": [1,,2]}]}')
+    with pytest.raises(UsageError, match="not perf_analyzer input data: parse error") as caught:
+        read_workload(BERT, Workload(str(path)))
+    assert "\n" not in str(caught.value)
+
+
 def test_model_io_from_config_pbtxt() -> None:
     config = parse_config(
         'name: "food" max_batch_size: 4 input { name: "IMAGE" data_type: TYPE_STRING dims: [1] } '
@@ -137,6 +172,12 @@ def test_workload_flags_round_trip(tmp_path: Path) -> None:
     assert workload.label == "input.json, batch 2, input_ids:64"
     assert workload.flags == f"--input-data {data.resolve()} --shape input_ids:64 --batch-size 2"
     assert Workload.from_json(workload.to_json()) == workload
+    args = parser.parse_args(["--input-data", str(data), "--data-order", "perf-analyzer"])
+    in_step = workload_from_args(args)
+    assert in_step.order == "perf-analyzer" and in_step.label == "input.json, perf-analyzer order"
+    assert in_step.flags.endswith("--data-order perf-analyzer")
+    assert Workload.from_json(in_step.to_json()) == in_step
+    assert Workload.from_json({"input_data": "random"}).order == "spread"  # a record of before orders
     assert Workload.from_json(None) == Workload() and Workload().flags == ""
     with pytest.raises(UsageError, match="--shape given twice"):
         Workload("random", (("a", (1,)), ("a", (2,))))

@@ -117,10 +117,12 @@ class LoadGenerator:
             raise UsageError(f"workers must be >= 1, got {workers}")
         return replace(self, workers=workers)
 
-    @property
-    def endpoint(self) -> Endpoint:
+    def endpoint(self, concurrency: int = 0) -> Endpoint:
+        """Where the load goes, with the requests in the workload's order for ``concurrency``
+        clients (0: an open loop)."""
         requests = self.data.encoded(self.protocol, self.host)
-        return Endpoint(self.host, self.http_port, self.grpc_port, self.protocol, requests)
+        stride = self.data.stride(concurrency)
+        return Endpoint(self.host, self.http_port, self.grpc_port, self.protocol, requests, stride)
 
     def at_concurrency(self, concurrency: int) -> Point:
         """Closed loop: ``concurrency`` requests always in flight."""
@@ -135,7 +137,7 @@ class LoadGenerator:
         return asyncio.run(self._measure(job, concurrency=0, rate=rate))
 
     async def _measure(self, job: Job, *, concurrency: int, rate: float) -> Point:
-        endpoint = self.endpoint
+        endpoint = self.endpoint(concurrency)
         statistics = AsyncStatistics(self.host, self.http_port, self.io.name)
 
         async def stats() -> StatsSnapshot:

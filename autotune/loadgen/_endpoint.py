@@ -18,9 +18,10 @@ class Endpoint:
     grpc_port: int
     protocol: str
     requests: tuple[bytes, ...]  # encoded for the protocol (WorkloadData.encoded), sent in turn
+    stride: int = 0  # 0: each connection from another request, in steps of 1; N: from the first, steps of N
 
     def connector(self) -> Connector:
-        """Connections that each send the requests in turn, each starting at another one."""
+        """Connections that each send the requests in turn (:attr:`stride`)."""
         if self.protocol == "grpc":
-            return grpc_connector(self.host, self.grpc_port, self.requests)
-        return http_connector(self.host, self.http_port, self.requests)
+            return grpc_connector(self.host, self.grpc_port, self.requests, self.stride)
+        return http_connector(self.host, self.http_port, self.requests, self.stride)

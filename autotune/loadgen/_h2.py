@@ -406,13 +406,13 @@ class GrpcPool:
     closed when its last handle is."""
 
     def __init__(
-        self, host: str, port: int, serialized: bytes | tuple[bytes, ...], share: int = SHARE
+        self, host: str, port: int, messages: bytes | tuple[bytes, ...], stride: int = 0, share: int = SHARE
     ) -> None:
         self._host, self._port, self._share = host, port, share
         path = "/inference.GRPCInferenceService/ModelInfer"
         self._header_block = request_header_block(f"{host}:{port}", path)
-        requests = (serialized,) if isinstance(serialized, bytes) else serialized
-        self._messages = tuple(grpc_message(r) for r in requests)
+        self._messages = (messages,) if isinstance(messages, bytes) else messages
+        self._stride = stride
         self._handed = 0  # handles given out: the next one starts at the next message
         self._users: dict[H2Protocol, int] = {}
 
@@ -423,7 +423,8 @@ class GrpcPool:
         )
         self._users[protocol] = self._users.get(protocol, 0) + 1
         self._handed += 1
-        return GrpcConnection(protocol, Requests(self._messages, self._handed - 1), self._release)
+        requests = Requests.for_connection(self._messages, self._handed - 1, self._stride)
+        return GrpcConnection(protocol, requests, self._release)
 
     async def _open(self) -> H2Protocol:
         loop = asyncio.get_running_loop()
@@ -445,6 +446,7 @@ class GrpcPool:
             protocol.transport.close()
 
 
-def grpc_connector(host: str, port: int, serialized: bytes | tuple[bytes, ...]) -> Connector:
-    """Hands out calls that send the serialized requests in turn, each from the next start."""
-    return GrpcPool(host, port, serialized).connect
+def grpc_connector(host: str, port: int, messages: bytes | tuple[bytes, ...], stride: int = 0) -> Connector:
+    """Hands out calls that send the requests (gRPC messages: :func:`grpc_message`) in turn
+    (:meth:`Requests.for_connection`)."""
+    return GrpcPool(host, port, messages, stride).connect

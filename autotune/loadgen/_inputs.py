@@ -18,10 +18,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import ijson
 import numpy as np
 from numpy.typing import NDArray
 
 from autotune.errors import UsageError
+from autotune.loadgen._h2 import grpc_message
 from autotune.model_config import ModelConfig, data_type_name
 from autotune.settings import Workload
 
@@ -112,6 +114,7 @@ class WorkloadData:
     entries: tuple[Entry, ...]
     batch_size: int
     source: str  # where the entries came from, for messages
+    order: str = "spread"  # settings.DATA_ORDERS: how a closed loop's clients take the requests
 
     def __post_init__(self) -> None:
         self.payloads()  # a batch of entries of different shapes is refused here, not mid-run
@@ -127,14 +130,20 @@ class WorkloadData:
         k*b .. k*b+b-1 (mod the number of entries), as perf_analyzer steps through its data."""
         return self._payloads
 
+    def stride(self, concurrency: int) -> int:
+        """How the ``concurrency`` clients of a closed loop take the requests: 0, each every
+        request from its own start; N > 0, each from the first request in steps of N
+        (perf_analyzer's order). An open loop (concurrency 0) takes them as with 0."""
+        return concurrency if self.order == "perf-analyzer" and concurrency > 0 else 0
+
     def encoded(self, protocol: str, host: str) -> tuple[bytes, ...]:
-        """The requests on the wire (HTTP/1.1 requests, or serialized gRPC messages), encoded
-        once per protocol and host, whatever the number of trials and levels."""
+        """The requests on the wire (HTTP/1.1 requests, or gRPC messages, length-prefixed),
+        encoded once per protocol and host, whatever the number of trials and levels."""
         cache: dict[tuple[str, str], tuple[bytes, ...]] = self.__dict__.setdefault("_encoded", {})
         key = (protocol, host if protocol == "http" else "")
         if key not in cache:
             if protocol == "grpc":
-                cache[key] = tuple(grpc_request(p).SerializeToString() for p in self.payloads())
+                cache[key] = tuple(grpc_message(grpc_request(p).SerializeToString()) for p in self.payloads())
             else:
                 cache[key] = tuple(http_request(p, host) for p in self.payloads())
         return cache[key]
@@ -150,7 +159,7 @@ class WorkloadData:
                 raise UsageError(f"{self.source}: no data for the served model's input {spec.name!r}")
         order = [columns.get(spec.name) for spec in io.inputs]
         entries = tuple(tuple(None if c is None else e[c] for c in order) for e in self.entries)
-        return WorkloadData(io, entries, self.batch_size, self.source)
+        return WorkloadData(io, entries, self.batch_size, self.source, self.order)
 
     def _payload(self, picks: Sequence[int]) -> Payload:
         tensors = []
@@ -170,7 +179,10 @@ class WorkloadData:
                     f"{self.source}: input {spec.name!r} has different shapes in the entries one request of "
                     f"batch size {self.batch_size} carries ({shapes}); Triton needs one shape per request"
                 )
-            tensors.append((spec, np.stack(arrays) if self.io.max_batch_size > 0 else arrays[0]))
+            if self.io.max_batch_size == 0:
+                tensors.append((spec, arrays[0]))
+            else:  # a batch of one is a view of its entry: a large file's values are held once
+                tensors.append((spec, arrays[0][np.newaxis] if len(arrays) == 1 else np.stack(arrays)))
         return Payload(self.io.name, tuple(tensors), tuple(o.name for o in self.io.outputs), self.batch_size)
 
 
@@ -192,10 +204,10 @@ def read_workload(io: ModelIO, workload: Workload | None = None, seed: int = 0) 
             else _random(spec.datatype, _dims(spec, shapes), rng)
             for spec in io.inputs
         )
-        return WorkloadData(io, (entry,), batch_size, f"{input_data} data")
+        return WorkloadData(io, (entry,), batch_size, f"{input_data} data", workload.order)
     path = Path(input_data)
     entries = _read_directory(io, path, shapes) if path.is_dir() else _read_json(io, path, shapes)
-    return WorkloadData(io, entries, batch_size, str(path))
+    return WorkloadData(io, entries, batch_size, str(path), workload.order)
 
 
 def random_payload(
@@ -254,35 +266,48 @@ def _fits(spec: TensorSpec, dims: Sequence[int]) -> bool:
 
 
 def _read_json(io: ModelIO, path: Path, shapes: Mapping[str, tuple[int, ...]]) -> tuple[Entry, ...]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        data = doc["data"]
-        if not isinstance(data, list) or not data:
-            raise ValueError("'data' is not a non-empty list")
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{path}: not perf_analyzer input data: {exc}") from exc
+    """perf_analyzer's JSON, entry by entry (ijson): only the arrays are kept, never the whole
+    document's Python objects (a file of 100 MB of numbers would take 7 times that as lists)."""
     names = {spec.name for spec in io.inputs}
     entries = []
-    for number, entry in enumerate(data):
-        where = f"{path}, entry {number}"
-        if not isinstance(entry, dict):
-            raise UsageError(f"{where}: not an object of inputs (sequence data is not supported)")
-        unknown = sorted(set(entry) - names)
-        if unknown:
-            raise UsageError(
-                f"{where}: model {io.name!r} has no input {unknown[0]!r} (its inputs: "
-                f"{', '.join(s.name for s in io.inputs)})"
-            )
-        columns: list[NDArray[Any] | None] = []
-        for spec in io.inputs:
-            if spec.name not in entry:
-                if spec.optional:
-                    columns.append(None)
-                    continue
-                raise UsageError(f"{where}: no data for input {spec.name!r}")
-            columns.append(_from_json(spec, entry[spec.name], shapes.get(spec.name), where))
-        entries.append(tuple(columns))
+    try:
+        with path.open("rb") as stream:
+            for number, entry in enumerate(ijson.items(stream, "data.item", use_float=True)):
+                entries.append(_entry(io, entry, names, shapes, f"{path}, entry {number}"))
+    except (OSError, UnicodeDecodeError, ijson.JSONError) as exc:
+        raise UsageError(f"{path}: not perf_analyzer input data: {_first_line(exc)}") from exc
+    if not entries:
+        raise UsageError(f"{path}: not perf_analyzer input data: no entries in a list under 'data'")
     return tuple(entries)
+
+
+def _first_line(exc: Exception) -> str:
+    """The parser's message without the excerpt it draws below it (yajl's are several lines)."""
+    text = exc.args[0] if exc.args else exc
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def _entry(
+    io: ModelIO, entry: Any, names: set[str], shapes: Mapping[str, tuple[int, ...]], where: str
+) -> Entry:
+    if not isinstance(entry, dict):
+        raise UsageError(f"{where}: not an object of inputs (sequence data is not supported)")
+    unknown = sorted(set(entry) - names)
+    if unknown:
+        raise UsageError(
+            f"{where}: model {io.name!r} has no input {unknown[0]!r} (its inputs: "
+            f"{', '.join(s.name for s in io.inputs)})"
+        )
+    columns: list[NDArray[Any] | None] = []
+    for spec in io.inputs:
+        if spec.name not in entry:
+            if spec.optional:
+                columns.append(None)
+                continue
+            raise UsageError(f"{where}: no data for input {spec.name!r}")
+        columns.append(_from_json(spec, entry[spec.name], shapes.get(spec.name), where))
+    return tuple(columns)
 
 
 def _read_directory(io: ModelIO, path: Path, shapes: Mapping[str, tuple[int, ...]]) -> tuple[Entry, ...]:

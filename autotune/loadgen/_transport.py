@@ -138,21 +138,29 @@ def _parse_chunked(buffer: bytes, status: int, at: int) -> tuple[int, bytes, int
 
 
 class Requests:
-    """Pre-encoded requests taken in turn from a start: one request costs an index step."""
+    """Pre-encoded requests taken in turn from a start, ``step`` at a time (wrapping): one
+    request costs an index step."""
 
-    __slots__ = ("_at", "_items")
+    __slots__ = ("_at", "_items", "_step")
 
-    def __init__(self, items: tuple[bytes, ...], start: int = 0) -> None:
+    def __init__(self, items: tuple[bytes, ...], start: int = 0, step: int = 1) -> None:
         if not items:
             raise ValueError("no requests")
-        self._items, self._at = items, start % len(items)
+        self._items, self._at, self._step = items, start % len(items), step % len(items)
+
+    @classmethod
+    def for_connection(cls, items: tuple[bytes, ...], number: int, stride: int) -> Requests:
+        """What the ``number``-th connection (from 0) sends: stride 0, every request from the
+        ``number``-th on; stride N, from the first in steps of N (perf_analyzer's order)."""
+        return cls(items, number, 1) if stride == 0 else cls(items, 0, stride)
 
     def next(self) -> bytes:
         items = self._items
         if len(items) == 1:
             return items[0]
         at = self._at
-        self._at = at + 1 if at + 1 < len(items) else 0
+        after = at + self._step
+        self._at = after if after < len(items) else after - len(items)
         return items[at]
 
 
@@ -190,14 +198,14 @@ class HttpConnection:
             self._protocol.transport.close()
 
 
-def http_connector(host: str, port: int, requests: bytes | tuple[bytes, ...]) -> Connector:
-    """Opens connections that send ``requests`` in turn, each from the next start."""
+def http_connector(host: str, port: int, requests: bytes | tuple[bytes, ...], stride: int = 0) -> Connector:
+    """Opens connections that send ``requests`` in turn (:meth:`Requests.for_connection`)."""
     items = (requests,) if isinstance(requests, bytes) else requests
     opened = 0
 
     async def connect() -> Connection:
         nonlocal opened
         opened += 1
-        return await HttpConnection.open(host, port, Requests(items, opened - 1))
+        return await HttpConnection.open(host, port, Requests.for_connection(items, opened - 1, stride))
 
     return connect
