@@ -11,6 +11,11 @@ Triton's python backend through ``templates/onnx_model.py``.
                      JPEG that model.py decodes with Pillow, resizes and classifies with a
                      small CNN -> FOOD_LABEL STRING [1], PROBABILITY FP32 [1]; its config asks
                      for KIND_GPU gpus [0] as the tutorial's does; input.json holds JPEGs
+    text_recognition as the text recognizer of Triton's tutorial part 2 (concurrent model
+                     execution): input.1 FP32 [1, 32, -1], a grayscale text line of any
+                     width W -> 308 FP32 [-1, 1, 37], 37 character probabilities for each
+                     of W/4 columns, from a small CRNN-like CNN; no input.json (the tutorial
+                     measures it with perf_analyzer -b 2 --shape input.1:1,32,100)
 
 For each model it writes ``<out>/<name>/1/model.onnx`` (same arguments, same bytes),
 copies its model.py template to ``<out>/<name>/1/model.py``, writes the workload's
@@ -97,10 +102,31 @@ class FoodSpec:
     seed: int = 0
 
 
-Spec = BertSpec | CnnSpec | FoodSpec
-SPECS: dict[str, type[BertSpec] | type[CnnSpec] | type[FoodSpec]] = {
+@dataclass(frozen=True)
+class TextSpec:
+    channels: tuple[int, ...] = (48, 96, 192)  # one Conv3x3+Relu+MaxPool block each
+    height: int = 32  # pooled 2x2 by each block but the last, which pools what is left of it
+    classes: int = 37  # the tutorial's: 10 digits, 26 letters and the blank
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.channels or min(*self.channels, self.height, self.classes) < 1:
+            raise ValueError(f"text_recognition sizes must be positive: {self}")
+        if self.height % self.stride:
+            raise ValueError(f"height ({self.height}) must be a multiple of {self.stride}")
+
+    @property
+    def stride(self) -> int:
+        """Input columns per output column: W pixels wide gives W // stride columns."""
+        return 1 << (len(self.channels) - 1)
+
+
+Spec = BertSpec | CnnSpec | FoodSpec | TextSpec
+SPECS: dict[str, type[BertSpec] | type[CnnSpec] | type[FoodSpec] | type[TextSpec]] = {
     "bertQA": BertSpec, "bertQA_dynamic": BertSpec, "cnn": CnnSpec, "food_classifier": FoodSpec,
+    "text_recognition": TextSpec,
 }  # fmt: skip
+TEXT_INPUT, TEXT_OUTPUT = "input.1", "308"  # the names the tutorial's ONNX export gave them
 # sizes a model is built with unless given (the BERT of bertQA_dynamic takes any length up to 256)
 DEFAULT_SIZES: dict[str, dict[str, Any]] = {"bertQA_dynamic": {"dynamic": True, "seq": 256}}
 BERT_LENGTHS = (32, 48, 64, 96, 128, 160, 192, 256)  # bertQA_dynamic's input.json: one entry each
@@ -237,6 +263,31 @@ def cnn_model(spec: CnnSpec) -> onnx.ModelProto:
     return g.model("cnn", inputs, outputs)
 
 
+def _conv_block(g: _Graph, x: str, n_in: int, n_out: int, pool: list[int]) -> str:
+    """Conv3x3 (same padding) + Relu + MaxPool with kernel and stride ``pool`` ([h, w])."""
+    kernel = g.weight("conv_w", [n_out, n_in, 3, 3], math.sqrt(2.0 / (9 * n_in)))
+    conv = g.op1("Conv", [x, kernel, g.const("conv_b", np.zeros(n_out))], pads=[1, 1, 1, 1])
+    return g.op1("MaxPool", [g.op1("Relu", [conv])], kernel_shape=pool, strides=pool)
+
+
+def text_model(spec: TextSpec) -> onnx.ModelProto:
+    """CRNN-like, without the recurrence: Conv3x3+Relu+MaxPool blocks take [batch, 1, height, W]
+    to [batch, C, 1, W // stride]; then each column goes through Linear(C, classes) and Softmax."""
+    g = _Graph(spec.seed)
+    x, depth, height = TEXT_INPUT, 1, spec.height
+    for number, channels in enumerate(spec.channels):
+        pool = [height, 1] if number == len(spec.channels) - 1 else [2, 2]
+        x, depth, height = _conv_block(g, x, depth, channels, pool), channels, height // pool[0]
+    columns = g.op1("Transpose", [x], perm=[0, 3, 2, 1])  # [batch, columns, 1, C]
+    logits = g.linear(columns, depth, spec.classes, math.sqrt(1.0 / depth))
+    g.nodes.append(helper.make_node("Softmax", [logits], [TEXT_OUTPUT], name="probs", axis=-1))
+    line: list[str | int] = ["batch", 1, spec.height, "width"]
+    probs: list[str | int] = ["batch", "columns", 1, spec.classes]
+    inputs = [helper.make_tensor_value_info(TEXT_INPUT, TensorProto.FLOAT, line)]
+    outputs = [helper.make_tensor_value_info(TEXT_OUTPUT, TensorProto.FLOAT, probs)]
+    return g.model("text_recognition", inputs, outputs)
+
+
 def _tensor(name: str, data_type: int, dims: Sequence[int]) -> dict[str, Any]:
     return {"name": name, "data_type": data_type, "dims": list(dims)}
 
@@ -255,6 +306,9 @@ def model_config(name: str, spec: Spec) -> mc.ModelConfig:
         config.output.append(mc.ModelOutput(**_tensor("FOOD_LABEL", mc.TYPE_STRING, [1])))
         config.output.append(mc.ModelOutput(**_tensor("PROBABILITY", mc.TYPE_FP32, [1])))
         kind = mc.ModelInstanceGroup.KIND_GPU
+    elif isinstance(spec, TextSpec):
+        config.input.append(mc.ModelInput(**_tensor(TEXT_INPUT, mc.TYPE_FP32, [1, spec.height, -1])))
+        config.output.append(mc.ModelOutput(**_tensor(TEXT_OUTPUT, mc.TYPE_FP32, [-1, 1, spec.classes])))
     else:
         config.input.append(mc.ModelInput(**_tensor("image", mc.TYPE_FP32, [3, spec.image, spec.image])))
         config.output.append(mc.ModelOutput(**_tensor("probs", mc.TYPE_FP32, [spec.classes])))
@@ -269,6 +323,15 @@ def model_config(name: str, spec: Spec) -> mc.ModelConfig:
 def food_model(spec: FoodSpec) -> onnx.ModelProto:
     """The food classifier's CNN: the cnn example's graph on ``image`` x ``image`` RGB."""
     return cnn_model(CnnSpec(image=spec.image, classes=spec.classes, seed=spec.seed))
+
+
+def onnx_model(spec: Spec) -> onnx.ModelProto:
+    """The model's ONNX graph."""
+    if isinstance(spec, BertSpec):
+        return bert_model(spec)
+    if isinstance(spec, FoodSpec):
+        return food_model(spec)
+    return text_model(spec) if isinstance(spec, TextSpec) else cnn_model(spec)
 
 
 def input_data(spec: Spec) -> dict[str, Any] | None:
@@ -388,10 +451,7 @@ def build(model: str, out: Path, force: bool = False, **sizes: int) -> Path:
             _write_atomic(model_dir / INPUT_FILE, text)
     wanted = _stamp(model, spec)
     if force or not _up_to_date(version_dir, wanted):
-        if isinstance(spec, BertSpec):
-            proto = bert_model(spec)
-        else:
-            proto = food_model(spec) if isinstance(spec, FoodSpec) else cnn_model(spec)
+        proto = onnx_model(spec)
         _write_atomic(version_dir / "model.onnx", proto.SerializeToString(deterministic=True))
         wanted["sha256"] = _sha256(version_dir / "model.onnx")
         _write_atomic(version_dir / STAMP, json.dumps(wanted, indent=1, sort_keys=True).encode())

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 pytest.importorskip("onnx")
@@ -27,6 +27,7 @@ SCRIPT = ROOT / "examples" / "build_models.py"
 TEMPLATE = ROOT / "templates" / "onnx_model.py"
 TINY = {"layers": 1, "hidden": 32, "heads": 2, "seq": 16, "vocab": 100}
 SEQ = TINY["seq"]
+MODELS = ["bertQA", "bertQA_dynamic", "cnn", "food_classifier", "text_recognition"]
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -86,6 +87,21 @@ def test_same_arguments_give_identical_bytes(builder: ModuleType, tmp_path: Path
     assert (first / "config.pbtxt").read_text() == (second / "config.pbtxt").read_text()
 
 
+def test_every_model_is_listed_here(builder: ModuleType) -> None:
+    assert list(builder.SPECS) == MODELS  # the parametrised tests below cover each one
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_model_builds_the_same_bytes_twice(builder: ModuleType, tmp_path: Path, name: str) -> None:
+    sizes = TINY if name.startswith("bertQA") else {}
+    first, second = (builder.build(name, tmp_path / d, **sizes) for d in ("a", "b"))
+    built = sorted(p.relative_to(first) for p in first.rglob("*") if p.is_file())
+    assert built == sorted(p.relative_to(second) for p in second.rglob("*") if p.is_file())
+    assert Path("1/model.onnx") in built and Path("config.pbtxt") in built
+    for path in built:
+        assert (first / path).read_bytes() == (second / path).read_bytes(), path
+
+
 def test_second_build_only_checks_and_force_rebuilds(builder: ModuleType, tmp_path: Path) -> None:
     onnx_path = builder.build("bertQA", tmp_path, **TINY) / "1/model.onnx"
     built = onnx_path.stat().st_ino
@@ -125,6 +141,8 @@ def test_unknown_model_or_size_is_an_error(builder: ModuleType, tmp_path: Path) 
         builder.build("cnn", tmp_path, layers=2)
     with pytest.raises(ValueError, match="multiple of heads"):
         builder.build("bertQA", tmp_path, **{**TINY, "heads": 3})
+    with pytest.raises(ValueError, match="multiple of 4"):
+        builder.build("text_recognition", tmp_path, height=30)
 
 
 def test_default_config_is_the_untuned_starting_point(builder: ModuleType) -> None:
@@ -144,7 +162,7 @@ def test_default_config_is_the_untuned_starting_point(builder: ModuleType) -> No
     ]
 
 
-@pytest.mark.parametrize("name", ["bertQA", "bertQA_dynamic", "cnn", "food_classifier"])
+@pytest.mark.parametrize("name", MODELS)
 def test_committed_config_is_what_the_builder_writes(builder: ModuleType, name: str) -> None:
     committed = ROOT / "examples/model_repository" / name / "config.pbtxt"
     expected = builder.model_config(name, builder.default_spec(name))
@@ -260,6 +278,39 @@ def test_cnn_gives_probabilities(builder: ModuleType, tmp_path: Path) -> None:
     assert probs.shape == (2, 10)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
     assert (probs >= 0).all()
+
+
+def test_text_recognition_gives_probabilities_per_column_of_any_width(
+    builder: ModuleType, tmp_path: Path
+) -> None:
+    model_dir = builder.build("text_recognition", tmp_path)
+    config = text_format.Parse((model_dir / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert [(i.name, list(i.dims)) for i in config.input] == [("input.1", [1, 32, -1])]
+    assert [(o.name, list(o.dims)) for o in config.output] == [("308", [-1, 1, 37])]
+    session = _session(model_dir / "1/model.onnx")
+    rng = np.random.default_rng(0)
+    for width, columns in ((100, 25), (64, 16)):  # perf_analyzer --shape input.1:1,32,100 -b 2
+        (probs,) = session.run(["308"], {"input.1": rng.random((2, 1, 32, width), dtype=np.float32)})
+        assert probs.shape == (2, columns, 1, 37)
+        np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-5)
+        assert not np.allclose(probs[:, 0], probs[:, -1])  # each column is its own prediction
+
+
+def test_wrapper_serves_the_tutorials_tensor_names(
+    wrapper: ModuleType, builder: ModuleType, tmp_path: Path
+) -> None:
+    """``input.1`` and ``308``, names no Python identifier could be, from config to response."""
+    model_dir = builder.build("text_recognition", tmp_path)
+    config = text_format.Parse((model_dir / "config.pbtxt").read_text(), mc.ModelConfig())
+    model = wrapper.TritonPythonModel()
+    as_triton_gives_it = json_format.MessageToJson(config, preserving_proto_field_name=True)
+    model.initialize({"model_config": as_triton_gives_it, "model_repository": str(model_dir),
+                      "model_version": "1"})  # fmt: skip
+    assert (model.inputs, list(model.outputs)) == (["input.1"], ["308"])
+    rng = np.random.default_rng(0)
+    requests = [{"input.1": rng.random((b, 1, 32, w), dtype=np.float32)} for b, w in ((2, 100), (1, 64))]
+    results = wrapper.run_batched(model._run, requests)
+    assert [[a.shape for a in r] for r in results] == [[(2, 25, 1, 37)], [(1, 16, 1, 37)]]
 
 
 def test_script_help() -> None:

@@ -1,7 +1,8 @@
 """The models users bring, tuned end to end on a real tritonserver with their own workload:
 a BERT encoder with variable-length inputs fed entries of several lengths, a python-backend
 food classifier fed base64 JPEGs (whose config asks for a GPU this machine may not have), a
-model measured with a client batch size of 2, and a model that refuses the data it is sent."""
+text recognizer of variable width measured as Triton's tutorial measures it (``-b 2 --shape
+input.1:1,32,100``), and a model that refuses the data it is sent."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     builder = _builder()
     builder.build("bertQA_dynamic", out, **SMALL_BERT)
     builder.build("food_classifier", out)
-    builder.build("cnn", out)
+    builder.build("text_recognition", out)
     return out
 
 
@@ -90,8 +91,9 @@ def test_bert_with_variable_lengths_is_tuned_on_the_users_entries(
     )
     assert "workload: input.json (8 entries, sent in turn)" in capsys.readouterr().err
     run_dir = _run_dir(reports, "bertQA_dynamic")
-    record = json.loads((run_dir / "run.json").read_text())
-    assert record["workload"] == {"input_data": str(data.resolve()), "shapes": {}, "batch_size": 1}
+    recorded = json.loads((run_dir / "run.json").read_text())["workload"]
+    assert recorded["input_data"] == str(data.resolve())
+    assert (recorded["shapes"], recorded["batch_size"]) == ({}, 1)
     outcome = reload_outcome(run_dir)
     assert outcome.winner is not None and all(t.state == COMPLETE for t in outcome.trials)
     # one request per entry, in turn: the server saw requests of every length, and batched
@@ -126,13 +128,20 @@ def test_food_classifier_on_base64_jpegs_tunes_the_cpu_candidates_when_its_gpu_c
 
 def test_a_client_batch_of_two_is_counted_in_inferences(repo: Path, space: Path, tmp_path: Path) -> None:
     reports = tmp_path / "reports"
-    assert _run("cnn", repo, space, reports, 200, "--batch-size", "2", "--max-trials", "2") == 0
-    outcome = reload_outcome(_run_dir(reports, "cnn"))
+    workload = ["--shape", "input.1:1,32,100", "--batch-size", "2"]  # as the tutorial's perf_analyzer
+    assert _run("text_recognition", repo, space, reports, 200, *workload, "--max-trials", "2") == 0
+    run_dir = _run_dir(reports, "text_recognition")
+    recorded = json.loads((run_dir / "run.json").read_text())["workload"]
+    assert (recorded["shapes"], recorded["batch_size"]) == ({"input.1": [1, 32, 100]}, 2)
+    outcome = reload_outcome(run_dir)
     baseline = outcome.baseline
-    assert baseline is not None and baseline.measurement is not None
+    assert baseline is not None and baseline.measurement is not None and baseline.measurement.points
     for point in baseline.measurement.points:  # no dynamic batching: every execution is one request of 2
         assert set(point.server.batch_sizes) == {2}
         assert point.throughput == pytest.approx(2 * point.requests / point.duration_s, rel=0.02)
+    points = [p for t in outcome.trials if t.measurement for p in t.measurement.points]
+    assert all(p.errors == 0 and p.server.batch_sizes for p in points)
+    assert all(size % 2 == 0 for p in points for size in p.server.batch_sizes)  # a batcher joins pairs
 
 
 def test_data_the_model_cannot_take_stops_the_run_at_the_preflight_with_the_servers_message(
