@@ -18,7 +18,8 @@ text_recognition a client batch of 2 of a variable-width input, as the tutorial 
    gRPC (what perf_analyzer is compared over), in a fresh work folder: its wall time.
 2. The winner's config served alone (a local tritonserver), measured at the operating point
    autotune recommends (the verified concurrency) by perf_analyzer and by our load generator in
-   turn, same window, stability rule (p95) and max windows, ``--repeats`` times: perf_analyzer,
+   turn (after one measurement of ours that warms the server up; each side goes first in turn),
+   same window, stability rule (p95) and max windows, ``--repeats`` times: perf_analyzer,
    ours in perf_analyzer's order of entries (``--data-order perf-analyzer``: the same traffic),
    then, for a workload of several requests, ours in the default order (``spread``: every
    client sends every entry). Both share the machine's cores with the server, as in a tuning run.
@@ -190,16 +191,23 @@ def compare(
         )
         # one request (random data): both orders send the same thing
         spread = None if len(gen.payloads) == 1 else replace(gen, data=replace(gen.data, order="spread"))
+
+        def measure(side: str) -> Sample | None:
+            if side == "perf_analyzer":
+                url, level = server.grpc_url, chosen.concurrency
+                return perf_analyzer(pa, model, url, level, flags, window_s, max_windows, work / "pa.csv")
+            return ours(gen if side == "perf-analyzer" else spread or gen, chosen.concurrency)
+
+        _tools.log(f"{model}: warming the server up at concurrency {chosen.concurrency} (not counted)")
+        ours(gen, chosen.concurrency)  # a python backend's first minute runs slower (drift, not tools)
+        sides = [side for side in SIDES if side != "spread" or spread is not None]
         for repeat in range(repeats):
             _tools.log(f"{model}: repeat {repeat + 1}/{repeats} at concurrency {chosen.concurrency}")
-            sample = perf_analyzer(
-                pa, model, server.grpc_url, chosen.concurrency, flags, window_s, max_windows, work / "pa.csv"
-            )
-            if sample is not None:
-                samples.append(sample)
-            samples.append(ours(gen, chosen.concurrency))
-            if spread is not None:
-                samples.append(ours(spread, chosen.concurrency))
+            turn = repeat % len(sides)  # each side goes first in turn: a drift favours none
+            for side in sides[turn:] + sides[:turn]:
+                sample = measure(side)
+                if sample is not None:
+                    samples.append(sample)
     candidate = outcome.winner.candidate
     label = f"trial {outcome.winner.number}: {candidate.label() if candidate else '?'}"
     return label, chosen.concurrency, samples
