@@ -3,6 +3,7 @@
     autotune bench --model bertQA --concurrency 1:16:3
     autotune bench --model bertQA --protocol grpc --request-rate 50:400:50 --distribution poisson
     autotune bench --model bertQA --concurrency 64 --workers 2 --csv out.csv --json out.json
+    autotune bench --model bertQA --request-intervals intervals.txt
 
 Each level is measured to stability (windows, tolerance, max windows as perf_analyzer's
 ``--measurement-interval``, ``--stability-percentage``, ``--max-trials``) and reported with
@@ -29,6 +30,7 @@ EPILOG = """examples:
   autotune bench --model bertQA --concurrency 1:16:3
   autotune bench --model bertQA --protocol grpc --request-rate 50:400:50 --distribution poisson
   autotune bench --model bertQA --concurrency 64 --workers 2 --csv out.csv --json out.json
+  autotune bench --model bertQA --request-intervals intervals.txt
 
 Ranges are START:END[:STEP] with an additive step, as perf_analyzer's --concurrency-range.
 Open-loop latency (--request-rate) runs from each request's scheduled send time; see
@@ -63,6 +65,13 @@ def add_parser(sub: Any) -> None:
     level = bench.add_mutually_exclusive_group()
     level.add_argument("--concurrency", help="N or START:END[:STEP] requests in flight (default 1)")
     level.add_argument("--request-rate", help="R or START:END[:STEP] requests per second (open loop)")
+    level.add_argument(
+        "--request-intervals",
+        type=Path,
+        metavar="FILE",
+        help="open loop on a recorded arrival pattern: one gap in microseconds per line, looped "
+        "(perf_analyzer's format); its rate is the gaps' mean",
+    )
     bench.add_argument(
         "--distribution",
         choices=("constant", "poisson"),
@@ -102,11 +111,12 @@ class BenchSettings:
     http_port: int
     grpc_port: int
     protocol: str
-    mode: str  # "concurrency" or "request_rate"
-    levels: tuple[float, ...]
+    mode: str  # "concurrency", "request_rate" or "request_intervals"
+    levels: tuple[float, ...]  # request_intervals: the pattern's mean rate
     distribution: str
     seed: int
     workload: Workload
+    intervals_us: tuple[int, ...]  # request_intervals: the gaps
     window_s: float
     warmup_s: float
     tolerance: float
@@ -123,7 +133,14 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
     grpc_host, grpc_port = _address(args.grpc_url, "--grpc-url") if args.grpc_url else (host, http_port + 1)
     if grpc_host != host:
         raise UsageError("--grpc-url must name the same host as --url")
-    if args.request_rate is not None:
+    intervals: tuple[int, ...] = ()
+    levels: tuple[float, ...]
+    if args.request_intervals is not None:
+        from autotune.loadgen import read_intervals
+
+        intervals = read_intervals(args.request_intervals)
+        mode, levels = "request_intervals", (1e6 * len(intervals) / sum(intervals),)
+    elif args.request_rate is not None:
         mode, levels = "request_rate", _levels(args.request_rate, "--request-rate", float)
     else:
         mode, levels = "concurrency", _levels(args.concurrency or "1", "--concurrency", int)
@@ -137,7 +154,7 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
     return BenchSettings(
         model=args.model, host=host, http_port=http_port, grpc_port=grpc_port, protocol=args.protocol,
         mode=mode, levels=levels, distribution=args.distribution, seed=args.seed,
-        workload=workload_from_args(args),
+        workload=workload_from_args(args), intervals_us=intervals,
         window_s=args.window, warmup_s=args.window if args.warmup is None else args.warmup,
         tolerance=args.stability_percentage / 100.0, max_windows=args.max_windows,
         percentile=args.percentile, workers=args.workers, csv=args.csv, json=args.json,
@@ -167,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
     for level in settings.levels:
         if settings.mode == "concurrency":
             point = gen.at_concurrency(int(level))
+        elif settings.mode == "request_intervals":
+            point = gen.at_intervals(settings.intervals_us)
         else:
             point = gen.at_rate(float(level), settings.distribution)
         err.print(_progress_line(point))
@@ -212,7 +231,9 @@ def write_csv(path: Path, points: Sequence[Point]) -> None:
 def write_json(path: Path, settings: BenchSettings, points: Sequence[Point]) -> None:
     doc = {
         "model": settings.model, "protocol": settings.protocol, "mode": settings.mode,
-        "distribution": settings.distribution if settings.mode == "request_rate" else None,
+        "distribution": {"request_rate": settings.distribution, "request_intervals": "intervals"}.get(
+            settings.mode
+        ),
         "batch_size": settings.workload.batch_size, "input_data": settings.workload.input_data,
         "shapes": settings.workload.to_json()["shapes"], "workers": settings.workers,
         "window_s": settings.window_s, "stability_percentage": settings.tolerance * 100,
@@ -238,7 +259,7 @@ def _write_outputs(settings: BenchSettings, points: Sequence[Point]) -> None:
 def render_table(settings: BenchSettings, points: Sequence[Point]) -> Any:
     from rich.table import Table
 
-    open_loop = settings.mode == "request_rate"
+    open_loop = settings.mode != "concurrency"
     title = f"{settings.model} over {settings.protocol}, {settings.workload.label}"
     table = Table(title=title)
     headers = [

@@ -36,12 +36,20 @@ BAD = [
     (["--max-windows", "2"], "--max-windows must be >= 3"),
     (["--workers", "0"], "--workers must be > 0"),
     (["--input-data", "/nonexistent/data.json"], "no such file"),
+    (["--request-intervals", "/nonexistent/intervals.txt"], "cannot read"),
+    (["--request-intervals", "{tmp}/empty.txt"], "no intervals"),
+    (["--request-intervals", "{tmp}/words.txt"], "line 1: 'soon'"),
+    (["--request-intervals", "{tmp}/empty.txt", "--concurrency", "2"], "not allowed with argument"),
+    (["--request-intervals", "{tmp}/empty.txt", "--request-rate", "2"], "not allowed with argument"),
 ]
 
 
 @pytest.mark.parametrize(("extra", "message"), BAD)
-def test_bad_input_is_one_line_and_exit_2(extra: list[str], message: str,
+def test_bad_input_is_one_line_and_exit_2(extra: list[str], message: str, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty.txt").write_text("\n")
+    (tmp_path / "words.txt").write_text("soon\n")
+    extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
     code = main(["bench", "--model", "toy", "--url", "127.0.0.1:1", *extra])
     err = capsys.readouterr().err
     assert code == 2
@@ -103,6 +111,22 @@ def test_bench_request_rate_with_input_data(server: Server, tmp_path: Path,
     assert doc["mode"] == "request_rate" and [lv["request_rate"] for lv in doc["levels"]] == [40.0, 80.0]
     assert all(lv["send_rate"] > 0 and lv["errors"] == 0 for lv in doc["levels"])
     assert all(p["server"]["batch_sizes"] for p in doc["points"])
+
+
+@pytest.mark.integration
+def test_bench_replays_a_recorded_arrival_pattern(server: Server, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    intervals = tmp_path / "intervals.txt"
+    intervals.write_text("5000\n0\n15000\n")  # 3 requests per 20 ms: 150/s, in pairs
+    out_json = tmp_path / "replay.json"
+    code = _bench(server, "--request-intervals", str(intervals), "--json", str(out_json))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    doc = json.loads(out_json.read_text())
+    assert doc["mode"] == "request_intervals" and doc["distribution"] == "intervals"
+    (level,) = doc["levels"]
+    assert level["request_rate"] == pytest.approx(150.0) and level["errors"] == 0
+    assert level["send_rate"] == pytest.approx(150.0, rel=0.1)
 
 
 @pytest.mark.integration

@@ -23,7 +23,7 @@ from autotune.errors import UsageError
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, TensorSpec, http_request, payload_from_file, raw_bytes
 from autotune.loadgen._load import Job, Load, Recorder, Tally, clock
-from autotune.loadgen._schedule import Schedule
+from autotune.loadgen._schedule import Schedule, read_intervals
 from autotune.loadgen._timer import DueTimer
 from autotune.loadgen._transport import Connection, Done, InferError, _parse_response
 from autotune.loadgen._windows import behind_schedule
@@ -32,7 +32,8 @@ from autotune.loadgen._windows import behind_schedule
 def test_exported_names() -> None:
     assert set(loadgen.__all__) == {
         "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Schedule",
-        "StatsSnapshot", "WindowPlan", "WorkloadData", "breakdown", "model_io", "read_workload",
+        "StatsSnapshot", "WindowPlan", "WorkloadData", "breakdown", "model_io", "read_intervals",
+        "read_workload",
     }  # fmt: skip
 
 
@@ -83,6 +84,32 @@ def test_schedule_rejects_bad_input() -> None:
         Schedule(10.0, "uniform")
     with pytest.raises(UsageError, match="rate"):
         Schedule(0.0)
+
+
+def test_a_recorded_pattern_is_replayed_looped_and_shared_exactly() -> None:
+    pattern = Schedule.replay([1000, 0, 3000])  # microseconds: a burst of two, then a pause
+    assert pattern.rate == pytest.approx(750.0)  # 3 requests every 4 ms
+    ms = 1_000_000
+    assert _first(pattern, 7).tolist() == [0, 1 * ms, 1 * ms, 4 * ms, 5 * ms, 5 * ms, 8 * ms]
+    whole = _first(pattern, 9000)
+    shares = [_first(pattern.share(i, 2), 4500) for i in range(2)]
+    assert np.array_equal(np.sort(np.concatenate(shares)), whole)  # two workers send the pattern itself
+    assert shares[0].tolist()[:3] == [0, 1_000_000, 5_000_000]
+
+
+def test_request_intervals_file(tmp_path: Path) -> None:
+    path = tmp_path / "intervals.txt"
+    path.write_text("1000\n\n2500\n 0 \n")
+    assert read_intervals(path) == (1000, 2500, 0)
+    for text, message in [("", "no intervals"), ("0\n0\n", "no intervals"), ("10\nabc\n", "line 2: 'abc'"),
+                          ("-5\n", "line 1: '-5'"), ("1.5\n", "line 1")]:  # fmt: skip
+        path.write_text(text)
+        with pytest.raises(UsageError, match=message):
+            read_intervals(path)
+    with pytest.raises(UsageError, match="cannot read"):
+        read_intervals(tmp_path / "missing.txt")
+    with pytest.raises(UsageError, match="request intervals"):
+        Schedule.replay([])
 
 
 def test_job_split() -> None:

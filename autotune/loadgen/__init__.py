@@ -25,7 +25,7 @@ from autotune.loadgen._endpoint import PROTOCOLS, Endpoint
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, Payload, WorkloadData, read_workload
 from autotune.loadgen._load import Job, Load, clock
-from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule
+from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule, read_intervals
 from autotune.loadgen._stats import StatsSnapshot, breakdown
 from autotune.loadgen._windows import Source, run_windows, summarise
 from autotune.measure import Point, WindowPlan
@@ -43,6 +43,7 @@ __all__ = [
     "WorkloadData",
     "breakdown",
     "model_io",
+    "read_intervals",
     "read_workload",
 ]
 
@@ -132,9 +133,16 @@ class LoadGenerator:
 
     def at_rate(self, rate: float, distribution: str = "constant") -> Point:
         """Open loop: requests sent on a schedule of ``rate`` per second, whatever the answers."""
-        schedule = Schedule(rate, distribution, self.seed)
-        job = Job(schedule=schedule, pool=max(2, min(64, int(rate * 0.005) + 1)))
-        return asyncio.run(self._measure(job, concurrency=0, rate=rate))
+        return self._open_loop(Schedule(rate, distribution, self.seed))
+
+    def at_intervals(self, intervals_us: Sequence[int]) -> Point:
+        """Open loop on a recorded pattern: gaps in microseconds, looped (perf_analyzer's
+        ``--request-intervals``); the point's rate is the pattern's mean."""
+        return self._open_loop(Schedule.replay(intervals_us))
+
+    def _open_loop(self, schedule: Schedule) -> Point:
+        job = Job(schedule=schedule, pool=max(2, min(64, int(schedule.rate * 0.005) + 1)))
+        return asyncio.run(self._measure(job, concurrency=0, rate=schedule.rate))
 
     async def _measure(self, job: Job, *, concurrency: int, rate: float) -> Point:
         endpoint = self.endpoint(concurrency)

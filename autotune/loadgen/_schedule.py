@@ -8,12 +8,18 @@ A rate shared by W worker processes gives each a schedule of rate/W: constant sc
 are interleaved by a phase of ``worker/rate`` (together: exactly 1/rate apart); Poisson
 schedules use independent seeds (the sum of independent Poisson processes is a Poisson
 process of the summed rate).
+
+``Schedule.replay`` loops a recorded pattern instead (perf_analyzer's ``--request-intervals``:
+one gap in microseconds per line): the first request is due at 0, each next one its gap
+later; its rate is the pattern's mean. W workers take every W-th request of that one
+sequence, so together they send the pattern exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
@@ -31,17 +37,28 @@ class Schedule:
     seed: int = 0
     worker: int = 0  # this share's index, for the phase (constant) or the seed (poisson)
     workers: int = 1
+    intervals_us: tuple[int, ...] = ()  # distribution "intervals": the gaps replayed, looped
 
     def __post_init__(self) -> None:
-        if self.distribution not in DISTRIBUTIONS:
+        if self.distribution == "intervals":
+            if not self.intervals_us or min(self.intervals_us) < 0 or sum(self.intervals_us) <= 0:
+                raise UsageError("request intervals must be >= 0 microseconds, not all 0")
+        elif self.distribution not in DISTRIBUTIONS:
             known = ", ".join(DISTRIBUTIONS)
             raise UsageError(f"distribution must be one of {known}, got {self.distribution!r}")
         if not self.rate > 0:
             raise UsageError(f"request rate must be > 0, got {self.rate}")
 
+    @classmethod
+    def replay(cls, intervals_us: Sequence[int]) -> Schedule:
+        """A recorded pattern of gaps (microseconds), looped; its rate is their mean."""
+        gaps = tuple(int(g) for g in intervals_us)
+        rate = 1e6 * len(gaps) / sum(gaps) if gaps and sum(gaps) > 0 else 0.0
+        return cls(rate, "intervals", intervals_us=gaps)
+
     def share(self, worker: int, workers: int) -> Schedule:
         """This schedule's part for one of ``workers`` processes."""
-        return Schedule(self.rate, self.distribution, self.seed, worker, workers)
+        return Schedule(self.rate, self.distribution, self.seed, worker, workers, self.intervals_us)
 
     @property
     def share_rate(self) -> float:
@@ -53,6 +70,9 @@ class Schedule:
             yield from chunk.tolist()
 
     def chunks(self) -> Iterator[NDArray[np.int64]]:
+        if self.distribution == "intervals":
+            yield from self._replayed()
+            return
         gap = 1e9 / self.share_rate
         if self.distribution == "constant":
             phase = self.worker * 1e9 / self.rate
@@ -66,3 +86,42 @@ class Schedule:
             times = base + np.cumsum(rng.exponential(gap, CHUNK))
             base = float(times[-1])
             yield times.astype(np.int64)
+
+    def _replayed(self) -> Iterator[NDArray[np.int64]]:
+        gaps = np.asarray(self.intervals_us, dtype=np.int64) * 1000
+        size = CHUNK * self.workers  # a multiple of workers: every chunk starts at a request of worker 0
+        at, due = 0, 0  # the next request of the whole sequence, and when it is due
+        while True:
+            steps = gaps[(at + np.arange(size)) % len(gaps)]
+            times = due + np.concatenate(([0], np.cumsum(steps[:-1])))
+            due = int(times[-1] + steps[-1])
+            at += size
+            yield times[self.worker :: self.workers]
+
+
+def read_intervals(path: Path) -> tuple[int, ...]:
+    """perf_analyzer's ``--request-intervals`` file: one gap in microseconds per line
+    (blank lines skipped). A UsageError naming the line on anything else."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--request-intervals: cannot read {path}: {exc}") from exc
+    gaps = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            gap = int(line.strip())
+        except ValueError:
+            gap = -1
+        if gap < 0:
+            raise UsageError(
+                f"--request-intervals {path}, line {number}: {line.strip()[:40]!r} is not a whole number "
+                "of microseconds >= 0"
+            )
+        gaps.append(gap)
+    if not gaps or sum(gaps) <= 0:
+        raise UsageError(
+            f"--request-intervals {path}: no intervals (one gap in microseconds per line, not all 0)"
+        )
+    return tuple(gaps)
