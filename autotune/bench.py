@@ -136,10 +136,10 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
     intervals: tuple[int, ...] = ()
     levels: tuple[float, ...]
     if args.request_intervals is not None:
-        from autotune.loadgen import read_intervals
+        from autotune.loadgen import Schedule, read_intervals
 
         intervals = read_intervals(args.request_intervals)
-        mode, levels = "request_intervals", (1e6 * len(intervals) / sum(intervals),)
+        mode, levels = "request_intervals", (Schedule.replay(intervals).rate,)
     elif args.request_rate is not None:
         mode, levels = "request_rate", _levels(args.request_rate, "--request-rate", float)
     else:

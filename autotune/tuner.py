@@ -240,8 +240,9 @@ class _Trials:
         return self.run_dir.log(f"trial-{number:03d}.log")
 
     def generator(self, server: Server, plan: WindowPlan) -> LoadGenerator:
-        """The load for this server; the first server that answers also gets the preflight: one
-        request of each distinct entry of the workload (a WorkloadError stops the run)."""
+        """The load for this server; the first server that answers also gets the preflight
+        (LoadGenerator.preflight: each distinct shape of the workload, then a spread of its
+        requests; a WorkloadError stops the run)."""
         settings = self.prep.settings
         gen = LoadGenerator.connect(
             server.host, server.http_port, server.grpc_port, settings.model, protocol=settings.protocol,

@@ -90,9 +90,9 @@ def _verifier(record: RunRecord) -> Launcher[Any]:
 
 def _load_once(launcher: Launcher[Any], run: RunDir) -> str:
     """Serve the model from its real folder (through a repository that links to it and holds
-    nothing else) until it is ready, and send it the run's workload (one request of each
-    distinct entry: the written config must answer what the user sends); the server's
-    description."""
+    nothing else) until it is ready, and send it the run's workload (LoadGenerator.preflight:
+    each distinct shape, then a spread; the written config must answer what the user sends);
+    the server's description."""
     model = run.record.model
     view = run.stage("writeback")
     shutil.rmtree(view, ignore_errors=True)

@@ -12,7 +12,7 @@ food_classifier  TYPE_STRING base64 JPEGs: ``--input-data input.json`` (8 JPEGs)
                  asks for GPU 0, so on a machine without one the baseline fails and its CPU
                  twin is tuned
 text_recognition a client batch of 2 of a variable-width input, as the tutorial measures it:
-                 ``--shape input.1:1,32,100 --batch-size 2`` (random data)
+                 ``--shape input.1:1,32,100 -b 2`` (random data)
 
 1. ``autotune run`` with the default budget and search space, plus the workload's flags, over
    gRPC (what perf_analyzer is compared over), in a fresh work folder: its wall time.
@@ -55,14 +55,14 @@ from autotune.loadgen import LoadGenerator
 from autotune.measure import WindowPlan
 from autotune.reload import reload_outcome
 from autotune.results import recommendation
-from autotune.settings import Workload, parse_shape
+from autotune.settings import Workload, add_workload_arguments, workload_from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 # model -> (workload flags, relative to the model's folder; SLA p95 in ms)
 EXAMPLES: dict[str, tuple[tuple[str, ...], float]] = {
     "bertQA_dynamic": (("--input-data", "input.json"), 150.0),
     "food_classifier": (("--input-data", "input.json"), 60.0),
-    "text_recognition": (("--shape", "input.1:1,32,100", "--batch-size", "2"), 30.0),
+    "text_recognition": (("--shape", "input.1:1,32,100", "-b", "2"), 30.0),
 }
 
 
@@ -126,9 +126,7 @@ def perf_analyzer(
     max_windows: int,
     out: Path,
 ) -> Sample | None:
-    """One perf_analyzer run with the workload flags (ours are theirs: --input-data, --shape, and
-    --batch-size, which perf_analyzer spells -b)."""
-    flags = ["-b" if f == "--batch-size" else f for f in flags]
+    """One perf_analyzer run with the workload flags (ours are theirs: --input-data, --shape, -b)."""
     for stability in (10, 100):
         out.unlink(missing_ok=True)
         cmd = pa.command(model, url, "grpc", f"--concurrency-range={concurrency}", window_s, stability,
@@ -214,11 +212,10 @@ def compare(
 
 
 def _workload(flags: Sequence[str], order: str) -> Workload:
-    """Our Workload from the flags both tools are given (pairs: --input-data, --shape, --batch-size)."""
-    pairs = list(zip(flags[::2], flags[1::2], strict=True))
-    given = dict(pairs)
-    shapes = tuple(parse_shape(value) for flag, value in pairs if flag == "--shape")
-    return Workload(given.get("--input-data", "random"), shapes, int(given.get("--batch-size", "1")), order)
+    """Our Workload from the flags both tools are given, read as `autotune run` reads them."""
+    parser = argparse.ArgumentParser()
+    add_workload_arguments(parser)
+    return workload_from_args(parser.parse_args([*flags, "--data-order", order]))
 
 
 def _median(values: Sequence[float]) -> float:

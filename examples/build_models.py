@@ -250,9 +250,7 @@ def cnn_model(spec: CnnSpec) -> onnx.ModelProto:
     g = _Graph(spec.seed)
     x, width = "image", 3
     for channels in spec.channels:
-        kernel = g.weight("conv_w", [channels, width, 3, 3], math.sqrt(2.0 / (9 * width)))
-        conv = g.op1("Conv", [x, kernel, g.const("conv_b", np.zeros(channels))], pads=[1, 1, 1, 1])
-        x, width = g.op1("MaxPool", [g.op1("Relu", [conv])], kernel_shape=[2, 2], strides=[2, 2]), channels
+        x, width = _conv_block(g, x, width, channels, [2, 2]), channels
     pooled = g.op1("Flatten", [g.op1("GlobalAveragePool", [x])], axis=1)
     gemm_w = g.weight("fc_w", [width, spec.classes], math.sqrt(1.0 / width))
     logits = g.op1("Gemm", [pooled, gemm_w, g.const("fc_b", np.zeros(spec.classes))])

@@ -13,7 +13,7 @@ import json
 import math
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -159,7 +159,7 @@ class WorkloadData:
                 raise UsageError(f"{self.source}: no data for the served model's input {spec.name!r}")
         order = [columns.get(spec.name) for spec in io.inputs]
         entries = tuple(tuple(None if c is None else e[c] for c in order) for e in self.entries)
-        return WorkloadData(io, entries, self.batch_size, self.source, self.order)
+        return replace(self, io=io, entries=entries)  # the caches are not carried over: rebuilt for io
 
     def _payload(self, picks: Sequence[int]) -> Payload:
         tensors = []

@@ -18,7 +18,7 @@ sequence, so together they send the pattern exactly.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +58,7 @@ class Schedule:
 
     def share(self, worker: int, workers: int) -> Schedule:
         """This schedule's part for one of ``workers`` processes."""
-        return Schedule(self.rate, self.distribution, self.seed, worker, workers, self.intervals_us)
+        return replace(self, worker=worker, workers=workers)
 
     @property
     def share_rate(self) -> float:
