@@ -13,7 +13,7 @@ from rich.table import Table
 
 from autotune.events import Events
 from autotune.measure import Point
-from autotune.results import COMPLETE, Outcome, TrialResult, recommendation
+from autotune.results import COMPLETE, OpenLoopCheck, Outcome, TrialResult, recommendation
 from autotune.search_space import Candidate
 
 console = Console(stderr=True, highlight=False)
@@ -63,7 +63,7 @@ class RichEvents(Events):
     def point_measured(self, number: int, point: Point) -> None:
         self._progress.update(
             self._current,
-            status=f"c={point.concurrency}: {point.throughput:.0f} infer/s, "
+            status=f"{point.where}: {point.throughput:.0f} infer/s, "
             f"p{self._pct} {point.latency_ms(self._pct):.1f} ms",
         )
 
@@ -76,12 +76,18 @@ class RichEvents(Events):
         label = result.candidate.label() if result.candidate else "?"
         self._log(f"verify {result.number:>3} {label}: FAILED {reason} (not a finalist any more)")
 
-    def verifying(self, trial: int, concurrency: int, repeat: int, repeats: int) -> None:
+    def verifying(self, trial: int, where: str, repeat: int, repeats: int) -> None:
+        if self._current is not None:
+            self._progress.update(
+                self._current, description=f"verify {trial}", status=f"{where}, repeat {repeat}/{repeats}"
+            )
+
+    def checking_open_loop(self, trial: int, credited_rate: float) -> None:
         if self._current is not None:
             self._progress.update(
                 self._current,
-                description=f"verify {trial}",
-                status=f"concurrency {concurrency}, repeat {repeat}/{repeats}",
+                description=f"open loop {trial}",
+                status=f"arrivals at a rate, from {credited_rate:.4g} req/s down",
             )
 
     def _log(self, text: str) -> None:
@@ -103,11 +109,13 @@ def _trial_line(result: TrialResult, pct: int) -> str:
     if best is None:
         point = result.measurement.points[0]
         latency = point.latency_ms(pct)
-        return f"{head}: misses the SLA even at concurrency {point.concurrency} (p{pct} {latency:.1f} ms)"
+        note = f"; {result.measurement.note}" if result.measurement.note else ""
+        return f"{head}: misses the SLA even at {point.where} (p{pct} {latency:.1f} ms){note}"
     pruned = ", not refined: cannot beat the best" if result.measurement.pruned else ""
+    note = f"\n    {result.measurement.note}" if result.measurement.note else ""
     return (
-        f"{head}: {best.throughput:.0f} infer/s at concurrency {best.concurrency}, "
-        f"p{pct} {best.latency_ms(pct):.1f} ms ({result.duration_s:.0f} s{pruned})"
+        f"{head}: {best.throughput:.0f} infer/s at {best.where}, "
+        f"p{pct} {best.latency_ms(pct):.1f} ms ({result.duration_s:.0f} s{pruned}){note}"
     )
 
 
@@ -115,7 +123,8 @@ def print_summary(outcome: Outcome) -> None:
     out = Console(highlight=False)
     info, winner, base = outcome.info, outcome.winner, outcome.baseline
     table = Table(title=f"{info.model}: best config under {info.sla.label}")
-    for col in ("", "config", "concurrency", "infer/s", "p50 ms", f"p{info.sla.percentile} ms", "verified"):
+    load = "request rate" if info.open_loop_run else "concurrency"
+    for col in ("", "config", load, "infer/s", "p50 ms", f"p{info.sla.percentile} ms", "verified"):
         table.add_column(col)
     for name, result in (("winner", winner), ("baseline", base)):
         if result is None:
@@ -127,7 +136,7 @@ def print_summary(outcome: Outcome) -> None:
         table.add_row(
             name,
             result.candidate.label() if result.candidate else "?",
-            str(point.concurrency),
+            point.where.removeprefix("concurrency "),
             f"{point.throughput:.0f}",
             f"{point.p50_ms:.1f}",
             f"{point.latency_ms:.1f}",
@@ -143,9 +152,29 @@ def print_summary(outcome: Outcome) -> None:
         # both from the search's measurements: the baseline is not verified
         gain = winner.goodput() / max(base.goodput(), 1e-9)
         out.print(f"winner vs your config: {gain:.2f}x throughput at the SLA (search measurements)")
+    if info.open_loop is not None:
+        out.print(open_loop_line(info.open_loop))
     if info.winner_diff:
         out.print("changes against your config.pbtxt:")
         out.print(info.winner_diff, markup=False, highlight=False)
     out.print(f"report: {outcome.run_dir / 'report.html'}")
     if winner is not None:
         out.print(f"apply it: autotune apply {outcome.run_dir}")
+
+
+def open_loop_line(check: OpenLoopCheck) -> str:
+    """A concurrency run's winner under arrivals at a rate, beside the rate it was credited with."""
+    head = f"under {check.distribution} arrivals (open loop) the winner"
+    if check.sustained_rate >= check.credited_rate * 0.999:
+        return f"{head} sustains its closed-loop rate, {check.credited_rate:.4g} req/s, within the SLA"
+    if check.sustained_rate <= 0:
+        low = min(p.request_rate for p in check.points)
+        return (
+            f"{head} breaks the SLA even at {low:.4g} req/s "
+            f"(closed loop: {check.credited_rate:.4g} req/s); size for arrivals with --load rate"
+        )
+    share = check.sustained_rate / check.credited_rate
+    return (
+        f"{head} sustains {check.sustained_rate:.4g} req/s within the SLA, {share:.0%} of the "
+        f"{check.credited_rate:.4g} req/s its closed loop was credited with; --load rate tunes for arrivals"
+    )

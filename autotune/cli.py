@@ -20,8 +20,11 @@ from autotune.settings import (
     LocalOptions,
     RemoteOptions,
     RunSettings,
+    add_traffic_arguments,
     add_workload_arguments,
     parse_duration,
+    traffic_from_args,
+    traffic_given,
     workload_from_args,
     workload_given,
 )
@@ -32,6 +35,8 @@ GAIN = f"{IMPROVEMENT * 100:g}%%"
 EPILOG_RUN = """examples:
   autotune run --model bertQA --sla-p95-ms 50
   autotune run --model bertQA --sla-p99-ms 50 --time-budget 10m --write-back
+  autotune run --model bertQA --sla-p95-ms 50 --load rate          # arrivals at a rate (Poisson)
+  autotune run --model bertQA --sla-p95-ms 50 --request-intervals arrivals.txt
   autotune run --model bertQA --sla-p95-ms 50 --resume reports/bertQA/20261122-080000
 
 The run directory (reports/<model>/<run-id>/) holds report.html, trials.csv, the
@@ -158,6 +163,7 @@ def _add_run(sub: Any) -> None:
         "windows twice as long (default 0.5)",
     )
     add_workload_arguments(run)
+    add_traffic_arguments(run)
     _add_launcher_options(run)
     run.set_defaults(handler=_run)
 
@@ -253,6 +259,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         patience=args.patience,
         launch=launch,
         workload=workload_from_args(args),
+        traffic=traffic_from_args(args),
         write_back=args.write_back,
         reports_dir=args.reports_dir,
         run_dir=args.resume,
@@ -276,6 +283,8 @@ def _run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if settings.run_dir is not None and not workload_given(args):  # --resume: the run's own workload
         settings = replace(settings, workload=RunDir.load(settings.run_dir).record.workload)
+    if settings.run_dir is not None and not traffic_given(args):  # ... and its own traffic
+        settings = replace(settings, traffic=RunDir.load(settings.run_dir).record.traffic)
     if settings.run_dir is None and not args.fresh:
         unfinished = find_unfinished(settings)
         if unfinished is not None:
@@ -284,13 +293,14 @@ def _run(args: argparse.Namespace) -> int:
     prep = tuner.prepare(settings, gpu_available=gpu_available())
     count = len(prep.data.entries) if prep.data else 1
     entries = f" ({count} entries, sent in turn)" if count > 1 else ""
-    print(f"workload: {settings.workload.label}{entries}", file=sys.stderr)
+    print(f"workload: {settings.workload.label}{entries}; {settings.traffic.label}", file=sys.stderr)
     events = RichEvents(settings.sla.percentile)
     try:
         with events:
             outcome = tuner.tune(prep, events)
     except KeyboardInterrupt:
-        where = f" {settings.workload.flags}" if settings.workload.flags else ""
+        flags = " ".join(f for f in (settings.workload.flags, settings.traffic.flags) if f)
+        where = f" {flags}" if flags else ""
         where += f" --resume {events.run_dir}" if events.run_dir else ""
         print(
             f"\ninterrupted: servers stopped, finished trials kept; continue with: autotune run "

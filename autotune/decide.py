@@ -106,13 +106,14 @@ def measured_before(results: Sequence[TrialResult], candidate: Candidate) -> Tri
     return None
 
 
-def incumbent(results: Sequence[TrialResult]) -> tuple[int | None, float]:
-    """Where the next goodput search starts (the best candidate's concurrency) and the
-    goodput it must beat to be worth refining (see :func:`autotune.measure.find_goodput`)."""
+def incumbent(results: Sequence[TrialResult]) -> tuple[float | None, float]:
+    """Where the next goodput search starts (the best candidate's level: its concurrency, or
+    its request rate in an open loop) and the goodput it must beat to be worth refining (see
+    :func:`autotune.measure.find_goodput`)."""
     best = max((r for r in results if r.feasible), key=lambda r: r.goodput(), default=None)
     if best is None or best.best is None:
         return None, 0.0
-    return best.best.concurrency, best.goodput()
+    return best.best.level, best.goodput()
 
 
 def finalists(results: Sequence[TrialResult], count: int) -> list[TrialResult]:
@@ -134,12 +135,12 @@ def could_beat(result: TrialResult, verified: Sequence[Verification]) -> bool:
     return not passed or result.goodput() > max(passed) * (1 + IMPROVEMENT)
 
 
-def verify_levels(result: TrialResult) -> list[int]:
-    """The concurrencies to verify a finalist at: its operating point, then (should a repeat
-    break the SLA there) the next lower level that met it while searching."""
+def verify_levels(result: TrialResult) -> list[float]:
+    """The levels (concurrencies, or request rates) to verify a finalist at: its operating
+    point, then (should a repeat break the SLA there) the next lower level it measured."""
     assert result.best is not None and result.measurement is not None
-    levels = [result.best.concurrency]
-    lower = [p.concurrency for p in result.measurement.points if p.concurrency < levels[0]]
+    levels = [result.best.level]
+    lower = [p.level for p in result.measurement.points if p.level < levels[0]]
     return levels + ([max(lower)] if lower else [])
 
 

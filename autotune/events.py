@@ -27,8 +27,11 @@ class Events:
     def trial_finished(self, result: TrialResult) -> None:
         """The trial was told to the study: measured, reused or failed."""
 
-    def verifying(self, trial: int, concurrency: int, repeat: int, repeats: int) -> None:
-        """A finalist is being measured again at its operating point."""
+    def verifying(self, trial: int, where: str, repeat: int, repeats: int) -> None:
+        """A finalist is being measured again at its operating point (``concurrency 8``, ``420 req/s``)."""
+
+    def checking_open_loop(self, trial: int, credited_rate: float) -> None:
+        """A concurrency run's winner is being measured under arrivals at a rate, from ``credited_rate``."""
 
     def verification_failed(self, result: TrialResult, reason: str) -> None:
         """A finalist could not be verified (its server or a measurement failed); it is skipped."""

@@ -83,6 +83,22 @@ class Point:
     send_rate: float = 0.0  # open loop: requests actually sent per second
     send_late_p99_ms: float = 0.0  # open loop: p99 of (actual send - scheduled send)
 
+    @property
+    def trusted(self) -> bool:
+        """Whether its latency can be believed: an open loop that fell behind its schedule
+        measured its own backlog too (BEHIND_SCHEDULE), so the point never meets an SLA."""
+        return BEHIND_SCHEDULE not in self.warnings
+
+    @property
+    def level(self) -> float:
+        """The load it was measured at: the concurrency (closed loop) or the request rate (open)."""
+        return float(self.concurrency) if self.concurrency else self.request_rate
+
+    @property
+    def where(self) -> str:
+        """``concurrency 8`` or ``420 req/s``."""
+        return f"concurrency {self.concurrency}" if self.concurrency else f"{self.request_rate:.4g} req/s"
+
     def latency_ms(self, percentile: int) -> float:
         return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[percentile]
 
@@ -110,6 +126,21 @@ class Measurement:
     points: tuple[Point, ...]
     best: Point | None  # highest throughput meeting the SLA; None if no point met it
     pruned: bool = False
+
+    @property
+    def note(self) -> str:
+        """Why a figure is not the whole story, one line ("" when it is): the load generator
+        could not keep a rate the search needed (that point is not trusted, and the goodput may
+        be a lower bound)."""
+        behind = [p for p in self.points if not p.trusted]
+        if not behind:
+            return ""
+        low = min(behind, key=lambda p: p.request_rate)
+        return (
+            f"not trusted: the load generator fell behind its schedule at {low.where} "
+            f"(sent {low.send_rate:.4g} req/s, p99 {low.send_late_p99_ms:.1f} ms late); "
+            "rates from there on were not measured truly"
+        )
 
     @property
     def feasible(self) -> bool:
@@ -210,6 +241,71 @@ def _bisect(at: Callable[[int], Point], sla: Sla, good: int, bad: int, gain: flo
         else:
             bad = mid
     return False
+
+
+MeasureRate = Callable[[float], Point]
+RATE_RESOLUTION = 0.10  # the rate search stops once the last good rate is this close to the first bad
+
+
+def find_rate_goodput(
+    measure_at: MeasureRate,
+    sla: Sla,
+    low: float,
+    high: float,
+    *,
+    start: float,
+    beat: float = 0.0,
+    gain: float = 0.03,
+    resolution: float = RATE_RESOLUTION,
+) -> Measurement:
+    """Search the arrival rate (open loop) for the highest one whose latency meets the SLA.
+
+    From ``start`` (the best candidate's rate, or a first guess): doubles while the SLA holds,
+    or halves while it breaks; then bisects, geometrically, between the last rate that met it
+    and the first that broke it until they are within ``resolution`` of each other. A point
+    the generator measured behind its schedule breaks the SLA (:attr:`Point.trusted`), as does
+    one with errors. An open loop above what the server sustains completes only what it can, so
+    the first breaking point's throughput bounds every feasible point below it: when that is
+    under ``beat`` the candidate cannot win and the search stops (``pruned``). Rates are rounded
+    to three significant digits (the figures people read).
+    """
+    points: dict[float, Point] = {}
+
+    def at(rate: float) -> Point:
+        if rate not in points:
+            points[rate] = measure_at(rate)
+        return points[rate]
+
+    rate = _nice(min(max(start, low), high))
+    good, bad = (rate, None) if sla.met_by(at(rate)) else (None, rate)
+    while good is not None and bad is None and good < high:  # grow
+        rate = _nice(min(good * 2, high))
+        if rate <= good:
+            break
+        good, bad = (rate, None) if sla.met_by(at(rate)) else (good, rate)
+    pruned = False
+    while bad is not None and good is None and bad > low:  # descend
+        if at(bad).throughput < beat * (1 - gain):
+            pruned = True  # nothing below can win
+            break
+        rate = _nice(max(bad / 2, low))
+        if rate >= bad:
+            break
+        good, bad = (rate, bad) if sla.met_by(at(rate)) else (None, rate)
+    while good is not None and bad is not None and bad > good * (1 + resolution):  # bisect
+        if at(bad).throughput < beat * (1 - gain):
+            pruned = True
+            break
+        mid = _nice((good * bad) ** 0.5)
+        if not good < mid < bad:
+            break
+        good, bad = (mid, bad) if sla.met_by(at(mid)) else (good, mid)
+    ordered = tuple(points[r] for r in sorted(points))
+    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
+
+
+def _nice(rate: float) -> float:
+    return float(f"{rate:.3g}")
 
 
 def best_point(points: Sequence[Point], sla: Sla) -> Point | None:

@@ -37,12 +37,13 @@ class Sla:
         return f"p{self.percentile} <= {self.limit_ms:g} ms"
 
     def met_by(self, point: Point) -> bool:
-        return point.errors == 0 and point.latency_ms(self.percentile) <= self.limit_ms
+        """No errors, a trusted point (:attr:`Point.trusted`), its latency within the limit."""
+        return point.errors == 0 and point.trusted and point.latency_ms(self.percentile) <= self.limit_ms
 
     def violation(self, point: Point) -> float:
         """Optuna constraint value: <= 0 when met, else how far over the limit (ms)."""
         over = point.latency_ms(self.percentile) - self.limit_ms
-        return over if point.errors == 0 else max(over, 0.0) + self.limit_ms
+        return over if point.errors == 0 and point.trusted else max(over, 0.0) + self.limit_ms
 
 
 def scores(point: Point, sla: Sla) -> tuple[float, float]:

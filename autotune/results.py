@@ -49,12 +49,19 @@ class TrialResult:
 
 @dataclass(frozen=True)
 class Verification:
-    """Repeated measurements of a finalist at its chosen operating point."""
+    """Repeated measurements of a finalist at its chosen operating point: a concurrency
+    (closed loop) or a request rate (open loop, ``concurrency`` 0)."""
 
     trial: int
     concurrency: int
     points: tuple[Point, ...]
     sla_met: int  # how many repeats met the SLA
+    request_rate: float = 0.0
+
+    @property
+    def where(self) -> str:
+        """``concurrency 8`` or ``420 req/s``."""
+        return f"concurrency {self.concurrency}" if self.concurrency else f"{self.request_rate:.4g} req/s"
 
     @property
     def median_throughput(self) -> float:
@@ -74,6 +81,7 @@ class Verification:
         return {
             "trial": self.trial,
             "concurrency": self.concurrency,
+            "request_rate": self.request_rate,
             "sla_met": self.sla_met,
             "points": [p.to_dict() for p in self.points],
         }
@@ -81,7 +89,35 @@ class Verification:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Verification:
         points = tuple(Point.from_dict(p) for p in data["points"])
-        return cls(int(data["trial"]), int(data["concurrency"]), points, int(data["sla_met"]))
+        rate = float(data.get("request_rate", 0.0))
+        return cls(int(data["trial"]), int(data["concurrency"]), points, int(data["sla_met"]), rate)
+
+
+@dataclass(frozen=True)
+class OpenLoopCheck:
+    """A concurrency run's winner under arrivals at a rate: from the rate its closed loop was
+    credited with (its verified throughput, in requests per second), down to the highest rate
+    whose latency, counted from each request's scheduled send, met the SLA."""
+
+    trial: int
+    credited_rate: float  # requests/s the closed loop sustained
+    distribution: str  # the arrivals: poisson or constant
+    points: tuple[Point, ...]  # in the order measured
+    sustained_rate: float  # the highest rate measured that met the SLA; 0.0: none did
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trial": self.trial, "credited_rate": self.credited_rate, "distribution": self.distribution,
+            "sustained_rate": self.sustained_rate, "points": [p.to_dict() for p in self.points],
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OpenLoopCheck:
+        points = tuple(Point.from_dict(p) for p in data["points"])
+        return cls(
+            int(data["trial"]), float(data["credited_rate"]), str(data["distribution"]), points,
+            float(data["sustained_rate"]),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -89,11 +125,17 @@ class Recommendation:
     """The operating point to recommend for a trial: the medians of its verification repeats
     where it was verified, else the best point of its search."""
 
-    concurrency: int
+    concurrency: int  # 0: an open loop, at request_rate
     throughput: float
     p50_ms: float
     latency_ms: float  # at the SLA percentile
     verification: Verification | None = None
+    request_rate: float = 0.0
+
+    @property
+    def where(self) -> str:
+        """``concurrency 8`` or ``420 req/s``."""
+        return f"concurrency {self.concurrency}" if self.concurrency else f"{self.request_rate:.4g} req/s"
 
 
 def recommendation(
@@ -103,12 +145,15 @@ def recommendation(
     v = next((v for v in verifications if v.trial == result.number and v.points), None)
     if v is not None:
         return Recommendation(
-            v.concurrency, v.median_throughput, v.median_latency_ms(50), v.median_latency_ms(percentile), v
-        )
+            v.concurrency, v.median_throughput, v.median_latency_ms(50), v.median_latency_ms(percentile), v,
+            v.request_rate,
+        )  # fmt: skip
     best = result.best
     if best is None:
         return None
-    return Recommendation(best.concurrency, best.throughput, best.p50_ms, best.latency_ms(percentile))
+    return Recommendation(
+        best.concurrency, best.throughput, best.p50_ms, best.latency_ms(percentile), None, best.request_rate
+    )
 
 
 @dataclass(frozen=True)
@@ -125,6 +170,9 @@ class RunInfo:
     winner_diff: str = ""
     verifications: tuple[Verification, ...] = ()
     workload: str = ""  # what each request carried, one line (settings.Workload.label)
+    traffic: str = ""  # how candidates were loaded, one line (settings.Traffic.label)
+    open_loop_run: bool = False  # arrivals at a rate (--load rate): operating points are rates
+    open_loop: OpenLoopCheck | None = None  # a concurrency run: its winner under arrivals at a rate
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from autotune.errors import AutotuneError, UsageError
 from autotune.files import write_text_atomic
 from autotune.objective import Sla
 from autotune.processes import Owner
-from autotune.results import RunInfo, Verification
-from autotune.settings import Launch, RunSettings, Workload
+from autotune.results import OpenLoopCheck, RunInfo, Verification
+from autotune.settings import Launch, RunSettings, Traffic, Workload
 
 RUN_FILE = "run.json"
 WINNER_CONFIG = "winner.pbtxt"
@@ -50,6 +50,8 @@ class RunRecord:
     winner: int | None = None  # trial number
     verifications: tuple[Verification, ...] = ()
     workload: Workload = field(default_factory=Workload)  # what each request carried
+    traffic: Traffic = field(default_factory=Traffic)  # closed loop or arrivals at a rate
+    open_loop: OpenLoopCheck | None = None  # a concurrency run: the winner's sustained arrival rate
 
     def differences(self, settings: RunSettings) -> list[str]:
         """What a command would change of this run if it continued it (nothing may change: the
@@ -62,6 +64,7 @@ class RunRecord:
             ("launcher", self.launch.to_json(), s.launch.to_json()),
             ("protocol", self.protocol, s.protocol),
             ("workload", self.workload.label, workload.label),
+            ("traffic", self.traffic.to_json(), s.traffic.to_json()),
         ]
         if (
             self.workload != workload and self.workload.label == workload.label
@@ -86,6 +89,7 @@ class RunRecord:
             "launcher": self.launch.to_json(),
             "protocol": self.protocol,
             "workload": self.workload.to_json(),
+            "traffic": self.traffic.to_json(),
             "study_name": self.study_name,
             "storage": self.storage,
             "original_config": self.original_config,
@@ -95,6 +99,7 @@ class RunRecord:
             "finished": self.finished,
             "winner": self.winner,
             "verifications": [v.to_json() for v in self.verifications],
+            "open_loop": self.open_loop.to_json() if self.open_loop else None,
         }
 
     @classmethod
@@ -111,6 +116,8 @@ class RunRecord:
             launch=Launch.from_json(data.get("launcher") or "local"),
             protocol=str(data.get("protocol", "http")),
             workload=Workload.from_json(data.get("workload")),
+            traffic=Traffic.from_json(data.get("traffic")),
+            open_loop=OpenLoopCheck.from_json(data["open_loop"]) if data.get("open_loop") else None,
             study_name=str(data["study_name"]),
             storage=data.get("storage"),
             original_config=str(data["original_config"]),
@@ -192,6 +199,9 @@ class RunDir:
             winner_diff=diff.read_text(encoding="utf-8") if chosen and diff.is_file() else "",
             verifications=r.verifications,
             workload=r.workload.label,
+            traffic=r.traffic.label,
+            open_loop_run=r.traffic.open_loop,
+            open_loop=r.open_loop,
         )
 
 

@@ -75,6 +75,8 @@ class SearchSpace:
     trt_fp16: tuple[bool, ...]
     concurrency_min: int = 1
     concurrency_max: int = 32
+    rate_min: float = 1.0  # --load rate: requests per second
+    rate_max: float = 100_000.0
 
     def suggest(self, trial: Suggester) -> Candidate:
         """Ask ``trial`` for each dimension; conditional ones only where they apply."""
@@ -198,7 +200,7 @@ _SECTIONS = {
     "instance_group": {"count", "kind", "gpus"},
     "dynamic_batching": {"enabled", "preferred_batch_size", "max_queue_delay_microseconds"},
     "optimization": {"tensorrt_fp16"},
-    "load": {"concurrency"},
+    "load": {"concurrency", "request_rate"},
 }
 
 
@@ -228,6 +230,7 @@ def parse_search_space(raw: Any, *, gpu_available: bool = False) -> SearchSpace:
     mbs = _ints(doc.get("max_batch_size", [1, 2, 4, 8, 16]), "max_batch_size", minimum=0)
     kinds = _kinds(group.get("kind", ["KIND_CPU"]), gpu_available)
     conc = _ints(sections["load"].get("concurrency", {"min": 1, "max": 32}), "load.concurrency", 1)
+    rate_min, rate_max = _rates(sections["load"].get("request_rate", {}))
     return SearchSpace(
         instance_count=_ints(group.get("count", {"min": 1, "max": 2}), "instance_group.count", 1),
         kind=kinds,
@@ -243,7 +246,24 @@ def parse_search_space(raw: Any, *, gpu_available: bool = False) -> SearchSpace:
         trt_fp16=_bools(sections["optimization"].get("tensorrt_fp16", [False]), "tensorrt_fp16"),
         concurrency_min=min(conc),
         concurrency_max=max(conc),
+        rate_min=rate_min,
+        rate_max=rate_max,
     )
+
+
+def _rates(value: Any) -> tuple[float, float]:
+    """``load.request_rate: {min, max}`` (requests per second, for --load rate)."""
+    where = "load.request_rate"
+    _known(_mapping(value, where), {"min", "max"}, where)
+    bounds = []
+    for key, default in (("min", SearchSpace.rate_min), ("max", SearchSpace.rate_max)):
+        raw = value.get(key, default) if value else default
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not raw > 0:
+            raise SearchSpaceError(f"{where}.{key}: expected a rate > 0 requests per second, got {raw!r}")
+        bounds.append(float(raw))
+    if bounds[0] > bounds[1]:
+        raise SearchSpaceError(f"{where}: min {bounds[0]:g} > max {bounds[1]:g}")
+    return bounds[0], bounds[1]
 
 
 def _one_line(exc: Exception) -> str:

@@ -170,6 +170,122 @@ class Workload:
         return cls(str(data.get("input_data", "random")), shapes, batch, order)
 
 
+LOADS = ("concurrency", "rate")
+ARRIVALS = ("poisson", "constant")  # --distribution; a --request-intervals file is the third kind
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """How every candidate is loaded while it is measured. ``concurrency`` (the default): a
+    closed loop, N clients each waiting for its answer before it sends again; the search looks
+    for the best N. ``rate``: an open loop, requests arriving on a schedule whatever the answers
+    (``distribution`` poisson or constant, or ``intervals``: a recorded pattern, perf_analyzer's
+    ``--request-intervals`` file, scaled to each rate tried); the search looks for the highest
+    arrival rate, latency counted from each request's scheduled send."""
+
+    load: str = "concurrency"
+    distribution: str = "poisson"  # rate: poisson, constant or intervals
+    intervals: str = ""  # distribution "intervals": the file (recorded absolute)
+
+    def __post_init__(self) -> None:
+        if self.load not in LOADS:
+            raise UsageError(f"--load must be one of {', '.join(LOADS)}, got {self.load!r}")
+        if self.distribution not in (*ARRIVALS, "intervals"):
+            known = ", ".join(ARRIVALS)
+            raise UsageError(f"--distribution must be one of {known}, got {self.distribution!r}")
+        if (self.distribution == "intervals") != bool(self.intervals):
+            raise UsageError("a request-intervals file and its distribution go together")
+
+    @property
+    def open_loop(self) -> bool:
+        return self.load == "rate"
+
+    @property
+    def label(self) -> str:
+        """One line for people: ``open loop, poisson arrivals``."""
+        if not self.open_loop:
+            return "closed loop (concurrency)"
+        if self.intervals:
+            return f"open loop, the arrivals of {Path(self.intervals).name} (scaled to each rate)"
+        return f"open loop, {self.distribution} arrivals"
+
+    @property
+    def flags(self) -> str:
+        """The command-line flags that give this traffic ("" for the default)."""
+        if not self.open_loop:
+            return ""
+        if self.intervals:
+            return f"--load rate --request-intervals {shlex.quote(self.intervals)}"
+        shape = f" --distribution {self.distribution}" if self.distribution != "poisson" else ""
+        return f"--load rate{shape}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"load": self.load, "distribution": self.distribution, "intervals": self.intervals}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Traffic:
+        """Read :meth:`to_json` back; a run directory made before rate mode: concurrency."""
+        if not data:
+            return cls()
+        return cls(
+            str(data.get("load", "concurrency")),
+            str(data.get("distribution", "poisson")),
+            str(data.get("intervals", "")),
+        )
+
+
+def add_traffic_arguments(parser: argparse.ArgumentParser) -> None:
+    """``autotune run``'s load flags."""
+    group = parser.add_argument_group(
+        "traffic", "how candidates are loaded: busy clients (closed loop) or arrivals at a rate (open loop)"
+    )
+    group.add_argument(
+        "--load",
+        choices=LOADS,
+        help="concurrency (default): N clients each wait for an answer before sending again; the "
+        "search finds the best N. rate: requests arrive at a rate whatever the answers, as production "
+        "traffic does; the search finds the highest arrival rate whose latency, counted from each "
+        "request's scheduled send, meets the SLA (queueing included)",
+    )
+    group.add_argument(
+        "--distribution",
+        choices=ARRIVALS,
+        help="--load rate: the gaps between arrivals, poisson (default; random, as independent users "
+        "send) or constant",
+    )
+    group.add_argument(
+        "--request-intervals",
+        metavar="FILE",
+        help="--load rate: replay a recorded arrival pattern instead (perf_analyzer's format: one gap in "
+        "microseconds per line, looped), scaled to each rate tried; implies --load rate",
+    )
+
+
+def traffic_given(args: argparse.Namespace) -> bool:
+    """Was any traffic flag given? (``--resume`` without them continues the run's own.)"""
+    return any(v is not None for v in (args.load, args.distribution, args.request_intervals))
+
+
+def traffic_from_args(args: argparse.Namespace) -> Traffic:
+    """The traffic flags checked against each other (the intervals file is read by the tuner)."""
+    if args.request_intervals is not None:
+        if args.load == "concurrency":
+            raise UsageError(
+                "--request-intervals replays arrivals at a rate: "
+                "it goes with --load rate, not --load concurrency"
+            )
+        if args.distribution is not None:
+            raise UsageError("give either --distribution or --request-intervals, not both")
+        path = Path(args.request_intervals)
+        if not path.is_file():
+            raise UsageError(f"--request-intervals: no such file: {path}")
+        return Traffic("rate", "intervals", str(path.resolve()))
+    if args.distribution is not None and args.load == "concurrency":
+        raise UsageError("--distribution shapes arrivals at a rate: it goes with --load rate")
+    load = args.load or ("rate" if args.distribution else "concurrency")
+    return Traffic(load, args.distribution or "poisson")
+
+
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """``NAME:D1,D2,...`` (perf_analyzer's ``--shape``) -> (name, dims)."""
     name, _, dims = text.rpartition(":")
@@ -253,6 +369,7 @@ class RunSettings:
     patience: int = 4
     launch: Launch = field(default_factory=Launch)
     workload: Workload = field(default_factory=Workload)
+    traffic: Traffic = field(default_factory=Traffic)
     write_back: bool = False
     reports_dir: Path = Path("reports")
     run_dir: Path | None = None  # set for --resume

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from autotune import decide, stopping
+from autotune import decide, finals, stopping
 from autotune import model_config as mcfg
 from autotune.errors import (
     AutotuneError,
@@ -36,18 +36,17 @@ from autotune.events import Events
 from autotune.files import file_digest, write_text_atomic
 from autotune.launch import Launcher, Server, failure_line, make_launcher, read_tail
 from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, read_workload
-from autotune.measure import Measurement, Point, WindowPlan, find_goodput
+from autotune.measure import Measurement, Point, WindowPlan
 from autotune.objective import Sla
 from autotune.processes import Owner
 from autotune.report import write_report
-from autotune.results import Outcome, TrialResult, Verification
+from autotune.results import Outcome, TrialResult
 from autotune.rundir import WINNER_CONFIG, WINNER_DIFF, RunDir, RunRecord
 from autotune.search_space import Candidate, SearchSpace, load_search_space, params_of
 from autotune.settings import RunSettings
 from autotune.staging import stage_model
 from autotune.study import INTERRUPTED, Asked, Study, redact
-
-RAMP_S = 0.3  # warm-up before each point after a trial's first one (the first gets the plan's)
+from autotune.traffic import Loader, requests_per_s
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,7 @@ class Prepared:
     space: SearchSpace
     baseline: Candidate
     data: WorkloadData | None  # the workload read and checked; None: the config declares no inputs
+    loader: Loader  # the traffic, its arrival pattern read and checked
 
 
 def prepare(settings: RunSettings, gpu_available: bool = False) -> Prepared:
@@ -78,9 +78,10 @@ def prepare(settings: RunSettings, gpu_available: bool = False) -> Prepared:
     space = space.including(decide.in_space(baseline, space))
     io = ModelIO.from_config(settings.model, original)  # None: it declares no inputs, the server will
     data = None if io is None else read_workload(io, settings.workload, settings.seed or 0)  # read once
+    loader = Loader.read(settings.traffic)
     _check_writable(settings.reports_dir if settings.run_dir is None else settings.run_dir)
     model_dir = mcfg.model_dir(settings.repository, settings.model)
-    return Prepared(settings, original, model_dir, space, baseline, data)
+    return Prepared(settings, original, model_dir, space, baseline, data, loader)
 
 
 def default_space_path() -> Path:
@@ -125,7 +126,7 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
         study.enqueue(params, baseline=baseline, again=True, as_is=prep.baseline if baseline else None)
     started = time.monotonic()
     events.run_started(run.path, settings.max_trials, settings.time_budget_s)
-    trials = _Trials(prep, launcher, run, events)
+    trials = Trials(prep, launcher, run, events)
     try:
         try:
             while _go_on(settings, results := study.results(), time.monotonic() - started):
@@ -134,8 +135,8 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
             _forget_if_empty(prep, run, study)
             raise
         stopping.check()
-        run = _verify(prep, trials, run, study)
-        return _finish(prep, run, study)  # written while the last server stops
+        run = finals.verify_finalists(prep, trials, run, study)
+        return _finish(prep, trials, run, study)  # written while the last server stops
     finally:
         launcher.drain()  # no server outlives the run
 
@@ -168,6 +169,7 @@ def _open_run(prep: Prepared, path: Path) -> RunDir:
         launch=settings.launch,
         protocol=settings.protocol,
         workload=settings.workload,
+        traffic=settings.traffic,
         study_name=settings.study_name or f"{settings.model}-{path.name}",
         storage=redact(settings.storage) if settings.storage else None,
         original_config=mcfg.config_text(prep.original),
@@ -197,7 +199,7 @@ def _go_on(settings: RunSettings, results: list[TrialResult], elapsed_s: float) 
     )
 
 
-class _Trials:
+class Trials:
     """Runs trials and verifications: stages the candidate, serves it, measures, tells the study."""
 
     def __init__(self, prep: Prepared, launcher: Launcher[Any], run: RunDir, events: Events) -> None:
@@ -251,25 +253,32 @@ class _Trials:
         self.data, self.checked = gen.data, True  # as the server serves the model, encoded once
         return gen
 
-    def measure(self, asked: Asked, start: int | None = None, beat: float = 0.0) -> Measurement:
-        settings, space = self.prep.settings, self.prep.space
+    def measure(self, asked: Asked, start: float | None = None, beat: float = 0.0) -> Measurement:
+        """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
+        candidate's level, on a server of its own."""
+        settings, loader = self.prep.settings, self.prep.loader
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
             first = self.generator(server, settings.plan)
-            # once the server is warm, a new concurrency level settles within a few requests
-            later = first.with_plan(replace(settings.plan, warmup_s=min(settings.plan.warmup_s, RAMP_S)))
+            # once the server is warm, a new level settles within a few requests
+            later = first.with_plan(
+                replace(settings.plan, warmup_s=min(settings.plan.warmup_s, finals.RAMP_S))
+            )
             done: list[Point] = []
 
-            def at(concurrency: int) -> Point:
-                point = (later if done else first).at_concurrency(concurrency)
+            def note(point: Point) -> Point:
                 done.append(point)
                 stopping.check()
                 self.events.point_measured(asked.number, point)
                 return point
 
+            def at(level: float) -> Point:
+                return note(loader.point(later if done else first, level))
+
+            def first_guess() -> float:  # an open loop's first candidate: the rate one client gets
+                return requests_per_s(note(first.at_concurrency(1)))
+
             try:
-                return find_goodput(
-                    at, self.search_sla, space.concurrency_min, space.concurrency_max, start=start, beat=beat
-                )
+                return loader.search(at, self.search_sla, self.prep.space, start, beat, first_guess)
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc
@@ -287,34 +296,6 @@ class _Trials:
                 yield server
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-
-    def verify(self, result: TrialResult) -> Verification | None:
-        """Every repeat must meet the SLA; if one does not, the next lower concurrency that met
-        it while searching is verified instead (once), on the same server. None: it could not
-        be measured (its server or a measurement failed)."""
-        assert result.candidate is not None
-        settings, name = self.prep.settings, f"verify-{result.number:03d}"
-        plan = replace(settings.plan, window_s=settings.plan.window_s * 2)  # longer than screening
-        ramp = replace(plan, warmup_s=min(plan.warmup_s, RAMP_S))
-        try:
-            with self.serve(result.candidate, self.run_dir.log(f"{name}.log"), name) as server:
-                gen = self.generator(server, plan)
-                for concurrency in decide.verify_levels(result):
-                    points: list[Point] = []
-                    for i in range(settings.repeats):
-                        self.events.verifying(result.number, concurrency, i + 1, settings.repeats)
-                        points.append(gen.at_concurrency(concurrency))
-                        stopping.check()
-                        gen = gen.with_plan(ramp)
-                        if not settings.sla.met_by(points[-1]):
-                            break  # this level failed: no need to finish its repeats
-                    met = sum(settings.sla.met_by(p) for p in points)
-                    if met == settings.repeats:
-                        break
-        except (LaunchError, MeasurementError) as exc:
-            self.events.verification_failed(result, str(exc).splitlines()[0])
-            return None
-        return Verification(result.number, concurrency, tuple(points), met)
 
 
 def _died(server: Server, settle_s: float = 1.0) -> bool:
@@ -352,33 +333,16 @@ def _crash_reason(exc: Exception) -> str:
 # ---------------------------------------------------------------- verification and the winner
 
 
-def _verify(prep: Prepared, trials: _Trials, run: RunDir, study: Study) -> RunDir:
-    """Re-measure the finalists (:func:`decide.finalists`) at their operating points, several
-    times on one server, so that noise cannot crown a loser nor hand the user a point that
-    breaks the SLA; once one has met the SLA in every repeat, only those that could still beat
-    it (:func:`decide.could_beat`). Each verification is recorded as it ends, in the study (a
-    resumed run, or another worker of the study, does not repeat it) and in the run's record,
-    which ends up holding exactly the ones the winner is chosen from."""
-    out: list[Verification] = []
-    if prep.settings.repeats >= 1:
-        done = {v.trial: v for v in study.verifications()}
-        for result in decide.finalists(study.results(), prep.settings.finalists):
-            if result.number in done:
-                out.append(done[result.number])
-            elif decide.could_beat(result, out) and (verification := trials.verify(result)) is not None:
-                out.append(verification)
-                study.record_verifications(list({**done, **{v.trial: v for v in out}}.values()))
-                run = run.update(verifications=tuple(out))
-    return run.update(verifications=tuple(out))
-
-
-def _finish(prep: Prepared, run: RunDir, study: Study) -> Outcome:
+def _finish(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> Outcome:
+    """The winner (:func:`decide.choose_winner`) written beside the report; a concurrency run's
+    winner is measured under arrivals at a rate too (:func:`finals.check_open_loop`)."""
     results = study.results()
     winner = decide.choose_winner(results, run.record.verifications, prep.settings.sla.percentile)
     if winner is not None:
-        candidate = next(r.candidate for r in results if r.number == winner)
-        assert candidate is not None
-        config = mcfg.apply_candidate(prep.original, candidate)
+        chosen = next(r for r in results if r.number == winner)
+        run = finals.check_open_loop(prep, trials, run, chosen)
+        assert chosen.candidate is not None
+        config = mcfg.apply_candidate(prep.original, chosen.candidate)
         mcfg.write_config(config, run.path / WINNER_CONFIG)
         write_text_atomic(run.path / WINNER_DIFF, mcfg.config_diff(prep.original, config))
     run = run.update(finished=_now(), winner=winner, owner=None)

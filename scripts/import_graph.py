@@ -36,14 +36,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "autotune.measure", "autotune.results", "autotune.decide")),
     ("settings", ("autotune.settings",)),
     # talking to a server that runs: its control plane, the load generator
-    ("io", ("autotune.control", "autotune.loadgen", "autotune.gpu")),
+    ("io", ("autotune.control", "autotune.loadgen", "autotune.gpu", "autotune.traffic")),
     # starting and stopping servers
     ("launch", ("autotune.launch", "autotune.staging")),
     # what persists: the study, the run directory
     ("record", ("autotune.study", "autotune.rundir")),
     # the jobs: tune, re-read a run, report, write back, bench
-    ("tune", ("autotune.events", "autotune.tuner", "autotune.reload", "autotune.report",
-              "autotune.writeback", "autotune.bench")),
+    ("tune", ("autotune.events", "autotune.tuner", "autotune.finals", "autotune.reload",
+              "autotune.report", "autotune.writeback", "autotune.bench")),
     # people: progress and summaries, the command line
     ("people", ("autotune._console", "autotune.cli")),
 )

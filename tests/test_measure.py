@@ -7,7 +7,15 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.loadgen._histogram import LatencyHistogram
-from autotune.measure import Point, best_point, find_goodput, is_stable
+from autotune.measure import (
+    BEHIND_SCHEDULE,
+    RATE_RESOLUTION,
+    Point,
+    best_point,
+    find_goodput,
+    find_rate_goodput,
+    is_stable,
+)
 from autotune.objective import Sla
 
 
@@ -164,3 +172,86 @@ def test_histogram_is_bounded() -> None:
     hist.record(10**15)  # absurd values land in the edge buckets
     assert hist.count == 2 and hist.percentile_ns(100) == 10**15
     assert LatencyHistogram().percentile_ns(95) == 0.0
+
+
+# ---------------------------------------------------------------- the rate search (open loop)
+
+
+def open_point(rate: float, throughput: float, p95: float, *, behind: bool = False, errors: int = 0) -> Point:
+    warnings = (BEHIND_SCHEDULE,) if behind else ()
+    return Point(
+        0, rate, throughput, p95 * 0.8, p95 * 0.7, p95 * 0.9, p95, p95 * 1.2, 100, errors, 1.0, 3, True,
+        warnings=warnings,
+    )  # fmt: skip
+
+
+def queue(capacity: float, service_ms: float):  # type: ignore[no-untyped-def]
+    """An open-loop server (M/M/1-like): latency service / (1 - load), unbounded at capacity;
+    above capacity it completes only ``capacity`` requests per second."""
+
+    def at(rate: float) -> Point:
+        load = rate / capacity
+        p95 = service_ms / (1 - load) * 3 if load < 1 else 1e6
+        return open_point(rate, min(rate, capacity), p95)
+
+    return at
+
+
+def test_rate_search_finds_the_highest_rate_within_the_sla_to_its_resolution() -> None:
+    calls: list[float] = []
+    at = queue(capacity=400.0, service_ms=5.0)  # meets p95 <= 50 ms below 280 req/s
+
+    def measure(rate: float) -> Point:
+        calls.append(rate)
+        return at(rate)
+
+    result = find_rate_goodput(measure, Sla(95, 50.0), 1.0, 1e5, start=100.0)
+    assert result.best is not None and 250.0 <= result.best.request_rate <= 280.0
+    rates = sorted(calls)
+    assert len(calls) == len(set(calls)) and len(calls) <= 7
+    first_bad = min(r for r in rates if r > result.best.request_rate)
+    assert first_bad <= result.best.request_rate * (1 + RATE_RESOLUTION)  # bracketed to the resolution
+    assert calls[:3] == [100.0, 200.0, 400.0]  # doubled from the start, then bisected
+
+
+def test_rate_search_from_a_start_above_the_sla_halves_first() -> None:
+    result = find_rate_goodput(queue(400.0, 5.0), Sla(95, 50.0), 1.0, 1e5, start=1000.0)
+    assert [p.request_rate for p in result.points][-3:] == sorted(p.request_rate for p in result.points)[-3:]
+    assert [p.request_rate for p in result.points if p.request_rate >= 500] == [500.0, 1000.0]
+    assert result.best is not None and 250.0 <= result.best.request_rate <= 280.0 and not result.pruned
+
+
+def test_a_point_behind_schedule_never_meets_the_sla_and_the_measurement_says_why() -> None:
+    def measure(rate: float) -> Point:  # the server keeps up; the generator cannot send above 300/s
+        return open_point(rate, min(rate, 300.0), 2.0, behind=rate > 300.0)
+
+    result = find_rate_goodput(measure, Sla(95, 50.0), 1.0, 1e5, start=100.0)
+    assert result.best is not None and result.best.request_rate <= 300.0
+    assert not Sla(95, 50.0).met_by(measure(400.0))  # 2 ms, but not trusted
+    lowest = min(p.request_rate for p in result.points if not p.trusted)
+    assert "behind its schedule" in result.note and f"at {lowest:.4g} req/s" in result.note
+    assert find_rate_goodput(queue(400.0, 5.0), Sla(95, 50.0), 1.0, 1e5, start=100.0).note == ""
+
+
+def test_rate_search_prunes_a_candidate_that_cannot_beat_the_best() -> None:
+    calls: list[float] = []
+
+    def measure(rate: float) -> Point:
+        calls.append(rate)
+        return queue(capacity=100.0, service_ms=5.0)(rate)
+
+    result = find_rate_goodput(measure, Sla(95, 50.0), 1.0, 1e5, start=400.0, beat=300.0)
+    assert result.pruned and result.best is None and calls == [400.0]  # completes 100/s: cannot win
+    kept = find_rate_goodput(queue(100.0, 5.0), Sla(95, 50.0), 1.0, 1e5, start=400.0, beat=50.0)
+    assert not kept.pruned and kept.best is not None
+
+
+def test_rate_search_stays_within_its_bounds_and_ends_when_nothing_meets_the_sla() -> None:
+    never = lambda r: open_point(r, r, 500.0)  # noqa: E731
+    result = find_rate_goodput(never, Sla(95, 50.0), 10.0, 1e5, start=80.0)
+    assert result.best is None and not result.pruned
+    assert [p.request_rate for p in result.points] == [10.0, 20.0, 40.0, 80.0]
+    capped = find_rate_goodput(lambda r: open_point(r, r, 1.0), Sla(95, 50.0), 1.0, 300.0, start=100.0)
+    assert [p.request_rate for p in capped.points] == [100.0, 200.0, 300.0]
+    odd = find_rate_goodput(never, Sla(95, 50.0), 51.59, 412.7, start=412.7)  # rounded bounds end
+    assert odd.best is None and len(odd.points) <= 5

@@ -135,10 +135,10 @@ class LoadGenerator:
         """Open loop: requests sent on a schedule of ``rate`` per second, whatever the answers."""
         return self._open_loop(Schedule(rate, distribution, self.seed))
 
-    def at_intervals(self, intervals_us: Sequence[int]) -> Point:
+    def at_intervals(self, intervals_us: Sequence[int], rate: float | None = None) -> Point:
         """Open loop on a recorded pattern: gaps in microseconds, looped (perf_analyzer's
-        ``--request-intervals``); the point's rate is the pattern's mean."""
-        return self._open_loop(Schedule.replay(intervals_us))
+        ``--request-intervals``), at the pattern's mean rate or scaled to ``rate``."""
+        return self._open_loop(Schedule.replay(intervals_us, rate))
 
     def _open_loop(self, schedule: Schedule) -> Point:
         job = Job(schedule=schedule, pool=max(2, min(64, int(schedule.rate * 0.005) + 1)))

@@ -50,11 +50,12 @@ class Schedule:
             raise UsageError(f"request rate must be > 0, got {self.rate}")
 
     @classmethod
-    def replay(cls, intervals_us: Sequence[int]) -> Schedule:
-        """A recorded pattern of gaps (microseconds), looped; its rate is their mean."""
+    def replay(cls, intervals_us: Sequence[int], rate: float | None = None) -> Schedule:
+        """A recorded pattern of gaps (microseconds), looped; at its own mean rate, or scaled
+        to ``rate`` (every gap times the pattern's rate over ``rate``: the same shape, faster
+        or slower)."""
         gaps = tuple(int(g) for g in intervals_us)
-        rate = 1e6 * len(gaps) / sum(gaps) if gaps and sum(gaps) > 0 else 0.0
-        return cls(rate, "intervals", intervals_us=gaps)
+        return cls(pattern_rate(gaps) if rate is None else rate, "intervals", intervals_us=gaps)
 
     def share(self, worker: int, workers: int) -> Schedule:
         """This schedule's part for one of ``workers`` processes."""
@@ -88,15 +89,22 @@ class Schedule:
             yield times.astype(np.int64)
 
     def _replayed(self) -> Iterator[NDArray[np.int64]]:
-        gaps = np.asarray(self.intervals_us, dtype=np.int64) * 1000
+        scale = pattern_rate(self.intervals_us) / self.rate  # 1.0 at the pattern's own rate
+        gaps = np.asarray(self.intervals_us, dtype=np.float64) * (1000 * scale)
         size = CHUNK * self.workers  # a multiple of workers: every chunk starts at a request of worker 0
-        at, due = 0, 0  # the next request of the whole sequence, and when it is due
+        at, due = 0, 0.0  # the next request of the whole sequence, and when it is due (ns)
         while True:
             steps = gaps[(at + np.arange(size)) % len(gaps)]
-            times = due + np.concatenate(([0], np.cumsum(steps[:-1])))
-            due = int(times[-1] + steps[-1])
+            times = due + np.concatenate(([0.0], np.cumsum(steps[:-1])))
+            due = float(times[-1] + steps[-1])
             at += size
-            yield times[self.worker :: self.workers]
+            yield times[self.worker :: self.workers].astype(np.int64)
+
+
+def pattern_rate(intervals_us: Sequence[int]) -> float:
+    """A pattern's own rate: requests per second at its mean gap (0.0 for no gaps)."""
+    total = sum(intervals_us)
+    return 1e6 * len(intervals_us) / total if intervals_us and total > 0 else 0.0
 
 
 def read_intervals(path: Path) -> tuple[int, ...]:

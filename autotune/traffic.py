@@ -1,0 +1,81 @@
+"""How candidates are loaded and searched: a closed loop (concurrency) or an open loop (a rate).
+
+:class:`Loader` binds a run's :class:`~autotune.settings.Traffic` (and its recorded arrival
+pattern, read once) to the load generator: one point at a level, a candidate's goodput search,
+the levels a finalist is verified at, and the open-loop check of a concurrency run's winner.
+A level is a concurrency (closed loop) or a request rate in requests per second (open loop);
+:attr:`autotune.measure.Point.level` reads it back from a point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.loadgen import LoadGenerator, read_intervals
+from autotune.measure import Measurement, Point, find_goodput, find_rate_goodput
+from autotune.objective import Sla
+from autotune.search_space import SearchSpace
+from autotune.settings import Traffic
+
+# The open-loop check of a concurrency run's winner goes down to this fraction of the rate its
+# closed loop was credited with, to this resolution: a few points, not a second search.
+CHECK_FLOOR = 0.125
+CHECK_RESOLUTION = 0.15
+CHECK_DISTRIBUTION = "poisson"  # arrivals as independent users send them
+
+
+@dataclass(frozen=True)
+class Loader:
+    traffic: Traffic
+    intervals: tuple[int, ...] = ()  # the recorded gaps (microseconds), for distribution "intervals"
+
+    @classmethod
+    def read(cls, traffic: Traffic) -> Loader:
+        """The traffic with its arrival pattern read and checked (a UsageError naming the line)."""
+        return cls(traffic, read_intervals(Path(traffic.intervals)) if traffic.intervals else ())
+
+    @property
+    def open_loop(self) -> bool:
+        return self.traffic.open_loop
+
+    def point(self, gen: LoadGenerator, level: float) -> Point:
+        """One point at ``level``: a concurrency, or a rate with the run's arrivals."""
+        if not self.open_loop:
+            return gen.at_concurrency(int(level))
+        if self.intervals:
+            return gen.at_intervals(self.intervals, level)
+        return gen.at_rate(level, self.traffic.distribution)
+
+    def search(
+        self,
+        at: Callable[[float], Point],
+        sla: Sla,
+        space: SearchSpace,
+        start: float | None,
+        beat: float,
+        first_guess: Callable[[], float],
+    ) -> Measurement:
+        """The candidate's goodput search from ``start`` (the best candidate's level; None for
+        the first candidate: a closed loop starts at the lowest concurrency, an open loop at
+        ``first_guess()``, the rate one client alone gets answered at)."""
+        if not self.open_loop:
+            first = None if start is None else int(start)
+            lo, hi = space.concurrency_min, space.concurrency_max
+            return find_goodput(lambda c: at(float(c)), sla, lo, hi, start=first, beat=beat)
+        rate = first_guess() if start is None else start
+        return find_rate_goodput(at, sla, space.rate_min, space.rate_max, start=rate, beat=beat)
+
+
+def check_sustained(at: Callable[[float], Point], sla: Sla, credited_rate: float) -> Measurement:
+    """A concurrency run's winner in an open loop: its credited rate first; if that breaks the
+    SLA, lower rates down to :data:`CHECK_FLOOR` of it (few points: :data:`CHECK_RESOLUTION`)."""
+    return find_rate_goodput(
+        at, sla, credited_rate * CHECK_FLOOR, credited_rate, start=credited_rate, resolution=CHECK_RESOLUTION
+    )
+
+
+def requests_per_s(point: Point) -> float:
+    """The requests per second a point completed (its throughput counts inferences)."""
+    return point.requests / point.duration_s if point.duration_s > 0 else 0.0
