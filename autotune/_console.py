@@ -110,6 +110,8 @@ def _trial_line(result: TrialResult, pct: int) -> str:
         point = result.measurement.points[0]
         latency = point.latency_ms(pct)
         note = f"; {result.measurement.note}" if result.measurement.note else ""
+        if result.measurement.pruned:
+            return f"{head}: cannot beat the best, p{pct} {latency:.1f} ms at {point.where}, not refined{note}"
         return f"{head}: misses the SLA even at {point.where} (p{pct} {latency:.1f} ms){note}"
     pruned = ", not refined: cannot beat the best" if result.measurement.pruned else ""
     note = f"\n    {result.measurement.note}" if result.measurement.note else ""

@@ -19,14 +19,17 @@ UNSTABLE = "unstable"
 ERRORS = "errors"
 FEW_SAMPLES = "few-samples"
 BEHIND_SCHEDULE = "behind-schedule"
+LATE_SENDS = "late-sends"
 
 WARNING_TEXT = {
     UNSTABLE: "throughput or latency never settled within the stability tolerance; "
     "the figures are from the last windows (raise --max-windows or quiet the machine)",
     ERRORS: "the server answered some requests with errors (see the server log)",
     FEW_SAMPLES: "fewer than 100 requests were measured; percentiles are rough",
-    BEHIND_SCHEDULE: "the load generator could not keep the requested rate; "
-    "latency includes the time requests waited to be sent",
+    BEHIND_SCHEDULE: "the load generator did not send the requested rate (the server saw less load "
+    "than asked): the point is not trusted and never meets the SLA",
+    LATE_SENDS: "the load generator sent some requests late; their latency counts from the "
+    "scheduled send, so the figures are if anything pessimistic",
 }
 
 
@@ -245,6 +248,9 @@ def _bisect(at: Callable[[int], Point], sla: Sla, good: int, bad: int, gain: flo
 
 MeasureRate = Callable[[float], Point]
 RATE_RESOLUTION = 0.10  # the rate search stops once the last good rate is this close to the first bad
+# Below this fraction of the SLA a rate is far from the knee and the search grows by ``growth``;
+# above it, by twice the resolution, so that one bisection brackets the highest rate.
+HEADROOM = 0.6
 
 
 def find_rate_goodput(
@@ -257,17 +263,21 @@ def find_rate_goodput(
     beat: float = 0.0,
     gain: float = 0.03,
     resolution: float = RATE_RESOLUTION,
+    growth: float = 2.0,
 ) -> Measurement:
     """Search the arrival rate (open loop) for the highest one whose latency meets the SLA.
 
-    From ``start`` (the best candidate's rate, or a first guess): doubles while the SLA holds,
-    or halves while it breaks; then bisects, geometrically, between the last rate that met it
-    and the first that broke it until they are within ``resolution`` of each other. A point
-    the generator measured behind its schedule breaks the SLA (:attr:`Point.trusted`), as does
-    one with errors. An open loop above what the server sustains completes only what it can, so
-    the first breaking point's throughput bounds every feasible point below it: when that is
-    under ``beat`` the candidate cannot win and the search stops (``pruned``). Rates are rounded
-    to three significant digits (the figures people read).
+    From ``start`` (the best candidate's rate, or a first guess): grows while the SLA holds (by
+    ``growth`` while the latency is under :data:`HEADROOM` of the limit, then by twice the
+    resolution), or halves while it breaks; then bisects, geometrically, between the last rate
+    that met it and the first that broke it until they are within ``resolution`` of each other.
+    A point the generator measured behind its schedule breaks the SLA (:attr:`Point.trusted`),
+    as does one with errors. A feasible rate is below the first breaking one, and an open loop
+    above what the server sustains completes only what it can, so the breaking point's
+    throughput bounds every feasible point's: when that bound cannot beat ``beat`` (the best
+    goodput so far) by more than ``gain`` the search stops (``pruned``; a candidate that breaks
+    the SLA at the best one's rate is measured once). Rates are rounded to three significant
+    digits (the figures people read).
     """
     points: dict[float, Point] = {}
 
@@ -279,13 +289,14 @@ def find_rate_goodput(
     rate = _nice(min(max(start, low), high))
     good, bad = (rate, None) if sla.met_by(at(rate)) else (None, rate)
     while good is not None and bad is None and good < high:  # grow
-        rate = _nice(min(good * 2, high))
+        step = growth if at(good).latency_ms(sla.percentile) < HEADROOM * sla.limit_ms else 1 + 2 * resolution
+        rate = _nice(min(good * step, high))
         if rate <= good:
             break
         good, bad = (rate, None) if sla.met_by(at(rate)) else (good, rate)
     pruned = False
     while bad is not None and good is None and bad > low:  # descend
-        if at(bad).throughput < beat * (1 - gain):
+        if at(bad).throughput < beat * (1 + gain):
             pruned = True  # nothing below can win
             break
         rate = _nice(max(bad / 2, low))
@@ -293,7 +304,7 @@ def find_rate_goodput(
             break
         good, bad = (rate, bad) if sla.met_by(at(rate)) else (None, rate)
     while good is not None and bad is not None and bad > good * (1 + resolution):  # bisect
-        if at(bad).throughput < beat * (1 - gain):
+        if at(bad).throughput < beat * (1 + gain):
             pruned = True
             break
         mid = _nice((good * bad) ** 0.5)

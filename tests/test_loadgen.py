@@ -23,10 +23,10 @@ from autotune.errors import UsageError
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, TensorSpec, http_request, payload_from_file, raw_bytes
 from autotune.loadgen._load import Job, Load, Recorder, Tally, clock
-from autotune.loadgen._schedule import Schedule, read_intervals
+from autotune.loadgen._schedule import BLOCK, Schedule, read_intervals
 from autotune.loadgen._timer import DueTimer
 from autotune.loadgen._transport import Connection, Done, InferError, _parse_response
-from autotune.loadgen._windows import behind_schedule
+from autotune.loadgen._windows import behind_schedule, late_sends
 
 
 def test_exported_names() -> None:
@@ -64,6 +64,15 @@ def test_poisson_gaps_are_exponential_and_seeded() -> None:
     other = _first(Schedule(100.0, "poisson", seed=4), 1000)
     assert np.array_equal(again, _first(Schedule(100.0, "poisson", seed=3), 1000))
     assert not np.array_equal(again, other)
+
+
+def test_poisson_blocks_keep_the_rate_asked() -> None:
+    """Every block of BLOCK arrivals spans exactly BLOCK / rate: a window sees the rate asked."""
+    offsets = _first(Schedule(20.0, "poisson", seed=0), 4096 * 2)
+    spans = np.diff(np.concatenate(([0], offsets))).reshape(-1, BLOCK).sum(axis=1) / 1e9
+    assert np.allclose(spans, BLOCK / 20.0, rtol=1e-6)
+    first_six_seconds = np.count_nonzero(offsets < 6e9)
+    assert abs(first_six_seconds - 120) <= BLOCK // 2  # never a whole block off
 
 
 @pytest.mark.parametrize("distribution", ["constant", "poisson"])
@@ -210,13 +219,16 @@ def test_recorder_rotate_starts_a_fresh_window() -> None:
     assert (second.completions, second.errors, second.first_error) == (0, 0, "")
 
 
-def test_behind_schedule_rule() -> None:
+def test_behind_schedule_and_late_sends_rules() -> None:
     on_time = _tally(1.0, [5_000_000] * 100, [100_000] * 100, due=100, sent=100)
-    assert not behind_schedule(on_time, late_p99_ms=0.1, p50_ms=5.0)
+    assert not behind_schedule(on_time)
     unsent = _tally(1.0, [5_000_000] * 90, [100_000] * 90, due=100, sent=90)
-    assert behind_schedule(unsent, late_p99_ms=0.1, p50_ms=5.0)
-    assert behind_schedule(on_time, late_p99_ms=2.5, p50_ms=5.0)  # late beyond the 2 ms floor
-    assert not behind_schedule(on_time, late_p99_ms=2.5, p50_ms=40.0)  # but within 10% of p50
+    assert behind_schedule(unsent)
+    waiting = _tally(1.0, [5_000_000] * 18, [100_000] * 18, due=20, sent=18)
+    assert not behind_schedule(waiting)  # two of a small window still waiting for a connection
+    assert late_sends(late_p99_ms=2.5, p50_ms=5.0)  # late beyond the 2 ms floor
+    assert not late_sends(late_p99_ms=2.5, p50_ms=40.0)  # but within 10% of p50
+    assert not late_sends(late_p99_ms=0.1, p50_ms=5.0)
 
 
 class _Gate:
@@ -262,7 +274,7 @@ def test_open_loop_accounts_for_requests_it_could_not_send() -> None:
     stuck, flowing = asyncio.run(scenario())
     assert stuck.connections == 5 and stuck.sent == 5 and stuck.due > 50
     assert stuck.lateness.count == stuck.sent and stuck.completions == 0
-    assert behind_schedule(stuck, stuck.lateness.percentile_ns(99) / 1e6, 1.0)
+    assert behind_schedule(stuck)
     assert flowing.sent > flowing.due  # the backlog went out late
     assert flowing.completions == flowing.sent + stuck.sent  # the held answers came in too
     assert flowing.lateness.percentile_ns(99) > flowing.lateness.percentile_ns(10)

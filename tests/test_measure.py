@@ -211,7 +211,8 @@ def test_rate_search_finds_the_highest_rate_within_the_sla_to_its_resolution() -
     assert len(calls) == len(set(calls)) and len(calls) <= 7
     first_bad = min(r for r in rates if r > result.best.request_rate)
     assert first_bad <= result.best.request_rate * (1 + RATE_RESOLUTION)  # bracketed to the resolution
-    assert calls[:3] == [100.0, 200.0, 400.0]  # doubled from the start, then bisected
+    # 100 req/s: p95 20 ms, far under the limit: doubled; 200: 30 ms, 60% of it: +20%
+    assert calls[:3] == [100.0, 200.0, 240.0]
 
 
 def test_rate_search_from_a_start_above_the_sla_halves_first() -> None:
@@ -255,3 +256,17 @@ def test_rate_search_stays_within_its_bounds_and_ends_when_nothing_meets_the_sla
     assert [p.request_rate for p in capped.points] == [100.0, 200.0, 300.0]
     odd = find_rate_goodput(never, Sla(95, 50.0), 51.59, 412.7, start=412.7)  # rounded bounds end
     assert odd.best is None and len(odd.points) <= 5
+
+
+def test_a_candidate_that_breaks_the_sla_at_the_best_rate_is_measured_once() -> None:
+    calls: list[float] = []
+
+    def measure(rate: float) -> Point:
+        calls.append(rate)
+        return queue(capacity=300.0, service_ms=5.0)(rate)  # meets the SLA below ~210 req/s
+
+    result = find_rate_goodput(measure, Sla(95, 50.0), 1.0, 1e5, start=250.0, beat=250.0)
+    assert calls == [250.0] and result.pruned and result.best is None
+    better = find_rate_goodput(measure, Sla(95, 50.0), 1.0, 1e5, start=180.0, beat=180.0)
+    assert better.best is not None and better.best.request_rate > 180.0
+    assert len(better.points) <= 3  # 180 met near the limit, 216 (x1.2) broke, one bisection

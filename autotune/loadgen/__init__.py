@@ -141,7 +141,7 @@ class LoadGenerator:
         return self._open_loop(Schedule.replay(intervals_us, rate))
 
     def _open_loop(self, schedule: Schedule) -> Point:
-        job = Job(schedule=schedule, pool=max(2, min(64, int(schedule.rate * 0.005) + 1)))
+        job = Job(schedule=schedule, pool=max(8, min(64, int(schedule.rate * 0.01) + 1)))
         return asyncio.run(self._measure(job, concurrency=0, rate=schedule.rate))
 
     async def _measure(self, job: Job, *, concurrency: int, rate: float) -> Point:
