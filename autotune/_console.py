@@ -13,7 +13,7 @@ from rich.table import Table
 
 from autotune.events import Events
 from autotune.measure import Point
-from autotune.results import COMPLETE, OpenLoopCheck, Outcome, TrialResult, recommendation
+from autotune.results import COMPLETE, Outcome, TrialResult, recommendation
 from autotune.search_space import Candidate
 
 console = Console(stderr=True, highlight=False)
@@ -111,7 +111,9 @@ def _trial_line(result: TrialResult, pct: int) -> str:
         latency = point.latency_ms(pct)
         note = f"; {result.measurement.note}" if result.measurement.note else ""
         if result.measurement.pruned:
-            return f"{head}: cannot beat the best, p{pct} {latency:.1f} ms at {point.where}, not refined{note}"
+            return (
+                f"{head}: cannot beat the best, p{pct} {latency:.1f} ms at {point.where}, not refined{note}"
+            )
         return f"{head}: misses the SLA even at {point.where} (p{pct} {latency:.1f} ms){note}"
     pruned = ", not refined: cannot beat the best" if result.measurement.pruned else ""
     note = f"\n    {result.measurement.note}" if result.measurement.note else ""
@@ -155,28 +157,10 @@ def print_summary(outcome: Outcome) -> None:
         gain = winner.goodput() / max(base.goodput(), 1e-9)
         out.print(f"winner vs your config: {gain:.2f}x throughput at the SLA (search measurements)")
     if info.open_loop is not None:
-        out.print(open_loop_line(info.open_loop))
+        out.print(info.open_loop.summary())
     if info.winner_diff:
         out.print("changes against your config.pbtxt:")
         out.print(info.winner_diff, markup=False, highlight=False)
     out.print(f"report: {outcome.run_dir / 'report.html'}")
     if winner is not None:
         out.print(f"apply it: autotune apply {outcome.run_dir}")
-
-
-def open_loop_line(check: OpenLoopCheck) -> str:
-    """A concurrency run's winner under arrivals at a rate, beside the rate it was credited with."""
-    head = f"under {check.distribution} arrivals (open loop) the winner"
-    if check.sustained_rate >= check.credited_rate * 0.999:
-        return f"{head} sustains its closed-loop rate, {check.credited_rate:.4g} req/s, within the SLA"
-    if check.sustained_rate <= 0:
-        low = min(p.request_rate for p in check.points)
-        return (
-            f"{head} breaks the SLA even at {low:.4g} req/s "
-            f"(closed loop: {check.credited_rate:.4g} req/s); size for arrivals with --load rate"
-        )
-    share = check.sustained_rate / check.credited_rate
-    return (
-        f"{head} sustains {check.sustained_rate:.4g} req/s within the SLA, {share:.0%} of the "
-        f"{check.credited_rate:.4g} req/s its closed loop was credited with; --load rate tunes for arrivals"
-    )

@@ -105,6 +105,24 @@ class OpenLoopCheck:
     points: tuple[Point, ...]  # in the order measured
     sustained_rate: float  # the highest rate measured that met the SLA; 0.0: none did
 
+    def summary(self) -> str:
+        """The check in a sentence, for the console and the report."""
+        head = f"Under {self.distribution} arrivals (open loop) the winner"
+        closed = f"the {self.credited_rate:.4g} req/s its closed loop was credited with"
+        if self.sustained_rate >= self.credited_rate * 0.999:
+            return f"{head} met the SLA at {closed}."
+        if self.sustained_rate <= 0:
+            low = min((p.request_rate for p in self.points), default=0.0)
+            return (
+                f"{head} broke the SLA even at {low:.4g} req/s, against {closed}: "
+                "size for arrivals with --load rate."
+            )
+        share = self.sustained_rate / self.credited_rate
+        return (
+            f"{head} met the SLA up to {self.sustained_rate:.4g} req/s, {share:.0%} of {closed}: "
+            "production traffic arrives at a rate, --load rate tunes for it."
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "trial": self.trial, "credited_rate": self.credited_rate, "distribution": self.distribution,

@@ -306,8 +306,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--input-data",
         metavar="random|zero|PATH",
-        help="random (default) or zero data, a JSON file in perf_analyzer's format ({\"data\": [...]}: "
-        "plain values, {\"content\", \"shape\"} or {\"b64\"}; its entries are sent in turn, one "
+        help='random (default) or zero data, a JSON file in perf_analyzer\'s format ({"data": [...]}: '
+        'plain values, {"content", "shape"} or {"b64"}; its entries are sent in turn, one '
         "per request), or a directory with one binary file per input (BYTES: one string per line)",
     )
     group.add_argument(

@@ -88,8 +88,9 @@ def connect(environ: Mapping[str, str] = os.environ) -> docker.DockerClient:
         "e.g. export DOCKER_HOST=unix:///run/podman/podman.sock"
     )
     if url is None:
-        raise LaunchError("no container engine found: DOCKER_HOST is not set and no engine socket exists",
-                          hint=hint)
+        raise LaunchError(
+            "no container engine found: DOCKER_HOST is not set and no engine socket exists", hint=hint
+        )
     try:
         # from_env: DOCKER_TLS_VERIFY and DOCKER_CERT_PATH are honoured too
         client = docker.from_env(environment={**environ, "DOCKER_HOST": url})
@@ -115,8 +116,10 @@ def ensure_image(client: docker.DockerClient, image: str, pull: bool) -> None:
     try:
         client.images.pull(image)
     except _ENGINE_ERRORS as exc:
-        raise LaunchError(f"could not pull image {image}: {_why(exc)}",
-                          hint="check the image name and the registry login (docker login)") from exc
+        raise LaunchError(
+            f"could not pull image {image}: {_why(exc)}",
+            hint="check the image name and the registry login (docker login)",
+        ) from exc
 
 
 def _why(exc: BaseException) -> str:
@@ -150,8 +153,11 @@ def model_mounts(repository: Path) -> list[Mount]:
             try:
                 source = entry.resolve(strict=True)
             except OSError as exc:
-                raise LaunchError(f"{entry} points to {os.readlink(entry) if entry.is_symlink() else entry}, "
-                                  "which does not exist", hint="check the model's files") from exc
+                raise LaunchError(
+                    f"{entry} points to {os.readlink(entry) if entry.is_symlink() else entry}, "
+                    "which does not exist",
+                    hint="check the model's files",
+                ) from exc
             target = f"{MODELS_DIR}/{model_dir.name}/{entry.name}"
             mounts.append(Mount(target=target, source=str(source), type="bind", read_only=True))
     return mounts
@@ -228,8 +234,10 @@ def _remove(container: Container) -> None:
     except NotFound:
         pass
     except _ENGINE_ERRORS as exc:
-        raise LaunchError(f"could not remove container {container.name}: {_why(exc)}",
-                          hint="remove it with 'docker rm -f', or run 'autotune clean' later") from exc
+        raise LaunchError(
+            f"could not remove container {container.name}: {_why(exc)}",
+            hint="remove it with 'docker rm -f', or run 'autotune clean' later",
+        ) from exc
 
 
 # ---------------------------------------------------------------- the launcher
@@ -272,8 +280,9 @@ class DockerLauncher(Launcher[_Running]):
         self, repository: Path, model: str, log_path: Path, ports: tuple[int, int]
     ) -> Started[_Running]:
         log = _LogCopy(log_path)
-        request = container_request(self._options, repository, ports, owner_labels(self._run, model),
-                                    _container_name(model))
+        request = container_request(
+            self._options, repository, ports, owner_labels(self._run, model), _container_name(model)
+        )
         try:
             container = _create_started(self._client, request)
         except LaunchError as exc:
@@ -305,8 +314,10 @@ def _create_started(client: docker.DockerClient, request: dict[str, Any]) -> Con
         with contextlib.suppress(LaunchError):  # the start's error is the one to tell
             _remove(container)
         if isinstance(exc, _ENGINE_ERRORS):
-            raise LaunchError(f"container {container.name} did not start: {_why(exc)}",
-                              hint="check --image, --gpus and --shm-size") from exc
+            raise LaunchError(
+                f"container {container.name} did not start: {_why(exc)}",
+                hint="check --image, --gpus and --shm-size",
+            ) from exc
         raise
     return container
 

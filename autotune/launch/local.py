@@ -176,7 +176,9 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         and takes the whole group down if this process dies."""
         inst = self.installation
         args = [
-            *GUARD, str(os.getpid()), "--",
+            *GUARD,
+            str(os.getpid()),
+            "--",
             str(inst.binary),
             f"--model-repository={repository}",
             f"--backend-directory={inst.backend_dir}",

@@ -119,8 +119,16 @@ class Recorder:
 
     def rotate(self, connections: int) -> Tally:
         now = clock()
-        tally = Tally((now - self.started) / 1e9, self.latency, self.lateness, self.due, self.sent,
-                      self.errors, self.first_error, connections)
+        tally = Tally(
+            (now - self.started) / 1e9,
+            self.latency,
+            self.lateness,
+            self.due,
+            self.sent,
+            self.errors,
+            self.first_error,
+            connections,
+        )
         self.latency, self.lateness = LatencyHistogram(), LatencyHistogram()
         self.due = self.sent = self.errors = 0
         self.first_error = ""

@@ -28,10 +28,14 @@ class StatsSnapshot:
             return cls({}, 0, {})
         stats = models[0]
         inference = stats.get("inference_stats", {})
-        totals = {p: (int(inference.get(p, {}).get("count", 0)), int(inference.get(p, {}).get("ns", 0)))
-                  for p in _PHASES}
-        batches = {int(b["batch_size"]): int(b.get("compute_infer", {}).get("count", 0))
-                   for b in stats.get("batch_stats", [])}
+        totals = {
+            p: (int(inference.get(p, {}).get("count", 0)), int(inference.get(p, {}).get("ns", 0)))
+            for p in _PHASES
+        }
+        batches = {
+            int(b["batch_size"]): int(b.get("compute_infer", {}).get("count", 0))
+            for b in stats.get("batch_stats", [])
+        }
         return cls(totals, int(stats.get("execution_count", 0)), batches)
 
 

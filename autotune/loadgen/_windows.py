@@ -19,6 +19,7 @@ An open loop's windows count as stable within the counting noise of their comple
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -100,13 +101,18 @@ def tolerance(windows: list[Window], plan: WindowPlan) -> float:
     """The plan's; an open loop's at least the counting noise of its smallest window."""
     if not windows or not all(w.tally.due for w in windows):
         return plan.tolerance
-    fewest = max(1, min(w.tally.completions for w in windows))
-    return max(plan.tolerance, COUNT_NOISE / fewest**0.5)
+    fewest = max(1, min(int(w.tally.completions) for w in windows))
+    return max(plan.tolerance, COUNT_NOISE / math.sqrt(fewest))
 
 
 def summarise(
-    before: StatsSnapshot, windows: list[Window], plan: WindowPlan, *,
-    concurrency: int, rate: float, batch: int,
+    before: StatsSnapshot,
+    windows: list[Window],
+    plan: WindowPlan,
+    *,
+    concurrency: int,
+    rate: float,
+    batch: int,
 ) -> Point:
     """A Point from the last ``stable_windows`` windows."""
     kept = windows[-plan.stable_windows :]

@@ -51,8 +51,9 @@ async def receive(reader: asyncio.StreamReader) -> Any:
 
 
 class _Worker:
-    def __init__(self, proc: subprocess.Popen[bytes], reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self.proc, self.reader, self.writer = proc, reader, writer
         self.inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -141,7 +142,10 @@ async def _spawn(index: int) -> _Worker:
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "autotune.loadgen._workers", str(theirs.fileno())],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=env,
         )
     except OSError as exc:
         ours.close()

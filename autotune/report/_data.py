@@ -52,6 +52,8 @@ class VerificationRow:
     max_throughput: float
     max_latency_ms: float  # the worst repeat at the SLA percentile
     median_latency_ms: float = 0.0  # the median repeat's, at the SLA percentile
+    where: str = ""  # the level: "concurrency 8" or "420 req/s"
+    level: float = 0.0  # the concurrency or the request rate (sorting)
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: DataFrames have no truth value to compare by
@@ -266,6 +268,8 @@ def _verification_row(v: Verification, trials: pd.DataFrame, sla: Sla) -> Verifi
         max_throughput=max(throughputs),
         max_latency_ms=max((p.latency_ms(sla.percentile) for p in v.points), default=0.0),
         median_latency_ms=v.median_latency_ms(sla.percentile),
+        where=v.where,
+        level=float(v.concurrency or v.request_rate),
     )
 
 

@@ -38,6 +38,8 @@ def figures(data: ReportData) -> dict[str, go.Figure | None]:
     """The page's figures by the id of the element each is drawn in; None: nothing to draw."""
     return {
         "fig-pareto": pareto_figure(data),
+        "fig-load": load_figure(data),
+        "fig-open-loop": open_loop_figure(data),
         "fig-server": server_figure(data),
         "fig-batch": batch_figure(data),
     }
@@ -113,7 +115,7 @@ def _points_trace(points: Sequence[Row], labels: dict[int, str]) -> go.Scatter:
 
 
 def _load(p: Row) -> str:
-    return f"concurrency {p['concurrency']}" if p["concurrency"] else f"{p['request_rate']:g} req/s"
+    return f"concurrency {p['concurrency']}" if p["concurrency"] else f"{p['request_rate']:.4g} req/s"
 
 
 def _best_trace(rows: Sequence[Row], feasible: bool) -> go.Scatter:
@@ -130,9 +132,9 @@ def _best_trace(rows: Sequence[Row], feasible: bool) -> go.Scatter:
         mode="markers",
         name="trials (best within SLA)" if feasible else "trials (none within SLA: closest)",
         marker=marker,
-        customdata=[[r["trial"], hover_text(r["label"]), r["concurrency"] or 0] for r in rows],
+        customdata=[[r["trial"], hover_text(r["label"]), _load(r)] for r in rows],
         hovertemplate=(
-            "<b>trial #%{customdata[0]}</b><br>%{customdata[1]}<br>concurrency %{customdata[2]} · "
+            "<b>trial #%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]} · "
             "%{y:,.1f} infer/s · %{x:,.2f} ms<extra></extra>"
         ),
     )
@@ -190,6 +192,84 @@ def _base_layout(fig: go.Figure) -> None:
     )
     fig.update_xaxes(showline=True, linecolor="#c9ced8", gridcolor="#eef0f4", zeroline=False)
     fig.update_yaxes(showline=True, linecolor="#c9ced8", gridcolor="#eef0f4", zeroline=False)
+
+
+# ---------------------------------------------------------------- latency vs load
+
+
+def load_figure(data: ReportData) -> go.Figure | None:
+    """Each trial's latency at the SLA percentile against the load it was measured at: the
+    request rate in an open-loop run (where each config's curve turns up is what it sustains),
+    the concurrency in a closed-loop one."""
+    points = records(data.points)
+    if not points:
+        return None
+    labels = {r["trial"]: hover_text(r["label"]) for r in records(data.trials)}
+    rate = data.run.open_loop_run
+    fig = go.Figure()
+    for trial in sorted({p["trial"] for p in points}):
+        mine = sorted((p for p in points if p["trial"] == trial), key=_level)
+        fig.add_trace(
+            go.Scatter(
+                x=[_level(p) for p in mine], y=[p["latency_ms"] for p in mine], mode="lines+markers",
+                name=f"#{trial}" + (" ★" if trial == data.winner else ""),
+                line={"color": _colour(trial), "width": 3 if trial == data.winner else 1.5},
+                marker={"size": 7, "symbol": ["circle" if p["meets_sla"] else "x" for p in mine]},
+                customdata=[[trial, labels.get(trial, ""), _load(p), p["throughput"]] for p in mine],
+                hovertemplate=(
+                    "trial #%{customdata[0]} · %{customdata[2]}<br>%{customdata[1]}<br>"
+                    "%{y:,.2f} ms · %{customdata[3]:,.1f} infer/s<extra></extra>"
+                ),
+            )
+        )  # fmt: skip
+    _sla_line(fig, data)
+    _base_layout(fig)
+    fig.update_layout(legend={"orientation": "h", "y": -0.2, "x": 0}, hovermode="closest")
+    fig.update_xaxes(title_text="arrival rate (req/s)" if rate else "concurrency", rangemode="tozero")
+    fig.update_yaxes(title_text=f"p{data.sla.percentile} latency (ms)", type="log")
+    return fig
+
+
+def open_loop_figure(data: ReportData) -> go.Figure | None:
+    """A concurrency run's winner under arrivals at a rate: latency against the rate, the rate
+    its closed loop was credited with, and the highest one that met the SLA."""
+    check = data.run.open_loop
+    if check is None or not check.points:
+        return None
+    ordered = sorted(check.points, key=lambda p: p.request_rate)
+    pct = data.sla.percentile
+    fig = go.Figure(
+        go.Scatter(
+            x=[p.request_rate for p in ordered], y=[p.latency_ms(pct) for p in ordered],
+            mode="lines+markers", name=f"winner (trial #{check.trial}), {check.distribution} arrivals",
+            line={"color": WINNER, "width": 3}, marker={"size": 9, "line": {"color": FRONT, "width": 1}},
+            hovertemplate="%{x:,.4g} req/s · %{y:,.2f} ms<extra></extra>",
+        )
+    )  # fmt: skip
+    fig.add_vline(x=check.credited_rate, line={"color": FRONT, "width": 1.5, "dash": "dot"})
+    fig.add_annotation(
+        x=check.credited_rate, y=1, yref="paper", text="closed loop's rate", showarrow=False,
+        xanchor="right", yanchor="top", xshift=-4, font={"size": 12},
+    )  # fmt: skip
+    _sla_line(fig, data)
+    _base_layout(fig)
+    fig.update_layout(legend={"orientation": "h", "y": -0.22, "x": 0})
+    fig.update_xaxes(title_text="arrival rate (req/s)", rangemode="tozero")
+    fig.update_yaxes(title_text=f"p{pct} latency (ms)", type="log")
+    return fig
+
+
+def _level(p: Row) -> float:
+    return float(p["concurrency"] or p["request_rate"] or 0.0)
+
+
+def _sla_line(fig: go.Figure, data: ReportData) -> None:
+    limit = data.sla.limit_ms
+    fig.add_hline(y=limit, line={"color": SLA_RED, "width": 1.5, "dash": "dash"})
+    fig.add_annotation(  # a log axis: annotations take log10 of the value
+        x=0, xref="paper", y=math.log10(limit), text=f"SLA {sla_text(data)}", showarrow=False,
+        xanchor="left", yanchor="bottom", font={"color": SLA_RED, "size": 12},
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- server side

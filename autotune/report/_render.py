@@ -111,6 +111,7 @@ def _context(data: ReportData, drawn: dict[str, go.Figure | None]) -> dict[str, 
         "trials": [_trial_line(r, data) for r in records(data.trials)],
         "verifications": data.verifications,
         "diff": diff_lines(data.run.winner_diff),
+        "open_loop": open_loop_text(data),
         "figures": [(target, _figure_json(fig)) for target, fig in drawn.items() if fig is not None],
         "plotlyjs": _plotlyjs(),
     }
@@ -156,7 +157,7 @@ def _kpis(data: ReportData) -> Kpis | None:
     w, r = data.row(data.winner), data.recommended
     if r is not None and r.verification is not None:
         met = f"{r.verification.sla_met}/{len(r.verification.points)}"
-        where = f"at concurrency {r.concurrency} · {met} verification repeats met the SLA"
+        where = f"at {r.where} · {met} verification repeats met the SLA"
         goodput, latency, p50 = r.throughput, r.latency_ms, r.p50_ms
     else:
         where, goodput, latency, p50 = _where(w), w["goodput"], w["latency_ms"], w["p50_ms"]
@@ -171,7 +172,7 @@ def _kpis(data: ReportData) -> Kpis | None:
 def _where(row: Row) -> str:
     if row["concurrency"]:
         return f"at concurrency {row['concurrency']}"
-    return f"at {num(row['request_rate'])} req/s" if row["request_rate"] else ""
+    return f"at {row['request_rate']:.4g} req/s" if row["request_rate"] else ""
 
 
 # ---------------------------------------------------------------- trials table
@@ -217,7 +218,7 @@ def marks(r: Row, data: ReportData) -> tuple[tuple[str, str, str], ...]:
 def _load_text(r: Row) -> str:
     if r["concurrency"]:
         return f"c={r['concurrency']}"
-    return f"{r['request_rate']:g} req/s" if r["request_rate"] else "—"
+    return f"{r['request_rate']:.4g} req/s" if r["request_rate"] else "—"
 
 
 def _latency_cell(r: Row, percentile: int, data: ReportData) -> tuple[float | None, str]:
@@ -226,6 +227,11 @@ def _latency_cell(r: Row, percentile: int, data: ReportData) -> tuple[float | No
     if percentile != data.sla.percentile:
         return value, ""
     return value, "sla over" if value is not None and value > data.sla.limit_ms else "sla"
+
+
+def open_loop_text(data: ReportData) -> str:
+    """A concurrency run's winner under arrivals at a rate, in a sentence ("" without the check)."""
+    return data.run.open_loop.summary() if data.run.open_loop is not None else ""
 
 
 # ---------------------------------------------------------------- configs
