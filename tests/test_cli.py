@@ -43,6 +43,22 @@ BAD_RUNS = [
     (["--shape", "x:32"], "--shape x:32 does not fit the model's dims [16]"),
     (["--shape", "nope:4"], "has no input 'nope'"),
     (["--shape", "x"], "--shape must be NAME:D1,D2"),
+    # the traffic: arrivals at a rate
+    (["--load", "burst"], "invalid choice"),
+    (["--load", "concurrency", "--request-intervals", "{tmp}/intervals.txt"], "not --load concurrency"),
+    (["--load", "concurrency", "--distribution", "constant"], "--distribution shapes arrivals at a rate"),
+    (["--distribution", "constant", "--request-intervals", "{tmp}/intervals.txt"], "not both"),
+    (["--request-intervals", "{tmp}/absent.txt"], "--request-intervals: no such file"),
+    (["--request-intervals", "{tmp}/empty.txt"], "no intervals"),
+    (["--request-intervals", "{tmp}/zeros.txt"], "not all 0"),
+    (["--request-intervals", "{tmp}/words.txt"], "line 2: 'soon' is not a whole number"),
+    (["--request-intervals", "{tmp}/negative.txt"], "line 1: '-5' is not a whole number"),
+    (
+        ["--load", "rate", "--search-space", "{tmp}/zero_rate.yaml"],
+        "load.request_rate.min: expected a rate > 0",
+    ),
+    (["--load", "rate", "--search-space", "{tmp}/negative_rate.yaml"], "expected a rate > 0"),
+    (["--load", "rate", "--search-space", "{tmp}/rate_range.yaml"], "load.request_rate: min 50 > max 5"),
 ]
 
 
@@ -60,6 +76,14 @@ def files(tmp_path: Path) -> Path:
     short = {"x": {"content": x[:8], "shape": [8]}}
     (tmp_path / "wrong_shape.json").write_text(json.dumps({"data": [short]}))
     (tmp_path / "bad_b64.json").write_text(json.dumps({"data": [{"x": {"b64": "not base64!"}}]}))
+    (tmp_path / "intervals.txt").write_text("1000\n2000\n")
+    (tmp_path / "empty.txt").write_text("\n\n")
+    (tmp_path / "zeros.txt").write_text("0\n0\n")
+    (tmp_path / "words.txt").write_text("1000\nsoon\n")
+    (tmp_path / "negative.txt").write_text("-5\n")
+    (tmp_path / "zero_rate.yaml").write_text("load:\n  request_rate: {min: 0, max: 100}\n")
+    (tmp_path / "negative_rate.yaml").write_text("load:\n  request_rate: {max: -10}\n")
+    (tmp_path / "rate_range.yaml").write_text("load:\n  request_rate: {min: 50, max: 5}\n")
     return tmp_path
 
 
@@ -129,8 +153,21 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
         main(["run", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for words in ("--sla-p95-ms", "--write-back", "--time-budget", "--resume", "exit codes", "--input-data",
-                  "--shape", "--batch-size", "perf_analyzer"):
+    for words in (
+        "--sla-p95-ms",
+        "--write-back",
+        "--time-budget",
+        "--resume",
+        "exit codes",
+        "--input-data",
+        "--shape",
+        "--batch-size",
+        "perf_analyzer",
+        "--load",
+        "--distribution",
+        "--request-intervals",
+        "scheduled send",
+    ):
         assert words in out
 
 
@@ -149,8 +186,11 @@ def test_launcher_options_are_grouped_by_launcher(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     out = capsys.readouterr().out
-    groups = {"--launcher local": ["--tritonserver"], "--launcher docker": ["--image", "--gpus"],
-              "--launcher remote": ["--url", "--grpc-url"]}
+    groups = {
+        "--launcher local": ["--tritonserver"],
+        "--launcher docker": ["--image", "--gpus"],
+        "--launcher remote": ["--url", "--grpc-url"],
+    }
     for group, options in groups.items():
-        section = out[out.index(group):]
+        section = out[out.index(group) :]
         assert all(option in section.split("\n\n")[0] for option in options), (group, section[:400])

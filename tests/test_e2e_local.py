@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 from pathlib import Path
 
@@ -45,6 +46,14 @@ def test_tune_write_back_and_undo(toy_repo: Path, tmp_path: Path, small_space: P
     assert winner.goodput() > 1.3 * baseline.goodput()
     verified = {v.trial: v for v in outcome.info.verifications}
     assert verified[winner.number].sla_met * 2 > len(verified[winner.number].points)
+    # a concurrency run measures its winner under Poisson arrivals too, from the credited rate
+    check = outcome.info.open_loop
+    assert check is not None and check.trial == winner.number and check.distribution == "poisson"
+    credited = verified[winner.number].median_throughput  # batch 1: requests per second
+    assert check.credited_rate == pytest.approx(credited, rel=0.01)
+    assert max(p.request_rate for p in check.points) == pytest.approx(credited, rel=0.01)
+    assert all(p.concurrency == 0 for p in check.points) and 0 <= check.sustained_rate <= credited * 1.01
+    assert "The winner under arrivals at a rate" in (run_dir / "report.html").read_text()
     # written back, verified by a load, with a backup; then undone byte for byte
     assert config.read_bytes() != original
     assert (run_dir / "winner.pbtxt").read_text() == config.read_text()
@@ -151,3 +160,56 @@ def test_remote_launcher_loads_candidates_through_the_repository_api(
             config = control.config("toy")
         assert config["instance_group"][0]["count"] == 1 and "dynamic_batching" not in config
     assert (toy_repo / "toy" / "config.pbtxt").read_bytes() == before
+
+
+def test_rate_mode_tunes_for_arrivals_and_writes_back(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    """--load rate: every point is an open loop at a rate, the finalists are verified at rates,
+    the run records its mode, the report draws latency against the rate; write-back as ever."""
+    config = toy_repo / "toy" / "config.pbtxt"
+    reports = tmp_path / "reports"
+    code = _run(toy_repo, reports, small_space, "--max-trials", "3", "--load", "rate", "--write-back")
+    assert code == 0
+    run_dir = _run_dir(reports)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["traffic"] == {"load": "rate", "distribution": "poisson", "intervals": ""}
+    assert record["open_loop"] is None  # the check is for concurrency runs
+    outcome = reload_outcome(run_dir)
+    winner, baseline = outcome.winner, outcome.baseline
+    assert winner is not None and baseline is not None and winner.best is not None
+    points = [p for t in outcome.trials if t.measurement for p in t.measurement.points]
+    assert points and all(p.concurrency == 0 and p.request_rate > 0 for p in points)
+    # the toy model sleeps 4 ms per execution: one instance without batching tops out near 250/s
+    assert winner.goodput() > 1.3 * baseline.goodput()
+    (verification,) = [v for v in outcome.info.verifications if v.trial == winner.number]
+    assert verification.concurrency == 0 and verification.request_rate in {
+        p.level for p in winner.measurement.points
+    }
+    html = (run_dir / "report.html").read_text()
+    assert "Latency vs arrival rate" in html and "open loop, poisson arrivals" in html
+    assert (run_dir / "winner.pbtxt").read_text() == config.read_text()
+    assert servers_under(run_dir) == []
+
+
+def test_a_recorded_arrival_pattern_is_replayed_at_each_rate(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    """--request-intervals: bursts of four requests 100 us apart, then a pause, scaled to each
+    rate the search tries; the run records the file, and a --resume without flags keeps it."""
+    pattern = tmp_path / "arrivals.txt"
+    pattern.write_text("100\n100\n100\n20000\n")
+    reports = tmp_path / "reports"
+    assert _run(toy_repo, reports, small_space, "--max-trials", "2", "--repeats", "0",
+                "--request-intervals", str(pattern)) == 0  # fmt: skip
+    run_dir = _run_dir(reports)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["traffic"] == {
+        "load": "rate",
+        "distribution": "intervals",
+        "intervals": str(pattern.resolve()),
+    }
+    outcome = reload_outcome(run_dir)
+    rates = {p.request_rate for t in outcome.trials if t.measurement for p in t.measurement.points}
+    assert len(rates) >= 2 and all(r > 0 for r in rates)  # the one pattern at several rates
+    assert "arrivals.txt" in (run_dir / "report.html").read_text()
