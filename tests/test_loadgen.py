@@ -474,3 +474,13 @@ def test_due_timer_never_fires_early() -> None:
                 timer.close()
 
         assert asyncio.run(precise())
+
+
+def test_a_recorded_pattern_is_scaled_to_the_rate_asked() -> None:
+    """The same shape, faster: at twice the pattern's rate every gap is half as long."""
+    own = Schedule.replay([1000, 0, 3000])  # 3 requests per 4 ms: 750/s
+    assert own.rate == pytest.approx(750.0)
+    twice = Schedule.replay([1000, 0, 3000], rate=1500.0)
+    assert _first(twice, 7).tolist() == [0, 500_000, 500_000, 2_000_000, 2_500_000, 2_500_000, 4_000_000]
+    shares = [_first(twice.share(i, 2), 3) for i in range(2)]
+    assert sorted(np.concatenate(shares).tolist()) == _first(twice, 6).tolist()

@@ -131,7 +131,7 @@ def test_user_strings_are_escaped(page: str) -> None:
 
 def test_plot_json_cannot_close_its_script_element(page: str) -> None:
     blocks = re.findall(r'<script type="application/json" data-plot="[^"]+">(.*?)</script>', page, re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4  # pareto, latency vs load, server, batch
     assert all("<" not in b and ">" not in b for b in blocks)
     # the evil label is there, HTML-escaped for plotly's text, then JSON-escaped
     assert any("alert(2)" in b and "\\u0026lt;" in b for b in blocks)
@@ -261,16 +261,16 @@ def dom(chromium: str, report_file: Path, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.mark.browser
 def test_plotly_drew_every_chart(dom: _Dom) -> None:
-    for target in ("fig-pareto", "fig-server", "fig-batch"):
+    for target in ("fig-pareto", "fig-load", "fig-server", "fig-batch"):
         assert "js-plotly-plot" in dom.classes.get(target, ""), f"{target} was not drawn"
-    assert dom.main_svgs >= 6  # plotly draws two main-svg layers per chart
+    assert dom.main_svgs >= 8  # plotly draws two main-svg layers per chart
 
 
 @pytest.mark.browser
 def test_the_evil_model_name_is_text_not_a_script(dom: _Dom) -> None:
     assert EVIL_MODEL in dom.h1
     kinds = [kind for kind, _ in dom.scripts]
-    assert kinds.count("application/json") == 3 and len(kinds) == 5  # 3 figures, plotly.js, ours
+    assert kinds.count("application/json") == 4 and len(kinds) == 6  # 4 figures, plotly.js, ours
     code = [body for kind, body in dom.scripts if kind != "application/json"]
     assert not any("alert(1)" in body or "alert(2)" in body for body in code)
 

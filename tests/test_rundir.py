@@ -14,9 +14,9 @@ from autotune.errors import UsageError
 from autotune.measure import Point
 from autotune.objective import Sla
 from autotune.processes import Owner
-from autotune.results import Verification
+from autotune.results import OpenLoopCheck, Verification
 from autotune.rundir import RUN_FILE, RunDir, RunRecord, find_unfinished
-from autotune.settings import DockerOptions, Launch, RunSettings
+from autotune.settings import DockerOptions, Launch, RunSettings, Traffic
 
 SLA = Sla(95, 50.0)
 
@@ -39,6 +39,13 @@ def test_a_record_is_read_back_as_written(tmp_path: Path) -> None:
     )  # fmt: skip
     run = RunDir.create(tmp_path / "reports" / "toy" / full.run_id, full)
     assert RunDir.load(run.path).record == full
+    open_point = replace(point, concurrency=0, request_rate=80.0, warnings=("late-sends",))
+    check = OpenLoopCheck(3, 100.0, "poisson", (open_point,), 80.0)
+    rated = replace(
+        full, traffic=Traffic("rate", "intervals", "/data/arrivals.txt"), open_loop=check,
+        verifications=(Verification(3, 0, (open_point,), 1, 80.0),),
+    )  # fmt: skip
+    assert RunDir.create(tmp_path / "rated", rated).record == RunDir.load(tmp_path / "rated").record == rated
 
 
 def test_a_record_of_before_0_2_is_still_read(tmp_path: Path) -> None:
@@ -52,6 +59,7 @@ def test_a_record_of_before_0_2_is_still_read(tmp_path: Path) -> None:
     loaded = RunDir.load(tmp_path).record
     assert loaded.launch == Launch("docker") and loaded.owner == Owner(socket.gethostname(), 4321)
     assert loaded.winner == 2 and loaded.verifications == () and loaded.protocol == "http"
+    assert loaded.traffic == Traffic() and loaded.open_loop is None  # before rate mode: concurrency
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"run_id": "x"}', '{"launcher": 3}'])
@@ -104,3 +112,15 @@ def test_what_a_resume_would_change_is_named(tmp_path: Path) -> None:
         RunSettings("toy", tmp_path, Sla(99, 50.0), launch=Launch("docker"), protocol="grpc")
     )
     assert [c.split(":")[0] for c in changed] == ["SLA", "launcher", "protocol"]
+    rate = rec.differences(RunSettings("toy", tmp_path, SLA, traffic=Traffic("rate")))
+    assert len(rate) == 1 and rate[0].startswith("traffic:") and "'rate'" in rate[0]
+
+
+def test_the_open_loop_check_says_what_the_winner_sustains() -> None:
+    point = Point(0, 100.0, 100.0, 10.0, 9.0, 11.0, 12.0, 13.0, 100, 0, 1.0, 3, True)
+    kept = OpenLoopCheck(1, 100.0, "poisson", (point,), 100.0).summary()
+    assert "met the SLA at the 100 req/s its closed loop was credited with" in kept
+    part = OpenLoopCheck(1, 140.0, "poisson", (point,), 84.0).summary()
+    assert "up to 84 req/s, 60% of the 140 req/s" in part and "--load rate" in part
+    none = OpenLoopCheck(1, 140.0, "poisson", (replace(point, request_rate=17.5),), 0.0).summary()
+    assert "broke the SLA even at 17.5 req/s" in none
