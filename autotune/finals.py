@@ -85,10 +85,12 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
     credited with (its verified throughput in requests per second) down to the highest rate
     that meets the SLA (:func:`autotune.traffic.check_sustained`); recorded in the run. A
     failure is told and leaves no record: the check informs, it does not choose. Not in an
-    open-loop run (it measured rates already), nor with ``--repeats 0`` (nothing re-measured),
-    nor twice for one winner (a resumed run)."""
+    open-loop run (it measured rates already), nor with ``--repeats 0`` (nothing re-measured)
+    or ``--no-open-loop-check``, nor twice for one winner (a resumed run)."""
     settings, done_before = prep.settings, run.record.open_loop
-    if prep.loader.open_loop or settings.repeats < 1 or (done_before and done_before.trial == winner.number):
+    if prep.loader.open_loop or settings.repeats < 1 or not settings.open_loop_check:
+        return run
+    if done_before is not None and done_before.trial == winner.number:
         return run
     rec = recommendation(winner, run.record.verifications, settings.sla.percentile)
     if winner.candidate is None or rec is None or rec.throughput <= 0:

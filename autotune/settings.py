@@ -384,6 +384,8 @@ class RunSettings:
     # benchmarks/vs_model_analyzer.py whose search p99 lay within 10% of the SLA broke it in
     # 1 to 8 of 10 re-measurements by perf_analyzer (benchmarks/results/headroom-20261122.txt).
     margin: float = 0.10
+    # A concurrency run's winner is measured under Poisson arrivals at the end (finals.check_open_loop).
+    open_loop_check: bool = True
 
     def __post_init__(self) -> None:
         if self.max_trials < 1:

@@ -33,7 +33,10 @@ def test_tune_write_back_and_undo(toy_repo: Path, tmp_path: Path, small_space: P
     config = toy_repo / "toy" / "config.pbtxt"
     original = config.read_bytes()
     reports = tmp_path / "reports"
-    assert _run(toy_repo, reports, small_space, "--max-trials", "4", "--write-back") == 0
+    argv = toy_run_args(
+        toy_repo, small_space, reports, "--seed", "1", *FAST, "--max-trials", "4", "--write-back"
+    )
+    assert main([a for a in argv if a != "--no-open-loop-check"]) == 0  # this one checks it
     run_dir = _run_dir(reports)
     assert (run_dir / "report.html").stat().st_size > 100_000  # plotly inline
     rows = list(csv.DictReader((run_dir / "trials.csv").open()))
