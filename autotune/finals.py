@@ -65,7 +65,8 @@ def verify(prep: Prepared, trials: Trials, result: TrialResult) -> Verification 
                 for i in range(settings.repeats):
                     where = f"{level:.4g} req/s" if loader.open_loop else f"concurrency {level:.0f}"
                     trials.events.verifying(result.number, where, i + 1, settings.repeats)
-                    points.append(loader.point(gen, level))
+                    # an open loop's repeats see other arrivals (seeds 1, 2, ...; the search had 0)
+                    points.append(loader.point(replace(gen, seed=i + 1) if loader.open_loop else gen, level))
                     stopping.check()
                     gen = gen.with_plan(ramp)
                     if not settings.sla.met_by(points[-1]):
