@@ -1,6 +1,7 @@
 """The tuner's decisions, as pure functions of what was measured (no I/O, no optuna).
 
-- which configs to try first (:func:`heuristic_seeds`);
+- which configs to try first (:func:`heuristic_seeds`), and which obvious changes of the best
+  one must be tried before the search may end (:func:`unexplored`);
 - where a candidate's goodput search starts and what it must beat (:func:`incumbent`);
 - whether a candidate was measured already (:func:`measured_before`);
 - when the search has converged (:func:`converged`) or the time budget is spent (:func:`time_left`);
@@ -19,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from autotune.results import COMPLETE, FAIL, TrialResult, Verification
-from autotune.search_space import Candidate, SearchSpace
+from autotune.search_space import Candidate, SearchSpace, decode_preferred, encode_preferred, params_of
 
 # A goodput this much better than the best so far counts as progress, not noise: short screening
 # windows differ by 5-10% on a busy two-core machine (cnn: 0.5 s windows). At 5%, one cnn run
@@ -29,16 +30,24 @@ CONTENDER = 0.90  # a finalist after the first is verified only within this frac
 TIE = 0.02  # verified throughputs this close are a tie: the lower latency wins
 
 
-def heuristic_seeds(space: SearchSpace, cores: int) -> list[dict[str, Any]]:
-    """Sound first guesses after the baseline: dynamic batching at the largest batch size, with
-    one instance and with as many instances as cores (capped by the space). Trial parameters
-    (:meth:`SearchSpace.suggest` takes the ones that apply)."""
+def heuristic_seeds(
+    space: SearchSpace, cores: int, baseline: Candidate | None = None
+) -> list[dict[str, Any]]:
+    """Sound first guesses after the baseline, each changing one thing at a time: the baseline
+    with one instance per core (its batching kept: a model where batching buys nothing is then
+    measured with more instances and without batching, early), then dynamic batching at the
+    largest batch size, with one instance and with as many instances as cores (capped by the
+    space). Trial parameters (:meth:`SearchSpace.suggest` takes the ones that apply)."""
+    seeds: list[dict[str, Any]] = []
+    per_core = closest(space.instance_count, cores)
+    if baseline is not None and baseline.instance_count != per_core and baseline.kind in space.kind:
+        seeds.append(params_of(replace(baseline, instance_count=per_core)))
     mbs = max(space.max_batch_size)
     if mbs == 0 or True not in space.dynamic_batching:
-        return []
-    counts = sorted({min(space.instance_count), closest(space.instance_count, cores)})
+        return seeds
+    counts = sorted({min(space.instance_count), per_core})
     pref = "none" if "none" in space.preferred_batch_size else space.preferred_batch_size[0]
-    return [
+    return seeds + [
         {
             "instance_count": count,
             "kind": space.kind[0],
@@ -51,6 +60,65 @@ def heuristic_seeds(space: SearchSpace, cores: int) -> list[dict[str, Any]]:
         }
         for count in counts
     ]
+
+
+def neighbours(candidate: Candidate, space: SearchSpace) -> list[Candidate]:
+    """The one-step changes of ``candidate`` that the space holds: one instance more or fewer,
+    dynamic batching off (or on, with no preferred size and the shortest queue delay), and with
+    batching on, the max batch size one choice up or down (x2 or /2 in the default space), the
+    queue delay one choice up or down, and each other preferred-size choice. The max batch size
+    of a config without dynamic batching is left alone: with requests of one batch it changes
+    nothing the server does."""
+    out: list[Candidate] = [
+        replace(candidate, instance_count=n) for n in _steps(space.instance_count, candidate.instance_count)
+    ]
+    batching = candidate.dynamic_batching
+    if batching and False in space.dynamic_batching:
+        out.append(replace(candidate, dynamic_batching=False, preferred_batch_sizes=(), max_queue_delay_us=0))
+    elif not batching and candidate.max_batch_size > 0 and True in space.dynamic_batching:
+        pref = "none" if "none" in space.preferred_batch_size else space.preferred_batch_size[0]
+        out.append(
+            replace(
+                candidate,
+                dynamic_batching=True,
+                preferred_batch_sizes=decode_preferred(pref, candidate.max_batch_size),
+                max_queue_delay_us=min(space.max_queue_delay_us),
+            )
+        )
+    if batching:
+        pref = encode_preferred(candidate.preferred_batch_sizes, candidate.max_batch_size)
+        for mbs in _steps(tuple(m for m in space.max_batch_size if m > 0), candidate.max_batch_size):
+            sizes = decode_preferred(pref, mbs) if pref in space.preferred_batch_size else ()
+            out.append(replace(candidate, max_batch_size=mbs, preferred_batch_sizes=sizes))
+        out += [
+            replace(candidate, max_queue_delay_us=d)
+            for d in _steps(space.max_queue_delay_us, candidate.max_queue_delay_us)
+        ]
+        out += [
+            replace(candidate, preferred_batch_sizes=decode_preferred(p, candidate.max_batch_size))
+            for p in space.preferred_batch_size
+            if p != pref
+        ]
+    return [c for c in dict.fromkeys(out) if c != candidate and space.holds(c)]
+
+
+def _steps(choices: Sequence[int], value: int) -> list[int]:
+    """The choices next below and next above ``value`` (those that exist)."""
+    below = [c for c in choices if c < value]
+    above = [c for c in choices if c > value]
+    return ([max(below)] if below else []) + ([min(above)] if above else [])
+
+
+def unexplored(results: Sequence[TrialResult], space: SearchSpace) -> list[Candidate]:
+    """The incumbent's one-step :func:`neighbours` that no trial has tried (measured, failed or
+    under way): the search does not call itself converged while one is left, so that an obvious
+    change of the best config (one instance more, batching off) is never missed because the
+    sampler wandered elsewhere."""
+    best = max((r for r in results if r.feasible), key=lambda r: r.goodput(), default=None)
+    if best is None or best.candidate is None:
+        return []
+    tried = {r.candidate for r in results if r.candidate is not None}
+    return [c for c in neighbours(best.candidate, space) if c not in tried]
 
 
 def in_space(baseline: Candidate, space: SearchSpace) -> Candidate:

@@ -8,8 +8,9 @@ function as an argument, so the decision logic is pure and tested without a serv
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from autotune.objective import Sla
@@ -154,6 +155,71 @@ class Measurement:
         if self.best is not None:
             return self.best
         return min(self.points, key=lambda p: p.latency_ms(sla.percentile))
+
+
+# A point whose latency lies within this fraction of the SLA's limit is a close call: one pass
+# of windows cannot tell which side it is on (single passes near the knee spread 10-20%), so it
+# is measured again, up to CLOSE_PASSES passes, and judged on the median.
+CLOSE = 0.10
+CLOSE_PASSES = 3
+
+
+def close_call(point: Point, sla: Sla, close: float = CLOSE) -> bool:
+    """Whether ``point``'s latency is too near the limit for one pass to decide (trusted points
+    only: one the generator measured behind its schedule breaks the SLA whatever its latency)."""
+    return point.trusted and abs(point.latency_ms(sla.percentile) - sla.limit_ms) <= close * sla.limit_ms
+
+
+def settled(
+    measure: Callable[[], Point],
+    sla: Sla,
+    beat: float = 0.0,
+    passes: int = CLOSE_PASSES,
+    close: float = CLOSE,
+) -> Point:
+    """One operating point, measured until the SLA decision is known: a close call
+    (:func:`close_call`) is measured again, up to ``passes`` passes in all, while the
+    median of the passes is still one, and the point is their :func:`merged` figures. Only
+    where it can matter: a point whose throughput cannot beat ``beat`` (the best goodput so
+    far) decides nothing, whichever side of the limit it is on."""
+    passes_done = [measure()]
+    while (
+        len(passes_done) < passes
+        and close_call(merged(passes_done), sla, close)
+        and passes_done[0].throughput >= beat * (1 - close)
+    ):
+        passes_done.append(measure())
+    return merged(passes_done)
+
+
+def merged(points: Sequence[Point]) -> Point:
+    """Passes at one level as one point: the median of each figure (throughput, each latency,
+    the send rate), the sums of the counts (requests, errors, seconds, windows), stable only if
+    every pass was, every warning of any pass, and the last pass's server breakdown."""
+    if len(points) == 1:
+        return points[0]
+
+    def med(name: str) -> float:
+        return statistics.median(float(getattr(p, name)) for p in points)
+
+    last = points[-1]
+    return replace(
+        last,
+        throughput=med("throughput"),
+        avg_ms=med("avg_ms"),
+        p50_ms=med("p50_ms"),
+        p90_ms=med("p90_ms"),
+        p95_ms=med("p95_ms"),
+        p99_ms=med("p99_ms"),
+        requests=sum(p.requests for p in points),
+        errors=sum(p.errors for p in points),
+        duration_s=sum(p.duration_s for p in points),
+        windows=sum(p.windows for p in points),
+        stable=all(p.stable for p in points),
+        warnings=tuple(dict.fromkeys(w for p in points for w in p.warnings)),
+        send_rate=med("send_rate"),
+        send_late_p99_ms=max(p.send_late_p99_ms for p in points),
+    )
 
 
 MeasureAt = Callable[[int], Point]

@@ -101,6 +101,13 @@ class SearchSpace:
             trt_fp16=bool(fp16),
         )
 
+    def holds(self, candidate: Candidate) -> bool:
+        """Whether the space makes ``candidate`` (every parameter one of its choices)."""
+        try:
+            return self.suggest(_Fixed(params_of(candidate))) == candidate
+        except KeyError:
+            return False
+
     def including(self, candidate: Candidate) -> SearchSpace:
         """A space that also holds ``candidate`` (so the baseline can be a trial)."""
         params = params_of(candidate)
@@ -141,6 +148,19 @@ class SearchSpace:
         per_kind = sum(len(self.gpus) * len(self.trt_fp16) if kind == "KIND_GPU" else 1 for kind in self.kind)
         mbs = sum(batching if m > 0 else 1 for m in self.max_batch_size)
         return len(self.instance_count) * per_kind * mbs
+
+
+class _Fixed:
+    """A :class:`Suggester` answering from fixed parameters; KeyError for one the choices lack."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        value = self.params[name]
+        if value not in choices:
+            raise KeyError(name)
+        return value
 
 
 def _pick(trial: Suggester, name: str, choices: tuple[Any, ...]) -> Any:

@@ -36,7 +36,7 @@ from autotune.events import Events
 from autotune.files import file_digest, write_text_atomic
 from autotune.launch import Launcher, Server, failure_line, make_launcher, read_tail
 from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, read_workload
-from autotune.measure import Measurement, Point, WindowPlan
+from autotune.measure import Measurement, Point, WindowPlan, settled
 from autotune.objective import Sla
 from autotune.processes import Owner
 from autotune.report import write_report
@@ -129,7 +129,7 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     trials = Trials(prep, launcher, run, events)
     try:
         try:
-            while _go_on(settings, results := study.results(), time.monotonic() - started):
+            while _go_on(settings, study, results := study.results(), time.monotonic() - started):
                 trials.run(study, results)
         except WorkloadError:
             _forget_if_empty(prep, run, study)
@@ -186,17 +186,23 @@ def _seed(study: Study, prep: Prepared) -> None:
     study.enqueue(params_of(twin), baseline=True, as_is=prep.baseline)
     if twin != prep.baseline:  # your config cannot run here: its CPU twin is measured next
         study.enqueue(params_of(twin), again=True)
-    for params in decide.heuristic_seeds(prep.space, os.cpu_count() or 1):
+    for params in decide.heuristic_seeds(prep.space, os.cpu_count() or 1, twin):
         study.enqueue(params)
 
 
-def _go_on(settings: RunSettings, results: list[TrialResult], elapsed_s: float) -> bool:
+def _go_on(settings: RunSettings, study: Study, results: list[TrialResult], elapsed_s: float) -> bool:
+    """Whether to run another trial: within the budget (trials, time), and not converged; once
+    converged, the incumbent's untried one-step neighbours (:func:`decide.unexplored`) are
+    queued and measured first."""
     finished = decide.finished(results)
-    return (
-        finished < settings.max_trials
-        and decide.time_left(settings.time_budget_s, elapsed_s, finished)
-        and not decide.converged(results, settings.patience)
-    )
+    if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
+        return False
+    if not decide.converged(results, settings.patience):
+        return True
+    untried = decide.unexplored(results, study.space)
+    for candidate in untried:  # a neighbour queued before is not queued twice
+        study.enqueue(params_of(candidate))
+    return bool(untried)
 
 
 class Trials:
@@ -271,8 +277,10 @@ class Trials:
                 self.events.point_measured(asked.number, point)
                 return point
 
-            def at(level: float) -> Point:
-                return note(loader.point(later if done else first, level))
+            def at(level: float) -> Point:  # a close call to the SLA is measured again
+                return settled(
+                    lambda: note(loader.point(later if done else first, level)), self.search_sla, beat
+                )
 
             def first_guess() -> float:  # an open loop's first candidate: the rate one client gets
                 return requests_per_s(note(first.at_concurrency(1)))

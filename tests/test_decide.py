@@ -14,12 +14,14 @@ from autotune.decide import (
     heuristic_seeds,
     incumbent,
     measured_before,
+    neighbours,
     time_left,
+    unexplored,
     verify_levels,
 )
 from autotune.measure import Measurement, Point
 from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult, Verification
-from autotune.search_space import Candidate, parse_search_space
+from autotune.search_space import Candidate, params_of, parse_search_space
 
 
 def point(concurrency: int, throughput: float, p95: float = 12.0) -> Point:
@@ -113,8 +115,13 @@ def test_a_candidate_measured_before_is_reused_not_measured_again() -> None:
 
 
 def test_seeds_turn_batching_on_at_the_largest_batch_with_one_instance_and_one_per_core() -> None:
-    space = parse_search_space({"instance_group": {"count": {"min": 1, "max": 4}},
-                                "max_batch_size": [1, 8, 16], "dynamic_batching": {"enabled": [True, False]}})
+    space = parse_search_space(
+        {
+            "instance_group": {"count": {"min": 1, "max": 4}},
+            "max_batch_size": [1, 8, 16],
+            "dynamic_batching": {"enabled": [True, False]},
+        }
+    )
     seeds = heuristic_seeds(space, cores=2)
     assert [s["instance_count"] for s in seeds] == [1, 2]
     assert all(s["dynamic_batching"] and s["max_batch_size"] == 16 for s in seeds)
@@ -122,6 +129,71 @@ def test_seeds_turn_batching_on_at_the_largest_batch_with_one_instance_and_one_p
     assert [s["instance_count"] for s in heuristic_seeds(space, cores=16)] == [1, 4]  # capped by the space
     no_batching = parse_search_space({"max_batch_size": [0]})
     assert heuristic_seeds(no_batching, cores=2) == []
+
+
+def test_the_first_seed_changes_only_the_baselines_instance_count() -> None:
+    space = parse_search_space(
+        {
+            "instance_group": {"count": {"min": 1, "max": 4}},
+            "max_batch_size": [1, 8, 16],
+            "dynamic_batching": {"enabled": [True, False]},
+        }
+    )
+    baseline = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)  # the examples' committed config
+    seeds = heuristic_seeds(space, cores=2, baseline=baseline)
+    assert seeds[0] == params_of(replace(baseline, instance_count=2))  # batching still off
+    assert [(s["instance_count"], s["dynamic_batching"]) for s in seeds[1:]] == [(1, True), (2, True)]
+    per_core = replace(baseline, instance_count=2)  # a baseline with one instance per core already
+    assert [s["dynamic_batching"] for s in heuristic_seeds(space, cores=2, baseline=per_core)] == [True, True]
+    gpu = replace(baseline, kind="KIND_GPU", gpus=(0,))  # not in a CPU-only space: no seed from it
+    assert len(heuristic_seeds(space, cores=2, baseline=gpu)) == 2
+
+
+DEFAULT_LIKE = {
+    "instance_group": {"count": {"min": 1, "max": 4}},
+    "max_batch_size": [1, 2, 4, 8, 16],
+    "dynamic_batching": {
+        "enabled": [True, False],
+        "preferred_batch_size": ["none", "max"],
+        "max_queue_delay_microseconds": [0, 100, 1000, 5000],
+    },
+}
+
+
+def test_neighbours_change_one_thing_each() -> None:
+    space = parse_search_space(DEFAULT_LIKE)
+    on = Candidate(2, "KIND_CPU", (), 8, True, (), 100, False)
+    found = set(neighbours(on, space))
+    assert found == {
+        replace(on, instance_count=1),
+        replace(on, instance_count=3),  # one instance fewer, more
+        replace(on, dynamic_batching=False, max_queue_delay_us=0),  # batching off
+        replace(on, max_batch_size=4),
+        replace(on, max_batch_size=16),  # max batch /2, x2
+        replace(on, max_queue_delay_us=0),
+        replace(on, max_queue_delay_us=1000),  # delay down, up
+        replace(on, preferred_batch_sizes=(8,)),  # the other preferred-size choice ("max")
+    }
+    assert all(space.holds(c) for c in found)
+    pref_max = replace(on, max_batch_size=16, preferred_batch_sizes=(16,))
+    assert replace(pref_max, max_batch_size=8, preferred_batch_sizes=(8,)) in neighbours(pref_max, space)
+    off = Candidate(4, "KIND_CPU", (), 16, False, (), 0, False)  # max batch size alone changes nothing
+    assert set(neighbours(off, space)) == {
+        replace(off, instance_count=3),
+        replace(off, dynamic_batching=True),  # no preferred size, the shortest delay
+    }
+
+
+def test_the_search_does_not_end_while_a_neighbour_of_the_best_is_untried() -> None:
+    space = parse_search_space(DEFAULT_LIKE)
+    best = Candidate(2, "KIND_CPU", (), 16, False, (), 0, False)
+    other = Candidate(1, "KIND_CPU", (), 16, True, (), 0, False)
+    results = [measured(0, 100.0, candidate=other), measured(1, 150.0, candidate=best)]
+    assert set(unexplored(results, space)) == set(neighbours(best, space))
+    tried = [*results, failed(2), measured(3, 120.0, candidate=replace(best, instance_count=3))]
+    tried[2] = replace(tried[2], candidate=replace(best, instance_count=1))  # failed: tried all the same
+    assert unexplored(tried, space) == [replace(best, dynamic_batching=True)]
+    assert unexplored([failed(0), measured(1, 0.0, candidate=best)], space) == []  # nothing feasible yet
 
 
 def test_finalists_are_the_top_feasible_within_the_contender_margin() -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -9,12 +10,15 @@ from autotune.errors import UsageError
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.measure import (
     BEHIND_SCHEDULE,
+    CLOSE_PASSES,
     RATE_RESOLUTION,
     Point,
     best_point,
     find_goodput,
     find_rate_goodput,
     is_stable,
+    merged,
+    settled,
 )
 from autotune.objective import Sla
 
@@ -106,6 +110,51 @@ def test_no_bisection_between_two_levels_of_the_same_throughput() -> None:
     result = find_goodput(saturated, Sla(95, 60.0), 1, 32, start=6)
     assert [p.concurrency for p in result.points] == [6, 12]
     assert result.best is not None and result.best.concurrency == 6 and not result.pruned
+
+
+def test_a_close_call_is_measured_again_and_judged_on_the_median() -> None:
+    sla = Sla(95, 50.0)
+    passes = iter([point(4, 100.0, 48.0), point(4, 120.0, 56.0), point(4, 110.0, 53.0), point(4, 1.0, 1.0)])
+    calls: list[int] = []
+
+    def once() -> Point:
+        calls.append(1)
+        return next(passes)
+
+    result = settled(once, sla)
+    assert len(calls) == CLOSE_PASSES  # 48 ms, then 52 (median of 48, 56): still close, a third pass
+    assert (result.throughput, result.p95_ms) == (110.0, 53.0)  # the medians: it breaks the SLA
+    assert (result.requests, result.duration_s, result.windows) == (300, 3.0, 9)
+    assert not sla.met_by(result)
+
+
+def test_a_clear_point_or_one_that_cannot_win_is_measured_once() -> None:
+    sla = Sla(95, 50.0)
+    calls: list[int] = []
+
+    def at(p95: float, throughput: float = 100.0):  # type: ignore[no-untyped-def]
+        def once() -> Point:
+            calls.append(1)
+            return point(4, throughput, p95)
+
+        return once
+
+    assert settled(at(30.0), sla).p95_ms == 30.0 and len(calls) == 1  # far under the limit
+    assert settled(at(70.0), sla).p95_ms == 70.0 and len(calls) == 2  # far over it
+    settled(at(49.0, throughput=50.0), sla, beat=100.0)  # close, but half the best goodput so far
+    assert len(calls) == 3
+    settled(at(49.0, throughput=95.0), sla, beat=100.0)  # close, and it could still win
+    assert len(calls) == 3 + CLOSE_PASSES
+
+
+def test_merged_passes_keep_every_warning_and_count_every_request() -> None:
+    a = point(4, 100.0, 40.0)
+    b = point(4, 90.0, 44.0, errors=2)
+    c = point(4, 95.0, 42.0)
+    one = merged([a, replace(b, stable=False, warnings=(BEHIND_SCHEDULE,)), c])
+    assert (one.throughput, one.p95_ms, one.errors, one.requests) == (95.0, 42.0, 2, 300)
+    assert not one.stable and one.warnings == (BEHIND_SCHEDULE,) and not one.trusted
+    assert merged([a]) is a
 
 
 def test_infeasible_candidate_reports_the_closest_point() -> None:
