@@ -16,6 +16,12 @@ Triton's python backend through ``templates/onnx_model.py``.
                      width W -> 308 FP32 [-1, 1, 37], 37 character probabilities for each
                      of W/4 columns, from a small CRNN-like CNN; no input.json (the tutorial
                      measures it with perf_analyzer -b 2 --shape input.1:1,32,100)
+    mobilenet        MobileNetV2 (inverted residuals, depthwise convolutions, ReLU6):
+                     image FP32 [3, 96, 96] -> probs FP32 [1000]; with one onnxruntime thread
+                     per instance, batching buys nothing (a batch of 16 costs more per image)
+    recommender      DLRM-like: dense FP32 [13], sparse INT64 [26] (ids into one embedding
+                     table) -> score FP32 [1]; its config sets request_wait_ms 4, a feature-store
+                     round trip per request that model.py waits: instances pay past the cores
 
 For each model it writes ``<out>/<name>/1/model.onnx`` (same arguments, same bytes),
 copies its model.py template to ``<out>/<name>/1/model.py``, writes the workload's
@@ -121,10 +127,50 @@ class TextSpec:
         return 1 << (len(self.channels) - 1)
 
 
-Spec = BertSpec | CnnSpec | FoodSpec | TextSpec
-SPECS: dict[str, type[BertSpec] | type[CnnSpec] | type[FoodSpec] | type[TextSpec]] = {
+# MobileNetV2's inverted residual blocks: (expansion, output channels, repeats, first stride)
+MOBILENET_BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                    (6, 320, 1, 1))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MobileNetSpec:
+    image: int = 96  # MobileNetV2 takes 224; at 96 one image is a few ms on one core
+    width: float = 1.0  # the width multiplier (channels scaled, rounded to multiples of 8)
+    classes: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.image < 32 or self.width <= 0 or self.classes < 1:
+            raise ValueError(f"mobilenet sizes out of range: {self}")
+
+
+@dataclass(frozen=True)
+class RecommenderSpec:
+    dense: int = 13  # DLRM's Criteo features: 13 dense, 26 categorical
+    sparse: int = 26
+    rows: int = 10000  # rows of the one embedding table the categorical ids index (modulo)
+    dim: int = 32
+    mlp: tuple[int, ...] = (256, 128)
+    wait_ms: float = 4.0  # each request's feature-store round trip (model.py waits it)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.dense, self.sparse, self.rows, self.dim, *self.mlp) < 1 or self.wait_ms < 0:
+            raise ValueError(f"recommender sizes out of range: {self}")
+
+
+Spec = BertSpec | CnnSpec | FoodSpec | TextSpec | MobileNetSpec | RecommenderSpec
+SpecType = (
+    type[BertSpec]
+    | type[CnnSpec]
+    | type[FoodSpec]
+    | type[TextSpec]
+    | type[MobileNetSpec]
+    | type[RecommenderSpec]
+)
+SPECS: dict[str, SpecType] = {
     "bertQA": BertSpec, "bertQA_dynamic": BertSpec, "cnn": CnnSpec, "food_classifier": FoodSpec,
-    "text_recognition": TextSpec,
+    "text_recognition": TextSpec, "mobilenet": MobileNetSpec, "recommender": RecommenderSpec,
 }  # fmt: skip
 TEXT_INPUT, TEXT_OUTPUT = "input.1", "308"  # the names the tutorial's ONNX export gave them
 # sizes a model is built with unless given (the BERT of bertQA_dynamic takes any length up to 256)
@@ -268,6 +314,83 @@ def _conv_block(g: _Graph, x: str, n_in: int, n_out: int, pool: list[int]) -> st
     return g.op1("MaxPool", [g.op1("Relu", [conv])], kernel_shape=pool, strides=pool)
 
 
+def mobilenet_model(spec: MobileNetSpec) -> onnx.ModelProto:
+    """MobileNetV2: a strided Conv3x3 stem, inverted residual blocks (Conv1x1 expand + ReLU6,
+    depthwise Conv3x3 + ReLU6, Conv1x1 project, a residual Add where the shape allows), a
+    Conv1x1 to 1280 channels, global average pool, Gemm and Softmax. Batch norms are folded
+    into the convolutions' biases, as an exported inference graph has them."""
+    g = _Graph(spec.seed)
+
+    def channels(n: int) -> int:
+        return max(8, int(n * spec.width + 4) // 8 * 8)
+
+    def conv(
+        x: str, n_in: int, n_out: int, kernel: int, stride: int = 1, group: int = 1, relu6: bool = True
+    ) -> str:
+        w = g.weight(
+            "conv_w",
+            [n_out, n_in // group, kernel, kernel],
+            math.sqrt(2.0 / (kernel * kernel * n_in // group)),
+        )
+        pad = kernel // 2
+        y = g.op1(
+            "Conv",
+            [x, w, g.const("conv_b", np.zeros(n_out))],
+            pads=[pad] * 4,
+            strides=[stride] * 2,
+            group=group,
+        )
+        return g.op1("Clip", [y, g.const("zero", 0.0), g.const("six", 6.0)]) if relu6 else y
+
+    width = channels(32)
+    x = conv("image", 3, width, 3, stride=2)
+    for expansion, out, repeats, first_stride in MOBILENET_BLOCKS:
+        out = channels(out)
+        for i in range(repeats):
+            stride = first_stride if i == 0 else 1
+            hidden = width * expansion
+            y = conv(x, width, hidden, 1) if expansion != 1 else x
+            y = conv(y, hidden, hidden, 3, stride=stride, group=hidden)
+            y = conv(y, hidden, out, 1, relu6=False)
+            x = g.op1("Add", [x, y]) if stride == 1 and width == out else y
+            width = out
+    last = max(1280, channels(1280))
+    x = conv(x, width, last, 1)
+    pooled = g.op1("Flatten", [g.op1("GlobalAveragePool", [x])], axis=1)
+    gemm_w = g.weight("fc_w", [last, spec.classes], math.sqrt(1.0 / last))
+    logits = g.op1("Gemm", [pooled, gemm_w, g.const("fc_b", np.zeros(spec.classes))])
+    g.nodes.append(helper.make_node("Softmax", [logits], ["probs"], name="probs", axis=1))
+    image: list[str | int] = ["batch", 3, spec.image, spec.image]
+    inputs = [helper.make_tensor_value_info("image", TensorProto.FLOAT, image)]
+    outputs = [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", spec.classes])]
+    return g.model("mobilenet", inputs, outputs)
+
+
+def recommender_model(spec: RecommenderSpec) -> onnx.ModelProto:
+    """DLRM-like: the categorical ids (modulo the table's rows) index one embedding table, the
+    dense features go through a Linear + Relu to the embeddings' width; all of them are
+    concatenated, then an MLP (Linear + Relu layers) and a Linear(., 1) + Sigmoid: a click
+    probability."""
+    g = _Graph(spec.seed)
+    ids = g.op1("Mod", ["sparse", g.const("rows", spec.rows, dtype=np.int64)])
+    table = g.weight("embedding", [spec.rows, spec.dim], 0.1)
+    embedded = g.op1(
+        "Reshape", [g.op1("Gather", [table, ids], axis=0), g.const("shape", [0, -1], dtype=np.int64)]
+    )
+    dense = g.op1("Relu", [g.linear("dense", spec.dense, spec.dim, math.sqrt(2.0 / spec.dense))])
+    x, width = g.op1("Concat", [dense, embedded], axis=1), spec.dim * (spec.sparse + 1)
+    for n in spec.mlp:
+        x, width = g.op1("Relu", [g.linear(x, width, n, math.sqrt(2.0 / width))]), n
+    logit = g.linear(x, width, 1, math.sqrt(1.0 / width))
+    g.nodes.append(helper.make_node("Sigmoid", [logit], ["score"], name="score"))
+    inputs = [
+        helper.make_tensor_value_info("dense", TensorProto.FLOAT, ["batch", spec.dense]),
+        helper.make_tensor_value_info("sparse", TensorProto.INT64, ["batch", spec.sparse]),
+    ]
+    outputs = [helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])]
+    return g.model("recommender", inputs, outputs)
+
+
 def text_model(spec: TextSpec) -> onnx.ModelProto:
     """CRNN-like, without the recurrence: Conv3x3+Relu+MaxPool blocks take [batch, 1, height, W]
     to [batch, C, 1, W // stride]; then each column goes through Linear(C, classes) and Softmax."""
@@ -304,6 +427,11 @@ def model_config(name: str, spec: Spec) -> mc.ModelConfig:
         config.output.append(mc.ModelOutput(**_tensor("FOOD_LABEL", mc.TYPE_STRING, [1])))
         config.output.append(mc.ModelOutput(**_tensor("PROBABILITY", mc.TYPE_FP32, [1])))
         kind = mc.ModelInstanceGroup.KIND_GPU
+    elif isinstance(spec, RecommenderSpec):
+        config.input.append(mc.ModelInput(**_tensor("dense", mc.TYPE_FP32, [spec.dense])))
+        config.input.append(mc.ModelInput(**_tensor("sparse", mc.TYPE_INT64, [spec.sparse])))
+        config.output.append(mc.ModelOutput(**_tensor("score", mc.TYPE_FP32, [1])))
+        config.parameters["request_wait_ms"].string_value = f"{spec.wait_ms:g}"
     elif isinstance(spec, TextSpec):
         config.input.append(mc.ModelInput(**_tensor(TEXT_INPUT, mc.TYPE_FP32, [1, spec.height, -1])))
         config.output.append(mc.ModelOutput(**_tensor(TEXT_OUTPUT, mc.TYPE_FP32, [-1, 1, spec.classes])))
@@ -329,6 +457,10 @@ def onnx_model(spec: Spec) -> onnx.ModelProto:
         return bert_model(spec)
     if isinstance(spec, FoodSpec):
         return food_model(spec)
+    if isinstance(spec, MobileNetSpec):
+        return mobilenet_model(spec)
+    if isinstance(spec, RecommenderSpec):
+        return recommender_model(spec)
     return text_model(spec) if isinstance(spec, TextSpec) else cnn_model(spec)
 
 

@@ -12,6 +12,9 @@ Config parameters (``parameters { key: ... value { string_value: ... } }``):
 
     intra_op_threads   ONNX Runtime intra-op threads (default "1")
     allow_spinning     "1" lets idle intra-op threads spin (default "0")
+    request_wait_ms    milliseconds each request waits before the batch runs (default "0"), as
+                       a python model waiting on I/O per request does (a feature-store lookup,
+                       a remote call): the instance is busy, the CPU is not
 
 Keep numpy < 2 in the Python that runs the stub: with numpy 2, the python backend of
 tritonserver 2.51 returns empty output tensors.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -148,6 +152,7 @@ class TritonPythonModel:
             allow_spinning=config_parameter(config, "allow_spinning", "0") == "1",
         )
         self._check_names(path)
+        self.wait_s = float(config_parameter(config, "request_wait_ms", "0")) / 1000.0
 
     def _check_names(self, path: str) -> None:
         onnx_inputs = {i.name for i in self.session.get_inputs()}
@@ -181,6 +186,8 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests: list[Any]) -> list[Any]:
+        if self.wait_s > 0:  # one round trip per request, one after the other
+            time.sleep(self.wait_s * len(requests))
         feeds = [self._feeds(request) for request in requests]
         run = run_batched if self.batching else run_each
         return [self._response(result) for result in run(self._run, feeds)]

@@ -19,7 +19,7 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-pytest.importorskip("onnx")
+onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,15 @@ SCRIPT = ROOT / "examples" / "build_models.py"
 TEMPLATE = ROOT / "templates" / "onnx_model.py"
 TINY = {"layers": 1, "hidden": 32, "heads": 2, "seq": 16, "vocab": 100}
 SEQ = TINY["seq"]
-MODELS = ["bertQA", "bertQA_dynamic", "cnn", "food_classifier", "text_recognition"]
+MODELS = [
+    "bertQA",
+    "bertQA_dynamic",
+    "cnn",
+    "food_classifier",
+    "text_recognition",
+    "mobilenet",
+    "recommender",
+]
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -278,6 +286,43 @@ def test_cnn_gives_probabilities(builder: ModuleType, tmp_path: Path) -> None:
     assert probs.shape == (2, 10)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
     assert (probs >= 0).all()
+
+
+def test_mobilenet_classifies_each_image_of_a_batch_as_alone(builder: ModuleType, tmp_path: Path) -> None:
+    model_dir = builder.build("mobilenet", tmp_path, image=32, width=0.25, classes=7)
+    session = _session(model_dir / "1/model.onnx")
+    ops = {n.op_type for n in onnx.load(str(model_dir / "1/model.onnx")).graph.node}
+    assert {"Conv", "Clip", "Add", "GlobalAveragePool", "Gemm", "Softmax"} <= ops  # ReLU6, residuals
+    images = np.random.default_rng(0).standard_normal((3, 3, 32, 32), dtype=np.float32)
+    (probs,) = session.run(["probs"], {"image": images})
+    assert probs.shape == (3, 7)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    for row in range(3):
+        (alone,) = session.run(["probs"], {"image": images[row : row + 1]})
+        np.testing.assert_allclose(probs[row : row + 1], alone, rtol=1e-4, atol=1e-6)
+
+
+def test_recommender_scores_any_ids_and_its_model_py_waits_per_request(
+    builder: ModuleType, wrapper: ModuleType, tmp_path: Path
+) -> None:
+    model_dir = builder.build("recommender", tmp_path, rows=50, wait_ms=2.5)
+    config = text_format.Parse((model_dir / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
+        ("dense", mc.TYPE_FP32, [13]),
+        ("sparse", mc.TYPE_INT64, [26]),
+    ]
+    session = _session(model_dir / "1/model.onnx")
+    rng = np.random.default_rng(0)
+    dense = rng.standard_normal((2, 13), dtype=np.float32)
+    ids = rng.integers(0, 50, (2, 26), dtype=np.int64)
+    (score,) = session.run(["score"], {"dense": dense, "sparse": ids})
+    assert score.shape == (2, 1) and ((score > 0) & (score < 1)).all()
+    (wrapped,) = session.run(["score"], {"dense": dense, "sparse": ids + 50 * 7})  # ids index modulo rows
+    np.testing.assert_allclose(wrapped, score, rtol=1e-6)
+    model = wrapper.TritonPythonModel()
+    model.initialize({"model_config": json_format.MessageToJson(config, preserving_proto_field_name=True),
+                      "model_repository": str(model_dir), "model_version": "1"})  # fmt: skip
+    assert model.wait_s == pytest.approx(0.0025)  # config parameter request_wait_ms
 
 
 def test_text_recognition_gives_probabilities_per_column_of_any_width(
