@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/vs_model_analyzer.py              # bertQA (p99 50 ms), cnn (p99 20 ms)
     .venv/bin/python benchmarks/vs_model_analyzer.py --smoke      # the plumbing, end to end, minutes
     .venv/bin/python benchmarks/vs_model_analyzer.py --models bertQA --modes brute optuna --repeats 5
+    .venv/bin/python benchmarks/vs_model_analyzer.py --models recommender --max-instances 4 --modes brute \
+        --autotune-runs 5 --repeats 5      # issue 16: every run against the best goodput known
 
 For each model it runs, one after the other, each on a fresh copy of the model in a temporary
 folder (``examples/model_repository`` is never touched):
@@ -75,7 +77,7 @@ from autotune.staging import stage_model
 
 ROOT = _tools.ROOT
 SPACE_FILE = ROOT / "search_spaces" / "model_analyzer.yaml"
-DEFAULT_SLA_MS = {"bertQA": 50.0, "cnn": 20.0}
+DEFAULT_SLA_MS = {"bertQA": 50.0, "cnn": 20.0, "mobilenet": 25.0, "recommender": 25.0}
 MODES = ("brute", "quick", "optuna")
 QUIET_LOAD = 0.6
 # Model Analyzer repeating a measurement it already has this many times in a row is looping.
@@ -99,6 +101,8 @@ class Budget:
 
 def full_budget(args: argparse.Namespace) -> Budget:
     space = yaml.safe_load(SPACE_FILE.read_text(encoding="utf-8"))
+    if args.max_instances:
+        space["instance_group"]["count"]["max"] = args.max_instances
     return Budget(space, {}, args.ma_timeout_s, args.quick_watchdog_s, (), args.repeats, args.window_ms,
                   args.stability)
 
@@ -637,7 +641,7 @@ def table(model: str, sla_ms: float, runs: Sequence[ToolRun], measured: Sequence
     lines = [head, cols, "-" * len(cols)]
     for run in runs:
         lines.append(_row(run, by_tool.get(run.tool)))
-    lines += ["", *ratios(runs, by_tool), *revisions(runs, by_tool)]
+    lines += ["", *ratios(runs, by_tool), *revisions(runs, by_tool), *against_best(runs, by_tool)]
     lines += [""] + [f"  {r.tool}: {r.note}" for r in runs if r.note]
     return "\n".join(lines)
 
@@ -667,6 +671,34 @@ def revisions(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> list[s
             base = (med(goodputs), med(walls))
         elif base[0] and base[1]:
             line += f"; median goodput {med(goodputs) / base[0]:.2f}x, wall {med(walls) / base[1]:.2f}x"
+        out.append(line)
+    return out
+
+
+ENOUGH = 0.95  # issue 16: every autotune run's goodput at least this fraction of the best known
+
+
+def against_best(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> list[str]:
+    """Each autotune run against the best goodput known for the model (the best re-measured
+    goodput of any tool's winner, Model Analyzer's or any autotune run's), and its wall time
+    against Model Analyzer brute's: the acceptance figures of issue 16."""
+    best = max((_goodput(by_tool.get(r.tool)) for r in runs), default=0.0)
+    brute = next((r for r in runs if r.tool == "MA brute"), None)
+    ours = [r for r in runs if r.tool.startswith("autotune")]
+    if not best or not ours:
+        return []
+    out = ["", f"best known goodput {best:.1f} (the best re-measured winner of any tool)"]
+    for rev in dict.fromkeys(r.tool.split(" ")[0] for r in ours):
+        mine = [r for r in ours if r.tool.split(" ")[0] == rev]
+        fractions = [_goodput(by_tool.get(r.tool)) / best for r in mine]
+        met = [(m.met, len(m.points)) if (m := by_tool.get(r.tool)) else (0, 0) for r in mine]
+        walls = [r.wall_s / brute.wall_s for r in mine] if brute and brute.wall_s else []
+        enough = sum(f >= ENOUGH for f in fractions)
+        line = (f"{rev:<22} goodput / best {' '.join(f'{f:.2f}' for f in fractions)} "
+                f"({enough}/{len(mine)} >= {ENOUGH}); SLA met {sum(a for a, _ in met)}/"
+                f"{sum(n for _, n in met)}")
+        if walls:
+            line += f"; wall / MA brute {' '.join(f'{w:.2f}' for w in walls)} (max {max(walls):.2f})"
         out.append(line)
     return out
 
@@ -777,6 +809,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=3, help="perf_analyzer re-measurements of each winner")
     parser.add_argument("--autotune-runs", type=int, default=2,
                         help="autotune runs per model (the second shows whether two runs agree)")
+    parser.add_argument("--max-instances", type=int, default=0,
+                        help="instance counts up to this (default: the space file's, 2) for both tools")
     parser.add_argument("--window-ms", type=int, default=4000, help="perf_analyzer measurement interval")
     parser.add_argument("--stability", type=int, default=100,
                         help="perf_analyzer --stability-percentage when re-measuring (default 100: "
