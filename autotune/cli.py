@@ -111,7 +111,9 @@ def _add_run(sub: Any) -> None:
         type=int,
         default=4,
         help=f"stop after this many measured configs in a row without a goodput {GAIN} better "
-        "than the best (default 4; 0: never)",
+        "than the best, once every one-step change of the best config (an instance more or fewer, "
+        "batching on or off, the next max batch size, queue delay or preferred size) is measured "
+        "too (default 4; 0: never)",
     )
     run.add_argument(
         "--launcher",

@@ -50,9 +50,9 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
 
 
 def verify(prep: Prepared, trials: Trials, result: TrialResult) -> Verification | None:
-    """Every repeat must meet the SLA; if one does not, the next lower level that met it while
-    searching is verified instead (once), on the same server. None: it could not be measured
-    (its server or a measurement failed)."""
+    """Every repeat must meet the SLA; if one does not, the level halfway down to the next
+    lower one its search measured is verified instead, then that one (:func:`decide.verify_levels`),
+    on the same server. None: it could not be measured (its server or a measurement failed)."""
     assert result.candidate is not None
     settings, name, loader = prep.settings, f"verify-{result.number:03d}", prep.loader
     plan = replace(settings.plan, window_s=settings.plan.window_s * 2)  # longer than screening

@@ -9,6 +9,7 @@ from autotune.decide import (
     choose_winner,
     converged,
     could_beat,
+    equivalent,
     finalists,
     finished,
     heuristic_seeds,
@@ -114,6 +115,23 @@ def test_a_candidate_measured_before_is_reused_not_measured_again() -> None:
     assert measured_before(results, b) is None
 
 
+def test_without_batching_the_max_batch_size_changes_nothing_and_is_not_measured_twice() -> None:
+    off = Candidate(2, "KIND_CPU", (), 16, False, (), 0, False)
+    on = replace(off, dynamic_batching=True)
+    results = [measured(0, 100.0, candidate=off), measured(1, 120.0, candidate=on)]
+    assert measured_before(results, replace(off, max_batch_size=4)) is results[0]
+    assert measured_before(results, replace(on, max_batch_size=4)) is None  # the batcher's limit matters
+    assert measured_before(results, replace(off, instance_count=3)) is None
+    assert equivalent(off, replace(off, max_batch_size=1)) and not equivalent(
+        off, replace(off, max_batch_size=0)
+    )
+    space = parse_search_space(DEFAULT_LIKE)
+    best_on = [measured(0, 100.0, candidate=off), measured(1, 150.0, candidate=replace(on, max_batch_size=4))]
+    assert replace(on, max_batch_size=4, dynamic_batching=False) not in unexplored(
+        best_on, space
+    )  # off: tried
+
+
 def test_seeds_turn_batching_on_at_the_largest_batch_with_one_instance_and_one_per_core() -> None:
     space = parse_search_space(
         {
@@ -206,9 +224,17 @@ def test_finalists_are_the_top_feasible_within_the_contender_margin() -> None:
 def test_verification_falls_back_to_the_next_lower_level_measured() -> None:
     points = (point(2, 50.0), point(4, 90.0), point(8, 100.0), point(16, 101.0, p95=80.0))
     result = replace(measured(0, 100.0), measurement=Measurement(points, points[2]))
-    assert verify_levels(result) == [8, 4]
+    assert verify_levels(result) == [8, 6, 4]  # halfway down first
     lowest = replace(measured(0, 50.0), measurement=Measurement(points[:1], points[0]))
     assert verify_levels(lowest) == [2]
+    adjacent = replace(measured(0, 90.0), measurement=Measurement(points[:2], points[1]))
+    assert verify_levels(adjacent) == [4, 3, 2]
+    rates = tuple(
+        replace(p, concurrency=0, request_rate=r)
+        for p, r in zip(points, (50.0, 90.0, 100.0, 101.0), strict=True)
+    )
+    by_rate = replace(measured(0, 100.0), measurement=Measurement(rates, rates[2]))
+    assert verify_levels(by_rate) == [100.0, 94.9, 90.0]  # the geometric middle, 3 digits
 
 
 def test_the_winner_is_the_best_verified_finalist_a_near_tie_going_to_the_lower_latency() -> None:

@@ -2,12 +2,15 @@
 a BERT encoder with variable-length inputs fed entries of several lengths, a python-backend
 food classifier fed base64 JPEGs (whose config asks for a GPU this machine may not have), a
 text recognizer of variable width measured as Triton's tutorial measures it (``-b 2 --shape
-input.1:1,32,100``), and a model that refuses the data it is sent."""
+input.1:1,32,100``), a MobileNetV2 and a recommender that waits on its feature store per
+request (each tuned with the search's own seeds and neighbours), and a model that refuses the
+data it is sent."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from dataclasses import replace
@@ -16,6 +19,7 @@ from types import ModuleType
 
 import pytest
 
+from autotune import decide
 from autotune.cli import main
 from autotune.gpu import gpu_available
 from autotune.reload import reload_outcome
@@ -49,6 +53,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     builder.build("bertQA_dynamic", out, **SMALL_BERT)
     builder.build("food_classifier", out)
     builder.build("text_recognition", out)
+    builder.build("mobilenet", out, image=48, width=0.5, classes=10)
+    builder.build("recommender", out, wait_ms=4.0)
     return out
 
 
@@ -142,6 +148,46 @@ def test_a_client_batch_of_two_is_counted_in_inferences(repo: Path, space: Path,
     points = [p for t in outcome.trials if t.measurement for p in t.measurement.points]
     assert all(p.errors == 0 and p.server.batch_sizes for p in points)
     assert all(size % 2 == 0 for p in points for size in p.server.batch_sizes)  # a batcher joins pairs
+
+
+def test_mobilenet_is_measured_with_an_instance_per_core_before_batching(
+    repo: Path, space: Path, tmp_path: Path
+) -> None:
+    reports = tmp_path / "reports"
+    assert _run("mobilenet", repo, space, reports, 200, "--max-trials", "3") == 0
+    outcome = reload_outcome(_run_dir(reports, "mobilenet"))
+    baseline, first = outcome.trials[0], outcome.trials[1]
+    assert baseline.baseline and baseline.candidate is not None and first.candidate is not None
+    per_core = decide.closest((1, 2), os.cpu_count() or 1)
+    if per_core != baseline.candidate.instance_count:  # the first seed changes the instances alone
+        assert first.candidate == replace(baseline.candidate, instance_count=per_core)
+    assert all(t.state == COMPLETE for t in outcome.trials)
+    assert outcome.winner is not None and outcome.winner.goodput() > 0
+
+
+def test_a_model_waiting_on_io_is_tuned_past_one_instance_per_core(tmp_path: Path, built: Path) -> None:
+    """recommender: 4 ms of waiting per request, under a millisecond of CPU; 1 to 4 instances
+    without batching. However the sampler wanders, the search does not end while an instance
+    more than the best is untried, and with two cores the best is past two instances."""
+    repo = tmp_path / "repo"
+    shutil.copytree(built / "recommender", repo / "recommender")
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "instance_group:\n  count: {min: 1, max: 4}\nmax_batch_size: [16]\n"
+        "dynamic_batching:\n  enabled: [false]\nload:\n  concurrency: {min: 1, max: 16}\n",
+        encoding="utf-8",
+    )
+    reports = tmp_path / "reports"
+    assert _run("recommender", repo, space, reports, 100, "--max-trials", "6", "--patience", "1") == 0
+    outcome = reload_outcome(_run_dir(reports, "recommender"))
+    counts = {
+        t.candidate.instance_count for t in outcome.trials if t.candidate is not None and not t.reused_from
+    }
+    best = max((t for t in outcome.trials if t.feasible), key=lambda t: t.goodput())
+    assert best.candidate is not None and best.candidate.instance_count + 1 in counts | {5}  # its neighbour
+    if (os.cpu_count() or 1) <= 2:
+        assert best.candidate.instance_count > 2
+    assert outcome.winner is not None and outcome.winner.goodput() > 0
 
 
 def test_data_the_model_cannot_take_stops_the_run_at_the_preflight_with_the_servers_message(

@@ -127,25 +127,59 @@ def _truth(table: dict[Key, tuple[float, float, int]], key: Key) -> tuple[float,
 
 def _point(throughput: float, p99: float, concurrency: int) -> Point:
     return Point(
-        concurrency=concurrency, request_rate=0.0, throughput=throughput, avg_ms=p99 / 2, p50_ms=p99 / 2,
-        p90_ms=p99 * 0.8, p95_ms=p99 * 0.9, p99_ms=p99, requests=1000, errors=0, duration_s=1.5,
-        windows=3, stable=True,
+        concurrency=concurrency,
+        request_rate=0.0,
+        throughput=throughput,
+        avg_ms=p99 / 2,
+        p50_ms=p99 / 2,
+        p90_ms=p99 * 0.8,
+        p95_ms=p99 * 0.9,
+        p99_ms=p99,
+        requests=1000,
+        errors=0,
+        duration_s=1.5,
+        windows=3,
+        stable=True,
     )
 
 
 def simulate_once(
-    model: str, sla: Sla, space: SearchSpace, baseline: Candidate, table: dict[Key, tuple[float, float, int]],
-    seed: int, noise: float, patience: int, cores: int, max_trials: int = 40,
+    model: str,
+    sla: Sla,
+    space: SearchSpace,
+    baseline: Candidate,
+    table: dict[Key, tuple[float, float, int]],
+    seed: int,
+    noise: float,
+    patience: int,
+    cores: int,
+    max_trials: int = 40,
+    levers: frozenset[str] = frozenset(),
 ) -> tuple[int, float]:
     """One search: (configs measured, true goodput of the config with the best noisy goodput).
-    ``space`` already holds ``baseline``, as the tuner's does."""
+    ``space`` already holds ``baseline``, as the tuner's does. ``levers``: "seeds" (the first seed
+    is the baseline with one instance per core), "neighbours" (no convergence while a one-step
+    neighbour of the best config is untried), as the tuner has them; without them, the search
+    as it was before issue 16."""
     study = Study.open(None, f"{model}-{seed}", space, sla, seed=seed)  # type: ignore[arg-type]
     study.enqueue(params_of(baseline), baseline=True)
-    for params in decide.heuristic_seeds(space, cores):
+    for params in decide.heuristic_seeds(space, cores, baseline if "seeds" in levers else None):
         study.enqueue(params)
     rng = random.Random(seed)
     measured: list[tuple[Key, float]] = []
-    while decide.finished(study.results()) < max_trials and not decide.converged(study.results(), patience):
+
+    def go_on() -> bool:  # the tuner's _go_on, the time budget left out
+        results = study.results()
+        if decide.finished(results) >= max_trials:
+            return False
+        if not decide.converged(results, patience):
+            return True
+        untried = decide.unexplored(results, space) if "neighbours" in levers else []
+        for candidate in untried:
+            study.enqueue(params_of(candidate))
+        return bool(untried)
+
+    while go_on():
         asked = study.ask()
         c = asked.candidate
         earlier = decide.measured_before(study.results(), c)
@@ -177,18 +211,29 @@ def simulate(runs: dict[str, list[tuple[str, pd.DataFrame]]], args: argparse.Nam
                 decide.IMPROVEMENT = improvement
                 outcomes = [
                     simulate_once(
-                        model, sla, model_space, baseline, table, seed, args.noise, patience, args.cores
+                        model,
+                        sla,
+                        model_space,
+                        baseline,
+                        table,
+                        seed,
+                        args.noise,
+                        patience,
+                        args.cores,
+                        levers=frozenset(args.levers),
                     )
                     for seed in range(args.seeds)
                 ]
                 configs = [o[0] for o in outcomes]
                 found = [o[1] / best for o in outcomes]
                 print(
-                    f"{model:7} patience {patience} improvement {improvement:.2f}: configs median "
+                    f"{model:7} levers {','.join(args.levers) or '-'} patience {patience} "
+                    f"improvement {improvement:.2f}: configs median "
                     f"{statistics.median(configs):4.1f} mean {statistics.mean(configs):4.1f} "
                     f"max {max(configs):2d}, "
                     f">= {args.many} in {sum(c >= args.many for c in configs) / len(configs):4.0%} of runs | "
-                    f"picked goodput / best: mean {statistics.mean(found):.3f} min {min(found):.3f}",
+                    f"picked goodput / best: mean {statistics.mean(found):.3f} min {min(found):.3f}, "
+                    f">= 0.95 in {sum(f >= 0.95 for f in found) / len(found):4.0%} of runs",
                     flush=True,
                 )
 
@@ -206,6 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=200)
     parser.add_argument("--noise", type=float, default=0.04, help="relative sd of one measurement")
     parser.add_argument("--cores", type=int, default=2, help="what heuristic_seeds is told")
+    parser.add_argument(
+        "--levers",
+        nargs="*",
+        default=["seeds", "neighbours"],
+        choices=["seeds", "neighbours"],
+        help="the search's levers of issue 16 to simulate (none: the search before it)",
+    )
     parser.add_argument("--many", type=int, default=11, help="report how often a run measures this many")
     args = parser.parse_args(argv)
     runs = load_runs(args.trials)
