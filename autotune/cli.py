@@ -286,7 +286,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
 def _run(args: argparse.Namespace) -> int:
     from autotune import tuner
     from autotune._console import RichEvents, print_summary
-    from autotune.gpu import gpu_available
+    from autotune.gpu import local_gpu_count
     from autotune.rundir import RunDir, find_unfinished
 
     settings = settings_from(args)
@@ -299,7 +299,7 @@ def _run(args: argparse.Namespace) -> int:
         if unfinished is not None:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             settings = replace(settings, run_dir=unfinished)
-    prep = tuner.prepare(settings, gpu_available=gpu_available())
+    prep = tuner.prepare(settings, gpu_available=local_gpu_count() > 0)
     count = len(prep.data.entries) if prep.data else 1
     entries = f" ({count} entries, sent in turn)" if count > 1 else ""
     print(f"workload: {settings.workload.label}{entries}; {settings.traffic.label}", file=sys.stderr)

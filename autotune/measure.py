@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from autotune.gpu import GpuFigures
 from autotune.objective import Sla
 
 # Named warnings, each with text a person can act on.
@@ -86,6 +87,7 @@ class Point:
     warnings: tuple[str, ...] = ()
     send_rate: float = 0.0  # open loop: requests actually sent per second
     send_late_p99_ms: float = 0.0  # open loop: p99 of (actual send - scheduled send)
+    gpus: tuple[GpuFigures, ...] = ()  # the server's GPUs over the kept windows (none on a CPU server)
 
     @property
     def trusted(self) -> bool:
@@ -110,13 +112,16 @@ class Point:
         data = asdict(self)
         data["server"]["batch_sizes"] = {str(k): v for k, v in self.server.batch_sizes.items()}
         data["warnings"] = list(self.warnings)
+        data["gpus"] = [g.to_dict() for g in self.gpus]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Point:
         server = dict(data.get("server", {}))
         server["batch_sizes"] = {int(k): int(v) for k, v in server.get("batch_sizes", {}).items()}
-        return cls(**{**data, "server": ServerBreakdown(**server), "warnings": tuple(data["warnings"])})
+        gpus = tuple(GpuFigures.from_dict(g) for g in data.get("gpus", ()))
+        warnings = tuple(data["warnings"])
+        return cls(**{**data, "server": ServerBreakdown(**server), "warnings": warnings, "gpus": gpus})
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import pytest
 
 from autotune import decide
 from autotune.cli import main
-from autotune.gpu import gpu_available
+from autotune.gpu import local_gpu_count
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
 from tests.conftest import servers_under
@@ -122,7 +122,7 @@ def test_food_classifier_on_base64_jpegs_tunes_the_cpu_candidates_when_its_gpu_c
     outcome = reload_outcome(_run_dir(reports, "food_classifier"))
     baseline = next(t for t in outcome.trials if t.baseline)  # the user's config, as it is
     assert baseline.candidate is not None and baseline.candidate.kind == "KIND_GPU"
-    if not gpu_available():  # failed, with the server's own reason in the trial's one line
+    if not local_gpu_count():  # failed, with the server's own reason in the trial's one line
         assert baseline.state == FAIL and "unsupported gpu id 0" in baseline.reason
         twin = outcome.trials[1]  # measured next: the same config on this machine's CPU
         assert twin.candidate == replace(baseline.candidate, kind="KIND_CPU", gpus=())
