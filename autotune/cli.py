@@ -299,7 +299,7 @@ def _run(args: argparse.Namespace) -> int:
         if unfinished is not None:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             settings = replace(settings, run_dir=unfinished)
-    prep = tuner.prepare(settings, gpu_available=local_gpu_count() > 0)
+    prep = tuner.prepare(settings, server_gpus=local_gpu_count())
     count = len(prep.data.entries) if prep.data else 1
     entries = f" ({count} entries, sent in turn)" if count > 1 else ""
     print(f"workload: {settings.workload.label}{entries}; {settings.traffic.label}", file=sys.stderr)

@@ -60,10 +60,13 @@ class Prepared:
     baseline: Candidate
     data: WorkloadData | None  # the workload read and checked; None: the config declares no inputs
     loader: Loader  # the traffic, its arrival pattern read and checked
+    server_gpus: int = 0  # GPUs the server side has (asked of the launcher, not of this machine)
 
 
-def prepare(settings: RunSettings, gpu_available: bool = False) -> Prepared:
-    """Validate the input (UsageError on anything wrong); writes nothing."""
+def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
+    """Validate the input (UsageError on anything wrong); writes nothing. ``server_gpus``: how
+    many GPUs the server side has (``kind: auto`` follows it)."""
+    gpu_available = server_gpus > 0
     if settings.run_dir is not None:
         _check_resumable(settings, settings.run_dir)
     original = mcfg.load_config(settings.repository, settings.model)
@@ -81,7 +84,7 @@ def prepare(settings: RunSettings, gpu_available: bool = False) -> Prepared:
     loader = Loader.read(settings.traffic)
     _check_writable(settings.reports_dir if settings.run_dir is None else settings.run_dir)
     model_dir = mcfg.model_dir(settings.repository, settings.model)
-    return Prepared(settings, original, model_dir, space, baseline, data, loader)
+    return Prepared(settings, original, model_dir, space, baseline, data, loader, server_gpus)
 
 
 def default_space_path() -> Path:
