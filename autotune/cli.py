@@ -195,6 +195,12 @@ def _add_launcher_options(run: Any) -> None:
     remote = run.add_argument_group("--launcher remote (a running server in explicit model-control mode)")
     remote.add_argument("--url", default="", help="HOST:HTTP_PORT of the server")
     remote.add_argument("--grpc-url", default="", help="HOST:GRPC_PORT (default: the HTTP port + 1)")
+    remote.add_argument(
+        "--metrics-url",
+        default="",
+        help="the server's Prometheus metrics, where its GPUs and their figures are read "
+        "(default: http://HOST:8002/metrics, HOST of --url)",
+    )
 
 
 def _add_apply(sub: Any) -> None:
@@ -255,7 +261,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         args.launcher,
         local=LocalOptions(args.tritonserver),
         docker=DockerOptions(image=args.image, gpus=args.gpus, shm_size=args.shm_size, pull=args.pull),
-        remote=RemoteOptions(args.url, args.grpc_url),
+        remote=RemoteOptions(args.url, args.grpc_url, args.metrics_url),
     )
     return RunSettings(
         model=args.model,
@@ -286,7 +292,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
 def _run(args: argparse.Namespace) -> int:
     from autotune import tuner
     from autotune._console import RichEvents, print_summary
-    from autotune.gpu import local_gpu_count
+    from autotune.launch import server_gpus
     from autotune.rundir import RunDir, find_unfinished
 
     settings = settings_from(args)
@@ -299,7 +305,10 @@ def _run(args: argparse.Namespace) -> int:
         if unfinished is not None:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             settings = replace(settings, run_dir=unfinished)
-    prep = tuner.prepare(settings, server_gpus=local_gpu_count())
+    gpus = server_gpus(settings.launch)
+    if gpus.note:
+        print(gpus.note, file=sys.stderr)
+    prep = tuner.prepare(settings, server_gpus=gpus.count)
     count = len(prep.data.entries) if prep.data else 1
     entries = f" ({count} entries, sent in turn)" if count > 1 else ""
     print(f"workload: {settings.workload.label}{entries}; {settings.traffic.label}", file=sys.stderr)

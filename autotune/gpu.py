@@ -4,11 +4,15 @@ The server's own Prometheus endpoint is the source (``/metrics``: ``nv_gpu_utili
 ``nv_gpu_memory_used_bytes``, ``nv_gpu_power_usage`` in watts, one sample per GPU labelled
 ``gpu_uuid``); it works alike for a local process, a container and a remote server, and it
 answers for the machine the server runs on, not the one autotune runs on. pynvml is the
-fallback for a local server whose metrics lack them (:func:`local_gpu_count`).
+fallback for a local server whose metrics lack them (:func:`probe_kind` decides once per run).
 
 A point's figures are summarised from samples taken at its windows' ends
-(:func:`summarise`): utilisation and power averaged, memory the maximum. A server without
-GPU figures gets no sampling at all, so a CPU-only run costs nothing extra.
+(:func:`summarise`): utilisation and power averaged, memory the maximum; passes of one point
+are merged by :func:`merge`. A server without GPU figures gets no sampling at all, so a
+CPU-only run costs nothing extra.
+
+This module is values and the pure rules over them; the probes that read a server's metrics
+or the local driver are in :mod:`autotune.gpu_probe`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -23,6 +28,7 @@ UTILIZATION = "nv_gpu_utilization"
 MEMORY_USED = "nv_gpu_memory_used_bytes"
 POWER = "nv_gpu_power_usage"
 MIB = 1024 * 1024
+ProbeKind = Literal["metrics", "nvml", "none"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,13 @@ class GpuFigures:
     def from_dict(cls, data: dict[str, float | str]) -> GpuFigures:
         figures = (float(data[name]) for name in ("utilization", "memory_mb", "power_w"))
         return cls(str(data["uuid"]), *figures)
+
+
+class GpuProbe(Protocol):
+    """Samples the server's GPUs at one moment; blocking (the load generator calls it off its
+    event loop). It never raises: a sample that cannot be had is ``()``."""
+
+    def sample(self) -> tuple[GpuSample, ...]: ...
 
 
 def parse_metrics(text: str) -> tuple[GpuSample, ...]:
@@ -92,16 +105,31 @@ def peak_memory_mb(figures: Sequence[GpuFigures]) -> float:
     return max((f.memory_mb for f in figures), default=0.0)
 
 
-def local_gpu_count() -> int:
-    """GPUs of this machine (pynvml); 0 when the driver or pynvml is absent. Only for a server
-    that runs here (the local launcher), never for a container engine or a remote server."""
-    try:
-        import pynvml
+def merge(passes: Sequence[Sequence[GpuFigures]]) -> tuple[GpuFigures, ...]:
+    """Passes of one point as one set of figures per GPU: the median utilisation and power, the
+    maximum memory (what the point needed at most), in the order the GPUs first appear."""
+    by_gpu: dict[str, list[GpuFigures]] = {}
+    for figures in passes:
+        for f in figures:
+            by_gpu.setdefault(f.uuid, []).append(f)
+    return tuple(
+        GpuFigures(
+            uuid,
+            statistics.median(f.utilization for f in seen),
+            max(f.memory_mb for f in seen),
+            statistics.median(f.power_w for f in seen),
+        )
+        for uuid, seen in by_gpu.items()
+    )
 
-        pynvml.nvmlInit()
-    except Exception:  # pynvml raises NVMLError subclasses, or ImportError without it
-        return 0
-    try:
-        return int(pynvml.nvmlDeviceGetCount())
-    finally:
-        pynvml.nvmlShutdown()
+
+def probe_kind(metrics_gpus: int, launcher: str, local_gpus: int) -> ProbeKind:
+    """How a run samples its servers' GPUs, decided on its first server: from the server's
+    ``/metrics`` when they report GPUs (``metrics_gpus``); else, for a server that runs here
+    (the local launcher), from pynvml when this machine has GPUs (``local_gpus``: a server
+    whose metrics lack GPU lines, e.g. a build without them); else not at all."""
+    if metrics_gpus > 0:
+        return "metrics"
+    if launcher == "local" and local_gpus > 0:
+        return "nvml"
+    return "none"

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from autotune import gpu
 from autotune.gpu import GpuFigures
 from autotune.objective import Sla
 
@@ -200,7 +201,8 @@ def settled(
 def merged(points: Sequence[Point]) -> Point:
     """Passes at one level as one point: the median of each figure (throughput, each latency,
     the send rate), the sums of the counts (requests, errors, seconds, windows), stable only if
-    every pass was, every warning of any pass, and the last pass's server breakdown."""
+    every pass was, every warning of any pass, the last pass's server breakdown, and each GPU's
+    figures merged (:func:`autotune.gpu.merge`: median utilisation and power, maximum memory)."""
     if len(points) == 1:
         return points[0]
 
@@ -224,6 +226,7 @@ def merged(points: Sequence[Point]) -> Point:
         warnings=tuple(dict.fromkeys(w for p in points for w in p.warnings)),
         send_rate=med("send_rate"),
         send_late_p99_ms=max(p.send_late_p99_ms for p in points),
+        gpus=gpu.merge([p.gpus for p in points]),
     )
 
 

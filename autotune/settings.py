@@ -49,6 +49,7 @@ class DockerOptions:
 class RemoteOptions:
     url: str = ""  # host:http_port
     grpc_url: str = ""  # host:grpc_port; default the HTTP port + 1
+    metrics_url: str = ""  # the server's Prometheus /metrics; default http://<url's host>:8002/metrics
 
 
 LauncherOptions = LocalOptions | DockerOptions | RemoteOptions

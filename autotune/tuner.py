@@ -34,6 +34,8 @@ from autotune.errors import (
 )
 from autotune.events import Events
 from autotune.files import file_digest, write_text_atomic
+from autotune.gpu import GpuProbe
+from autotune.gpu_probe import choose_probe
 from autotune.launch import Launcher, Server, failure_line, make_launcher, read_tail
 from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, read_workload
 from autotune.measure import Measurement, Point, WindowPlan, settled
@@ -216,6 +218,8 @@ class Trials:
         self.search_sla = _tightened(prep.settings.sla, prep.settings.margin)
         self.data = prep.data
         self.checked = False  # the preflight passed
+        self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
+        self.probed = False
 
     def run(self, study: Study, results: list[TrialResult]) -> None:
         """Ask one trial and tell its result; ``results``: every trial so far, this worker's or not."""
@@ -253,14 +257,16 @@ class Trials:
     def generator(self, server: Server, plan: WindowPlan) -> LoadGenerator:
         """The load for this server; the first server that answers also gets the preflight
         (LoadGenerator.preflight: each distinct shape of the workload, then a spread of its
-        requests; a WorkloadError stops the run)."""
+        requests; a WorkloadError stops the run) and chooses the run's GPU probe (none: no sampling)."""
         settings = self.prep.settings
         gen = LoadGenerator.connect(
             server.host, server.http_port, server.grpc_port, settings.model, protocol=settings.protocol,
             plan=plan, workload=settings.workload, data=self.data, preflight=not self.checked,
         )  # fmt: skip
         self.data, self.checked = gen.data, True  # as the server serves the model, encoded once
-        return gen
+        if not self.probed:
+            self.probe, self.probed = choose_probe(server.metrics_url, settings.launch.kind), True
+        return gen.with_gpu_probe(self.probe)
 
     def measure(self, asked: Asked, start: float | None = None, beat: float = 0.0) -> Measurement:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best

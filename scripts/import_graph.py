@@ -33,10 +33,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "autotune.processes", "autotune.guard")),
     # frozen values and the pure rules over them (no I/O but reading a file given by name)
     ("values", ("autotune.objective", "autotune.search_space", "autotune.model_config",
-                "autotune.measure", "autotune.results", "autotune.decide")),
+                "autotune.measure", "autotune.results", "autotune.decide", "autotune.gpu")),
     ("settings", ("autotune.settings",)),
     # talking to a server that runs: its control plane, the load generator
-    ("io", ("autotune.control", "autotune.loadgen", "autotune.gpu", "autotune.traffic")),
+    ("io", ("autotune.control", "autotune.loadgen", "autotune.gpu_probe", "autotune.traffic")),
     # starting and stopping servers
     ("launch", ("autotune.launch", "autotune.staging")),
     # what persists: the study, the run directory

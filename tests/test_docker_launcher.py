@@ -27,6 +27,7 @@ from autotune.errors import LaunchError, ModelNotReadyError, ServerExitedError
 from autotune.events import Events
 from autotune.launch import docker as dl
 from autotune.launch import failure_line, free_ports, read_tail
+from autotune.launch._base import Ports
 from autotune.measure import Point
 from autotune.model_config import load_config
 from autotune.settings import DockerOptions
@@ -192,7 +193,7 @@ def test_a_model_that_fails_to_load_ends_the_container_with_its_reason(
 
 
 def test_a_failed_start_removes_the_created_container(client: Any, staged_toy: Path) -> None:
-    request = dl.container_request(DockerOptions(image=IMAGE), staged_toy, (0, 0),
+    request = dl.container_request(DockerOptions(image=IMAGE), staged_toy, Ports(0, 0, 0),
                                    dl.owner_labels("t", "toy"), f"autotune-badstart-{os.getpid()}")
     request["command"] = ["/no/such/tritonserver"]
     with pytest.raises(LaunchError, match="did not start"):
@@ -227,9 +228,9 @@ def test_a_port_taken_at_start_is_retried_on_others(client: Any, staged_toy: Pat
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        choices = iter([(port, port + 1)])
+        choices = iter([Ports(port, *free_ports(2))])
         monkeypatch.setattr(
-            dl.DockerLauncher, "_ports", lambda self: next(choices, None) or tuple(free_ports(2))
+            dl.DockerLauncher, "_ports", lambda self: next(choices, None) or Ports(*free_ports(3))
         )
         names: list[str] = []
         real = dl._create_started

@@ -17,6 +17,7 @@ import pytest
 from autotune.errors import LaunchError, UsageError
 from autotune.launch import docker as dl
 from autotune.launch import make_launcher
+from autotune.launch._base import Ports
 from autotune.model_config import load_config
 from autotune.settings import DockerOptions, Launch
 from autotune.staging import stage_model
@@ -54,6 +55,13 @@ def test_gpu_ids_are_device_ids(gpus: str, ids: list[str]) -> None:
     assert not request["Count"]
 
 
+@pytest.mark.parametrize(("gpus", "count"), [("", 0), ("  ", 0), ("0", 1), ("0,1", 2), (" 2, 3 ", 2),
+                                             ("GPU-8f2a1c,GPU-77aa", 2), ("all", 1)])  # fmt: skip
+def test_the_gpus_a_container_gets(gpus: str, count: int) -> None:
+    """What `kind: auto` follows; "all" counts as one (the engine's host is not asked)."""
+    assert dl.gpu_count(gpus) == count
+
+
 @pytest.mark.parametrize("gpus", ["0;1", "0,,1", "all,0", "$(id)"])
 def test_bad_gpus_are_a_usage_error(gpus: str) -> None:
     with pytest.raises(UsageError, match="--gpus"):
@@ -88,12 +96,14 @@ def test_a_dangling_model_file_is_refused(staged: Path, toy_repo: Path) -> None:
 def test_the_container_request(staged: Path) -> None:
     options = DockerOptions(image="example/triton:1", gpus="all", shm_size="2g")
     labels = dl.owner_labels("run-1", "toy")
-    request = dl.container_request(options, staged, (18000, 18001), labels, "autotune-toy-1")
+    request = dl.container_request(options, staged, Ports(18000, 18001, 18002), labels, "autotune-toy-1")
     assert request["image"] == "example/triton:1" and request["name"] == "autotune-toy-1"
     assert request["command"][0] == "tritonserver"
-    assert {"--model-repository=/models", "--exit-timeout-secs=5", "--allow-metrics=false"} <= set(
-        request["command"])
-    assert request["ports"] == {"8000/tcp": ("127.0.0.1", 18000), "8001/tcp": ("127.0.0.1", 18001)}
+    assert {"--model-repository=/models", "--exit-timeout-secs=5", "--allow-metrics=true",
+            "--allow-gpu-metrics=true", "--metrics-port=8002"} <= set(request["command"])  # fmt: skip
+    assert request["ports"] == {
+        "8000/tcp": ("127.0.0.1", 18000), "8001/tcp": ("127.0.0.1", 18001), "8002/tcp": ("127.0.0.1", 18002),
+    }  # fmt: skip
     assert request["shm_size"] == "2g"
     assert request["device_requests"] == dl.device_requests("all")
     assert request["labels"] == labels

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ModelNotReadyError, ServerExitedError
-from autotune.launch._base import Launcher, PortClash, Server, Started
+from autotune.launch._base import Launcher, PortClash, Ports, Server, Started
 
 
 class Recorder(Launcher[int]):
@@ -20,14 +20,14 @@ class Recorder(Launcher[int]):
     def __init__(self, outcomes: list[str], log: Path) -> None:
         super().__init__()
         self.outcomes, self.log = outcomes, log
-        self.started: list[tuple[int, tuple[int, int]]] = []
+        self.started: list[tuple[int, Ports]] = []
         self.stopped: list[tuple[int, bool]] = []
-        self.ports = iter([(1000, 1001), (2000, 2001), (3000, 3001)])
+        self.ports = iter([Ports(1000, 1001, 1002), Ports(2000, 2001, 2002), Ports(3000, 3001, 3002)])
 
-    def _ports(self) -> tuple[int, int]:
+    def _ports(self) -> Ports:
         return next(self.ports)
 
-    def _start(self, repository: Path, model: str, log_path: Path, ports: tuple[int, int]) -> Started[int]:
+    def _start(self, repository: Path, model: str, log_path: Path, ports: Ports) -> Started[int]:
         number = len(self.started) + 1
         self.started.append((number, ports))
         if self.outcomes[number - 1] == "start-clash":
@@ -39,6 +39,12 @@ class Recorder(Launcher[int]):
         outcome = self.outcomes[started.handle - 1]
         if outcome == "exit-clash":
             self.log.write_text("E... failed to bind: Address already in use\n")
+            raise ServerExitedError("tritonserver exited")
+        if outcome == "metrics-clash":  # tritonserver 2.51's line when its metrics port is taken
+            self.log.write_text(
+                'E1124 15:27:27.883280 17344 main.cc:293] "failed to start Metrics service: '
+                "Unavailable - Socket '127.0.0.1:1002' already in use \"\n"
+            )
             raise ServerExitedError("tritonserver exited")
         if outcome == "exit":
             self.log.write_text("E... failed to load all models\n")
@@ -71,13 +77,13 @@ def test_an_error_in_the_block_stops_the_server_as_failed(log: Path, error: type
     assert launcher.stopped == [(1, True)]
 
 
-@pytest.mark.parametrize("first", ["exit-clash", "start-clash"])
+@pytest.mark.parametrize("first", ["exit-clash", "metrics-clash", "start-clash"])
 def test_a_port_clash_is_retried_once_on_other_ports(log: Path, first: str) -> None:
     launcher = Recorder([first, "ok"], log)
     with launcher.serve(Path("repo"), "m", log) as server:
         assert server.http_port == 2000
-    assert [ports for _, ports in launcher.started] == [(1000, 1001), (2000, 2001)]
-    stopped_first = [(1, True)] if first == "exit-clash" else []  # a start that raised left nothing
+    assert [ports for _, ports in launcher.started] == [(1000, 1001, 1002), (2000, 2001, 2002)]  # all new
+    stopped_first = [] if first == "start-clash" else [(1, True)]  # a start that raised left nothing
     assert launcher.stopped == [*stopped_first, (2, False)]
 
 
@@ -95,4 +101,4 @@ def test_a_server_that_never_gets_ready_is_stopped_and_not_retried(
     launcher = Recorder([outcome, "ok"], log)
     with pytest.raises(error), launcher.serve(Path("repo"), "m", log):
         pytest.fail("no server")
-    assert launcher.started == [(1, (1000, 1001))] and launcher.stopped == [(1, True)]
+    assert launcher.started == [(1, (1000, 1001, 1002))] and launcher.stopped == [(1, True)]

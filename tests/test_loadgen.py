@@ -20,13 +20,16 @@ from numpy.typing import NDArray
 
 import autotune.loadgen as loadgen
 from autotune.errors import UsageError
+from autotune.gpu import MIB, GpuSample
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, TensorSpec, http_request, payload_from_file, raw_bytes
 from autotune.loadgen._load import Job, Load, Recorder, Tally, clock
 from autotune.loadgen._schedule import BLOCK, Schedule, read_intervals
+from autotune.loadgen._stats import StatsSnapshot
 from autotune.loadgen._timer import DueTimer
 from autotune.loadgen._transport import Connection, Done, InferError, _parse_response
-from autotune.loadgen._windows import behind_schedule, late_sends
+from autotune.loadgen._windows import behind_schedule, late_sends, run_windows, summarise
+from autotune.measure import Point, WindowPlan
 
 
 def test_exported_names() -> None:
@@ -229,6 +232,63 @@ def test_behind_schedule_and_late_sends_rules() -> None:
     assert late_sends(late_p99_ms=2.5, p50_ms=5.0)  # late beyond the 2 ms floor
     assert not late_sends(late_p99_ms=2.5, p50_ms=40.0)  # but within 10% of p50
     assert not late_sends(late_p99_ms=0.1, p50_ms=5.0)
+
+
+class _Steady:
+    """A load whose windows complete ``per_window`` requests each (the first: ``first``), at 5 ms."""
+
+    def __init__(self, per_window: int, first: int) -> None:
+        self.counts = iter([0, first])  # the warmup's tally, then the first window's
+        self.per_window = per_window
+
+    async def wait(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+
+    async def collect(self) -> Tally:
+        return _tally(1.0, [5_000_000] * next(self.counts, self.per_window), [], 0, 0)
+
+
+class _ScriptedProbe:
+    """GPU samples in turn (``()``: a scrape that failed); counts its calls."""
+
+    def __init__(self, samples: list[tuple[GpuSample, ...]]) -> None:
+        self.samples, self.calls = iter(samples), 0
+
+    def sample(self) -> tuple[GpuSample, ...]:
+        self.calls += 1
+        return next(self.samples)
+
+
+def _measured(probe: _ScriptedProbe | None) -> tuple[Point, int]:
+    plan = WindowPlan(window_s=1.0, warmup_s=0.0, stable_windows=3, max_windows=6, min_requests=1)
+
+    async def stats() -> StatsSnapshot:
+        return StatsSnapshot({}, 0, {})
+
+    async def scenario() -> tuple[Point, int]:
+        before, windows = await run_windows(_Steady(100, first=10), stats, plan, probe)
+        return summarise(before, windows, plan, concurrency=4, rate=0.0, batch=1), len(windows)
+
+    return asyncio.run(scenario())
+
+
+def test_each_window_samples_the_gpus_and_the_point_summarises_the_kept_ones() -> None:
+    def gpu(utilization: float, mib: int) -> tuple[GpuSample, ...]:
+        return (GpuSample("GPU-a", utilization, mib * MIB, 100.0 * utilization),)
+
+    # window 1 (10 requests) is not kept: the point is windows 2-4, one of whose scrapes failed
+    probe = _ScriptedProbe([gpu(1.0, 9000), gpu(0.2, 100), (), gpu(0.6, 300)])
+    point, windows = _measured(probe)
+    assert windows == 4 and probe.calls == 4
+    (figures,) = point.gpus
+    assert (figures.uuid, figures.memory_mb) == ("GPU-a", 300.0)
+    assert figures.utilization == pytest.approx(0.4) and figures.power_w == pytest.approx(40.0)
+
+
+def test_without_a_probe_a_point_has_no_gpu_figures() -> None:
+    point, windows = _measured(None)
+    assert windows == 4 and point.gpus == ()
+    assert _measured(_ScriptedProbe([()] * 4))[0].gpus == ()  # a server whose metrics have no GPUs
 
 
 class _Gate:

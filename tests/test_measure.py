@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from autotune.errors import UsageError
+from autotune.gpu import GpuFigures
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.measure import (
     BEHIND_SCHEDULE,
@@ -155,6 +156,14 @@ def test_merged_passes_keep_every_warning_and_count_every_request() -> None:
     assert (one.throughput, one.p95_ms, one.errors, one.requests) == (95.0, 42.0, 2, 300)
     assert not one.stable and one.warnings == (BEHIND_SCHEDULE,) and not one.trusted
     assert merged([a]) is a
+
+
+def test_merged_passes_merge_each_gpu() -> None:
+    a = replace(point(4, 100.0, 40.0), gpus=(GpuFigures("GPU-a", 0.5, 1000.0, 100.0),))
+    b = replace(point(4, 90.0, 44.0), gpus=(GpuFigures("GPU-a", 0.7, 1500.0, 200.0),))
+    c = replace(point(4, 95.0, 42.0), gpus=())  # a pass whose scrapes all failed
+    assert merged([a, b, c]).gpus == (GpuFigures("GPU-a", 0.6, 1500.0, 150.0),)
+    assert merged([point(4, 1.0, 1.0), point(4, 1.0, 1.0)]).gpus == ()  # a CPU server
 
 
 def test_infeasible_candidate_reports_the_closest_point() -> None:

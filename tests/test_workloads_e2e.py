@@ -21,7 +21,7 @@ import pytest
 
 from autotune import decide
 from autotune.cli import main
-from autotune.gpu import local_gpu_count
+from autotune.gpu_probe import local_gpu_count
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
 from tests.conftest import servers_under

@@ -6,20 +6,22 @@
     launcher.drain()                                               # every server has stopped
 
 :class:`Launcher` owns the sequence (ports, retry on a port clash, readiness, teardown); each
-launcher only starts and stops. ``autotune clean`` calls :func:`reap_leftovers`.
+launcher only starts and stops. ``autotune clean`` calls :func:`reap_leftovers`;
+:func:`server_gpus` says how many GPUs the servers will have, before any is started.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.launch._base import Launcher, Server, failure_line, free_ports, read_tail, wait_model_ready
-from autotune.settings import Launch
+from autotune.settings import DockerOptions, Launch, RemoteOptions
 
 __all__ = [
-    "Launcher", "Server", "failure_line", "free_ports", "make_launcher", "read_tail", "reap_leftovers",
-    "wait_model_ready",
+    "Launcher", "Server", "ServerGpus", "failure_line", "free_ports", "make_launcher", "read_tail",
+    "reap_leftovers", "server_gpus", "wait_model_ready",
 ]  # fmt: skip
 
 
@@ -53,3 +55,46 @@ def reap_leftovers() -> tuple[list[int], list[str]]:
     except AutotuneError:
         containers = []
     return servers, containers
+
+
+@dataclass(frozen=True)
+class ServerGpus:
+    """How many GPUs the launcher's servers have; ``note``: one line for people when the count
+    could not be had (it is then 0)."""
+
+    count: int
+    note: str = ""
+
+
+def server_gpus(launch: Launch) -> ServerGpus:
+    """The GPUs of the side where ``launch`` runs its servers, asked there, never of this
+    machine, except for the local launcher, whose servers run here."""
+    if launch.kind == "docker":
+        return _docker_gpus(launch.docker)
+    if launch.kind == "remote":
+        return _remote_gpus(launch.remote)
+    from autotune.gpu_probe import local_gpu_count
+
+    return ServerGpus(local_gpu_count())
+
+
+def _docker_gpus(options: DockerOptions) -> ServerGpus:
+    """The devices ``--gpus`` gives each container ("all" counts as one: see
+    :func:`autotune.launch.docker.gpu_count`)."""
+    from autotune.launch.docker import gpu_count
+
+    return ServerGpus(gpu_count(options.gpus))
+
+
+def _remote_gpus(options: RemoteOptions) -> ServerGpus:
+    """The GPUs the remote server's metrics report; 0, with a note, when they do not answer."""
+    from autotune.gpu_probe import scraped_gpus
+    from autotune.launch.remote import metrics_url
+
+    url = metrics_url(options)
+    found = scraped_gpus(url)
+    if found is None:
+        return ServerGpus(
+            0, f"no metrics at {url}: GPUs unknown, tuning as for a CPU server (see --metrics-url)"
+        )
+    return ServerGpus(len(found))

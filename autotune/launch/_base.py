@@ -5,7 +5,10 @@ between our check and the server's bind, readiness on the *model's* ready endpoi
 teardown that always happens); a subclass only starts (:meth:`Launcher._start`) and stops
 (:meth:`Launcher._stop`). Readiness asks the model, not the server: a server can be ready
 with no model (a missing mount, a failed load). While waiting, the server's ``alive`` check
-turns an early exit into ServerExitedError with the log's last lines.
+turns an early exit into ServerExitedError with the log's last lines. A server we start also
+serves its metrics (GPU figures), on a port of its own that can clash too: Triton opens it
+just after its HTTP endpoint and exits if it cannot, so readiness waits for the metrics to
+answer as well (:func:`wait_metrics`).
 """
 
 from __future__ import annotations
@@ -17,19 +20,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, NamedTuple, TypeVar
 
 from autotune.control import ServerControl
 from autotune.errors import LaunchError, ModelNotReadyError, ServerExitedError
+from autotune.gpu_probe import scrape
 
 LOG_TAIL_LINES = 25
 READY_TIMEOUT_S = 180.0
+METRICS_INTERVAL_MS = 500  # a server's GPU figures refreshed twice a second (a window is 0.5-1 s)
+METRICS_WAIT_S = 10.0  # metrics that do not answer by then only cost the GPU figures
 H = TypeVar("H")  # what a launcher keeps of one started server (a process, a container, ...)
 
 
 @dataclass(frozen=True)
 class Server:
-    """A running Triton server: where to reach it and where its log is."""
+    """A running Triton server: where to reach it and where its log is. ``metrics_url``: the full
+    URL of its Prometheus ``/metrics`` ("" when it has none), where its GPU figures come from."""
 
     host: str
     http_port: int
@@ -37,6 +44,7 @@ class Server:
     log_path: Path | None
     alive: Callable[[], bool]
     description: str = ""
+    metrics_url: str = ""
 
     @property
     def http_url(self) -> str:
@@ -59,6 +67,14 @@ class Started(Generic[H]):
     exit_detail: Callable[[], str] = field(default=lambda: "")  # how it ended, once found dead
 
 
+class Ports(NamedTuple):
+    """The ports one server is started on (each a free port of 127.0.0.1 when chosen here)."""
+
+    http: int
+    grpc: int
+    metrics: int
+
+
 class PortClash(LaunchError):
     """A port we chose was taken before the server could bind it: worth one more try."""
 
@@ -67,6 +83,7 @@ class Launcher(ABC, Generic[H]):
     """Starts Triton on a model repository; :meth:`serve`'s context always tears it down."""
 
     name: ClassVar[str]
+    starts_servers: ClassVar[bool] = True  # False: it serves on a running server (whose metrics are its own)
 
     def __init__(self, *, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
         self.ready_timeout_s = ready_timeout_s
@@ -105,16 +122,18 @@ class Launcher(ABC, Generic[H]):
         raise AssertionError("unreachable")
 
     def _wait_ready(self, started: Started[H], model: str) -> None:
-        """Until the model is ready (ServerExitedError if the server ends first)."""
+        """Until the model is ready, and the metrics of a server we started answer
+        (ServerExitedError if the server ends first)."""
         wait_model_ready(started.server, model, self.ready_timeout_s, started.exit_detail)
+        if self.starts_servers and started.server.metrics_url:
+            wait_metrics(started.server, started.exit_detail)
 
-    def _ports(self) -> tuple[int, int]:
-        """HTTP and gRPC ports for the next server."""
-        http, grpc = free_ports(2)
-        return http, grpc
+    def _ports(self) -> Ports:
+        """HTTP, gRPC and metrics ports for the next server (all three new on a retry)."""
+        return Ports(*free_ports(3))
 
     @abstractmethod
-    def _start(self, repository: Path, model: str, log_path: Path, ports: tuple[int, int]) -> Started[H]:
+    def _start(self, repository: Path, model: str, log_path: Path, ports: Ports) -> Started[H]:
         """Start a server (not yet ready); raise PortClash when a port turned out to be taken."""
 
     @abstractmethod
@@ -134,9 +153,19 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
+def metrics_args(port: int, address: str = "") -> tuple[str, ...]:
+    """Prometheus metrics on ``port`` (GPU figures, when the server sees GPUs; no CPU figures),
+    refreshed every :data:`METRICS_INTERVAL_MS`; ``address``: the one to bind (default: the HTTP one's)."""
+    bind = (f"--metrics-address={address}",) if address else ()
+    return (
+        "--allow-metrics=true", "--allow-gpu-metrics=true", "--allow-cpu-metrics=false",
+        *bind, f"--metrics-port={port}", f"--metrics-interval-ms={METRICS_INTERVAL_MS}",
+    )  # fmt: skip
+
+
 def port_clash(log_text: str) -> bool:
     text = log_text.lower()
-    return any(s in text for s in ("address already in use", "failed to bind", "port is already allocated"))
+    return any(s in text for s in ("already in use", "failed to bind", "port is already allocated"))
 
 
 def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -166,15 +195,35 @@ def wait_model_ready(
     with ServerControl(server.host, server.http_port, timeout_s=2.0) as control:
         while time.monotonic() < deadline:
             if not server.alive():
-                detail = exit_detail() if exit_detail else ""
-                raise ServerExitedError(
-                    f"{server.description or 'tritonserver'} exited{detail} before model {model!r} was ready"
-                    + _tail_suffix(server)
-                )
+                raise _exited(server, exit_detail, f"before model {model!r} was ready")
             if control.model_ready(model):
                 return
             time.sleep(poll_s)
     raise ModelNotReadyError(f"model {model!r} was not ready after {timeout_s:.0f} s" + _tail_suffix(server))
+
+
+def wait_metrics(
+    server: Server,
+    exit_detail: Callable[[], str] | None = None,
+    timeout_s: float = METRICS_WAIT_S,
+    poll_s: float = 0.05,
+) -> None:
+    """Poll the server's metrics until they answer; a server that exits first (its metrics port
+    was taken) raises ServerExitedError with the log tail. Metrics that never answer from a
+    live server only cost the GPU figures: after ``timeout_s`` this returns."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if scrape(server.metrics_url) is not None:
+            return
+        if not server.alive():
+            raise _exited(server, exit_detail, "before its metrics answered")
+        time.sleep(poll_s)
+
+
+def _exited(server: Server, exit_detail: Callable[[], str] | None, when: str) -> ServerExitedError:
+    detail = exit_detail() if exit_detail else ""
+    what = server.description or "tritonserver"
+    return ServerExitedError(f"{what} exited{detail} {when}" + _tail_suffix(server))
 
 
 def _tail_suffix(server: Server) -> str:

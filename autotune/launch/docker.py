@@ -7,7 +7,8 @@ Docker and podman are tried.
 What the container sees: every entry of the staged model directory, bind-mounted read-only
 at ``/models/<model>/<entry>`` from its resolved target (the candidate's config.pbtxt, and the
 user's own files behind the staging symlinks), so nothing of the user's can be written.
-HTTP and gRPC are published on free ports of 127.0.0.1 only.
+HTTP, gRPC and Prometheus metrics (the server's GPU figures) are published on free ports of
+127.0.0.1 only.
 
 Every container carries labels naming its owner (host, pid, process start time): the next
 start and ``autotune clean`` remove those whose owner is gone. Teardown always happens
@@ -34,19 +35,20 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest, Mount
 
 from autotune.errors import LaunchError, UsageError
-from autotune.launch._base import READY_TIMEOUT_S, Launcher, PortClash, Server, Started, port_clash
+from autotune.launch import _base
+from autotune.launch._base import READY_TIMEOUT_S, Launcher, PortClash, Ports, Server, Started, port_clash
 from autotune.processes import Owner
 from autotune.settings import DockerOptions
 
 STOP_TIMEOUT_S = 15  # Triton itself gives in-flight work 5 s (--exit-timeout-secs)
 MODELS_DIR = "/models"
-HTTP_PORT, GRPC_PORT = 8000, 8001
+HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 COMMAND = (
     "tritonserver",
     f"--model-repository={MODELS_DIR}",
     f"--http-port={HTTP_PORT}",
     f"--grpc-port={GRPC_PORT}",
-    "--allow-metrics=false",
+    *_base.metrics_args(METRICS_PORT),
     "--exit-timeout-secs=5",
     "--log-verbose=0",
 )
@@ -143,6 +145,16 @@ def device_requests(gpus: str) -> list[DeviceRequest]:
     return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
 
 
+def gpu_count(gpus: str) -> int:
+    """How many GPUs ``--gpus`` gives the container: "" none, "0,1" two. "all" counts as 1: the
+    GPUs the engine's host has are not asked (this machine may not be that host, and nothing
+    is started just to count them), so it means "at least one"."""
+    gpus = gpus.strip()
+    if gpus == "all":
+        return 1
+    return len([part for part in gpus.split(",") if part.strip()])
+
+
 def model_mounts(repository: Path) -> list[Mount]:
     """Each entry of each staged model directory, read-only at /models/<model>/<entry>."""
     mounts = []
@@ -166,19 +178,19 @@ def model_mounts(repository: Path) -> list[Mount]:
 def container_request(
     options: DockerOptions,
     repository: Path,
-    ports: tuple[int, int],
+    ports: Ports,
     labels: Mapping[str, str],
     name: str,
 ) -> dict[str, Any]:
     """The keyword arguments of ``containers.create`` for one server (files are only read)."""
-    http_port, grpc_port = ports
+    inside = {HTTP_PORT: ports.http, GRPC_PORT: ports.grpc, METRICS_PORT: ports.metrics}
     return {
         "image": options.image,
         "command": list(COMMAND),
         "name": name,
         "labels": dict(labels),
         "mounts": model_mounts(repository),
-        "ports": {f"{HTTP_PORT}/tcp": ("127.0.0.1", http_port), f"{GRPC_PORT}/tcp": ("127.0.0.1", grpc_port)},
+        "ports": {f"{port}/tcp": ("127.0.0.1", published) for port, published in inside.items()},
         "shm_size": options.shm_size,
         "device_requests": device_requests(options.gpus),
         "detach": True,
@@ -276,9 +288,7 @@ class DockerLauncher(Launcher[_Running]):
         ensure_image(client, options.image, options.pull)
         return cls(client, options, run=run)
 
-    def _start(
-        self, repository: Path, model: str, log_path: Path, ports: tuple[int, int]
-    ) -> Started[_Running]:
+    def _start(self, repository: Path, model: str, log_path: Path, ports: Ports) -> Started[_Running]:
         log = _LogCopy(log_path)
         request = container_request(
             self._options, repository, ports, owner_labels(self._run, model), _container_name(model)
@@ -291,9 +301,9 @@ class DockerLauncher(Launcher[_Running]):
             raise
         log.follow(container)
         server = Server(
-            "127.0.0.1", ports[0], ports[1], log_path,
+            "127.0.0.1", ports.http, ports.grpc, log_path,
             alive=lambda: _running(container) or log.finish(container),
-            description=f"container {container.name}",
+            description=f"container {container.name}", metrics_url=f"http://127.0.0.1:{ports.metrics}/metrics",
         )  # fmt: skip
         return Started(server, (container, log), exit_detail=lambda: _how_it_ended(container))
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from autotune.errors import LaunchError
 from autotune.launch import _pids
-from autotune.launch._base import READY_TIMEOUT_S, Launcher, Server, Started
+from autotune.launch._base import READY_TIMEOUT_S, Launcher, Ports, Server, Started, metrics_args
 from autotune.settings import LocalOptions
 
 STOP_TIMEOUT_S = 15.0
@@ -143,12 +143,13 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         return self._installation
 
     def _start(
-        self, repository: Path, model: str, log_path: Path, ports: tuple[int, int]
+        self, repository: Path, model: str, log_path: Path, ports: Ports
     ) -> Started[subprocess.Popen[bytes]]:
-        proc = self._spawn(repository, log_path, *ports)
+        proc = self._spawn(repository, log_path, ports)
         server = Server(
-            "127.0.0.1", ports[0], ports[1], log_path,
+            "127.0.0.1", ports.http, ports.grpc, log_path,
             alive=lambda: proc.poll() is None, description=f"tritonserver (pid {proc.pid})",
+            metrics_url=f"http://127.0.0.1:{ports.metrics}/metrics",
         )  # fmt: skip
         return Started(server, proc, exit_detail=lambda: f" with exit code {proc.poll()}")
 
@@ -169,9 +170,7 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
             thread.join()
         self._stopping.clear()
 
-    def _spawn(
-        self, repository: Path, log_path: Path, http_port: int, grpc_port: int
-    ) -> subprocess.Popen[bytes]:
+    def _spawn(self, repository: Path, log_path: Path, ports: Ports) -> subprocess.Popen[bytes]:
         """tritonserver under its guard (:mod:`autotune.guard`), which leads the new process group
         and takes the whole group down if this process dies."""
         inst = self.installation
@@ -183,10 +182,10 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
             f"--model-repository={repository}",
             f"--backend-directory={inst.backend_dir}",
             "--http-address=127.0.0.1",
-            f"--http-port={http_port}",
+            f"--http-port={ports.http}",
             "--grpc-address=127.0.0.1",
-            f"--grpc-port={grpc_port}",
-            "--allow-metrics=false",
+            f"--grpc-port={ports.grpc}",
+            *metrics_args(ports.metrics, "127.0.0.1"),
             "--exit-timeout-secs=5",
             "--log-verbose=0",
             *self._extra_args,

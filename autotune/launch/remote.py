@@ -18,12 +18,13 @@ from google.protobuf import json_format
 
 from autotune.control import ServerControl
 from autotune.errors import ControlError, LaunchError, RestoreError, UsageError
-from autotune.launch._base import Launcher, Server, Started
+from autotune.launch._base import Launcher, Ports, Server, Started
 from autotune.model_config import CONFIG_NAME, parse_config
 from autotune.settings import RemoteOptions
 
 LOAD_TIMEOUT_S = 300.0  # a load can build an engine, or copy large weights
 HEALTH_TIMEOUT_S = 5.0
+METRICS_PORT = 8002  # Triton's default
 
 
 def split_url(url: str, what: str = "--url") -> tuple[str, int]:
@@ -33,20 +34,30 @@ def split_url(url: str, what: str = "--url") -> tuple[str, int]:
     return host, int(port)
 
 
+def metrics_url(options: RemoteOptions) -> str:
+    """The server's Prometheus ``/metrics``: ``--metrics-url``, else Triton's default port on
+    ``--url``'s host."""
+    if options.metrics_url:
+        return options.metrics_url
+    return f"http://{split_url(options.url)[0]}:{METRICS_PORT}/metrics"
+
+
 class RemoteLauncher(Launcher[str]):
     """Serves candidates on one running server; a started "server" is the model loaded there."""
 
     name = "remote"
+    starts_servers = False
 
-    def __init__(self, host: str, http_port: int, grpc_port: int) -> None:
+    def __init__(self, host: str, http_port: int, grpc_port: int, metrics_url: str = "") -> None:
         super().__init__(ready_timeout_s=LOAD_TIMEOUT_S)
         self.host, self.http_port, self.grpc_port = host, http_port, grpc_port
+        self.metrics_url = metrics_url
 
     @classmethod
     def from_options(cls, options: RemoteOptions) -> RemoteLauncher:
         host, port = split_url(options.url)
         grpc_port = split_url(options.grpc_url, "--grpc-url")[1] if options.grpc_url else port + 1
-        launcher = cls(host, port, grpc_port)
+        launcher = cls(host, port, grpc_port, metrics_url(options))
         launcher.check_reachable()
         return launcher
 
@@ -62,10 +73,10 @@ class RemoteLauncher(Launcher[str]):
                     hint="start it (e.g. docker-compose up) or fix --url",
                 )
 
-    def _ports(self) -> tuple[int, int]:
-        return self.http_port, self.grpc_port
+    def _ports(self) -> Ports:
+        return Ports(self.http_port, self.grpc_port, 0)  # the server's; its metrics: ``metrics_url``
 
-    def _start(self, repository: Path, model: str, log_path: Path, ports: tuple[int, int]) -> Started[str]:
+    def _start(self, repository: Path, model: str, log_path: Path, ports: Ports) -> Started[str]:
         config = parse_config((repository / model / CONFIG_NAME).read_text(encoding="utf-8"))
         override = json_format.MessageToJson(config, preserving_proto_field_name=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,6 +90,7 @@ class RemoteLauncher(Launcher[str]):
         server = Server(
             self.host, self.http_port, self.grpc_port, log_path,
             alive=self._alive, description=f"remote server {self.host}:{self.http_port}",
+            metrics_url=self.metrics_url,
         )  # fmt: skip
         return Started(server, model)
 

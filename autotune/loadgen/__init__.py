@@ -4,6 +4,7 @@
     point = gen.at_concurrency(8)            # a measure.Point, measured to stability
     point = gen.at_rate(200.0, "poisson")    # latency counted from the scheduled send time
     point = gen.with_workers(2).at_concurrency(64)   # two worker processes, merged
+    point = gen.with_gpu_probe(MetricsProbe(server.metrics_url)).at_concurrency(8)  # point.gpus
 
 See docs/loadgen.md for what is measured and how it compares with perf_analyzer.
 """
@@ -21,6 +22,7 @@ import numpy as np
 
 from autotune.control import AsyncStatistics, ServerControl
 from autotune.errors import ControlError, MeasurementError, ModelNotFoundError, UsageError, WorkloadError
+from autotune.gpu import GpuProbe
 from autotune.loadgen._endpoint import PROTOCOLS, Endpoint
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, Payload, WorkloadData, read_workload
@@ -62,6 +64,7 @@ class LoadGenerator:
     plan: WindowPlan = field(default_factory=WindowPlan)
     workers: int = 1  # worker processes; 1 runs in this process
     seed: int = 0  # Poisson schedules
+    gpu_probe: GpuProbe | None = None  # samples the server's GPUs at each window's end (None: no sampling)
 
     @classmethod
     def connect(
@@ -113,6 +116,9 @@ class LoadGenerator:
     def with_plan(self, plan: WindowPlan) -> LoadGenerator:
         return replace(self, plan=plan)
 
+    def with_gpu_probe(self, probe: GpuProbe | None) -> LoadGenerator:
+        return replace(self, gpu_probe=probe)
+
     def with_workers(self, workers: int) -> LoadGenerator:
         if workers < 1:
             raise UsageError(f"workers must be >= 1, got {workers}")
@@ -157,7 +163,7 @@ class LoadGenerator:
         try:
             with _quiet_gc():
                 async with _running(endpoint, job, self.workers) as source:
-                    before, windows = await run_windows(source, stats, self.plan)
+                    before, windows = await run_windows(source, stats, self.plan, self.gpu_probe)
         finally:
             await statistics.close()
         return summarise(

@@ -2,7 +2,9 @@
 
 Warmup is discarded. Each window collects the load's :class:`Tally` (completions in a
 bounded histogram, errors, open-loop lateness) and ends with a statistics snapshot from
-the server; a window with fewer than ``min_requests`` completions is extended (up to 4x).
+the server and, given a GPU probe, one sample of the server's GPUs (taken at the same time,
+the probe in a thread; the point's GPU figures summarise the kept windows' samples); a
+window with fewer than ``min_requests`` completions is extended (up to 4x).
 The run stops when the last ``stable_windows`` windows agree within the tolerance
 (throughput and latency at the plan's percentile), or at ``max_windows`` with an
 ``unstable`` warning. The figures come from the last ``stable_windows`` windows.
@@ -24,7 +26,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from autotune import gpu
 from autotune.errors import MeasurementError
+from autotune.gpu import GpuProbe, GpuSample
 from autotune.loadgen._load import Tally
 from autotune.loadgen._stats import StatsSnapshot, breakdown
 from autotune.measure import (
@@ -61,10 +65,14 @@ Stats = Callable[[], Awaitable[StatsSnapshot]]
 class Window:
     tally: Tally
     stats: StatsSnapshot  # the server's counters at the window's end
+    gpus: tuple[GpuSample, ...] = ()  # the server's GPUs at the window's end (none: no probe, or no answer)
 
 
-async def run_windows(source: Source, stats: Stats, plan: WindowPlan) -> tuple[StatsSnapshot, list[Window]]:
-    """The snapshot before the first window, and the windows measured."""
+async def run_windows(
+    source: Source, stats: Stats, plan: WindowPlan, probe: GpuProbe | None = None
+) -> tuple[StatsSnapshot, list[Window]]:
+    """The snapshot before the first window, and the windows measured (each with a sample of
+    ``probe``, when there is one)."""
     await source.wait(plan.warmup_s)
     await source.collect()  # the warmup's tally is dropped
     before = await _stats(stats)
@@ -75,7 +83,8 @@ async def run_windows(source: Source, stats: Stats, plan: WindowPlan) -> tuple[S
         while tally.completions < plan.min_requests and waited < 4 * plan.window_s:
             await source.wait(plan.window_s / 4)
             tally, waited = tally.then(await source.collect()), waited + plan.window_s / 4
-        windows.append(Window(tally, await _stats(stats)))
+        snapshot, gpus = await asyncio.gather(_stats(stats), _sample(probe))
+        windows.append(Window(tally, snapshot, gpus))
         if _stable(windows, plan):
             break
     return before, windows
@@ -88,6 +97,11 @@ async def _stats(stats: Stats) -> StatsSnapshot:
         raise MeasurementError(
             f"the server did not answer a statistics request in {STATS_TIMEOUT_S:.0f} s"
         ) from exc
+
+
+async def _sample(probe: GpuProbe | None) -> tuple[GpuSample, ...]:
+    """One sample of the server's GPUs, taken off the event loop (none without a probe)."""
+    return await asyncio.to_thread(probe.sample) if probe is not None else ()
 
 
 def _stable(windows: list[Window], plan: WindowPlan) -> bool:
@@ -144,6 +158,7 @@ def summarise(
         requests=hist.count, errors=tally.errors, duration_s=tally.duration_s, windows=len(windows),
         stable=stable, server=breakdown(start, kept[-1].stats), warnings=tuple(warnings),
         send_rate=tally.sent / tally.duration_s if rate else 0.0, send_late_p99_ms=late_p99,
+        gpus=gpu.summarise([w.gpus for w in kept]),
     )  # fmt: skip
 
 
