@@ -25,6 +25,8 @@ import pytest
 from autotune.cli import build_parser, main, settings_from
 from autotune.errors import LaunchError, ModelNotReadyError, ServerExitedError
 from autotune.events import Events
+from autotune.gpu import parse_metrics
+from autotune.gpu_probe import scrape
 from autotune.launch import docker as dl
 from autotune.launch import failure_line, free_ports, read_tail
 from autotune.launch._base import Ports
@@ -216,6 +218,8 @@ def test_serve_gives_a_ready_server_and_leaves_nothing(client: Any, staged_toy: 
         mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
         assert {"/models/toy/config.pbtxt", "/models/toy/1"} <= set(mounts)
         assert not any(m["RW"] for m in mounts.values())
+        metrics = scrape(server.metrics_url)  # published on a port of 127.0.0.1; no GPU lines here
+        assert metrics is not None and "nv_inference_count" in metrics and parse_metrics(metrics) == ()
     assert not server.alive()
     assert "successfully unloaded 'toy'" in log.read_text()  # a graceful stop, and its log kept
 
