@@ -15,6 +15,7 @@ from autotune.errors import AutotuneError, MeasurementError, UsageError
 from autotune.objective import Sla
 from autotune.settings import (
     LAUNCHERS,
+    TRT_BUILD_TIMEOUT_S,
     DockerOptions,
     Launch,
     LocalOptions,
@@ -170,6 +171,14 @@ def _add_run(sub: Any) -> None:
         help="measurement window in seconds while searching; finalists are verified with "
         "windows twice as long (default 0.5)",
     )
+    run.add_argument(
+        "--trt-build-timeout-s",
+        type=float,
+        default=TRT_BUILD_TIMEOUT_S,
+        metavar="S",
+        help="how long a candidate with TensorRT (FP16) may take to load: its engine is built then, "
+        "which takes minutes; a build that runs longer fails that trial, saying so (default %(default).0f)",
+    )
     add_workload_arguments(run)
     add_traffic_arguments(run)
     _add_launcher_options(run)
@@ -280,6 +289,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         repeats=args.repeats,
         margin=args.margin,
         open_loop_check=not args.no_open_loop_check,
+        trt_build_timeout_s=args.trt_build_timeout_s,
     )
 
 

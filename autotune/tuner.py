@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from autotune import decide, finals, stopping
+from autotune import decide, finals, stopping, trt_build
 from autotune import model_config as mcfg
 from autotune.errors import (
     AutotuneError,
@@ -77,6 +77,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
         gpu=gpu_available,
         tensorrt=mcfg.supports_tensorrt(original),
         min_batch=settings.workload.batch_size,
+        gpu_count=server_gpus,
     )
     space = space.including(decide.in_space(baseline, space))
     io = ModelIO.from_config(settings.model, original)  # None: it declares no inputs, the server will
@@ -297,14 +298,16 @@ class Trials:
 
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[Server]:
-        """The candidate staged (a repository of links and its config.pbtxt) and served; the
-        staged folder is removed when the server's context ends."""
+        """The candidate staged (a repository of links and its config.pbtxt) and served (a config
+        with TensorRT gets --trt-build-timeout-s to build its engine); the staged folder is
+        removed when the server's context ends."""
         config = mcfg.apply_candidate(self.prep.original, candidate)
         stage = self.run_dir.stage(stage_name)
         try:
             stage_model(self.prep.model_dir, config, stage)
-            with self.launcher.serve(stage, self.prep.settings.model, log) as server:
-                yield server
+            s = self.prep.settings
+            with trt_build.serving(self.launcher, stage, s.model, log, config, s.trt_build_timeout_s) as srv:
+                yield srv
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 

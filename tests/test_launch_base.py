@@ -35,7 +35,7 @@ class Recorder(Launcher[int]):
         server = Server("127.0.0.1", ports[0], ports[1], self.log, alive=lambda: True)
         return Started(server, number)
 
-    def _wait_ready(self, started: Started[int], model: str) -> None:
+    def _wait_ready(self, started: Started[int], model: str, timeout_s: float) -> None:
         outcome = self.outcomes[started.handle - 1]
         if outcome == "exit-clash":
             self.log.write_text("E... failed to bind: Address already in use\n")

@@ -14,12 +14,20 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.launch._base import Launcher, Server, failure_line, free_ports, read_tail, wait_model_ready
+from autotune.launch._base import (
+    Launcher,
+    Server,
+    failure_line,
+    free_ports,
+    read_tail,
+    tensorrt_error,
+    wait_model_ready,
+)
 from autotune.settings import Launch
 
 __all__ = [
     "Launcher", "Server", "failure_line", "free_ports", "make_launcher", "read_tail", "reap_leftovers",
-    "wait_model_ready",
+    "tensorrt_error", "wait_model_ready",
 ]  # fmt: skip
 
 
