@@ -98,7 +98,10 @@ def _add_run(sub: Any) -> None:
             else argparse.SUPPRESS,
         )
     run.add_argument(
-        "--search-space", type=Path, help="search space YAML (default: the packaged default.yaml)"
+        "--search-space",
+        type=Path,
+        help="search space YAML, or the name of a bundled one: default (the default), gpu (instances "
+        "per GPU, bigger batches, TensorRT FP16), model_analyzer",
     )
     budget = run.add_argument_group("budget (whichever ends first)")
     budget.add_argument("--max-trials", type=int, default=20, help="configs to try (default 20)")

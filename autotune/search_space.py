@@ -264,12 +264,27 @@ _SECTIONS = {
 }
 
 
+def bundled(name: str = "default") -> Path:
+    """A search space that ships with autotune: ``search_spaces/<name>.yaml``."""
+    from importlib.resources import files
+
+    return Path(str(files("autotune.search_spaces").joinpath(f"{name}.yaml")))
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.stem for p in bundled().parent.glob("*.yaml"))
+
+
 def load_search_space(path: Path, *, gpu_available: bool = False) -> SearchSpace:
-    """Read and check a search space file; every problem is a SearchSpaceError."""
+    """Read and check a search space file, or a bundled one by its name (``gpu``: a bare name
+    that is no file here); every problem is a SearchSpaceError."""
+    if not path.exists() and path.name in bundled_names() and str(path) == path.name:
+        path = bundled(path.name)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise SearchSpaceError(f"search space file not found: {path}") from exc
+        names = ", ".join(bundled_names())
+        raise SearchSpaceError(f"search space file not found: {path} (bundled, by name: {names})") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise SearchSpaceError(f"{path}: cannot read: {exc}") from exc
     except yaml.YAMLError as exc:

@@ -42,7 +42,7 @@ from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
 from autotune.rundir import WINNER_CONFIG, WINNER_DIFF, RunDir, RunRecord
-from autotune.search_space import Candidate, SearchSpace, load_search_space, params_of
+from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, params_of
 from autotune.settings import RunSettings
 from autotune.staging import stage_model
 from autotune.study import INTERRUPTED, Asked, Study, redact
@@ -89,9 +89,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
 
 
 def default_space_path() -> Path:
-    from importlib.resources import files
-
-    return Path(str(files("autotune.search_spaces").joinpath("default.yaml")))
+    return bundled("default")
 
 
 def _check_writable(path: Path) -> None:
