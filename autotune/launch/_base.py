@@ -207,6 +207,8 @@ def failure_line(log_text: str) -> str:
         return trt[:300]
     noise = ("NVML", "DCGM", "CudaDriverHelper", "GPU metrics", "cuda")
     for line in lines:
+        if _ORT_NOT_ERROR.search(line):  # onnxruntime's warnings and information ("... overflow errors")
+            continue
         if (line.startswith("E") or "error" in line.lower()) and not any(n in line for n in noise):
             return line[:300]
     return ""
@@ -221,20 +223,22 @@ def failure_line(log_text: str) -> str:
 # TensorFlow's TF-TRT logs as TensorFlow does: "<time>: E tensorflow/compiler/tf2tensorrt/...] ...".
 _ORT_TRT = re.compile(r"tensorrt_execution_provider[^\]]*\]\s*\[[^\]]*\b(?:INTERNAL_ERROR|ERROR)\]\s*(.+)")
 _ORT_TRT_FAILURE = re.compile(r"TensorRT EP (?:could not|fail)[^\n]*", re.IGNORECASE)
+_ORT_NOT_ERROR = re.compile(r"\[[VIW]:onnxruntime:")
 _TF_TRT = re.compile(r"\bE \S*tf2tensorrt/\S+\]\s*(.+)")
 
 
 def tensorrt_error(log_text: str) -> str:
     """The first TensorRT error in a server log (onnxruntime's TensorRT execution provider, or
-    TensorFlow's TF-TRT), as ``TensorRT: <its message>``; "" when there is none: their warning
-    and information lines, and every other error, are not TensorRT errors."""
+    TensorFlow's TF-TRT), as ``TensorRT: <its message>`` (or the execution provider's own
+    ``TensorRT EP ...`` failure); "" when there is none: their warning and information lines,
+    and every other error, are not TensorRT errors."""
     for line in log_text.splitlines():
         logged = _ORT_TRT.search(line) or _TF_TRT.search(line)
         if logged is not None:
             return "TensorRT: " + logged.group(1).strip()
         failure = _ORT_TRT_FAILURE.search(line)
-        if failure is not None:
-            return "TensorRT: " + failure.group(0).strip().rstrip('"')
+        if failure is not None:  # it names TensorRT itself
+            return failure.group(0).strip().rstrip('";')
     return ""
 
 
