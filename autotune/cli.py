@@ -15,6 +15,7 @@ from autotune.errors import AutotuneError, MeasurementError, UsageError
 from autotune.objective import Sla
 from autotune.settings import (
     LAUNCHERS,
+    TRT_BUILD_TIMEOUT_S,
     DockerOptions,
     Launch,
     LocalOptions,
@@ -97,7 +98,10 @@ def _add_run(sub: Any) -> None:
             else argparse.SUPPRESS,
         )
     run.add_argument(
-        "--search-space", type=Path, help="search space YAML (default: the packaged default.yaml)"
+        "--search-space",
+        type=Path,
+        help="search space YAML, or the name of a bundled one: default (the default), gpu (instances "
+        "per GPU, bigger batches, TensorRT FP16), model_analyzer",
     )
     budget = run.add_argument_group("budget (whichever ends first)")
     budget.add_argument("--max-trials", type=int, default=20, help="configs to try (default 20)")
@@ -169,6 +173,14 @@ def _add_run(sub: Any) -> None:
         default=0.5,
         help="measurement window in seconds while searching; finalists are verified with "
         "windows twice as long (default 0.5)",
+    )
+    run.add_argument(
+        "--trt-build-timeout-s",
+        type=float,
+        default=TRT_BUILD_TIMEOUT_S,
+        metavar="S",
+        help="how long a candidate with TensorRT (FP16) may take to load: its engine is built then, "
+        "which takes minutes; a build that runs longer fails that trial, saying so (default %(default).0f)",
     )
     add_workload_arguments(run)
     add_traffic_arguments(run)
@@ -286,6 +298,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         repeats=args.repeats,
         margin=args.margin,
         open_loop_check=not args.no_open_loop_check,
+        trt_build_timeout_s=args.trt_build_timeout_s,
     )
 
 

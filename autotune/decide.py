@@ -20,7 +20,14 @@ from dataclasses import replace
 from typing import Any
 
 from autotune.results import COMPLETE, FAIL, TrialResult, Verification
-from autotune.search_space import Candidate, SearchSpace, decode_preferred, encode_preferred, params_of
+from autotune.search_space import (
+    Candidate,
+    SearchSpace,
+    decode_gpus,
+    decode_preferred,
+    encode_preferred,
+    params_of,
+)
 
 # A goodput this much better than the best so far counts as progress, not noise: short screening
 # windows differ by 5-10% on a busy two-core machine (cnn: 0.5 s windows). At 5%, one cnn run
@@ -28,29 +35,34 @@ from autotune.search_space import Candidate, SearchSpace, decode_preferred, enco
 IMPROVEMENT = 0.08
 CONTENDER = 0.90  # a finalist after the first is verified only within this fraction of its goodput
 TIE = 0.02  # verified throughputs this close are a tie: the lower latency wins
+GPU_SEED_COUNTS = (1, 2)  # instances per GPU the seeds of a KIND_GPU space try
 
 
 def heuristic_seeds(
     space: SearchSpace, cores: int, baseline: Candidate | None = None
 ) -> list[dict[str, Any]]:
     """Sound first guesses after the baseline, each changing one thing at a time: the baseline
-    with one instance per core (its batching kept: a model where batching buys nothing is then
+    with "many" instances (its batching kept: a model where batching buys nothing is then
     measured with more instances and without batching, early), then dynamic batching at the
-    largest batch size, with one instance and with as many instances as cores (capped by the
-    space). Trial parameters (:meth:`SearchSpace.suggest` takes the ones that apply)."""
+    largest batch size, with one instance and with many (capped by the space). Many is one
+    per core for KIND_CPU, and ``GPU_SEED_COUNTS``' largest per GPU for KIND_GPU (a GPU is
+    not a core: a second instance lets one copy its data while the other computes; the
+    cores of the machine say nothing about it). Trial parameters (:meth:`SearchSpace.suggest`
+    takes the ones that apply)."""
     seeds: list[dict[str, Any]] = []
-    per_core = closest(space.instance_count, cores)
-    if baseline is not None and baseline.instance_count != per_core and baseline.kind in space.kind:
-        seeds.append(params_of(replace(baseline, instance_count=per_core)))
+    if baseline is not None and baseline.kind in space.kind:
+        many = seed_counts(space, baseline.kind, cores)[-1]
+        if baseline.instance_count != many:
+            seeds.append(params_of(replace(baseline, instance_count=many)))
     mbs = max(space.max_batch_size)
     if mbs == 0 or True not in space.dynamic_batching:
         return seeds
-    counts = sorted({min(space.instance_count), per_core})
+    kind = space.kind[0]
     pref = "none" if "none" in space.preferred_batch_size else space.preferred_batch_size[0]
     return seeds + [
         {
             "instance_count": count,
-            "kind": space.kind[0],
+            "kind": kind,
             "max_batch_size": mbs,
             "dynamic_batching": True,
             "preferred_batch_size": pref,
@@ -58,20 +70,36 @@ def heuristic_seeds(
             "gpus": space.gpus[0],
             "trt_fp16": False,
         }
-        for count in counts
+        for count in seed_counts(space, kind, cores)
     ]
+
+
+def seed_counts(space: SearchSpace, kind: str, cores: int) -> list[int]:
+    """The instance counts the seeds try, fewest first: 1 and one per core for KIND_CPU, 1 and
+    2 per GPU for KIND_GPU, each the space's closest choice."""
+    targets = (1, cores) if kind == "KIND_CPU" else GPU_SEED_COUNTS
+    return sorted({closest(space.instance_count, t) for t in targets})
 
 
 def neighbours(candidate: Candidate, space: SearchSpace) -> list[Candidate]:
-    """The one-step changes of ``candidate`` that the space holds: one instance more or fewer,
-    dynamic batching off (or on, with no preferred size and the shortest queue delay), and with
-    batching on, the max batch size one choice up or down (x2 or /2 in the default space), the
-    queue delay one choice up or down, and each other preferred-size choice. The max batch size
-    of a config without dynamic batching is left alone: with requests of one batch it changes
-    nothing the server does."""
+    """The one-step changes of ``candidate`` that the space holds: one instance more or fewer
+    (per GPU for KIND_GPU), dynamic batching off (or on, with no preferred size and the
+    shortest queue delay), and with batching on, the max batch size one choice up or down (x2
+    or /2 in the default space), the queue delay one choice up or down, and each other
+    preferred-size choice; for KIND_GPU, each other gpus choice and TensorRT FP16 off (or on,
+    with the largest workspace choice). The max batch size of a config without dynamic
+    batching is left alone: with requests of one batch it changes nothing the server does."""
     out: list[Candidate] = [
         replace(candidate, instance_count=n) for n in _steps(space.instance_count, candidate.instance_count)
     ]
+    out += _batching_steps(candidate, space)
+    if candidate.kind == "KIND_GPU":
+        out += _gpu_steps(candidate, space)
+    return [c for c in dict.fromkeys(out) if c != candidate and space.holds(c)]
+
+
+def _batching_steps(candidate: Candidate, space: SearchSpace) -> list[Candidate]:
+    out: list[Candidate] = []
     batching = candidate.dynamic_batching
     if batching and False in space.dynamic_batching:
         out.append(replace(candidate, dynamic_batching=False, preferred_batch_sizes=(), max_queue_delay_us=0))
@@ -99,7 +127,16 @@ def neighbours(candidate: Candidate, space: SearchSpace) -> list[Candidate]:
             for p in space.preferred_batch_size
             if p != pref
         ]
-    return [c for c in dict.fromkeys(out) if c != candidate and space.holds(c)]
+    return out
+
+
+def _gpu_steps(candidate: Candidate, space: SearchSpace) -> list[Candidate]:
+    out = [replace(candidate, gpus=decode_gpus(g)) for g in space.gpus if decode_gpus(g) != candidate.gpus]
+    if candidate.trt_fp16:
+        out.append(replace(candidate, trt_fp16=False, trt_workspace_mb=0))
+    else:
+        out.append(replace(candidate, trt_fp16=True, trt_workspace_mb=max(space.trt_workspace_mb)))
+    return out
 
 
 def _steps(choices: Sequence[int], value: int) -> list[int]:
@@ -127,7 +164,7 @@ def in_space(baseline: Candidate, space: SearchSpace) -> Candidate:
     still runs the config as it is (and fails, with its reason); the search tunes the twin."""
     if baseline.kind in space.kind:
         return baseline
-    return replace(baseline, kind=space.kind[0], gpus=(), trt_fp16=False)
+    return replace(baseline, kind=space.kind[0], gpus=(), trt_fp16=False, trt_workspace_mb=0)
 
 
 def closest(choices: Sequence[int], target: int) -> int:

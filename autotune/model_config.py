@@ -16,15 +16,17 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from autotune.errors import ConfigError, ModelNotFoundError
 from autotune.files import write_text_atomic
-from autotune.search_space import Candidate
+from autotune.search_space import MIB, Candidate
 
 # The real message type: mypy reads it from stubs that scripts/protobuf_stubs.py generates from the
 # installed tritonclient (``make lint`` runs it), so field names and value types are checked.
 ModelConfig: TypeAlias = mc.ModelConfig
+Accelerator: TypeAlias = mc.ModelOptimizationPolicy.ExecutionAccelerators.Accelerator
 
 CONFIG_NAME = "config.pbtxt"
 TRT_BACKENDS = frozenset({"onnxruntime", "tensorflow"})
 TRT_PLATFORMS = frozenset({"onnxruntime_onnx", "tensorflow_savedmodel", "tensorflow_graphdef"})
+WORKSPACE = "max_workspace_size_bytes"  # a TensorRT accelerator's parameter, in bytes
 KINDS = {"KIND_CPU": mc.ModelInstanceGroup.KIND_CPU, "KIND_GPU": mc.ModelInstanceGroup.KIND_GPU}
 
 
@@ -97,15 +99,21 @@ def supports_tensorrt(config: ModelConfig) -> bool:
     return config.backend in TRT_BACKENDS or config.platform in TRT_PLATFORMS
 
 
+def uses_tensorrt(config: ModelConfig) -> bool:
+    """Whether the config asks for a TensorRT accelerator (its engine is built while it loads)."""
+    return _tensorrt(config) is not None
+
+
 def candidate_of(config: ModelConfig) -> Candidate:
-    """The candidate that describes an existing config (used for the baseline)."""
-    groups = list(config.instance_group)
-    count = sum(g.count or 1 for g in groups) if groups else 1
-    kind = "KIND_GPU" if groups and groups[0].kind == mc.ModelInstanceGroup.KIND_GPU else "KIND_CPU"
-    gpus = tuple(groups[0].gpus) if groups else ()
+    """The candidate that describes an existing config (used for the baseline).
+
+    Instance groups are read as one group (:func:`instances_of`); :func:`apply_candidate`
+    leaves a config's own groups (and its TensorRT settings) as they are whenever a candidate
+    asks for what they read as, so the baseline runs the config exactly as it is written."""
+    count, kind, gpus = instances_of(config)
     batching = config.HasField("dynamic_batching")
-    accel = config.optimization.execution_accelerators.gpu_execution_accelerator
-    fp16 = any(a.name == "tensorrt" and a.parameters.get("precision_mode") == "FP16" for a in accel)
+    trt = _tensorrt(config)
+    fp16 = trt is not None and trt.parameters.get("precision_mode") == "FP16"
     return Candidate(
         instance_count=count,
         kind=kind,
@@ -115,7 +123,36 @@ def candidate_of(config: ModelConfig) -> Candidate:
         preferred_batch_sizes=tuple(config.dynamic_batching.preferred_batch_size) if batching else (),
         max_queue_delay_us=config.dynamic_batching.max_queue_delay_microseconds if batching else 0,
         trt_fp16=fp16,
+        trt_workspace_mb=_workspace_mb(trt) if fp16 else 0,
     )
+
+
+def instances_of(config: ModelConfig) -> tuple[int, str, tuple[int, ...]]:
+    """A config's instance groups as one group: (count, kind, gpus), ``count`` per GPU for KIND_GPU.
+
+    The kind is the first group's (KIND_GPU, else KIND_CPU), and only the groups of that kind
+    are read. GPU groups are one group when every GPU they name runs the same number of
+    instances: the tutorials' ``{count: 2, gpus: [0]}, {count: 2, gpus: [1]}`` reads as count 2
+    on gpus 0,1, exactly what one group ``{count: 2, gpus: [0, 1]}`` runs. Groups on every GPU
+    (no gpus) add up. Anything else (counts that differ between GPUs, groups on every GPU beside
+    groups on listed ones, CPU beside GPU groups) has no one-group equal: it reads as the
+    largest count any GPU runs, on the GPUs named, and stays exact only as the baseline (apply
+    keeps such groups for a candidate equal to this reading, rewrites them for any other).
+    No groups: one CPU instance."""
+    groups = list(config.instance_group)
+    if not groups:
+        return 1, "KIND_CPU", ()
+    gpu = mc.ModelInstanceGroup.KIND_GPU
+    if groups[0].kind != gpu:
+        return sum(g.count or 1 for g in groups if g.kind != gpu), "KIND_CPU", ()
+    mine = [g for g in groups if g.kind == gpu]
+    if not any(list(g.gpus) for g in mine):
+        return sum(g.count or 1 for g in mine), "KIND_GPU", ()
+    per_gpu: dict[int, int] = {}
+    for group in mine:
+        for gpu_id in set(group.gpus):
+            per_gpu[gpu_id] = per_gpu.get(gpu_id, 0) + (group.count or 1)
+    return max(per_gpu.values()), "KIND_GPU", tuple(sorted(per_gpu))
 
 
 def apply_candidate(config: ModelConfig, candidate: Candidate) -> ModelConfig:
@@ -131,6 +168,11 @@ def apply_candidate(config: ModelConfig, candidate: Candidate) -> ModelConfig:
 
 
 def _apply_instances(out: ModelConfig, candidate: Candidate) -> None:
+    """One group with the candidate's count, kind and gpus list (``count`` on each GPU of it);
+    groups that already read as the candidate's (:func:`instances_of`) stay as written."""
+    wanted = (candidate.instance_count, candidate.kind, candidate.gpus)
+    if out.instance_group and instances_of(out) == wanted:
+        return
     del out.instance_group[:]
     group = out.instance_group.add()
     group.count = candidate.instance_count
@@ -150,21 +192,49 @@ def _apply_batching(out: ModelConfig, candidate: Candidate) -> None:
 
 
 def _apply_fp16(out: ModelConfig, candidate: Candidate) -> None:
+    """TensorRT FP16 through ``optimization.execution_accelerators``: the config's own
+    ``tensorrt`` accelerator keeps its other parameters (an engine cache, say), with
+    ``precision_mode`` FP16 and ``max_workspace_size_bytes`` the candidate's (a value already
+    there that reads as the same MiB stays as written); without FP16, no TensorRT accelerator."""
     accel = out.optimization.execution_accelerators.gpu_execution_accelerator
+    own = _tensorrt(out)
     keep = [a for a in accel if a.name != "tensorrt"]
     del accel[:]
     for item in keep:
         accel.add().CopyFrom(item)
     if candidate.trt_fp16:
         trt = accel.add()
+        if own is not None:
+            trt.CopyFrom(own)
         trt.name = "tensorrt"
         trt.parameters["precision_mode"] = "FP16"
+        _set_workspace(trt, candidate.trt_workspace_mb)
     if not list(accel):
         out.optimization.execution_accelerators.ClearField("gpu_execution_accelerator")
         if not out.optimization.execution_accelerators.ListFields():
             out.optimization.ClearField("execution_accelerators")
     if not out.optimization.ListFields():
         out.ClearField("optimization")
+
+
+def _tensorrt(config: ModelConfig) -> Accelerator | None:
+    """The config's TensorRT GPU accelerator, if it has one."""
+    accel = config.optimization.execution_accelerators.gpu_execution_accelerator
+    return next((a for a in accel if a.name == "tensorrt"), None)
+
+
+def _workspace_mb(trt: Accelerator | None) -> int:
+    """Its ``max_workspace_size_bytes`` in MiB (rounded up); 0 when not set (or not a number:
+    validate says so)."""
+    text = trt.parameters.get(WORKSPACE, "") if trt is not None else ""
+    return -(-int(text) // MIB) if text.isdigit() else 0
+
+
+def _set_workspace(trt: Accelerator, mb: int) -> None:
+    if mb == 0:
+        trt.parameters.pop(WORKSPACE, None)
+    elif _workspace_mb(trt) != mb:
+        trt.parameters[WORKSPACE] = str(mb * MIB)
 
 
 def validate(config: ModelConfig) -> None:
@@ -185,11 +255,24 @@ def _problems(config: ModelConfig) -> list[str]:
             found.append("instance_group count must be >= 0")
         if group.kind == mc.ModelInstanceGroup.KIND_CPU and list(group.gpus):
             found.append("instance_group gpus is a GPU-only option but kind is KIND_CPU")
-    if _has_trt(config):
-        if not supports_tensorrt(config):
-            found.append(f"TensorRT acceleration is not supported by backend {config.backend!r}")
-        if all(g.kind == mc.ModelInstanceGroup.KIND_CPU for g in config.instance_group):
-            found.append("TensorRT FP16 is a GPU-only option but every instance is KIND_CPU")
+        if any(g < 0 for g in group.gpus):
+            found.append("instance_group gpus must be GPU ids >= 0")
+    if _tensorrt(config) is not None:
+        found += _tensorrt_problems(config)
+    return found
+
+
+def _tensorrt_problems(config: ModelConfig) -> list[str]:
+    found: list[str] = []
+    if not supports_tensorrt(config):
+        found.append(f"TensorRT acceleration is not supported by backend {config.backend!r}")
+    if config.instance_group and all(g.kind == mc.ModelInstanceGroup.KIND_CPU for g in config.instance_group):
+        found.append("TensorRT is a GPU-only option but every instance is KIND_CPU")
+    trt = _tensorrt(config)
+    assert trt is not None
+    workspace = trt.parameters.get(WORKSPACE)
+    if workspace is not None and not (workspace.isdigit() and int(workspace) > 0):
+        found.append(f"tensorrt {WORKSPACE} must be a whole number of bytes > 0, got {workspace!r}")
     return found
 
 
@@ -201,8 +284,3 @@ def _batching_problems(config: ModelConfig) -> list[str]:
         if size <= 0 or size > config.max_batch_size:
             found.append(f"preferred_batch_size {size} not in 1..max_batch_size ({config.max_batch_size})")
     return found
-
-
-def _has_trt(config: ModelConfig) -> bool:
-    accel = config.optimization.execution_accelerators.gpu_execution_accelerator
-    return any(a.name == "tensorrt" for a in accel)

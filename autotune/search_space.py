@@ -15,6 +15,7 @@ dimension is a list of choices (or ``{min: A, max: B}`` for integers). See
       max_queue_delay_microseconds: [0, 500, 2000]
     optimization:
       tensorrt_fp16: [false, true]     # GPU kinds with onnxruntime/tensorflow only
+      tensorrt_workspace_mb: [1024]    # TensorRT's max_workspace_size_bytes, in MiB
     load:
       concurrency: {min: 1, max: 32}
 """
@@ -31,11 +32,19 @@ import yaml
 from autotune.errors import SearchSpaceError
 
 KIND_CHOICES = ("KIND_CPU", "KIND_GPU")
+MIB = 1024 * 1024
+WORKSPACE_MAX_MB = 1024 * 1024  # 1 TiB: more than any GPU has; a larger value is a typo
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One point of the space: everything a config.pbtxt variant differs by."""
+    """One point of the space: everything a config.pbtxt variant differs by.
+
+    ``instance_count`` is what Triton's instance group ``count`` means: for KIND_CPU the
+    instances in all; for KIND_GPU the instances on *each* GPU of ``gpus`` (empty: every GPU
+    the server has), so the server runs ``instance_count x (len(gpus) or its GPU count)``
+    (:meth:`instances`). ``trt_workspace_mb`` is TensorRT's ``max_workspace_size_bytes`` in
+    MiB, with ``trt_fp16`` only; 0: not set (the backend's default)."""
 
     instance_count: int
     kind: str
@@ -45,16 +54,34 @@ class Candidate:
     preferred_batch_sizes: tuple[int, ...]
     max_queue_delay_us: int
     trt_fp16: bool
+    trt_workspace_mb: int = 0  # a field added later: run files without it read as 0
 
-    def label(self) -> str:
+    def instances(self, server_gpus: int = 0) -> int | None:
+        """How many instances the server runs; None for KIND_GPU on every GPU when the server's
+        GPU count is not known (``server_gpus`` 0)."""
+        if self.kind != "KIND_GPU":
+            return self.instance_count
+        gpus = len(self.gpus) or server_gpus
+        return self.instance_count * gpus if gpus else None
+
+    def label(self, server_gpus: int = 0) -> str:
+        """One line for people: ``2xcpu mbs 8 batching off``, ``2/gpu on gpus 0,1 (4 in all) ...``."""
         batching = "off"
         if self.dynamic_batching:
             pref = ",".join(map(str, self.preferred_batch_sizes)) or "-"
             batching = f"on(pref {pref}, delay {self.max_queue_delay_us}us)"
-        gpus = f" gpus {','.join(map(str, self.gpus))}" if self.gpus else ""
-        fp16 = " trt-fp16" if self.trt_fp16 else ""
-        kind = self.kind.removeprefix("KIND_").lower()
-        return f"{self.instance_count}x{kind}{gpus} mbs {self.max_batch_size} batching {batching}{fp16}"
+        fp16 = ""
+        if self.trt_fp16:
+            fp16 = f" trt-fp16 ws {self.trt_workspace_mb}MiB" if self.trt_workspace_mb else " trt-fp16"
+        return f"{self._instances_label(server_gpus)} mbs {self.max_batch_size} batching {batching}{fp16}"
+
+    def _instances_label(self, server_gpus: int) -> str:
+        if self.kind != "KIND_GPU":
+            return f"{self.instance_count}x{self.kind.removeprefix('KIND_').lower()}"
+        where = f"gpus {','.join(map(str, self.gpus))}" if self.gpus else "all gpus"
+        total = self.instances(server_gpus)
+        in_all = f" ({total} in all)" if total is not None and total != self.instance_count else ""
+        return f"{self.instance_count}/gpu on {where}{in_all}"
 
 
 class Suggester(Protocol):
@@ -73,6 +100,7 @@ class SearchSpace:
     preferred_batch_size: tuple[str, ...]  # "none", "max" or "4,8"
     max_queue_delay_us: tuple[int, ...]
     trt_fp16: tuple[bool, ...]
+    trt_workspace_mb: tuple[int, ...] = (1024,)
     concurrency_min: int = 1
     concurrency_max: int = 32
     rate_min: float = 1.0  # --load rate: requests per second
@@ -90,6 +118,7 @@ class SearchSpace:
             pref = _pick(trial, "preferred_batch_size", self.preferred_batch_size)
             delay = _pick(trial, "max_queue_delay_us", self.max_queue_delay_us)
         fp16 = kind == "KIND_GPU" and _pick(trial, "trt_fp16", self.trt_fp16)
+        workspace = _pick(trial, "trt_workspace_mb", self.trt_workspace_mb) if fp16 else 0
         return Candidate(
             instance_count=int(count),
             kind=str(kind),
@@ -99,6 +128,7 @@ class SearchSpace:
             preferred_batch_sizes=decode_preferred(str(pref), int(mbs)),
             max_queue_delay_us=int(delay),
             trt_fp16=bool(fp16),
+            trt_workspace_mb=int(workspace),
         )
 
     def holds(self, candidate: Candidate) -> bool:
@@ -121,11 +151,15 @@ class SearchSpace:
             preferred_batch_size=_with(self.preferred_batch_size, params.get("preferred_batch_size")),
             max_queue_delay_us=_with(self.max_queue_delay_us, params.get("max_queue_delay_us")),
             trt_fp16=_with(self.trt_fp16, params.get("trt_fp16")),
+            trt_workspace_mb=_with(self.trt_workspace_mb, params.get("trt_workspace_mb")),
         )
 
-    def restricted(self, *, batching: bool, gpu: bool, tensorrt: bool, min_batch: int = 1) -> SearchSpace:
+    def restricted(
+        self, *, batching: bool, gpu: bool, tensorrt: bool, min_batch: int = 1, gpu_count: int = 0
+    ) -> SearchSpace:
         """Drop choices the model, the machine or the workload cannot take (no batching, no GPU,
-        no TensorRT, a max_batch_size below the requests' batch size)."""
+        no TensorRT, a max_batch_size below the requests' batch size, GPU ids the server lacks:
+        with ``gpu_count`` known, a gpus list naming an id >= it; none left: all GPUs)."""
         space = self
         if not batching:
             space = replace(space, max_batch_size=(0,), dynamic_batching=(False,))
@@ -135,6 +169,9 @@ class SearchSpace:
             )
         if not gpu:
             space = replace(space, kind=("KIND_CPU",))
+        elif gpu_count > 0:
+            fits = tuple(g for g in space.gpus if max(decode_gpus(g), default=0) < gpu_count)
+            space = replace(space, gpus=fits or ("all",))
         if not tensorrt:
             space = replace(space, trt_fp16=(False,))
         return space
@@ -145,7 +182,8 @@ class SearchSpace:
             len(self.preferred_batch_size) * len(self.max_queue_delay_us) if on else 1
             for on in self.dynamic_batching
         )
-        per_kind = sum(len(self.gpus) * len(self.trt_fp16) if kind == "KIND_GPU" else 1 for kind in self.kind)
+        trt = sum(len(self.trt_workspace_mb) if fp16 else 1 for fp16 in self.trt_fp16)
+        per_kind = sum(len(self.gpus) * trt if kind == "KIND_GPU" else 1 for kind in self.kind)
         mbs = sum(batching if m > 0 else 1 for m in self.max_batch_size)
         return len(self.instance_count) * per_kind * mbs
 
@@ -183,6 +221,8 @@ def params_of(candidate: Candidate) -> dict[str, Any]:
     if candidate.kind == "KIND_GPU":
         params["gpus"] = ",".join(map(str, candidate.gpus)) or "all"
         params["trt_fp16"] = candidate.trt_fp16
+    if candidate.trt_fp16:
+        params["trt_workspace_mb"] = candidate.trt_workspace_mb
     if candidate.max_batch_size > 0:
         params["dynamic_batching"] = candidate.dynamic_batching
     if candidate.dynamic_batching:
@@ -219,17 +259,32 @@ _TOP = {"instance_group", "max_batch_size", "dynamic_batching", "optimization", 
 _SECTIONS = {
     "instance_group": {"count", "kind", "gpus"},
     "dynamic_batching": {"enabled", "preferred_batch_size", "max_queue_delay_microseconds"},
-    "optimization": {"tensorrt_fp16"},
+    "optimization": {"tensorrt_fp16", "tensorrt_workspace_mb"},
     "load": {"concurrency", "request_rate"},
 }
 
 
+def bundled(name: str = "default") -> Path:
+    """A search space that ships with autotune: ``search_spaces/<name>.yaml``."""
+    from importlib.resources import files
+
+    return Path(str(files("autotune.search_spaces").joinpath(f"{name}.yaml")))
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.stem for p in bundled().parent.glob("*.yaml"))
+
+
 def load_search_space(path: Path, *, gpu_available: bool = False) -> SearchSpace:
-    """Read and check a search space file; every problem is a SearchSpaceError."""
+    """Read and check a search space file, or a bundled one by its name (``gpu``: a bare name
+    that is no file here); every problem is a SearchSpaceError."""
+    if not path.exists() and path.name in bundled_names() and str(path) == path.name:
+        path = bundled(path.name)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise SearchSpaceError(f"search space file not found: {path}") from exc
+        names = ", ".join(bundled_names())
+        raise SearchSpaceError(f"search space file not found: {path} (bundled, by name: {names})") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise SearchSpaceError(f"{path}: cannot read: {exc}") from exc
     except yaml.YAMLError as exc:
@@ -246,7 +301,7 @@ def parse_search_space(raw: Any, *, gpu_available: bool = False) -> SearchSpace:
     sections = {key: _mapping(doc.get(key, {}), key) for key in _SECTIONS}
     for key, allowed in _SECTIONS.items():
         _known(sections[key], allowed, key)
-    group, batching = sections["instance_group"], sections["dynamic_batching"]
+    group, batching, opt = sections["instance_group"], sections["dynamic_batching"], sections["optimization"]
     mbs = _ints(doc.get("max_batch_size", [1, 2, 4, 8, 16]), "max_batch_size", minimum=0)
     kinds = _kinds(group.get("kind", ["KIND_CPU"]), gpu_available)
     conc = _ints(sections["load"].get("concurrency", {"min": 1, "max": 32}), "load.concurrency", 1)
@@ -263,7 +318,8 @@ def parse_search_space(raw: Any, *, gpu_available: bool = False) -> SearchSpace:
             "dynamic_batching.max_queue_delay_microseconds",
             0,
         ),
-        trt_fp16=_bools(sections["optimization"].get("tensorrt_fp16", [False]), "tensorrt_fp16"),
+        trt_fp16=_bools(opt.get("tensorrt_fp16", [False]), "optimization.tensorrt_fp16"),
+        trt_workspace_mb=_workspace(opt.get("tensorrt_workspace_mb", [1024])),
         concurrency_min=min(conc),
         concurrency_max=max(conc),
         rate_min=rate_min,
@@ -334,6 +390,15 @@ def _int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SearchSpaceError(f"{where}: expected an integer, got {value!r}")
     return value
+
+
+def _workspace(value: Any) -> tuple[int, ...]:
+    where = "optimization.tensorrt_workspace_mb"
+    sizes = _ints(value, where, 1)
+    if max(sizes) > WORKSPACE_MAX_MB:
+        top = max(sizes)
+        raise SearchSpaceError(f"{where}: {top} MiB is more than any GPU has (at most {WORKSPACE_MAX_MB})")
+    return sizes
 
 
 def _bools(value: Any, where: str) -> tuple[bool, ...]:

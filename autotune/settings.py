@@ -20,6 +20,10 @@ from autotune.measure import WindowPlan
 from autotune.objective import Sla
 
 LAUNCHERS = ("local", "docker", "remote")
+# How long a config with TensorRT may take to get ready (its engine is built while it loads):
+# builds of the models in Triton's examples take one to ten minutes on one GPU, longer with
+# FP16 (more kernels to try); 15 minutes leaves room without waiting forever.
+TRT_BUILD_TIMEOUT_S = 900.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")
 _UNITS = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
@@ -387,12 +391,15 @@ class RunSettings:
     margin: float = 0.10
     # A concurrency run's winner is measured under Poisson arrivals at the end (finals.check_open_loop).
     open_loop_check: bool = True
+    trt_build_timeout_s: float = TRT_BUILD_TIMEOUT_S  # autotune.trt_build
 
     def __post_init__(self) -> None:
         if self.max_trials < 1:
             raise UsageError(f"--max-trials must be >= 1, got {self.max_trials}")
         if self.patience < 0:
             raise UsageError(f"--patience must be >= 0, got {self.patience}")
+        if self.trt_build_timeout_s <= 0:
+            raise UsageError(f"--trt-build-timeout-s must be > 0, got {self.trt_build_timeout_s:g}")
         if not 0.0 <= self.margin < 0.5:
             raise UsageError(f"--margin must be in [0, 0.5), got {self.margin}")
         if self.protocol not in ("http", "grpc"):

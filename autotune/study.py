@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 import optuna
-from optuna.trial import FixedTrial, FrozenTrial, TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
 from autotune.measure import Measurement, Point
@@ -119,7 +119,7 @@ class Study:
         attrs: dict[str, Any] = {"baseline": True} if baseline else {}
         if as_is is not None:
             attrs["as_is"] = _candidate_json(as_is)
-        used = params_of(self.space.suggest(FixedTrial(params)))
+        used = params_of(self.space.suggest(_Queued(params)))
         self._study.enqueue_trial(used, user_attrs=attrs, skip_if_exists=not again)
 
     def ask(self) -> Asked:
@@ -211,6 +211,18 @@ class Study:
         return self._study.user_attrs.get(key, default)
 
 
+class _Queued:
+    """Answers :meth:`SearchSpace.suggest` from params being queued; a dimension they lack gets
+    its first choice (params of a trial a run made before the dimension existed, such as
+    ``trt_workspace_mb``, re-queued on --resume)."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        return self.params.get(name, choices[0])
+
+
 def redact(url: str) -> str:
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
@@ -226,6 +238,8 @@ def _candidate_json(candidate: Candidate) -> dict[str, Any]:
 
 
 def candidate_from_json(data: dict[str, Any]) -> Candidate:
+    """:func:`_candidate_json` read back; a field it lacks (a run file written before the field
+    existed, such as ``trt_workspace_mb``) takes the field's default."""
     return Candidate(
         **{**data, "gpus": tuple(data["gpus"]), "preferred_batch_sizes": tuple(data["preferred_batch_sizes"])}
     )

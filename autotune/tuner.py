@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from autotune import decide, finals, stopping
+from autotune import decide, finals, stopping, trt_build
 from autotune import model_config as mcfg
 from autotune.errors import (
     AutotuneError,
@@ -44,7 +44,7 @@ from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
 from autotune.rundir import WINNER_CONFIG, WINNER_DIFF, RunDir, RunRecord
-from autotune.search_space import Candidate, SearchSpace, load_search_space, params_of
+from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, params_of
 from autotune.settings import RunSettings
 from autotune.staging import stage_model
 from autotune.study import INTERRUPTED, Asked, Study, redact
@@ -79,6 +79,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
         gpu=gpu_available,
         tensorrt=mcfg.supports_tensorrt(original),
         min_batch=settings.workload.batch_size,
+        gpu_count=server_gpus,
     )
     space = space.including(decide.in_space(baseline, space))
     io = ModelIO.from_config(settings.model, original)  # None: it declares no inputs, the server will
@@ -90,9 +91,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
 
 
 def default_space_path() -> Path:
-    from importlib.resources import files
-
-    return Path(str(files("autotune.search_spaces").joinpath("default.yaml")))
+    return bundled("default")
 
 
 def _check_writable(path: Path) -> None:
@@ -303,14 +302,16 @@ class Trials:
 
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[Server]:
-        """The candidate staged (a repository of links and its config.pbtxt) and served; the
-        staged folder is removed when the server's context ends."""
+        """The candidate staged (a repository of links and its config.pbtxt) and served (a config
+        with TensorRT gets --trt-build-timeout-s to build its engine); the staged folder is
+        removed when the server's context ends."""
         config = mcfg.apply_candidate(self.prep.original, candidate)
         stage = self.run_dir.stage(stage_name)
         try:
             stage_model(self.prep.model_dir, config, stage)
-            with self.launcher.serve(stage, self.prep.settings.model, log) as server:
-                yield server
+            s = self.prep.settings
+            with trt_build.serving(self.launcher, stage, s.model, log, config, s.trt_build_timeout_s) as srv:
+                yield srv
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import model_config as mcfg
+from autotune import trt_build
 from autotune.errors import AutotuneError, UsageError, WriteBackError
 from autotune.files import copy_atomic, file_digest, write_text_atomic
 from autotune.launch import Launcher, make_launcher
@@ -66,7 +67,7 @@ def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
     verified_on = ""
     if launcher is not None:
         try:
-            verified_on = _load_once(launcher, run)
+            verified_on = _load_once(launcher, run, winner)
         except AutotuneError as exc:
             copy_atomic(backup, target)
             raise WriteBackError(
@@ -88,18 +89,18 @@ def _verifier(record: RunRecord) -> Launcher[Any]:
         ) from exc
 
 
-def _load_once(launcher: Launcher[Any], run: RunDir) -> str:
+def _load_once(launcher: Launcher[Any], run: RunDir, config: mcfg.ModelConfig) -> str:
     """Serve the model from its real folder (through a repository that links to it and holds
     nothing else) until it is ready, and send it the run's workload (LoadGenerator.preflight:
     each distinct shape, then a spread; the written config must answer what the user sends);
-    the server's description."""
+    the server's description. A ``config`` with TensorRT gets the default engine build time."""
     model = run.record.model
     view = run.stage("writeback")
     shutil.rmtree(view, ignore_errors=True)
     view.mkdir(parents=True)
     os.symlink(run.record.repository / model, view / model)
     try:
-        with launcher.serve(view, model, run.log("writeback-verify.log")) as server:
+        with trt_build.serving(launcher, view, model, run.log("writeback-verify.log"), config) as server:
             described = server.description or "tritonserver"
             workload = run.record.workload
             if workload.path is not None and not workload.path.exists():

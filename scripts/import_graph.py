@@ -38,7 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # talking to a server that runs: its control plane, the load generator
     ("io", ("autotune.control", "autotune.loadgen", "autotune.gpu_probe", "autotune.traffic")),
     # starting and stopping servers
-    ("launch", ("autotune.launch", "autotune.staging")),
+    ("launch", ("autotune.launch", "autotune.staging", "autotune.trt_build")),
     # what persists: the study, the run directory
     ("record", ("autotune.study", "autotune.rundir")),
     # the jobs: tune, re-read a run, report, write back, bench

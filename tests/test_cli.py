@@ -29,6 +29,7 @@ BAD_RUNS = [
     (["--search-space", "{tmp}/pref.yaml"], "> the largest max_batch_size"),
     (["--margin", "0.9"], "--margin must be in"),
     (["--window", "0"], "--window must be > 0"),
+    (["--trt-build-timeout-s", "0"], "--trt-build-timeout-s must be > 0"),
     (["--protocol", "smtp"], "invalid choice"),
     (["--resume", "{tmp}"], "not a run directory"),
     # the workload: checked against the inputs config.pbtxt declares, before anything starts
@@ -167,6 +168,9 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
         "--distribution",
         "--request-intervals",
         "scheduled send",
+        "--trt-build-timeout-s",
+        "(default 900)",
+        "gpu (instances per GPU",
     ):
         assert words in out
 

@@ -250,3 +250,53 @@ def test_the_winner_is_the_best_verified_finalist_a_near_tie_going_to_the_lower_
     assert choose_winner(results, [v(0, [120.0] * 3, 2), v(1, [130.0] * 3, 1)]) == 0  # else most
     assert choose_winner(results, [v(0, [120.0] * 3, 1)]) == 1  # none passed: best not verified
     assert choose_winner([failed(0), measured(1, 0.0)], []) is None
+
+
+GPU_SPACE = {
+    "instance_group": {"count": {"min": 1, "max": 4}, "kind": ["KIND_GPU"], "gpus": [[0], [0, 1]]},
+    "max_batch_size": [8, 16],
+    "dynamic_batching": {"enabled": [True, False]},
+    "optimization": {"tensorrt_fp16": [False, True], "tensorrt_workspace_mb": [512, 2048]},
+}
+
+
+def test_gpu_seeds_try_one_and_two_instances_per_gpu_whatever_the_cores() -> None:
+    space = parse_search_space(GPU_SPACE)
+    for cores in (1, 2, 64):
+        seeds = heuristic_seeds(space, cores=cores)
+        assert [(s["instance_count"], s["kind"], s["gpus"]) for s in seeds] == [
+            (1, "KIND_GPU", "0"),
+            (2, "KIND_GPU", "0"),
+        ]
+        assert all(s["dynamic_batching"] and not s["trt_fp16"] for s in seeds)
+    baseline = Candidate(1, "KIND_GPU", (0, 1), 16, False, (), 0, False)
+    first = heuristic_seeds(space, cores=64, baseline=baseline)[0]
+    assert first == params_of(replace(baseline, instance_count=2))  # 2 per GPU, not 64 (the cores)
+    assert space.suggest(_Given(first)) == replace(baseline, instance_count=2)
+
+
+def test_gpu_neighbours_step_the_gpus_and_tensorrt_fp16() -> None:
+    space = parse_search_space(GPU_SPACE)
+    off = Candidate(2, "KIND_GPU", (0,), 16, False, (), 0, False)
+    assert set(neighbours(off, space)) == {
+        replace(off, instance_count=1),
+        replace(off, instance_count=3),  # per GPU
+        replace(off, dynamic_batching=True),
+        replace(off, gpus=(0, 1)),  # the other gpus choice
+        replace(off, trt_fp16=True, trt_workspace_mb=2048),  # FP16 on, with the largest workspace
+    }
+    fp16 = replace(off, gpus=(0, 1), trt_fp16=True, trt_workspace_mb=512)
+    found = neighbours(fp16, space)
+    assert replace(fp16, trt_fp16=False, trt_workspace_mb=0) in found and replace(fp16, gpus=(0,)) in found
+    no_trt = space.restricted(batching=True, gpu=True, tensorrt=False)  # a python-backend model
+    assert not any(c.trt_fp16 for c in neighbours(off, no_trt))
+
+
+class _Given:
+    """A trial answering from fixed params (pure-logic fake)."""
+
+    def __init__(self, params: dict[str, object]) -> None:
+        self.params = params
+
+    def suggest_categorical(self, name: str, choices: object) -> object:
+        return self.params[name]

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ModelNotReadyError, ServerExitedError
-from autotune.launch._base import Launcher, PortClash, Ports, Server, Started
+from autotune.launch._base import (
+    READY_TIMEOUT_S,
+    Launcher,
+    PortClash,
+    Ports,
+    Server,
+    Started,
+    failure_line,
+    tensorrt_error,
+)
 
 
 class Recorder(Launcher[int]):
@@ -22,6 +31,7 @@ class Recorder(Launcher[int]):
         self.outcomes, self.log = outcomes, log
         self.started: list[tuple[int, Ports]] = []
         self.stopped: list[tuple[int, bool]] = []
+        self.timeouts: list[float] = []
         self.ports = iter([Ports(1000, 1001, 1002), Ports(2000, 2001, 2002), Ports(3000, 3001, 3002)])
 
     def _ports(self) -> Ports:
@@ -35,7 +45,8 @@ class Recorder(Launcher[int]):
         server = Server("127.0.0.1", ports[0], ports[1], self.log, alive=lambda: True)
         return Started(server, number)
 
-    def _wait_ready(self, started: Started[int], model: str) -> None:
+    def _wait_ready(self, started: Started[int], model: str, timeout_s: float) -> None:
+        self.timeouts.append(timeout_s)
         outcome = self.outcomes[started.handle - 1]
         if outcome == "exit-clash":
             self.log.write_text("E... failed to bind: Address already in use\n")
@@ -102,3 +113,104 @@ def test_a_server_that_never_gets_ready_is_stopped_and_not_retried(
     with pytest.raises(error), launcher.serve(Path("repo"), "m", log):
         pytest.fail("no server")
     assert launcher.started == [(1, (1000, 1001, 1002))] and launcher.stopped == [(1, True)]
+
+
+def test_a_serve_may_give_the_model_longer_to_get_ready(log: Path) -> None:
+    launcher = Recorder(["ok", "ok"], log)
+    with launcher.serve(Path("repo"), "m", log):
+        pass
+    with launcher.serve(Path("repo"), "m", log, ready_timeout_s=900.0):
+        pass
+    assert launcher.timeouts == [READY_TIMEOUT_S, 900.0]
+
+
+# Server logs of a TensorRT engine build that failed. Written for these tests, not captured from
+# a run: each line has the shape Triton and onnxruntime's TensorRT execution provider (or
+# TensorFlow's TF-TRT) print, as their issue trackers show them; the messages are made up.
+ORT_WARNING = (
+    "2024-04-12 10:00:05.123456789 [W:onnxruntime:log, tensorrt_execution_provider.h:86 log] "
+    "[2024-04-12 10:00:05 WARNING] onnx2trt_utils.cpp:374: Your ONNX model has been generated with "
+    "INT64 weights, while TensorRT does not natively support INT64. Attempting to cast down to INT32."
+)
+ORT_OOM = (
+    "2024-04-12 10:02:11.000000000 [E:onnxruntime:log, tensorrt_execution_provider.h:88 log] "
+    "[2024-04-12 10:02:11   ERROR] 2: [virtualMemoryBuffer.cpp::resizePhysical::145] Error Code 2: "
+    "OutOfMemory (no further information)"
+)
+# older onnxruntime wrote TensorRT's errors at its own warning level
+ORT_OLD_ERROR = (
+    "2024-04-12 10:02:11.000000000 [W:onnxruntime:Default, tensorrt_execution_provider.h:35 log] "
+    "[2024-04-12 10:02:11   ERROR] Network validation failed."
+)
+TRITON_TRT_LOAD = (
+    "E0412 10:02:11.500000 1 model_lifecycle.cc:638] failed to load 'resnet' version 1: Internal: "
+    "onnx runtime error 6: Exception during initialization: /workspace/onnxruntime/onnxruntime/core/"
+    "providers/tensorrt/tensorrt_execution_provider.cc:2415 TensorRT EP failed to create engine from "
+    "network for fused node: TensorrtExecutionProvider_TRTKernel_graph_main_graph_1234_0_0"
+)
+TRITON_SHAPE_LOAD = (
+    "E0412 10:02:11.500000 1 model_lifecycle.cc:638] failed to load 'resnet' version 1: Invalid "
+    "argument: model 'resnet', tensor 'input': the model expects 4 dimensions (shape [-1,3,224,224]) "
+    "but the model configuration specifies 3 dimensions (an initial batch dimension because "
+    "max_batch_size > 0 followed by the explicit tensor shape, making complete shape [-1,3,224])"
+)
+TF_TRT_ERROR = (
+    "2024-04-12 10:03:00.000000: E tensorflow/compiler/tf2tensorrt/utils/trt_logger.cc:42] "
+    "DefaultLogger 2: [ltWrapper.cpp::setupHeuristic::327] Error Code 2: Internal Error "
+    "(Assertion cublasStatus == CUBLAS_STATUS_SUCCESS failed. )"
+)
+STARTUP = (
+    "I0412 10:00:01.000000 1 onnxruntime.cc:2900] TRITONBACKEND_ModelInstanceInitialize: resnet_0_0 "
+    "(GPU device 0)"
+)
+
+
+def test_a_tensorrt_load_failure_names_tensorrts_own_error() -> None:
+    log = "\n".join([STARTUP, ORT_WARNING, ORT_OOM, TRITON_TRT_LOAD, "error: creating server: Internal"])
+    assert tensorrt_error(log) == (
+        "TensorRT: 2: [virtualMemoryBuffer.cpp::resizePhysical::145] Error Code 2: "
+        "OutOfMemory (no further information)"
+    )
+    assert failure_line(log) == f"failed to load 'resnet' version 1 — {tensorrt_error(log)}"
+    alone = "\n".join([STARTUP, TRITON_TRT_LOAD])  # no TensorRT line before it: the load error says it
+    assert failure_line(alone).startswith("failed to load 'resnet' version 1: Internal: onnx runtime error 6")
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (ORT_OLD_ERROR, "TensorRT: Network validation failed."),
+        (
+            TF_TRT_ERROR,
+            "TensorRT: DefaultLogger 2: [ltWrapper.cpp::setupHeuristic::327] Error Code 2: Internal",
+        ),
+        (
+            "2024-04-12T10:02:11Z load resnet with the candidate config: FAILED: loading model 'resnet': "
+            "load failed for model 'resnet': version 1 is at UNAVAILABLE state: Internal: onnx runtime "
+            "error 1: TensorRT EP could not build engine for fused node: "
+            "TensorrtExecutionProvider_TRTKernel_0_0;",
+            "TensorRT EP could not build engine for fused node: TensorrtExecutionProvider_TRTKernel_0_0",
+        ),
+    ],
+)
+def test_tensorrt_errors_of_a_build_that_did_not_end_in_a_load_error(line: str, said: str) -> None:
+    """A build still running (or a server that died in it) has no load error: TensorRT's is the
+    telling line, before any other error."""
+    log = "\n".join([STARTUP, ORT_WARNING, line, "E0412 10:05:00.000000 1 server.cc:300] Timeout 30: ..."])
+    assert failure_line(log).startswith(said)
+
+
+def test_tensorrt_warnings_and_other_errors_are_not_tensorrt_errors() -> None:
+    log = "\n".join([STARTUP, ORT_WARNING, TRITON_SHAPE_LOAD])
+    assert tensorrt_error(log) == ""
+    assert failure_line(log).startswith(
+        "failed to load 'resnet' version 1: Invalid argument"
+    )  # not swallowed
+    recovered = "\n".join(
+        [ORT_OOM, TRITON_SHAPE_LOAD]
+    )  # a TensorRT error, then a load error of another cause
+    assert failure_line(recovered).startswith("failed to load 'resnet' version 1: Invalid argument")
+    warned = ORT_WARNING.replace(
+        "Attempting to cast down to INT32.", "Weights may overflow: errors possible."
+    )
+    assert failure_line(warned) == ""  # onnxruntime's warnings are no error, whatever they say

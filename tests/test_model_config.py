@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,128 @@ def test_diff_shows_changed_lines(toy_repo: Path) -> None:
     out = mc.apply_candidate(config, Candidate(2, "KIND_CPU", (), 8, False, (), 0, False))
     diff = mc.config_diff(config, out)
     assert "-  count: 1" in diff and "+  count: 2" in diff
+
+
+# An onnxruntime model as Triton's tutorials write them: two GPU groups of 2 instances each.
+ONNX_TWO_GROUPS = """
+name: "resnet"
+backend: "onnxruntime"
+max_batch_size: 16
+input [ { name: "input" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
+output [ { name: "output" data_type: TYPE_FP32 dims: [ 1000 ] } ]
+instance_group [
+  { count: 2 kind: KIND_GPU gpus: [ 0 ] },
+  { count: 2 kind: KIND_GPU gpus: [ 1 ] }
+]
+"""
+
+
+def _round_trip(config: mc.ModelConfig) -> mc.ModelConfig:
+    """Through text format, as Triton reads the file, and through validation."""
+    again = mc.parse_config(mc.config_text(config))
+    mc.validate(again)
+    assert again == config
+    return again
+
+
+def test_a_multi_gpu_candidate_is_one_group_with_its_count_on_each_gpu() -> None:
+    config = mc.parse_config(ONNX_TWO_GROUPS)
+    out = _round_trip(mc.apply_candidate(config, Candidate(3, "KIND_GPU", (0, 1), 16, False, (), 0, False)))
+    (group,) = out.instance_group
+    assert (group.count, group.kind, list(group.gpus)) == (3, mc.KINDS["KIND_GPU"], [0, 1])
+    every = mc.apply_candidate(config, Candidate(1, "KIND_GPU", (), 16, False, (), 0, False))
+    assert [list(g.gpus) for g in every.instance_group] == [[]]  # no gpus: every GPU of the server
+    assert "gpus" not in mc.config_text(every)
+
+
+def test_fp16_with_a_workspace_round_trips() -> None:
+    config = mc.parse_config(ONNX_TWO_GROUPS)
+    cand = Candidate(1, "KIND_GPU", (0,), 16, True, (8, 16), 100, True, 2048)
+    out = _round_trip(mc.apply_candidate(config, cand))
+    (trt,) = out.optimization.execution_accelerators.gpu_execution_accelerator
+    assert trt.name == "tensorrt"
+    assert dict(trt.parameters) == {
+        "precision_mode": "FP16",
+        "max_workspace_size_bytes": str(2048 * 1024 * 1024),
+    }
+    assert mc.candidate_of(out) == cand and mc.uses_tensorrt(out)
+    off = mc.apply_candidate(out, replace(cand, trt_fp16=False, trt_workspace_mb=0))
+    assert not off.HasField("optimization") and not mc.uses_tensorrt(off)
+
+
+def test_the_tutorials_two_gpu_groups_read_as_one_candidate() -> None:
+    config = mc.parse_config(ONNX_TWO_GROUPS)
+    baseline = mc.candidate_of(config)
+    assert baseline == Candidate(2, "KIND_GPU", (0, 1), 16, False, (), 0, False)
+    assert baseline.instances() == 4
+    assert mc.apply_candidate(config, baseline) == config  # the baseline runs as written
+    assert mc.instances_of(mc.apply_candidate(config, replace(baseline, instance_count=1))) == (
+        1,
+        "KIND_GPU",
+        (0, 1),
+    )
+
+
+@pytest.mark.parametrize(
+    ("groups", "reading"),
+    [
+        # counts that differ between GPUs: no one group equals it; the largest count, on the GPUs named
+        (
+            "{ count: 1 kind: KIND_GPU gpus: [ 0 ] }, { count: 2 kind: KIND_GPU gpus: [ 1, 2 ] }",
+            (2, (0, 1, 2)),
+        ),
+        # groups on every GPU add up
+        ("{ count: 1 kind: KIND_GPU }, { count: 2 kind: KIND_GPU }", (3, ())),
+        # every GPU beside a listed one
+        ("{ count: 1 kind: KIND_GPU }, { count: 1 kind: KIND_GPU gpus: [ 1 ] }", (1, (1,))),
+        # a rate limiter the one-group form would lose
+        ("{ count: 2 kind: KIND_GPU gpus: [ 0 ] rate_limiter { priority: 2 } }", (2, (0,))),
+    ],
+)
+def test_groups_without_a_one_group_equal_stay_exact_as_the_baseline(
+    groups: str, reading: tuple[int, tuple[int, ...]]
+) -> None:
+    head = ONNX_TWO_GROUPS[: ONNX_TWO_GROUPS.index("instance_group")]
+    config = mc.parse_config(f"{head}instance_group [ {groups} ]\n")
+    baseline = mc.candidate_of(config)
+    assert (baseline.instance_count, baseline.gpus) == reading and baseline.kind == "KIND_GPU"
+    assert mc.apply_candidate(config, baseline) == config  # kept as written, not rewritten
+    other = mc.apply_candidate(config, replace(baseline, instance_count=baseline.instance_count + 1))
+    assert len(other.instance_group) == 1  # any other candidate: one group
+
+
+def test_the_configs_own_tensorrt_parameters_are_kept() -> None:
+    """An engine cache (and any other parameter of the config's own accelerator) stays; a
+    workspace that reads as the candidate's MiB stays as written, byte for byte."""
+    config = mc.parse_config(
+        ONNX_TWO_GROUPS
+        + """optimization { execution_accelerators { gpu_execution_accelerator [ {
+            name: "tensorrt"
+            parameters { key: "precision_mode" value: "FP16" }
+            parameters { key: "max_workspace_size_bytes" value: "1000000000" }
+            parameters { key: "trt_engine_cache_enable" value: "1" } } ] } }"""
+    )
+    baseline = mc.candidate_of(config)
+    assert baseline.trt_fp16 and baseline.trt_workspace_mb == 954  # 1e9 bytes: 953.7 MiB, rounded up
+    assert mc.apply_candidate(config, baseline) == config
+    bigger = mc.apply_candidate(config, replace(baseline, trt_workspace_mb=2048))
+    (trt,) = bigger.optimization.execution_accelerators.gpu_execution_accelerator
+    assert trt.parameters["trt_engine_cache_enable"] == "1"
+    assert trt.parameters["max_workspace_size_bytes"] == str(2048 * 1024 * 1024)
+    unset = mc.apply_candidate(config, replace(baseline, trt_workspace_mb=0))  # 0: the backend's default
+    (trt,) = unset.optimization.execution_accelerators.gpu_execution_accelerator
+    assert "max_workspace_size_bytes" not in trt.parameters and trt.parameters["precision_mode"] == "FP16"
+
+
+def test_bad_tensorrt_and_gpu_settings_are_config_errors() -> None:
+    config = mc.parse_config(ONNX_TWO_GROUPS)
+    with pytest.raises(ConfigError, match="max_workspace_size_bytes must be a whole number"):
+        mc.validate(
+            mc.parse_config(
+                ONNX_TWO_GROUPS
+                + 'optimization { execution_accelerators { gpu_execution_accelerator [ { name: "tensorrt" '
+                'parameters { key: "max_workspace_size_bytes" value: "1G" } } ] } }'
+            )
+        )
+    with pytest.raises(ConfigError, match="GPU ids >= 0"):
+        mc.apply_candidate(config, Candidate(1, "KIND_GPU", (-1,), 16, False, (), 0, False))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,83 @@ def test_unreadable_or_invalid_yaml_files(tmp_path: Path) -> None:
     bad.write_text("instance_group: [unclosed", "utf-8")
     with pytest.raises(SearchSpaceError, match="not valid YAML"):
         load_search_space(bad)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_tensorrt_workspace_is_asked_only_with_fp16_and_round_trips() -> None:
+    space = parse_search_space(
+        {
+            "instance_group": {"kind": ["KIND_GPU"], "gpus": [[0], [0, 1]]},
+            "max_batch_size": [0],
+            "optimization": {"tensorrt_fp16": [False, True], "tensorrt_workspace_mb": [512, 2048]},
+        }
+    )
+    assert space.trt_workspace_mb == (512, 2048) and space.gpus == ("0", "0,1")
+    base = {"instance_count": 1, "kind": "KIND_GPU", "gpus": "0,1", "max_batch_size": 0}
+    off = Fixed({**base, "trt_fp16": False})
+    assert space.suggest(off).trt_workspace_mb == 0 and "trt_workspace_mb" not in off.asked
+    on = space.suggest(Fixed({**base, "trt_fp16": True, "trt_workspace_mb": 2048}))
+    assert on == Candidate(1, "KIND_GPU", (0, 1), 0, False, (), 0, True, 2048)
+    assert space.suggest(Fixed(params_of(on))) == on and space.holds(on)
+    assert not space.holds(replace(on, trt_workspace_mb=1024))
+    assert space.including(replace(on, trt_workspace_mb=1024)).trt_workspace_mb == (512, 2048, 1024)
+    # counts (1, 2) x gpus (2) x (fp16 off, or on with 2 workspaces); max_batch_size 0: no batching
+    assert space.size() == 2 * 2 * 3
+    assert parse_search_space({}).trt_workspace_mb == (1024,)  # the default
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"optimization": {"tensorrt_workspace_mb": [0]}}, ">= 1"),
+        ({"optimization": {"tensorrt_workspace_mb": ["1G"]}}, "expected an integer"),
+        ({"optimization": {"tensorrt_workspace_mb": [4_000_000]}}, "more than any GPU has"),
+        ({"optimization": {"tensorrt_workspace_mb": []}}, "empty"),
+        ({"optimization": {"tensorrt_workspace": [1024]}}, "unknown key 'tensorrt_workspace'"),
+        ({"optimization": {"tensorrt_fp16": ["yes"]}}, "optimization.tensorrt_fp16: expected true/false"),
+        ({"instance_group": {"gpus": [[0, -1]]}}, "GPU ids"),
+        ({"instance_group": {"gpus": [[]]}}, "GPU ids"),
+    ],
+)
+def test_bad_gpu_and_tensorrt_options_are_one_line_errors(doc: Any, message: str) -> None:
+    with pytest.raises(SearchSpaceError, match=message) as info:
+        parse_search_space(doc)
+    assert "\n" not in str(info.value)
+
+
+def test_gpu_lists_the_server_lacks_are_dropped() -> None:
+    space = parse_search_space(
+        {"instance_group": {"kind": ["KIND_GPU"], "gpus": ["all", [0], [0, 1], [2, 3]]}}
+    )
+    assert space.restricted(batching=True, gpu=True, tensorrt=True, gpu_count=2).gpus == ("all", "0", "0,1")
+    assert space.restricted(batching=True, gpu=True, tensorrt=True).gpus == space.gpus  # count unknown
+    only_far = parse_search_space({"instance_group": {"kind": ["KIND_GPU"], "gpus": [[3]]}})
+    assert only_far.restricted(batching=True, gpu=True, tensorrt=True, gpu_count=1).gpus == ("all",)
+
+
+def test_gpu_counts_are_per_gpu_in_labels_and_totals() -> None:
+    cpu = Candidate(2, "KIND_CPU", (), 8, False, (), 0, False)
+    assert cpu.instances() == 2 and cpu.label() == "2xcpu mbs 8 batching off"
+    listed = replace(cpu, kind="KIND_GPU", gpus=(0, 1))
+    assert listed.instances() == 4 and listed.label().startswith("2/gpu on gpus 0,1 (4 in all) mbs 8")
+    every = replace(cpu, kind="KIND_GPU")
+    assert every.instances() is None and every.label().startswith("2/gpu on all gpus mbs 8")
+    assert every.instances(server_gpus=4) == 8 and "2/gpu on all gpus (8 in all)" in every.label(4)
+    one = replace(listed, gpus=(1,), trt_fp16=True, trt_workspace_mb=1024)
+    assert one.label() == "2/gpu on gpus 1 mbs 8 batching off trt-fp16 ws 1024MiB"
+
+
+def test_the_bundled_gpu_space_parses() -> None:
+    space = load_search_space(ROOT / "search_spaces" / "gpu.yaml", gpu_available=True)
+    assert space.kind == ("KIND_GPU",) and space.instance_count == (1, 2, 3, 4)
+    assert space.trt_fp16 == (False, True) and space.trt_workspace_mb == (1024,)
+    assert load_search_space(ROOT / "search_spaces" / "gpu.yaml").kind == ("KIND_CPU",)  # no GPU: auto is CPU
+
+
+def test_a_bundled_space_is_found_by_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no file of that name here
+    assert load_search_space(Path("model_analyzer")).dynamic_batching == (True,)
+    with pytest.raises(SearchSpaceError, match="bundled, by name: default"):
+        load_search_space(Path("no_such_space"))

@@ -10,8 +10,8 @@ from optuna.trial import FixedTrial
 
 from autotune.measure import Measurement, Point
 from autotune.objective import Sla
-from autotune.search_space import params_of, parse_search_space
-from autotune.study import INTERRUPTED, Study
+from autotune.search_space import Candidate, params_of, parse_search_space
+from autotune.study import INTERRUPTED, Study, _candidate_json, candidate_from_json
 
 SPACE = parse_search_space(
     {
@@ -119,3 +119,45 @@ def test_a_trial_another_worker_is_asking_is_not_taken_for_an_interrupted_one(tm
     trial = other._study.ask()  # asked, its owner not written yet
     assert study.interrupted() == []
     assert other._study.trials[trial.number].state.name == "RUNNING"
+
+
+GPU_SPACE = parse_search_space(
+    {
+        "instance_group": {"count": [1, 2], "kind": ["KIND_GPU"], "gpus": ["all", [0, 1]]},
+        "max_batch_size": [8],
+        "dynamic_batching": {"enabled": [False]},
+        "optimization": {"tensorrt_fp16": [False, True], "tensorrt_workspace_mb": [1024, 4096]},
+    }
+)
+
+
+def test_a_gpu_candidate_with_its_tensorrt_workspace_is_read_back(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = Study.open(url, "gpu", GPU_SPACE, SLA, seed=1)
+    fp16 = Candidate(2, "KIND_GPU", (0, 1), 8, False, (), 0, True, 4096)
+    study.enqueue(params_of(fp16))
+    asked = study.ask()
+    assert asked.candidate == fp16
+    told = study.tell_measured(asked, _measurement(300.0), 2.0)
+    (again,) = Study.open(url, "gpu", GPU_SPACE, SLA).results()
+    assert again == told and again.candidate == fp16 and again.params["trt_workspace_mb"] == 4096
+
+
+def test_run_files_from_before_the_workspace_still_load() -> None:
+    """A candidate recorded before ``trt_workspace_mb`` existed (FP16 then wrote no workspace:
+    the backend's default, which 0 means), and its params queued again on --resume."""
+    old = {
+        "instance_count": 1, "kind": "KIND_GPU", "gpus": [0], "max_batch_size": 8, "dynamic_batching": False,
+        "preferred_batch_sizes": [], "max_queue_delay_us": 0, "trt_fp16": True,
+    }  # fmt: skip
+    assert candidate_from_json(old) == Candidate(1, "KIND_GPU", (0,), 8, False, (), 0, True, 0)
+    assert candidate_from_json(_candidate_json(candidate_from_json(old))) == candidate_from_json(old)
+
+
+def test_params_of_a_trial_from_before_the_workspace_can_be_queued_again(tmp_path: Path) -> None:
+    study = Study.open(f"sqlite:///{tmp_path / 'study.db'}", "gpu", GPU_SPACE, SLA, seed=1)
+    old = {"instance_count": 1, "kind": "KIND_GPU", "gpus": "all", "max_batch_size": 8, "trt_fp16": True}
+    study.enqueue(old, again=True)
+    assert study.ask().candidate == Candidate(
+        1, "KIND_GPU", (), 8, False, (), 0, True, 1024
+    )  # the first choice

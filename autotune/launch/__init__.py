@@ -16,12 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.launch._base import Launcher, Server, failure_line, free_ports, read_tail, wait_model_ready
+from autotune.launch._base import (
+    Launcher,
+    Server,
+    failure_line,
+    free_ports,
+    read_tail,
+    tensorrt_error,
+    wait_model_ready,
+)
 from autotune.settings import DockerOptions, Launch, RemoteOptions
 
 __all__ = [
     "Launcher", "Server", "ServerGpus", "failure_line", "free_ports", "make_launcher", "read_tail",
-    "reap_leftovers", "server_gpus", "wait_model_ready",
+    "reap_leftovers", "server_gpus", "tensorrt_error", "wait_model_ready",
 ]  # fmt: skip
 
 

@@ -13,6 +13,7 @@ answer as well (:func:`wait_metrics`).
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from abc import ABC, abstractmethod
@@ -89,9 +90,14 @@ class Launcher(ABC, Generic[H]):
         self.ready_timeout_s = ready_timeout_s
 
     @contextmanager
-    def serve(self, repository: Path, model: str, log_path: Path) -> Iterator[Server]:
-        """A server with ``model`` of ``repository`` ready; its log goes to ``log_path``."""
-        started = self._ready(repository, model, log_path)
+    def serve(
+        self, repository: Path, model: str, log_path: Path, *, ready_timeout_s: float | None = None
+    ) -> Iterator[Server]:
+        """A server with ``model`` of ``repository`` ready; its log goes to ``log_path``. The
+        model gets ``ready_timeout_s`` to get ready (default the launcher's ``ready_timeout_s``:
+        a config whose load builds a TensorRT engine is given longer, see autotune.trt_build)."""
+        timeout_s = self.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
+        started = self._ready(repository, model, log_path, timeout_s)
         try:
             yield started.server
         except BaseException:
@@ -102,7 +108,7 @@ class Launcher(ABC, Generic[H]):
     def drain(self) -> None:
         """Wait until every server this launcher started has stopped (some stop in the background)."""
 
-    def _ready(self, repository: Path, model: str, log_path: Path) -> Started[H]:
+    def _ready(self, repository: Path, model: str, log_path: Path, timeout_s: float) -> Started[H]:
         for attempt in (1, 2):
             try:
                 started = self._start(repository, model, log_path, self._ports())
@@ -111,7 +117,7 @@ class Launcher(ABC, Generic[H]):
                     continue
                 raise
             try:
-                self._wait_ready(started, model)
+                self._wait_ready(started, model, timeout_s)
             except BaseException as exc:
                 self._stop(started, failed=True)
                 clashed = isinstance(exc, ServerExitedError) and port_clash(started.server.log_tail(40))
@@ -121,10 +127,10 @@ class Launcher(ABC, Generic[H]):
             return started
         raise AssertionError("unreachable")
 
-    def _wait_ready(self, started: Started[H], model: str) -> None:
-        """Until the model is ready, and the metrics of a server we started answer
-        (ServerExitedError if the server ends first)."""
-        wait_model_ready(started.server, model, self.ready_timeout_s, started.exit_detail)
+    def _wait_ready(self, started: Started[H], model: str, timeout_s: float) -> None:
+        """Until the model is ready, at most ``timeout_s``, and the metrics of a server we
+        started answer (ServerExitedError if the server ends first)."""
+        wait_model_ready(started.server, model, timeout_s, started.exit_detail)
         if self.starts_servers and started.server.metrics_url:
             wait_metrics(started.server, started.exit_detail)
 
@@ -234,16 +240,60 @@ def _tail_suffix(server: Server) -> str:
 
 def failure_line(log_text: str) -> str:
     """The most telling line of a server log: why the model did not load (its load error, or
-    the reason in the model status table), else the first error, else nothing."""
+    the reason in the model status table; with the TensorRT error that caused it, when the
+    load error is TensorRT's), else a TensorRT error (a build that crashed the server or has
+    not finished), else the first error, else nothing."""
     lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+    trt = tensorrt_error(log_text)
     for line in lines:
         if "failed to load '" in line:
-            return line[line.index("failed to load '") :].rstrip('"')[:300]
+            load = line[line.index("failed to load '") :].rstrip('"')
+            return _with_cause(load, trt)[:300]
     for line in lines:
         if "| UNAVAILABLE: " in line:  # the model status table: | name | version | UNAVAILABLE: why |
-            return "model " + line.split("| UNAVAILABLE: ", 1)[1].rstrip("| ")[:290]
+            return _with_cause("model " + line.split("| UNAVAILABLE: ", 1)[1].rstrip("| "), trt)[:300]
+    if trt:
+        return trt[:300]
     noise = ("NVML", "DCGM", "CudaDriverHelper", "GPU metrics", "cuda")
     for line in lines:
+        if _ORT_NOT_ERROR.search(line):  # onnxruntime's warnings and information ("... overflow errors")
+            continue
         if (line.startswith("E") or "error" in line.lower()) and not any(n in line for n in noise):
             return line[:300]
     return ""
+
+
+# TensorRT errors, as the backends log them. onnxruntime's TensorRT execution provider names its
+# own failures ("TensorRT EP could not build engine for fused node: ...", "TensorRT EP failed
+# to create engine from network ..."), and passes TensorRT's messages through its logger, which
+# writes the ORT severity (E:, or W: in old versions), the source file, then TensorRT's stamp
+# and severity:
+#   <time> [E:onnxruntime:log, tensorrt_execution_provider.h:88 log] [<time>   ERROR] 4: [...] ...
+# TensorFlow's TF-TRT logs as TensorFlow does: "<time>: E tensorflow/compiler/tf2tensorrt/...] ...".
+_ORT_TRT = re.compile(r"tensorrt_execution_provider[^\]]*\]\s*\[[^\]]*\b(?:INTERNAL_ERROR|ERROR)\]\s*(.+)")
+_ORT_TRT_FAILURE = re.compile(r"TensorRT EP (?:could not|fail)[^\n]*", re.IGNORECASE)
+_ORT_NOT_ERROR = re.compile(r"\[[VIW]:onnxruntime:")
+_TF_TRT = re.compile(r"\bE \S*tf2tensorrt/\S+\]\s*(.+)")
+
+
+def tensorrt_error(log_text: str) -> str:
+    """The first TensorRT error in a server log (onnxruntime's TensorRT execution provider, or
+    TensorFlow's TF-TRT), as ``TensorRT: <its message>`` (or the execution provider's own
+    ``TensorRT EP ...`` failure); "" when there is none: their warning and information lines,
+    and every other error, are not TensorRT errors."""
+    for line in log_text.splitlines():
+        logged = _ORT_TRT.search(line) or _TF_TRT.search(line)
+        if logged is not None:
+            return "TensorRT: " + logged.group(1).strip()
+        failure = _ORT_TRT_FAILURE.search(line)
+        if failure is not None:  # it names TensorRT itself
+            return failure.group(0).strip().rstrip('";')
+    return ""
+
+
+def _with_cause(load: str, trt: str) -> str:
+    """A load error that is TensorRT's, with TensorRT's own reason (``load — TensorRT: ...``)."""
+    if not trt or "tensorrt" not in load.lower() or trt.removeprefix("TensorRT: ") in load:
+        return load
+    head = re.match(r"failed to load '[^']*'(?: version \d+)?", load)
+    return f"{head.group(0) if head else load[:120]} — {trt}"

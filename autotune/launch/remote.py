@@ -10,19 +10,21 @@ candidate config without a word.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from google.protobuf import json_format
 
 from autotune.control import ServerControl
-from autotune.errors import ControlError, LaunchError, RestoreError, UsageError
-from autotune.launch._base import Launcher, Ports, Server, Started
+from autotune.errors import ControlError, LaunchError, ModelNotReadyError, RestoreError, UsageError
+from autotune.launch._base import Launcher, Ports, Server, Started, wait_model_ready
 from autotune.model_config import CONFIG_NAME, parse_config
 from autotune.settings import RemoteOptions
 
-LOAD_TIMEOUT_S = 300.0  # a load can build an engine, or copy large weights
+LOAD_TIMEOUT_S = 300.0  # a load can build an engine, or copy large weights (TensorRT candidates: longer)
 HEALTH_TIMEOUT_S = 5.0
 METRICS_PORT = 8002  # Triton's default
 
@@ -42,7 +44,15 @@ def metrics_url(options: RemoteOptions) -> str:
     return f"http://{split_url(options.url)[0]}:{METRICS_PORT}/metrics"
 
 
-class RemoteLauncher(Launcher[str]):
+@dataclass(frozen=True)
+class _Candidate:
+    """What a remote "server" keeps: the model, and the candidate config it loads (JSON)."""
+
+    model: str
+    override: str
+
+
+class RemoteLauncher(Launcher[_Candidate]):
     """Serves candidates on one running server; a started "server" is the model loaded there."""
 
     name = "remote"
@@ -76,27 +86,39 @@ class RemoteLauncher(Launcher[str]):
     def _ports(self) -> Ports:
         return Ports(self.http_port, self.grpc_port, 0)  # the server's; its metrics: ``metrics_url``
 
-    def _start(self, repository: Path, model: str, log_path: Path, ports: Ports) -> Started[str]:
+    def _start(self, repository: Path, model: str, log_path: Path, ports: Ports) -> Started[_Candidate]:
+        """Nothing starts: the candidate's config is read, to be loaded by :meth:`_wait_ready`."""
         config = parse_config((repository / model / CONFIG_NAME).read_text(encoding="utf-8"))
         override = json_format.MessageToJson(config, preserving_proto_field_name=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with self.control() as control:
-                what = f"load {model} with the candidate config"
-                _logged(log_path, what, lambda: control.load(model, override))
-        except ControlError as exc:
-            self._restore(model, log_path)
-            raise LaunchError(f"the server refused the candidate config: {exc}") from exc
         server = Server(
             self.host, self.http_port, self.grpc_port, log_path,
             alive=self._alive, description=f"remote server {self.host}:{self.http_port}",
             metrics_url=self.metrics_url,
         )  # fmt: skip
-        return Started(server, model)
+        return Started(server, _Candidate(model, override))
 
-    def _stop(self, started: Started[str], *, failed: bool) -> None:
+    def _wait_ready(self, started: Started[_Candidate], model: str, timeout_s: float) -> None:
+        """Load the candidate config, waiting up to ``timeout_s`` for the load (it builds any
+        TensorRT engine); a refusal is a LaunchError, no answer in time a ModelNotReadyError
+        (the base class then puts the server back on its own config)."""
         assert started.server.log_path is not None
-        self._restore(started.handle, started.server.log_path)
+        began = time.monotonic()
+        try:
+            with self.control(timeout_s) as control:
+                what = f"load {model} with the candidate config"
+                _logged(started.server.log_path, what, lambda: control.load(model, started.handle.override))
+        except ControlError as exc:
+            if exc.status is None and time.monotonic() - began >= timeout_s:
+                raise ModelNotReadyError(
+                    f"model {model!r} was not ready after {timeout_s:.0f} s: {exc}"
+                ) from exc
+            raise LaunchError(f"the server refused the candidate config: {exc}") from exc
+        wait_model_ready(started.server, model, timeout_s)
+
+    def _stop(self, started: Started[_Candidate], *, failed: bool) -> None:
+        assert started.server.log_path is not None
+        self._restore(started.handle.model, started.server.log_path)
 
     def _restore(self, model: str, log_path: Path) -> None:
         """Back to the server's own config: a load without an override does not re-read the
