@@ -323,7 +323,7 @@ def test_frame_renames_a_parameter_that_clashes_with_a_fixed_column() -> None:
 
 def test_exported_names() -> None:
     assert set(report.__all__) == {
-        "CSV_NAME", "REPORT_NAME", "ReportData", "VerificationRow",
+        "CSV_NAME", "REPORT_NAME", "ReportData", "VerificationRow", "gpu_summary",
         "pareto_front", "render_html", "report_data", "trials_frame", "write_csv", "write_report",
     }  # fmt: skip
 
