@@ -123,10 +123,8 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     path = settings.run_dir or RunDir.new_path(settings.reports_dir, settings.model, _run_id())
     launcher = make_launcher(settings.launch, path.name)  # a wrong set-up fails before anything is written
     run = _open_run(prep, path)
-    study = Study.open(
-        run.study_url(settings.storage), run.record.study_name, prep.space, settings.sla, seed=settings.seed,
-        scoring=prep.scoring,
-    )  # fmt: skip
+    url, name = run.study_url(settings.storage), run.record.study_name
+    study = Study.open(url, name, prep.space, settings.sla, seed=settings.seed, scoring=prep.scoring)
     if study.created:
         _seed(study, prep)
     for params, baseline in study.interrupted():

@@ -207,6 +207,7 @@ def test_a_run_with_gpu_figures_shows_them_the_limit_and_the_gpus_it_was_given()
     assert "GPUs (docker --gpus) <b>0,1</b>" in page and "goodput per GPU used" in page
     assert "p95 ≤ 20 ms, GPU memory ≤ 6000 MiB" in page
     assert "Gain per GPU vs baseline" in page
+    assert "1,040.0 per GPU (CPU instances, counted as one)" in page  # the winner: 3 CPU instances
 
 
 def test_write_report_writes_both_files(tmp_path: Path) -> None:

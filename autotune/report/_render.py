@@ -52,7 +52,7 @@ class Kpis:
     baseline_goodput: float  # as the run ranked: per GPU in a per-GPU run
     gain: float | None  # the run's objective: goodput, or goodput per GPU
     per_gpu: float | None = None  # a per-GPU run: the winner's goodput per GPU
-    gpus_used: int = 0  # ... and the GPUs it used
+    gpus_used: int = 0  # ... and the GPUs it used (0: a CPU candidate, counted as one)
     throughput_gain: float | None = None  # a per-GPU run: the gain in throughput, beside it
 
 
@@ -175,13 +175,13 @@ def _kpis(data: ReportData) -> Kpis | None:
     else:
         where, goodput, latency, p50 = _where(w), w["goodput"], w["latency_ms"], w["p50_ms"]
     base = 0.0 if data.baseline is None else float(data.row(data.baseline)[data.goodput_column])
-    share = max(w["gpus_used"] or 0, 1)  # a per-GPU run's divisor (a CPU candidate counts as one)
-    per_gpu = goodput / share if data.per_gpu and goodput is not None else None
+    gpus = int(w["gpus_used"] or 0)
+    per_gpu = goodput / max(gpus, 1) if data.per_gpu and goodput is not None else None  # CPU: as one
     return Kpis(
         number=data.winner, label=w["label"] or f"trial {data.winner}", chosen=data.winner_chosen,
         goodput=goodput, latency_ms=latency, p50_ms=p50, over=(latency or 0.0) > data.sla.limit_ms,
         where=where, baseline=data.baseline, baseline_goodput=base,
-        gain=data.gain_per_gpu if data.per_gpu else data.gain, per_gpu=per_gpu, gpus_used=share,
+        gain=data.gain_per_gpu if data.per_gpu else data.gain, per_gpu=per_gpu, gpus_used=gpus,
         throughput_gain=data.gain if data.per_gpu else None,
     )  # fmt: skip
 
