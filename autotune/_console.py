@@ -12,8 +12,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from autotune.events import Events
+from autotune.gpu import GpuFigures
 from autotune.measure import Point
-from autotune.results import COMPLETE, Outcome, TrialResult, recommendation
+from autotune.objective import RAW, Scoring
+from autotune.report import gpu_summary
+from autotune.results import COMPLETE, Outcome, Recommendation, TrialResult, recommendation
 from autotune.search_space import Candidate
 
 console = Console(stderr=True, highlight=False)
@@ -22,9 +25,13 @@ console = Console(stderr=True, highlight=False)
 class RichEvents(Events):
     """Two bars: trials done of the budget, and the trial in flight with its latest point."""
 
-    def __init__(self, percentile: int = 95) -> None:
+    def __init__(
+        self, percentile: int = 95, scoring: Scoring = RAW, memory_limit_mb: float | None = None
+    ) -> None:
         self.run_dir: Path | None = None
         self._pct = percentile  # the SLA's: the latency shown
+        self._scoring = scoring  # per GPU: each trial's goodput per GPU is shown too
+        self._memory_limit = memory_limit_mb  # the SLA's GPU memory limit: named when it is what broke
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -70,7 +77,7 @@ class RichEvents(Events):
     def trial_finished(self, result: TrialResult) -> None:
         if self._trials is not None:
             self._progress.advance(self._trials)
-        self._log(_trial_line(result, self._pct))
+        self._log(_trial_line(result, self._pct, self._scoring, self._memory_limit))
 
     def verification_failed(self, result: TrialResult, reason: str) -> None:
         label = result.candidate.label() if result.candidate else "?"
@@ -97,7 +104,9 @@ class RichEvents(Events):
             self._progress.console.print(text)
 
 
-def _trial_line(result: TrialResult, pct: int) -> str:
+def _trial_line(
+    result: TrialResult, pct: int, scoring: Scoring = RAW, memory_limit: float | None = None
+) -> str:
     label = result.candidate.label() if result.candidate else "?"
     head = f"trial {result.number:>3} {label}"
     if result.state != COMPLETE:
@@ -114,38 +123,36 @@ def _trial_line(result: TrialResult, pct: int) -> str:
             return (
                 f"{head}: cannot beat the best, p{pct} {latency:.1f} ms at {point.where}, not refined{note}"
             )
-        return f"{head}: misses the SLA even at {point.where} (p{pct} {latency:.1f} ms){note}"
+        memory = _memory_over(point, memory_limit)
+        return f"{head}: misses the SLA even at {point.where} (p{pct} {latency:.1f} ms{memory}){note}"
     pruned = ", not refined: cannot beat the best" if result.measurement.pruned else ""
     note = f"\n    {result.measurement.note}" if result.measurement.note else ""
     return (
-        f"{head}: {best.throughput:.0f} infer/s at {best.where}, "
+        f"{head}: {best.throughput:.0f} infer/s{_per_gpu(best.throughput, result, scoring)} at {best.where}, "
         f"p{pct} {best.latency_ms(pct):.1f} ms ({result.duration_s:.0f} s{pruned}){note}"
     )
+
+
+def _per_gpu(throughput: float, result: TrialResult, scoring: Scoring) -> str:
+    """`` (120 per GPU, 2 GPUs)`` where the run compares goodputs per GPU; else nothing."""
+    if not scoring.per_gpu:
+        return ""
+    share = scoring.share(result.candidate)
+    return f" ({throughput / share:.0f} per GPU, {share} GPU{'s' if share > 1 else ''})"
+
+
+def _memory_over(point: Point, limit: float | None) -> str:
+    """``; GPU memory 9000 MiB > 8000 MiB`` when the point broke the SLA's GPU memory limit."""
+    peak = gpu_summary(point.gpus)["gpu_memory_mb"]
+    if limit is None or peak is None or peak <= limit:
+        return ""
+    return f"; GPU memory {peak:.0f} MiB > {limit:g} MiB"
 
 
 def print_summary(outcome: Outcome) -> None:
     out = Console(highlight=False)
     info, winner, base = outcome.info, outcome.winner, outcome.baseline
-    table = Table(title=f"{info.model}: best config under {info.sla.label}")
-    load = "request rate" if info.open_loop_run else "concurrency"
-    for col in ("", "config", load, "infer/s", "p50 ms", f"p{info.sla.percentile} ms", "verified"):
-        table.add_column(col)
-    for name, result in (("winner", winner), ("baseline", base)):
-        if result is None:
-            continue
-        point = recommendation(result, info.verifications, info.sla.percentile)
-        if point is None:
-            continue
-        v = point.verification
-        table.add_row(
-            name,
-            result.candidate.label() if result.candidate else "?",
-            point.where.removeprefix("concurrency "),
-            f"{point.throughput:.0f}",
-            f"{point.p50_ms:.1f}",
-            f"{point.latency_ms:.1f}",
-            f"{v.sla_met}/{len(v.points)} repeats met the SLA" if v else "-",
-        )
+    table = _summary_table(outcome)
     if table.row_count:
         out.print(table)
     if outcome.all_failed:
@@ -155,7 +162,14 @@ def print_summary(outcome: Outcome) -> None:
     elif base is not None and base.best is not None and winner.best is not None:
         # both from the search's measurements: the baseline is not verified
         gain = winner.goodput() / max(base.goodput(), 1e-9)
-        out.print(f"winner vs your config: {gain:.2f}x throughput at the SLA (search measurements)")
+        if info.scoring.per_gpu:  # the objective first, the throughput beside it
+            per_gpu = gain * info.scoring.share(base.candidate) / info.scoring.share(winner.candidate)
+            out.print(
+                f"winner vs your config: {per_gpu:.2f}x throughput per GPU at the SLA "
+                f"({gain:.2f}x throughput; search measurements)"
+            )
+        else:
+            out.print(f"winner vs your config: {gain:.2f}x throughput at the SLA (search measurements)")
     if info.open_loop is not None:
         out.print(info.open_loop.summary())
     if info.winner_diff:
@@ -164,3 +178,53 @@ def print_summary(outcome: Outcome) -> None:
     out.print(f"report: {outcome.run_dir / 'report.html'}")
     if winner is not None:
         out.print(f"apply it: autotune apply {outcome.run_dir}")
+
+
+def _summary_table(outcome: Outcome) -> Table:
+    """The winner and the baseline at their recommended points; a per-GPU column where the run
+    compared goodputs per GPU, GPU columns where a shown point has GPU figures."""
+    info = outcome.info
+    rows = [
+        (name, result, rec)
+        for name, result in (("winner", outcome.winner), ("baseline", outcome.baseline))
+        if result is not None
+        and (rec := recommendation(result, info.verifications, info.sla.percentile)) is not None
+    ]
+    gpus = any(_figures(result, rec) for _, result, rec in rows)
+    table = Table(title=f"{info.model}: best config under {info.sla.label}")
+    load = "request rate" if info.open_loop_run else "concurrency"
+    columns = ["", "config", load, "infer/s", *(["per GPU"] if info.scoring.per_gpu else [])]
+    columns += ["p50 ms", f"p{info.sla.percentile} ms", *(GPU_COLUMNS if gpus else ()), "verified"]
+    for col in columns:
+        table.add_column(col)
+    for name, result, rec in rows:
+        v = rec.verification
+        per_gpu = f"{info.scoring.score(rec.throughput, result.candidate):.0f}"
+        table.add_row(
+            name,
+            result.candidate.label() if result.candidate else "?",
+            rec.where.removeprefix("concurrency "),
+            f"{rec.throughput:.0f}",
+            *([per_gpu] if info.scoring.per_gpu else []),
+            f"{rec.p50_ms:.1f}",
+            f"{rec.latency_ms:.1f}",
+            *(_gpu_cells(_figures(result, rec)) if gpus else ()),
+            f"{v.sla_met}/{len(v.points)} repeats met the SLA" if v else "-",
+        )
+    return table
+
+
+GPU_COLUMNS = ("GPU util %", "GPU MiB peak", "GPU W")
+
+
+def _figures(result: TrialResult, rec: Recommendation) -> list[GpuFigures]:
+    """The GPU figures behind a recommended point: its verification repeats', else its search point's."""
+    points = rec.verification.points if rec.verification is not None else (result.best,)
+    return [g for p in points if p is not None for g in p.gpus]
+
+
+def _gpu_cells(figures: list[GpuFigures]) -> list[str]:
+    """Average utilisation and power, peak memory (dashes without figures)."""
+    s = gpu_summary(figures)
+    cells = (s["gpu_util_pct"], s["gpu_memory_mb"], s["gpu_power_w"])
+    return ["-" if value is None else f"{value:.0f}" for value in cells]

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune import __version__, stopping
 from autotune.decide import IMPROVEMENT
@@ -29,6 +29,9 @@ from autotune.settings import (
     workload_from_args,
     workload_given,
 )
+
+if TYPE_CHECKING:
+    from autotune.rundir import RunRecord
 
 # what counts as progress, and as a finalist worth verifying ("%%": argparse formats help text)
 GAIN = f"{IMPROVEMENT * 100:g}%%"
@@ -97,6 +100,15 @@ def _add_run(sub: Any) -> None:
             if p in (95, 99)
             else argparse.SUPPRESS,
         )
+    run.add_argument(
+        "--max-gpu-memory-mb",
+        type=float,
+        metavar="MIB",
+        help="part of the SLA: a point whose peak GPU memory (the most any one GPU of the server "
+        "used while it was measured, from Triton's metrics) is over this many MiB does not meet it "
+        "(default: no limit; 0: none). Points without GPU figures (a CPU server) are not held to it. "
+        "--resume without it keeps the run's own",
+    )
     run.add_argument(
         "--search-space",
         type=Path,
@@ -247,7 +259,7 @@ def _sla(args: argparse.Namespace) -> Sla:
     for p in (50, 90, 95, 99):
         value = getattr(args, f"sla_p{p}")
         if value is not None:
-            return Sla(p, value)
+            return Sla(p, value, args.max_gpu_memory_mb)
     raise UsageError("give an SLA, e.g. --sla-p95-ms 50")
 
 
@@ -302,6 +314,18 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
     )
 
 
+def resumed(settings: RunSettings, args: argparse.Namespace, record: RunRecord) -> RunSettings:
+    """--resume without the workload, traffic or GPU memory flags: the run's own."""
+    if not workload_given(args):
+        settings = replace(settings, workload=record.workload)
+    if not traffic_given(args):
+        settings = replace(settings, traffic=record.traffic)
+    if args.max_gpu_memory_mb is None:
+        sla = replace(settings.sla, max_gpu_memory_mb=record.sla.max_gpu_memory_mb)
+        settings = replace(settings, sla=sla)
+    return settings
+
+
 def _run(args: argparse.Namespace) -> int:
     from autotune import tuner
     from autotune._console import RichEvents, print_summary
@@ -309,10 +333,8 @@ def _run(args: argparse.Namespace) -> int:
     from autotune.rundir import RunDir, find_unfinished
 
     settings = settings_from(args)
-    if settings.run_dir is not None and not workload_given(args):  # --resume: the run's own workload
-        settings = replace(settings, workload=RunDir.load(settings.run_dir).record.workload)
-    if settings.run_dir is not None and not traffic_given(args):  # ... and its own traffic
-        settings = replace(settings, traffic=RunDir.load(settings.run_dir).record.traffic)
+    if settings.run_dir is not None:
+        settings = resumed(settings, args, RunDir.load(settings.run_dir).record)
     if settings.run_dir is None and not args.fresh:
         unfinished = find_unfinished(settings)
         if unfinished is not None:
@@ -325,12 +347,14 @@ def _run(args: argparse.Namespace) -> int:
     count = len(prep.data.entries) if prep.data else 1
     entries = f" ({count} entries, sent in turn)" if count > 1 else ""
     print(f"workload: {settings.workload.label}{entries}; {settings.traffic.label}", file=sys.stderr)
-    events = RichEvents(settings.sla.percentile)
+    events = RichEvents(settings.sla.percentile, prep.scoring, settings.sla.max_gpu_memory_mb)
     try:
         with events:
             outcome = tuner.tune(prep, events)
     except KeyboardInterrupt:
-        flags = " ".join(f for f in (settings.workload.flags, settings.traffic.flags) if f)
+        memory = settings.sla.max_gpu_memory_mb
+        ceiling = f"--max-gpu-memory-mb {memory:g}" if memory else ""
+        flags = " ".join(f for f in (ceiling, settings.workload.flags, settings.traffic.flags) if f)
         where = f" {flags}" if flags else ""
         where += f" --resume {events.run_dir}" if events.run_dir else ""
         print(

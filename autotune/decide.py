@@ -9,6 +9,10 @@
   (:func:`verify_levels`);
 - the winner (:func:`choose_winner`).
 
+Every comparison of goodputs goes through the run's :class:`~autotune.objective.Scoring`
+(:func:`score`): the throughput, or the throughput per GPU used when the space's candidates
+use different numbers of GPUs. The default, ``RAW``, compares throughputs.
+
 ``autotune.tuner`` runs the loop and does the I/O; every rule it follows is here, with its
 unit tests in ``tests/test_decide.py``.
 """
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from autotune.objective import RAW, Scoring
 from autotune.results import COMPLETE, FAIL, TrialResult, Verification
 from autotune.search_space import (
     Candidate,
@@ -36,6 +41,17 @@ IMPROVEMENT = 0.08
 CONTENDER = 0.90  # a finalist after the first is verified only within this fraction of its goodput
 TIE = 0.02  # verified throughputs this close are a tie: the lower latency wins
 GPU_SEED_COUNTS = (1, 2)  # instances per GPU the seeds of a KIND_GPU space try
+
+
+def score(result: TrialResult, scoring: Scoring = RAW) -> float:
+    """A trial's goodput as the objective counts it (per GPU used, where the run compares so)."""
+    return scoring.score(result.goodput(), result.candidate)
+
+
+def verified_score(v: Verification, results: Sequence[TrialResult], scoring: Scoring = RAW) -> float:
+    """A verification's median throughput as the objective counts it (its trial's GPUs)."""
+    trial = next((r for r in results if r.number == v.trial), None)
+    return scoring.score(v.median_throughput, trial.candidate if trial is not None else None)
 
 
 def heuristic_seeds(
@@ -146,12 +162,12 @@ def _steps(choices: Sequence[int], value: int) -> list[int]:
     return ([max(below)] if below else []) + ([min(above)] if above else [])
 
 
-def unexplored(results: Sequence[TrialResult], space: SearchSpace) -> list[Candidate]:
+def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW) -> list[Candidate]:
     """The incumbent's one-step :func:`neighbours` that no trial has tried (measured, failed or
     under way): the search does not call itself converged while one is left, so that an obvious
     change of the best config (one instance more, batching off) is never missed because the
     sampler wandered elsewhere."""
-    best = max((r for r in results if r.feasible), key=lambda r: r.goodput(), default=None)
+    best = max((r for r in results if r.feasible), key=lambda r: score(r, scoring), default=None)
     if best is None or best.candidate is None:
         return []
     tried = [r.candidate for r in results if r.candidate is not None]
@@ -172,17 +188,18 @@ def closest(choices: Sequence[int], target: int) -> int:
     return min(choices, key=lambda c: (abs(c - target), c))
 
 
-def converged(results: Sequence[TrialResult], patience: int) -> bool:
+def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = RAW) -> bool:
     """Whether the last ``patience`` configs measured (reused ones are free and do not count,
-    nor do interrupted ones) brought no goodput ``IMPROVEMENT`` better than the best before them."""
+    nor do interrupted ones) brought no goodput (:func:`score`) ``IMPROVEMENT`` better than the
+    best before them."""
     if patience < 1:
         return False
     best, since = 0.0, 0
     for result in sorted(results, key=lambda r: r.number):
         if result.reused_from is not None or result.interrupted or result.state not in (COMPLETE, FAIL):
             continue
-        if result.goodput() > best * (1 + IMPROVEMENT):
-            best, since = result.goodput(), 0
+        if score(result, scoring) > best * (1 + IMPROVEMENT):
+            best, since = score(result, scoring), 0
         else:
             since += 1
     return best > 0 and since >= patience
@@ -233,33 +250,44 @@ def equivalent(a: Candidate, b: Candidate) -> bool:
     )
 
 
-def incumbent(results: Sequence[TrialResult]) -> tuple[float | None, float]:
+def incumbent(
+    results: Sequence[TrialResult], scoring: Scoring = RAW, candidate: Candidate | None = None
+) -> tuple[float | None, float]:
     """Where the next goodput search starts (the best candidate's level: its concurrency, or
-    its request rate in an open loop) and the goodput it must beat to be worth refining (see
-    :func:`autotune.measure.find_goodput`)."""
-    best = max((r for r in results if r.feasible), key=lambda r: r.goodput(), default=None)
+    its request rate in an open loop) and the throughput ``candidate`` must beat to be worth
+    refining (see :func:`autotune.measure.find_goodput`): the best :func:`score`, in the
+    candidate's own throughput (per GPU: times the GPUs it uses)."""
+    best = max((r for r in results if r.feasible), key=lambda r: score(r, scoring), default=None)
     if best is None or best.best is None:
         return None, 0.0
-    return best.best.level, best.goodput()
+    return best.best.level, score(best, scoring) * scoring.share(candidate)
 
 
-def finalists(results: Sequence[TrialResult], count: int) -> list[TrialResult]:
+def finalists(results: Sequence[TrialResult], count: int, scoring: Scoring = RAW) -> list[TrialResult]:
     """The real contenders, best first: the top ``count`` feasible, measured trials within
-    ``CONTENDER`` of the best screening goodput."""
+    ``CONTENDER`` of the best screening goodput (:func:`score`)."""
     ranked = sorted(
-        (r for r in results if r.feasible and r.reused_from is None), key=lambda r: r.goodput(), reverse=True
+        (r for r in results if r.feasible and r.reused_from is None),
+        key=lambda r: score(r, scoring),
+        reverse=True,
     )
-    return [r for r in ranked[:count] if r.goodput() >= CONTENDER * ranked[0].goodput()]
+    return [r for r in ranked[:count] if score(r, scoring) >= CONTENDER * score(ranked[0], scoring)]
 
 
-def could_beat(result: TrialResult, verified: Sequence[Verification]) -> bool:
+def could_beat(
+    result: TrialResult,
+    verified: Sequence[Verification],
+    scoring: Scoring = RAW,
+    results: Sequence[TrialResult] = (),
+) -> bool:
     """Whether a finalist is worth verifying: yes unless a verified one met the SLA in every
     repeat at a median throughput that this finalist's screening goodput does not clearly
     (by ``IMPROVEMENT``) exceed. Screening figures are the noisy maxima of short windows, so
     a finalist within that margin would be chosen by noise, at the price of a server and
-    several windows."""
-    passed = [v.median_throughput for v in verified if v.passed]
-    return not passed or result.goodput() > max(passed) * (1 + IMPROVEMENT)
+    several windows. Per GPU (``scoring``), each side counts its own GPUs (``results``: the
+    verified trials', to know their candidates)."""
+    passed = [verified_score(v, results, scoring) for v in verified if v.passed]
+    return not passed or score(result, scoring) > max(passed) * (1 + IMPROVEMENT)
 
 
 def verify_levels(result: TrialResult) -> list[float]:
@@ -282,22 +310,26 @@ def verify_levels(result: TrialResult) -> list[float]:
 
 
 def choose_winner(
-    results: Sequence[TrialResult], verifications: Sequence[Verification], percentile: int = 95
+    results: Sequence[TrialResult],
+    verifications: Sequence[Verification],
+    percentile: int = 95,
+    scoring: Scoring = RAW,
 ) -> int | None:
     """Verified finalists that met the SLA in every repeat (else in most), by median
-    throughput, a tie going to the lower latency (more headroom under the SLA); else the
-    best feasible trial not verified, by its search measurement. A finalist that could not
+    throughput (per GPU where ``scoring`` says so: :func:`verified_score`), a tie going to the
+    lower latency (more headroom under the SLA); else the best feasible trial not verified, by
+    its search measurement (:func:`score`). A finalist that could not
     beat a passed one by ``IMPROVEMENT`` is not verified (:func:`could_beat`), so such
     near-ties are settled by the search ranking."""
     every = [v for v in verifications if v.passed]
     most = [v for v in verifications if v.sla_met * 2 > len(v.points)]
     for passing in (every, most):
         if passing:
-            top = max(v.median_throughput for v in passing)
-            tied = [v for v in passing if v.median_throughput >= top * (1 - TIE)]
+            top = max(verified_score(v, results, scoring) for v in passing)
+            tied = [v for v in passing if verified_score(v, results, scoring) >= top * (1 - TIE)]
             return min(tied, key=lambda v: v.median_latency_ms(percentile)).trial
     verified = {v.trial for v in verifications}
     feasible = [r for r in results if r.feasible and r.reused_from is None and r.number not in verified]
     if feasible:
-        return max(feasible, key=lambda r: r.goodput()).number
+        return max(feasible, key=lambda r: score(r, scoring)).number
     return None

@@ -31,17 +31,20 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
     """Re-measure the finalists (:func:`decide.finalists`) at their operating points, several
     times on one server, so that noise cannot crown a loser nor hand the user a point that
     breaks the SLA; once one has met the SLA in every repeat, only those that could still beat
-    it (:func:`decide.could_beat`). Each verification is recorded as it ends, in the study (a
-    resumed run, or another worker of the study, does not repeat it) and in the run's record,
-    which ends up holding exactly the ones the winner is chosen from."""
+    it (:func:`decide.could_beat`; goodputs compared as the run's scoring says, per GPU or not).
+    Each verification is recorded as it ends, in the study (a resumed run, or another worker of
+    the study, does not repeat it) and in the run's record, which ends up holding exactly the
+    ones the winner is chosen from."""
     out: list[Verification] = []
     if prep.settings.repeats >= 1:
         done = {v.trial: v for v in study.verifications()}
-        for result in decide.finalists(study.results(), prep.settings.finalists):
+        results, scoring = study.results(), prep.scoring
+        for result in decide.finalists(results, prep.settings.finalists, scoring):
             if result.number in done:
                 out.append(done[result.number])
             elif (
-                decide.could_beat(result, out) and (verification := verify(prep, trials, result)) is not None
+                decide.could_beat(result, out, scoring, results)
+                and (verification := verify(prep, trials, result)) is not None
             ):
                 out.append(verification)
                 study.record_verifications(list({**done, **{v.trial: v for v in out}}.values()))

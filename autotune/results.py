@@ -6,12 +6,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autotune.measure import Measurement, Point
-from autotune.objective import Sla
+from autotune.objective import Scoring, Sla
 from autotune.search_space import Candidate
 
 COMPLETE = "COMPLETE"
@@ -191,6 +191,8 @@ class RunInfo:
     traffic: str = ""  # how candidates were loaded, one line (settings.Traffic.label)
     open_loop_run: bool = False  # arrivals at a rate (--load rate): operating points are rates
     open_loop: OpenLoopCheck | None = None  # a concurrency run: its winner under arrivals at a rate
+    scoring: Scoring = field(default_factory=Scoring)  # what goodputs were compared by (per GPU or not)
+    docker_gpus: str = ""  # the docker launcher's --gpus ("all", "0,1"); "" for none or another launcher
 
 
 @dataclass(frozen=True)

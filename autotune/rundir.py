@@ -22,7 +22,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError, UsageError
 from autotune.files import write_text_atomic
-from autotune.objective import Sla
+from autotune.objective import Scoring, Sla
 from autotune.processes import Owner
 from autotune.results import OpenLoopCheck, RunInfo, Verification
 from autotune.settings import Launch, RunSettings, Traffic, Workload
@@ -52,6 +52,7 @@ class RunRecord:
     workload: Workload = field(default_factory=Workload)  # what each request carried
     traffic: Traffic = field(default_factory=Traffic)  # closed loop or arrivals at a rate
     open_loop: OpenLoopCheck | None = None  # a concurrency run: the winner's sustained arrival rate
+    scoring: Scoring = field(default_factory=Scoring)  # goodput or goodput per GPU: decided once, kept
 
     def differences(self, settings: RunSettings) -> list[str]:
         """What a command would change of this run if it continued it (nothing may change: the
@@ -85,7 +86,8 @@ class RunRecord:
             "run_id": self.run_id,
             "model": self.model,
             "repository": str(self.repository),
-            "sla": {"percentile": self.sla.percentile, "limit_ms": self.sla.limit_ms},
+            "sla": self.sla.to_json(),
+            "scoring": self.scoring.to_json(),
             "launcher": self.launch.to_json(),
             "protocol": self.protocol,
             "workload": self.workload.to_json(),
@@ -106,13 +108,13 @@ class RunRecord:
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
         """Read :meth:`to_json` back; also a record of before 0.2 (a bare launcher name, the
         owner as ``owner_pid``, the verifications kept in the study)."""
-        sla = data["sla"]
         owner = data.get("owner", data.get("owner_pid"))
         return cls(
             run_id=str(data["run_id"]),
             model=str(data["model"]),
             repository=Path(data["repository"]),
-            sla=Sla(int(sla["percentile"]), float(sla["limit_ms"])),
+            sla=Sla.from_json(data["sla"]),
+            scoring=Scoring.from_json(data.get("scoring")),
             launch=Launch.from_json(data.get("launcher") or "local"),
             protocol=str(data.get("protocol", "http")),
             workload=Workload.from_json(data.get("workload")),
@@ -202,6 +204,8 @@ class RunDir:
             traffic=r.traffic.label,
             open_loop_run=r.traffic.open_loop,
             open_loop=r.open_loop,
+            scoring=r.scoring,
+            docker_gpus=r.launch.docker.gpus if r.launch.kind == "docker" else "",
         )
 
 

@@ -1,10 +1,10 @@
 """The study: Optuna through ask/tell, the only module that imports optuna.
 
-Two objectives (goodput up, latency at the SLA percentile down) with the SLA as a
-constraint the sampler uses while it searches. Every asked trial is told: COMPLETE with
-its measurement, or FAIL with a one-line reason and the server log's tail in user
-attributes. Storage is any Optuna RDB URL: SQLite in the run directory by default,
-PostgreSQL for several workers on one study.
+Two objectives (goodput up, per GPU used where the run's :class:`~autotune.objective.Scoring`
+says so; latency at the SLA percentile down) with the SLA as a constraint the sampler uses
+while it searches. Every asked trial is told: COMPLETE with its measurement, or FAIL with a
+one-line reason and the server log's tail in user attributes. Storage is any Optuna RDB URL:
+SQLite in the run directory by default, PostgreSQL for several workers on one study.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
 from autotune.measure import Measurement, Point
-from autotune.objective import Sla, scores
+from autotune.objective import RAW, Scoring, Sla, scores
 from autotune.processes import Owner
 from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult, Verification
 from autotune.search_space import Candidate, SearchSpace, params_of
@@ -70,8 +70,10 @@ class Asked:
 
 
 class Study:
-    def __init__(self, study: optuna.Study, space: SearchSpace, sla: Sla, created: bool = False) -> None:
-        self._study, self.space, self.sla = study, space, sla
+    def __init__(
+        self, study: optuna.Study, space: SearchSpace, sla: Sla, created: bool = False, scoring: Scoring = RAW
+    ) -> None:
+        self._study, self.space, self.sla, self.scoring = study, space, sla, scoring
         self.created = created  # this process made the study (so it queues the baseline and seeds)
 
     @classmethod
@@ -84,6 +86,7 @@ class Study:
         *,
         seed: int | None = None,
         startup_trials: int = 6,
+        scoring: Scoring = RAW,
     ) -> Study:
         sampler = _sampler(seed, startup_trials)
         created = False
@@ -101,7 +104,7 @@ class Study:
                 if attempt == 2 or isinstance(exc, ImportError):
                     raise StudyError(f"cannot open study {name!r} at {redact(storage)}: {exc}") from exc
                 time.sleep(0.5 + attempt)
-        return cls(study, space, sla, created)
+        return cls(study, space, sla, created, scoring)
 
     # ------------------------------------------------------------ asking and telling
 
@@ -147,7 +150,8 @@ class Study:
         told = asked.set(attrs)
         if _TRIAL_CONSTRAINTS:
             asked.trial.set_constraint("sla", violation)
-        self._study.tell(asked.trial, list(scores(point, self.sla)))
+        share = self.scoring.share(asked.candidate)  # per GPU: what the objective divides by
+        self._study.tell(asked.trial, list(scores(point, self.sla, share)))
         return _result_of(asked, COMPLETE, told)
 
     def tell_failed(

@@ -39,7 +39,7 @@ from autotune.gpu_probe import choose_probe
 from autotune.launch import Launcher, Server, failure_line, make_launcher, read_tail
 from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, read_workload
 from autotune.measure import Measurement, Point, WindowPlan, settled
-from autotune.objective import Sla
+from autotune.objective import RAW, Scoring, Sla, scoring_for
 from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
@@ -63,14 +63,15 @@ class Prepared:
     data: WorkloadData | None  # the workload read and checked; None: the config declares no inputs
     loader: Loader  # the traffic, its arrival pattern read and checked
     server_gpus: int = 0  # GPUs the server side has (asked of the launcher, not of this machine)
+    scoring: Scoring = RAW  # goodput, or goodput per GPU (objective.scoring_for); a resumed run's own
 
 
 def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     """Validate the input (UsageError on anything wrong); writes nothing. ``server_gpus``: how
-    many GPUs the server side has (``kind: auto`` follows it)."""
+    many GPUs the server side has (``kind: auto`` follows it, and whether goodputs are compared
+    per GPU: :func:`autotune.objective.scoring_for`, decided once; a resumed run keeps its own)."""
     gpu_available = server_gpus > 0
-    if settings.run_dir is not None:
-        _check_resumable(settings, settings.run_dir)
+    resumed = None if settings.run_dir is None else _check_resumable(settings, settings.run_dir)
     original = mcfg.load_config(settings.repository, settings.model)
     space = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
     baseline = mcfg.candidate_of(original)
@@ -87,7 +88,8 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     loader = Loader.read(settings.traffic)
     _check_writable(settings.reports_dir if settings.run_dir is None else settings.run_dir)
     model_dir = mcfg.model_dir(settings.repository, settings.model)
-    return Prepared(settings, original, model_dir, space, baseline, data, loader, server_gpus)
+    scoring = resumed.scoring if resumed is not None else scoring_for(space, server_gpus)
+    return Prepared(settings, original, model_dir, space, baseline, data, loader, server_gpus, scoring)
 
 
 def default_space_path() -> Path:
@@ -102,7 +104,7 @@ def _check_writable(path: Path) -> None:
         raise UsageError(f"report directory is not writable: {path} ({probe} is not a writable directory)")
 
 
-def _check_resumable(settings: RunSettings, run_dir: Path) -> None:
+def _check_resumable(settings: RunSettings, run_dir: Path) -> RunRecord:
     run = RunDir.load(run_dir)
     run.study_url(settings.storage)  # a recorded URL whose password was hidden needs --storage
     record = run.record
@@ -113,6 +115,7 @@ def _check_resumable(settings: RunSettings, run_dir: Path) -> None:
         )
     if record.running_elsewhere() and record.owner is not None:
         raise UsageError(f"--resume {run_dir}: process {record.owner.pid} is still running it")
+    return record
 
 
 def tune(prep: Prepared, events: Events | None = None) -> Outcome:
@@ -121,9 +124,8 @@ def tune(prep: Prepared, events: Events | None = None) -> Outcome:
     path = settings.run_dir or RunDir.new_path(settings.reports_dir, settings.model, _run_id())
     launcher = make_launcher(settings.launch, path.name)  # a wrong set-up fails before anything is written
     run = _open_run(prep, path)
-    study = Study.open(
-        run.study_url(settings.storage), run.record.study_name, prep.space, settings.sla, seed=settings.seed
-    )
+    url, name = run.study_url(settings.storage), run.record.study_name
+    study = Study.open(url, name, prep.space, settings.sla, seed=settings.seed, scoring=prep.scoring)
     if study.created:
         _seed(study, prep)
     for params, baseline in study.interrupted():
@@ -180,6 +182,7 @@ def _open_run(prep: Prepared, path: Path) -> RunDir:
         original_digest=file_digest(prep.model_dir / mcfg.CONFIG_NAME),
         started=_now(),
         owner=Owner.current(),
+        scoring=prep.scoring,
     )
     return RunDir.create(path, record)
 
@@ -201,9 +204,9 @@ def _go_on(settings: RunSettings, study: Study, results: list[TrialResult], elap
     finished = decide.finished(results)
     if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
         return False
-    if not decide.converged(results, settings.patience):
+    if not decide.converged(results, settings.patience, study.scoring):
         return True
-    untried = decide.unexplored(results, study.space)
+    untried = decide.unexplored(results, study.space, study.scoring)
     for candidate in untried:  # a neighbour queued before is not queued twice
         study.enqueue(params_of(candidate))
     return bool(untried)
@@ -234,7 +237,7 @@ class Trials:
         try:
             if earlier is not None and earlier.measurement is not None:
                 return study.tell_measured(asked, earlier.measurement, 0.0, reused_from=earlier.number)
-            measurement = self.measure(asked, *decide.incumbent(results))
+            measurement = self.measure(asked, *decide.incumbent(results, self.prep.scoring, asked.candidate))
             return study.tell_measured(asked, measurement, time.monotonic() - start)
         except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed
             tail = _tail(self.log(asked.number))
@@ -355,7 +358,8 @@ def _finish(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> Outcom
     """The winner (:func:`decide.choose_winner`) written beside the report; a concurrency run's
     winner is measured under arrivals at a rate too (:func:`finals.check_open_loop`)."""
     results = study.results()
-    winner = decide.choose_winner(results, run.record.verifications, prep.settings.sla.percentile)
+    pct = prep.settings.sla.percentile
+    winner = decide.choose_winner(results, run.record.verifications, pct, prep.scoring)
     if winner is not None:
         chosen = next(r for r in results if r.number == winner)
         run = finals.check_open_loop(prep, trials, run, chosen)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,7 @@ BAD_RUNS = [
     (["--trt-build-timeout-s", "0"], "--trt-build-timeout-s must be > 0"),
     (["--protocol", "smtp"], "invalid choice"),
     (["--resume", "{tmp}"], "not a run directory"),
+    (["--max-gpu-memory-mb", "-1"], "--max-gpu-memory-mb must be >= 0"),
     # the workload: checked against the inputs config.pbtxt declares, before anything starts
     (["--input-data", "{tmp}/missing.json"], "--input-data: no such file or directory"),
     (["--input-data", "{tmp}/malformed.json"], "not perf_analyzer input data"),
@@ -171,6 +173,8 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
         "--trt-build-timeout-s",
         "(default 900)",
         "gpu (instances per GPU",
+        "--max-gpu-memory-mb",
+        "peak GPU memory",
     ):
         assert words in out
 
@@ -198,3 +202,26 @@ def test_launcher_options_are_grouped_by_launcher(capsys: pytest.CaptureFixture[
     for group, options in groups.items():
         section = out[out.index(group) :]
         assert all(option in section.split("\n\n")[0] for option in options), (group, section[:400])
+
+
+def test_the_gpu_memory_limit_is_part_of_the_sla_and_a_resume_keeps_the_runs_own(tmp_path: Path) -> None:
+    from autotune.cli import build_parser, resumed, settings_from
+    from autotune.objective import Sla
+    from autotune.rundir import RunRecord
+    from autotune.settings import Launch
+
+    def settings(*extra: str) -> tuple[Any, Any]:
+        args = build_parser().parse_args(["run", "--model", "toy", "--model-repository", str(tmp_path),
+                                          "--sla-p95-ms", "50", *extra])  # fmt: skip
+        return args, settings_from(args)
+
+    assert settings("--max-gpu-memory-mb", "8000")[1].sla == Sla(95, 50.0, 8000.0)
+    assert settings()[1].sla == Sla(95, 50.0) == settings("--max-gpu-memory-mb", "0")[1].sla
+    record = RunRecord(
+        run_id="r", model="toy", repository=tmp_path, sla=Sla(95, 50.0, 8000.0), launch=Launch(),
+        protocol="http", study_name="s", storage=None, original_config="", original_digest="", started="",
+    )  # fmt: skip
+    args, given = settings()
+    assert resumed(given, args, record).sla == Sla(95, 50.0, 8000.0)  # not given: the run's own
+    args, given = settings("--max-gpu-memory-mb", "0")
+    assert resumed(given, args, record).sla == Sla(95, 50.0)  # given: the resume is refused as a change

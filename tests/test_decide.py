@@ -16,11 +16,13 @@ from autotune.decide import (
     incumbent,
     measured_before,
     neighbours,
+    score,
     time_left,
     unexplored,
     verify_levels,
 )
 from autotune.measure import Measurement, Point
+from autotune.objective import Scoring
 from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult, Verification
 from autotune.search_space import Candidate, params_of, parse_search_space
 
@@ -300,3 +302,44 @@ class _Given:
 
     def suggest_categorical(self, name: str, choices: object) -> object:
         return self.params[name]
+
+
+# ---------------------------------------------------------------- goodput per GPU
+
+PER_GPU = Scoring(per_gpu=True, server_gpus=2)
+
+
+def on_gpus(*ids: int) -> Candidate:
+    return Candidate(1, "KIND_GPU", ids, 8, True, (), 0, False)
+
+
+def test_per_gpu_two_gpus_must_do_twice_the_work_of_one_to_lead() -> None:
+    one, two = measured(0, 150.0, candidate=on_gpus(0)), measured(1, 250.0, candidate=on_gpus(0, 1))
+    assert score(two, PER_GPU) == 125.0 and score(two) == 250.0  # RAW: the throughput
+    assert [r.number for r in finalists([one, two], 2)] == [1]  # 150 is below 90% of 250
+    assert [r.number for r in finalists([one, two], 2, PER_GPU)] == [0]  # 125 is below 90% of 150
+    assert choose_winner([one, two], [], scoring=PER_GPU) == 0 and choose_winner([one, two], []) == 1
+    assert not converged([one, measured(2, 310.0, candidate=on_gpus(0, 1))], 1)  # 310 > 250 * 1.08
+    assert converged([one, measured(2, 310.0, candidate=on_gpus(0, 1))], 1, PER_GPU)  # 155 < 150 * 1.08
+
+
+def test_per_gpu_the_bound_to_beat_is_in_the_candidates_own_throughput() -> None:
+    """A 2-GPU candidate whose throughput cannot reach twice the best per-GPU goodput is pruned;
+    a 1-GPU one is held to the best per-GPU goodput itself (not to a 2-GPU trial's throughput)."""
+    results = [measured(0, 150.0, candidate=on_gpus(0)), measured(1, 250.0, candidate=on_gpus(0, 1))]
+    assert incumbent(results, PER_GPU, on_gpus(0, 1)) == (4, 300.0)
+    assert incumbent(results, PER_GPU, on_gpus(1)) == (4, 150.0)
+    assert incumbent(results) == (4, 250.0)
+
+
+def test_per_gpu_verified_finalists_are_ranked_by_their_own_gpus() -> None:
+    results = [measured(0, 150.0, candidate=on_gpus(0)), measured(1, 280.0, candidate=on_gpus(0, 1))]
+
+    def v(trial: int, throughput: float) -> Verification:
+        return Verification(trial=trial, concurrency=4, points=(point(4, throughput),) * 3, sla_met=3)
+
+    verified_ = [v(0, 140.0), v(1, 260.0)]  # 140 per GPU against 130
+    assert choose_winner(results, verified_, scoring=PER_GPU) == 0
+    assert choose_winner(results, verified_) == 1
+    assert not could_beat(results[1], [v(0, 140.0)], PER_GPU, results)  # 140 per GPU vs 140
+    assert could_beat(results[1], [v(0, 140.0)])  # 280 vs 140

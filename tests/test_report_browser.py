@@ -19,8 +19,9 @@ from pathlib import Path
 import plotly.offline
 import pytest
 
+from autotune.gpu import GpuFigures
 from autotune.measure import UNSTABLE, Measurement, Point, ServerBreakdown
-from autotune.objective import Sla
+from autotune.objective import Scoring, Sla
 from autotune.report import render_html, report_data, write_report
 from autotune.report._render import diff_lines, script_json
 from autotune.results import COMPLETE, FAIL, RunInfo, TrialResult, Verification
@@ -105,6 +106,32 @@ def sample() -> tuple[RunInfo, list[TrialResult]]:
     return run, trials
 
 
+def gpu_sample() -> tuple[RunInfo, list[TrialResult]]:
+    """The small run on two GPUs (docker, --gpus 0,1): each point with both GPUs' figures (more
+    memory with more instances), a GPU memory limit in the SLA, goodput compared per GPU."""
+
+    def on_gpus(t: TrialResult) -> TrialResult:
+        if t.measurement is None or t.candidate is None:
+            return t
+        count = t.candidate.instance_count
+        figures = tuple(
+            GpuFigures(
+                f"GPU-{i}", min(0.2 * count + 0.1 * i, 1.0), 1500.0 * count + 300 * i, 90.0 + 40 * count
+            )
+            for i in (0, 1)
+        )
+        points = tuple(replace(p, gpus=figures) for p in t.measurement.points)
+        best = next((q for p, q in zip(t.measurement.points, points, strict=True) if p == t.best), None)
+        return replace(t, measurement=Measurement(points, best))
+
+    run, trials = sample()
+    run = replace(
+        run, sla=Sla(95, 20.0, 6000.0), docker_gpus="0,1", launcher="docker",
+        scoring=Scoring(per_gpu=True, server_gpus=2), verifications=(),
+    )  # fmt: skip
+    return run, [on_gpus(t) for t in trials]
+
+
 # ---------------------------------------------------------------- the page, without a browser
 
 
@@ -169,6 +196,18 @@ def test_a_run_with_nothing_measured_still_renders() -> None:
     assert 'data-plot="' not in empty and "Original config.pbtxt" in empty
     only_failed = render_html(report_data(bare, [t for t in trials if t.state == FAIL]))
     assert "none yet" in only_failed and "server log (last lines)" in only_failed
+
+
+def test_a_run_with_gpu_figures_shows_them_the_limit_and_the_gpus_it_was_given() -> None:
+    run, trials = gpu_sample()
+    page = render_html(report_data(run, trials))
+    assert 'id="fig-gpu"' in page and 'data-plot="fig-gpu"' in page
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", page.split('id="trials"')[1].split("</thead>")[0])
+    assert heads[-5:] == ["per GPU /s", "GPU util %", "GPU MiB peak", "GPU W", "time s"]
+    assert "GPUs (docker --gpus) <b>0,1</b>" in page and "goodput per GPU used" in page
+    assert "p95 ≤ 20 ms, GPU memory ≤ 6000 MiB" in page
+    assert "Gain per GPU vs baseline" in page
+    assert "1,040.0 per GPU (CPU instances, counted as one)" in page  # the winner: 3 CPU instances
 
 
 def test_write_report_writes_both_files(tmp_path: Path) -> None:
@@ -264,6 +303,18 @@ def test_plotly_drew_every_chart(dom: _Dom) -> None:
     for target in ("fig-pareto", "fig-load", "fig-server", "fig-batch"):
         assert "js-plotly-plot" in dom.classes.get(target, ""), f"{target} was not drawn"
     assert dom.main_svgs >= 8  # plotly draws two main-svg layers per chart
+
+
+@pytest.mark.browser
+def test_plotly_drew_the_gpu_panel(chromium: str, tmp_path: Path) -> None:
+    run, trials = gpu_sample()
+    report = write_report(run, trials, tmp_path / "gpu")
+    done = _headless(chromium, tmp_path / "profile", "--dump-dom", report.as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = _Dom()
+    parsed.feed(done.stdout)
+    for target in ("fig-pareto", "fig-load", "fig-server", "fig-batch", "fig-gpu"):
+        assert "js-plotly-plot" in parsed.classes.get(target, ""), f"{target} was not drawn"
 
 
 @pytest.mark.browser

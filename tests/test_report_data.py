@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 
 import autotune.report as report
+from autotune.gpu import GpuFigures
 from autotune.measure import Measurement, Point, ServerBreakdown
-from autotune.objective import Sla
-from autotune.report import pareto_front, render_html, report_data, trials_frame, write_csv
+from autotune.objective import Scoring, Sla
+from autotune.report import gpu_summary, pareto_front, render_html, report_data, trials_frame, write_csv
 from autotune.report._data import CSV_HEAD, CSV_TAIL, POINT_COLUMNS, records
 from autotune.results import COMPLETE, FAIL, RUNNING, Outcome, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, params_of
@@ -323,7 +324,7 @@ def test_frame_renames_a_parameter_that_clashes_with_a_fixed_column() -> None:
 
 def test_exported_names() -> None:
     assert set(report.__all__) == {
-        "CSV_NAME", "REPORT_NAME", "ReportData", "VerificationRow",
+        "CSV_NAME", "REPORT_NAME", "ReportData", "VerificationRow", "gpu_summary",
         "pareto_front", "render_html", "report_data", "trials_frame", "write_csv", "write_report",
     }  # fmt: skip
 
@@ -353,3 +354,93 @@ def test_the_baseline_is_the_measured_one_when_an_interrupted_baseline_ran_again
     data = report_data(run(), [stopped, trial(1, point(4, 200, 9)), again])
     assert data.baseline == 2 and data.gain == pytest.approx(200 / 110)
     assert report_data(run(), [stopped, trial(1, point(4, 200, 9))]).baseline == 0  # only the stopped one
+
+
+# ---------------------------------------------------------------- GPU figures and goodput per GPU
+
+GPU_A, GPU_B = GpuFigures("GPU-a", 0.9, 5000.0, 250.0), GpuFigures("GPU-b", 0.5, 7000.0, 150.0)
+
+
+def on_gpus(number: int, *ids: int) -> Candidate:
+    return replace(candidate(count=number + 1), kind="KIND_GPU", gpus=ids)
+
+
+def gpu_trial(number: int, p: Point, *figures: GpuFigures, ids: tuple[int, ...] = (0,)) -> TrialResult:
+    return trial(number, replace(p, gpus=figures), cand=on_gpus(number, *ids))
+
+
+def test_a_run_without_gpu_figures_shows_no_gpu_column_nor_panel(tmp_path: Path) -> None:
+    data = report_data(run(winner=1), [trial(0, point(1, 100, 5), baseline=True), trial(1, point(2, 300, 9))])
+    assert not data.has_gpus and data.gpus.empty and not data.per_gpu
+    assert list(data.trials["gpu_util_pct"]) == [None, None]  # the frame's columns stay, empty
+    header = list(trials_frame(data).columns)
+    assert not any(name.startswith("gpu") or "per_gpu" in name for name in header)
+    page = render_html(data)
+    assert 'id="fig-gpu"' not in page and "GPU util" not in page and "per GPU" not in page
+
+
+def test_gpu_figures_are_summarised_per_trial_and_listed_per_gpu() -> None:
+    trials = [
+        gpu_trial(0, point(1, 100, 5), GPU_A, GPU_B, ids=(0, 1)),
+        gpu_trial(1, point(2, 300, 9), GPU_A),
+        trial(2, point(2, 50, 9)),  # no figures (a CPU trial)
+        failed(3),
+    ]
+    data = report_data(run(winner=1), trials)
+    assert data.has_gpus
+    row = data.row(0)  # two GPUs: average utilisation and power, the peak memory
+    assert (row["gpu_util_pct"], row["gpu_memory_mb"], row["gpu_power_w"]) == pytest.approx(
+        (70.0, 7000.0, 200.0)
+    )
+    assert data.row(2)["gpu_memory_mb"] is None
+    assert list(data.gpus.columns) == ["trial", "gpu", "uuid", "utilization_pct", "memory_mb", "power_w"]
+    assert [tuple(r.values()) for r in records(data.gpus)] == [
+        (0, 0, "GPU-a", 90.0, 5000.0, 250.0), (0, 1, "GPU-b", 50.0, 7000.0, 150.0),
+        (1, 0, "GPU-a", 90.0, 5000.0, 250.0),
+    ]  # fmt: skip
+    assert gpu_summary([]) == dict.fromkeys(("gpu_util_pct", "gpu_memory_mb", "gpu_power_w"))
+
+
+def test_the_csv_has_gpu_columns_when_some_point_has_figures(tmp_path: Path) -> None:
+    trials = [gpu_trial(0, point(1, 100, 5), GPU_A, GPU_B, ids=(0, 1)), trial(1, point(2, 300, 9))]
+    path = write_csv(report_data(run(winner=1), trials), tmp_path / "trials.csv")
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    header = list(rows[0])
+    at = header.index("avg_batch")
+    assert header[at + 1 : at + 5] == ["gpu_util_pct", "gpu_memory_mb", "gpu_power_w", "gpu_detail"]
+    assert header[: len(CSV_HEAD)] == list(CSV_HEAD) and header[-len(CSV_TAIL) :] == list(CSV_TAIL)
+    assert (rows[0]["gpu_util_pct"], rows[0]["gpu_memory_mb"], rows[0]["gpu_power_w"]) == (
+        "70.0",
+        "7000.0",
+        "200.0",
+    )
+    assert rows[0]["gpu_detail"] == "GPU-a: 90% 5000 MiB 250 W; GPU-b: 50% 7000 MiB 150 W"
+    assert rows[1]["gpu_memory_mb"] == "" and rows[1]["gpu_detail"] == ""
+
+
+def test_a_per_gpu_run_ranks_and_draws_by_goodput_per_gpu() -> None:
+    """Two GPUs doing 1.5x the work of one lose to it: the front, the best so far, the gain and the
+    CSV all count per GPU, and the throughput stays beside it."""
+    trials = [
+        replace(gpu_trial(0, point(1, 100, 5), ids=(0,)), baseline=True),
+        gpu_trial(1, point(2, 200, 9), ids=(0,)),
+        gpu_trial(2, point(2, 300, 9), ids=(0, 1)),  # 150 per GPU, at the same latency as #1
+    ]
+    info = replace(run(), scoring=Scoring(per_gpu=True, server_gpus=2))
+    data = report_data(info, trials)
+    assert data.per_gpu and data.goodput_column == "goodput_per_gpu"
+    assert list(data.trials["gpus_used"]) == [1, 1, 2]
+    assert list(data.trials["throughput"]) == [100, 200, 300]  # the figure stays
+    assert list(data.trials["goodput_per_gpu"]) == [100, 200, 150]
+    assert data.winner == 1 and not data.winner_chosen  # not #2, the higher throughput
+    assert 2 not in numbers(data.front)  # beaten per GPU by #1 at the same latency
+    assert data.gain == pytest.approx(2.0) and data.gain_per_gpu == pytest.approx(2.0)
+    assert list(data.points["throughput_per_gpu"]) == [100, 200, 150]
+    header = list(trials_frame(data).columns)
+    assert header[header.index("goodput") + 1 : header.index("goodput") + 3] == [
+        "gpus_used",
+        "goodput_per_gpu",
+    ]
+    raw = report_data(run(), trials)
+    assert raw.winner == 2 and "gpus_used" not in trials_frame(raw).columns

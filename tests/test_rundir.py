@@ -12,7 +12,7 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.measure import Point
-from autotune.objective import Sla
+from autotune.objective import RAW, Scoring, Sla
 from autotune.processes import Owner
 from autotune.results import OpenLoopCheck, Verification
 from autotune.rundir import RUN_FILE, RunDir, RunRecord, find_unfinished
@@ -60,6 +60,26 @@ def test_a_record_of_before_0_2_is_still_read(tmp_path: Path) -> None:
     assert loaded.launch == Launch("docker") and loaded.owner == Owner(socket.gethostname(), 4321)
     assert loaded.winner == 2 and loaded.verifications == () and loaded.protocol == "http"
     assert loaded.traffic == Traffic() and loaded.open_loop is None  # before rate mode: concurrency
+    assert loaded.scoring == RAW and loaded.sla.max_gpu_memory_mb is None  # before GPU figures
+
+
+def test_the_gpu_memory_limit_and_the_scoring_are_kept_with_the_run(tmp_path: Path) -> None:
+    """The SLA's GPU memory limit lives where the SLA does, the per-GPU decision beside it; the
+    docker launcher's GPUs reach the report's summary."""
+    limited = record(
+        tmp_path, sla=Sla(95, 50.0, 8000.0), scoring=Scoring(True, 2),
+        launch=Launch("docker", docker=DockerOptions(gpus="0,1")),
+    )  # fmt: skip
+    run = RunDir.create(tmp_path / "run", limited)
+    assert RunDir.load(run.path).record == limited
+    data = json.loads((run.path / RUN_FILE).read_text())
+    assert data["sla"] == {"percentile": 95, "limit_ms": 50.0, "max_gpu_memory_mb": 8000.0}
+    assert data["scoring"] == {"per_gpu": True, "server_gpus": 2}
+    info = run.info()
+    assert info.sla.max_gpu_memory_mb == 8000.0 and info.scoring.per_gpu and info.docker_gpus == "0,1"
+    assert RunDir.create(tmp_path / "local", record(tmp_path)).info().docker_gpus == ""
+    changed = limited.differences(RunSettings("toy", tmp_path, SLA, launch=limited.launch))
+    assert changed == ["SLA: p95 <= 50 ms, GPU memory <= 8000 MiB -> p95 <= 50 ms"]
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"run_id": "x"}', '{"launcher": 3}'])

@@ -9,7 +9,7 @@ from pathlib import Path
 from optuna.trial import FixedTrial
 
 from autotune.measure import Measurement, Point
-from autotune.objective import Sla
+from autotune.objective import Sla, scoring_for
 from autotune.search_space import Candidate, params_of, parse_search_space
 from autotune.study import INTERRUPTED, Study, _candidate_json, candidate_from_json
 
@@ -161,3 +161,19 @@ def test_params_of_a_trial_from_before_the_workspace_can_be_queued_again(tmp_pat
     assert study.ask().candidate == Candidate(
         1, "KIND_GPU", (), 8, False, (), 0, True, 1024
     )  # the first choice
+
+
+def test_per_gpu_the_study_is_told_the_goodput_per_gpu_and_the_throughput_stays(tmp_path: Path) -> None:
+    gpus = parse_search_space(
+        {"instance_group": {"kind": ["KIND_GPU"], "gpus": [[0], [0, 1]]}, "max_batch_size": [8]},
+        gpu_available=True,
+    )
+    scoring = scoring_for(gpus, server_gpus=2)
+    assert scoring.per_gpu
+    study = Study.open(f"sqlite:///{tmp_path / 'study.db'}", "g", gpus, SLA, seed=1, scoring=scoring)
+    two = {"instance_count": 1, "kind": "KIND_GPU", "gpus": "0,1", "trt_fp16": False, "max_batch_size": 8,
+           "dynamic_batching": False}  # fmt: skip
+    study.enqueue(two)
+    told = study.tell_measured(study.ask(), _measurement(300.0), 1.0)
+    assert told.goodput() == 300.0  # the figure: the throughput
+    assert study._study.trials[0].values == [150.0, 12.0]  # the objective: per GPU, and the latency

@@ -16,6 +16,7 @@ from autotune.files import write_text_atomic
 from autotune.report._data import (
     ReportData,
     VerificationRow,
+    gpu_summary,
     pareto_front,
     report_data,
     trials_frame,
@@ -43,6 +44,7 @@ __all__ = [
     "REPORT_NAME",
     "ReportData",
     "VerificationRow",
+    "gpu_summary",
     "pareto_front",
     "render_html",
     "report_data",

@@ -8,12 +8,20 @@ The trials table is the one shape of a trial in the report: the figures, the HTM
 SLA, else the closest one, as :meth:`~autotune.measure.Measurement.closest` picks it); the
 point's columns are its fields as :meth:`~autotune.measure.Point.to_dict` names them, so a field
 added to :class:`~autotune.measure.Point` becomes a column without a change here.
+
+GPU figures: each point's are summarised in :data:`GPU_COLUMNS` (:func:`gpu_summary`: average
+utilisation and power, peak memory, across its GPUs), and :func:`gpu_table` has one row per GPU
+of each trial's reported point, for the GPU panel. A run where no point has GPU figures (a CPU
+server) gets an empty GPU table, and neither trials.csv nor the page shows any GPU column.
+Where the run compared goodputs per GPU (:class:`~autotune.objective.Scoring`), the trials
+table's ``goodput_per_gpu`` and ``throughput_per_gpu`` are what the front and the winner are
+ranked by (:attr:`ReportData.goodput_column`); the throughput stays beside them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +29,9 @@ import numpy as np
 import pandas as pd
 
 from autotune.files import write_text_atomic
+from autotune.gpu import GpuFigures
 from autotune.measure import Point, ServerBreakdown
-from autotune.objective import Sla
+from autotune.objective import RAW, Scoring, Sla
 from autotune.results import COMPLETE, Recommendation, RunInfo, TrialResult, Verification, recommendation
 
 # A trial's own columns; its point's columns follow (see point_columns).
@@ -30,10 +39,19 @@ TRIAL_COLUMNS = (
     "trial", "label", "params", "state", "baseline", "feasible", "reused_from", "reason", "log_tail",
     "duration_s",
 )  # fmt: skip
-# Columns derived from a point: the latency at the SLA percentile and the server's average batch.
-DERIVED_COLUMNS = ("latency_ms", "avg_batch")
+# A point's GPU figures across its GPUs (gpu_summary): average utilisation (%), peak memory
+# (MiB, the most any one GPU used), average power (W); None without figures.
+GPU_COLUMNS = ("gpu_util_pct", "gpu_memory_mb", "gpu_power_w")
+# Columns derived from a point: the latency at the SLA percentile, the server's average batch,
+# its GPU figures.
+DERIVED_COLUMNS = ("latency_ms", "avg_batch", *GPU_COLUMNS)
+# A trial's columns from the run's scoring: the GPUs its candidate uses, and its throughput and
+# goodput per GPU (the throughput and goodput themselves where the run does not compare per GPU).
+SCORING_COLUMNS = ("gpus_used", "throughput_per_gpu", "goodput_per_gpu")
 # Columns of whole numbers that pandas stores as floats once a row lacks them (see records).
-INTEGER_COLUMNS = ("trial", "concurrency", "reused_from")
+INTEGER_COLUMNS = ("trial", "concurrency", "reused_from", "gpus_used", "gpu")
+# The GPU panel's table: one row per GPU of each trial's reported point (gpu_table).
+GPU_TABLE_COLUMNS = ("trial", "gpu", "uuid", "utilization_pct", "memory_mb", "power_w")
 
 Row = dict[str, Any]  # one row of a table, as plain Python values (see records)
 
@@ -61,7 +79,7 @@ class ReportData:
     """What the report shows. ``trials`` is indexed by trial number (see :func:`trials_table`)."""
 
     run: RunInfo
-    trials: pd.DataFrame  # one row per trial, by number; + goodput, pareto, winner columns
+    trials: pd.DataFrame  # one row per trial, by number; + goodput, scoring, pareto, winner columns
     points: pd.DataFrame  # every point measured: trial, point columns, latency_ms, meets_sla, best
     front: pd.DataFrame  # the rows of ``trials`` on the Pareto front, sorted by latency
     winner: int | None  # trial number
@@ -70,10 +88,36 @@ class ReportData:
     gain: float | None  # winner goodput / baseline goodput; None when either is missing or 0
     verifications: tuple[VerificationRow, ...]
     recommended: Recommendation | None = None  # the winner's operating point (verified if it was)
+    gpus: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(GPU_TABLE_COLUMNS)))
+    gain_per_gpu: float | None = None  # the winner's goodput per GPU over the baseline's (per-GPU runs)
 
     @property
     def sla(self) -> Sla:
         return self.run.sla
+
+    @property
+    def scoring(self) -> Scoring:
+        return self.run.scoring
+
+    @property
+    def per_gpu(self) -> bool:
+        """Goodputs were compared per GPU used."""
+        return self.run.scoring.per_gpu
+
+    @property
+    def has_gpus(self) -> bool:
+        """Some trial's reported point has GPU figures (else no GPU column or panel is shown)."""
+        return not self.gpus.empty
+
+    @property
+    def goodput_column(self) -> str:
+        """The trials table's column the run ranked by: ``goodput_per_gpu`` or ``goodput``."""
+        return "goodput_per_gpu" if self.per_gpu else "goodput"
+
+    @property
+    def throughput_column(self) -> str:
+        """The throughput as the objective counts it: ``throughput_per_gpu`` or ``throughput``."""
+        return "throughput_per_gpu" if self.per_gpu else "throughput"
 
     def count(self, state: str) -> int:
         return int((self.trials["state"] == state).sum())
@@ -93,15 +137,16 @@ class ReportData:
 def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
     """The report's tables and choices from a run's trials, in any order (sorted by number here)."""
     ordered = sorted(trials, key=lambda t: t.number)
-    table = trials_table(ordered, run.sla)
-    front = pareto_front(table)
+    table = trials_table(ordered, run.sla, run.scoring)
+    per_gpu = run.scoring.per_gpu
+    front = pareto_front(table, "throughput_per_gpu" if per_gpu else "throughput")
     winner, chosen = _winner(run, table)
     baseline = _baseline(ordered)
     table = table.assign(pareto=table["trial"].isin(front["trial"]), winner=table["trial"].eq(winner))
     return ReportData(
         run=run,
         trials=table,
-        points=operating_points(ordered, run.sla),
+        points=operating_points(ordered, run.sla, run.scoring),
         front=table.loc[front["trial"].tolist()],
         winner=winner,
         winner_chosen=chosen,
@@ -109,6 +154,8 @@ def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
         gain=gain(table, winner, baseline),
         verifications=tuple(_verification_row(v, table, run.sla) for v in run.verifications),
         recommended=_recommended(ordered, winner, run),
+        gpus=gpu_table(ordered, run.sla),
+        gain_per_gpu=gain(table, winner, baseline, "goodput_per_gpu") if per_gpu else None,
     )
 
 
@@ -124,15 +171,22 @@ def _recommended(trials: Sequence[TrialResult], winner: int | None, run: RunInfo
     return None if chosen is None else recommendation(chosen, run.verifications, run.sla.percentile)
 
 
-def trials_table(trials: Sequence[TrialResult], sla: Sla) -> pd.DataFrame:
-    """One row per trial (index: its number): :data:`TRIAL_COLUMNS`, its point's columns and
-    ``goodput`` (throughput within the SLA; 0 for a trial with no feasible point). A trial with
-    no point measured has empty point columns."""
+def trials_table(trials: Sequence[TrialResult], sla: Sla, scoring: Scoring = RAW) -> pd.DataFrame:
+    """One row per trial (index: its number): :data:`TRIAL_COLUMNS`, its point's columns,
+    ``goodput`` (throughput within the SLA; 0 for a trial with no feasible point) and
+    :data:`SCORING_COLUMNS` (per GPU as ``scoring`` counts them). A trial with no point measured
+    has empty point columns."""
     columns = [*TRIAL_COLUMNS, *POINT_COLUMNS, *DERIVED_COLUMNS]
     rows = [{**_trial_columns(t), **_reported(t, sla)} for t in trials]
     frame = pd.DataFrame.from_records(rows, columns=columns).set_axis([t.number for t in trials])
-    goodput = frame["throughput"].where(frame["feasible"].astype(bool), 0.0).fillna(0.0)
-    return frame.assign(goodput=goodput.astype(float))
+    goodput = frame["throughput"].where(frame["feasible"].astype(bool), 0.0).fillna(0.0).astype(float)
+    share = pd.Series([scoring.share(t.candidate) for t in trials], index=frame.index, dtype=float)
+    return frame.assign(
+        goodput=goodput,
+        gpus_used=[scoring.gpus_used(t.candidate) for t in trials],
+        throughput_per_gpu=frame["throughput"].astype(float) / share,
+        goodput_per_gpu=goodput / share,
+    )
 
 
 def _trial_columns(trial: TrialResult) -> dict[str, Any]:
@@ -152,7 +206,11 @@ def _reported(trial: TrialResult, sla: Sla) -> dict[str, Any]:
 
 def measured_columns(point: Point, sla: Sla) -> dict[str, Any]:
     """A point's columns and :data:`DERIVED_COLUMNS`."""
-    derived = {"latency_ms": point.latency_ms(sla.percentile), "avg_batch": point.server.avg_batch}
+    derived = {
+        "latency_ms": point.latency_ms(sla.percentile),
+        "avg_batch": point.server.avg_batch,
+        **gpu_summary(point.gpus),
+    }
     own = asdict(point)  # Point.to_dict(), but batch sizes keep their int keys
     return {**point_columns(own, own.pop("server")), **derived}
 
@@ -175,19 +233,65 @@ POINT_COLUMNS = tuple(
 )
 
 
-def operating_points(trials: Iterable[TrialResult], sla: Sla) -> pd.DataFrame:
-    """Every point measured, one row each: ``trial``, the point's columns, ``meets_sla`` and
-    ``best`` (the trial's reported point). A reused trial's points are its source's, so they
-    are not repeated."""
+def operating_points(trials: Iterable[TrialResult], sla: Sla, scoring: Scoring = RAW) -> pd.DataFrame:
+    """Every point measured, one row each: ``trial``, the point's columns, ``meets_sla``,
+    ``best`` (the trial's reported point) and ``throughput_per_gpu`` (as ``scoring`` counts it).
+    A reused trial's points are its source's, so they are not repeated."""
     rows = [
-        {"trial": t.number, **measured_columns(p, sla), "meets_sla": sla.met_by(p), "best": p == shown}
+        {
+            "trial": t.number,
+            **measured_columns(p, sla),
+            "meets_sla": sla.met_by(p),
+            "best": p == shown,
+            "throughput_per_gpu": scoring.score(p.throughput, t.candidate),
+        }
         for t in trials
         if t.measurement is not None and t.reused_from is None and t.measurement.points
         for shown in (t.measurement.closest(sla),)
         for p in t.measurement.points
     ]
-    columns = ["trial", *POINT_COLUMNS, *DERIVED_COLUMNS, "meets_sla", "best"]
+    columns = ["trial", *POINT_COLUMNS, *DERIVED_COLUMNS, "meets_sla", "best", "throughput_per_gpu"]
     return pd.DataFrame.from_records(rows, columns=columns)
+
+
+def gpu_summary(figures: Sequence[GpuFigures]) -> dict[str, float | None]:
+    """:data:`GPU_COLUMNS` of some GPU figures (one point's GPUs, or several points' pooled):
+    average utilisation in %, the peak memory any one GPU used, average power; None each
+    without figures."""
+    if not figures:
+        return dict.fromkeys(GPU_COLUMNS)
+    return {
+        "gpu_util_pct": 100.0 * sum(f.utilization for f in figures) / len(figures),
+        "gpu_memory_mb": max(f.memory_mb for f in figures),
+        "gpu_power_w": sum(f.power_w for f in figures) / len(figures),
+    }
+
+
+def gpu_detail(figures: Sequence[GpuFigures]) -> str:
+    """Each GPU's figures in one line: ``GPU-1a2b: 85% 1234 MiB 250 W; GPU-3c4d: ...``."""
+    return "; ".join(
+        f"{f.uuid}: {100 * f.utilization:.0f}% {f.memory_mb:.0f} MiB {f.power_w:.0f} W" for f in figures
+    )
+
+
+def gpu_table(trials: Iterable[TrialResult], sla: Sla) -> pd.DataFrame:
+    """The GPU panel's rows (:data:`GPU_TABLE_COLUMNS`): each GPU of each trial's reported point
+    (``gpu``: its place in the point's figures, 0 first), for the trials the report draws
+    (measured, not a repeat). Empty when no such point has GPU figures."""
+    rows = [
+        {
+            "trial": t.number,
+            "gpu": i,
+            "uuid": g.uuid,
+            "utilization_pct": 100.0 * g.utilization,
+            "memory_mb": g.memory_mb,
+            "power_w": g.power_w,
+        }
+        for t in trials
+        if t.measurement is not None and t.reused_from is None and t.measurement.points
+        for i, g in enumerate(t.measurement.closest(sla).gpus)
+    ]
+    return pd.DataFrame.from_records(rows, columns=list(GPU_TABLE_COLUMNS))
 
 
 def records(frame: pd.DataFrame) -> list[Row]:
@@ -204,8 +308,9 @@ def records(frame: pd.DataFrame) -> list[Row]:
 # ---------------------------------------------------------------- front, winner, gain
 
 
-def pareto_front(trials: pd.DataFrame) -> pd.DataFrame:
-    """The trials no other trial beats on both throughput (up) and latency (down).
+def pareto_front(trials: pd.DataFrame, throughput: str = "throughput") -> pd.DataFrame:
+    """The trials no other trial beats on both throughput (up; the ``throughput`` column:
+    ``throughput_per_gpu`` where the run compared per GPU) and latency (down).
 
     Only COMPLETE, measured trials that are not repeats (``reused_from``) take part;
     infeasible ones too (their closest point), marked by ``feasible``. Trials with exactly
@@ -214,13 +319,13 @@ def pareto_front(trials: pd.DataFrame) -> pd.DataFrame:
     """
     pool = trials[
         trials["state"].eq(COMPLETE)
-        & trials["throughput"].notna()
+        & trials[throughput].notna()
         & trials["latency_ms"].notna()
         & trials["reused_from"].isna()
     ]
-    beaten = _dominated(pool["throughput"].to_numpy(dtype=float), pool["latency_ms"].to_numpy(dtype=float))
+    beaten = _dominated(pool[throughput].to_numpy(dtype=float), pool["latency_ms"].to_numpy(dtype=float))
     front = pool[~beaten]
-    return front.sort_values(["latency_ms", "throughput", "trial"], ascending=[True, False, True])
+    return front.sort_values(["latency_ms", throughput, "trial"], ascending=[True, False, True])
 
 
 def _dominated(throughput: np.ndarray[Any, Any], latency: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -235,24 +340,27 @@ def _dominated(throughput: np.ndarray[Any, Any], latency: np.ndarray[Any, Any]) 
 def _winner(run: RunInfo, trials: pd.DataFrame) -> tuple[int | None, bool]:
     if run.winner is not None and run.winner in trials.index:
         return run.winner, True
-    return best_so_far(trials), False
+    return best_so_far(trials, "goodput_per_gpu" if run.scoring.per_gpu else "goodput"), False
 
 
-def best_so_far(trials: pd.DataFrame) -> int | None:
-    """The highest-goodput feasible trial; ties go to lower latency, then the earlier trial."""
+def best_so_far(trials: pd.DataFrame, goodput: str = "goodput") -> int | None:
+    """The feasible trial with the highest ``goodput`` (the column the run ranks by); ties go to
+    lower latency, then the earlier trial."""
     feasible = trials[trials["feasible"].astype(bool) & trials["state"].eq(COMPLETE)]
     if feasible.empty:
         return None
-    ranked = feasible.sort_values(["goodput", "latency_ms", "trial"], ascending=[False, True, True])
+    ranked = feasible.sort_values([goodput, "latency_ms", "trial"], ascending=[False, True, True])
     return int(ranked["trial"].iloc[0])
 
 
-def gain(trials: pd.DataFrame, winner: int | None, baseline: int | None) -> float | None:
-    """The winner's goodput over the baseline's; None when the ratio means nothing."""
+def gain(
+    trials: pd.DataFrame, winner: int | None, baseline: int | None, goodput: str = "goodput"
+) -> float | None:
+    """The winner's ``goodput`` over the baseline's; None when the ratio means nothing."""
     if winner is None or baseline is None:
         return None
-    base = float(trials.loc[baseline, "goodput"])
-    return None if base <= 0 else float(trials.loc[winner, "goodput"]) / base
+    base = float(trials.loc[baseline, goodput])
+    return None if base <= 0 else float(trials.loc[winner, goodput]) / base
 
 
 def _verification_row(v: Verification, trials: pd.DataFrame, sla: Sla) -> VerificationRow:
@@ -282,18 +390,39 @@ CSV_HEAD = (
     "p99_ms", "avg_ms", "queue_us", "compute_infer_us", "avg_batch",
 )  # fmt: skip
 CSV_TAIL = ("label", "reused_from", "duration_s", "reason")
+# Only where the run compared goodputs per GPU: after "goodput".
+CSV_PER_GPU = ("gpus_used", "goodput_per_gpu")
+# Only where some trial's point has GPU figures: after "avg_batch" (gpu_detail: each GPU's figures).
+CSV_GPU = (*GPU_COLUMNS, "gpu_detail")
+
+
+def csv_head(data: ReportData) -> tuple[str, ...]:
+    """trials.csv's columns before the parameters: :data:`CSV_HEAD`, with :data:`CSV_PER_GPU`
+    in a per-GPU run and :data:`CSV_GPU` in a run with GPU figures."""
+    at = CSV_HEAD.index("goodput") + 1
+    head = (*CSV_HEAD[:at], *(CSV_PER_GPU if data.per_gpu else ()), *CSV_HEAD[at:])
+    return (*head, *(CSV_GPU if data.has_gpus else ()))
 
 
 def trials_frame(data: ReportData) -> pd.DataFrame:
-    """trials.csv's table: the trials table's CSV columns, the parameters between them (a
-    parameter a trial lacks is empty; one named like a fixed column gets a ``param_`` prefix)."""
-    trials = data.trials
+    """trials.csv's table: the trials table's CSV columns (:func:`csv_head`), the parameters
+    between them (a parameter a trial lacks is empty; one named like a fixed column gets a
+    ``param_`` prefix)."""
+    head = csv_head(data)
+    trials = data.trials.assign(gpu_detail=[gpu_detail(_figures(g)) for g in data.trials["gpus"]])
     names = list(dict.fromkeys(k for params in trials["params"] for k in params))
-    fixed = set(CSV_HEAD) | set(CSV_TAIL)
+    fixed = set(head) | set(CSV_TAIL)
     params = pd.DataFrame.from_records(list(trials["params"]), columns=names, index=trials.index)
     params.columns = [f"param_{n}" if n in fixed else n for n in names]
-    frame = pd.concat([trials[list(CSV_HEAD)], params, trials[list(CSV_TAIL)]], axis=1)
+    frame = pd.concat([trials[list(head)], params, trials[list(CSV_TAIL)]], axis=1)
     return frame.reset_index(drop=True)
+
+
+def _figures(value: Any) -> list[GpuFigures]:
+    """A trials-table ``gpus`` cell (the point's figures as dicts; empty for no point) as figures."""
+    if not isinstance(value, list | tuple):
+        return []
+    return [GpuFigures(**g) if isinstance(g, dict) else g for g in value]
 
 
 def write_csv(data: ReportData, path: Path) -> Path:

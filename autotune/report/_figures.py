@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from autotune.report._data import ReportData, Row, records
 
@@ -42,6 +43,7 @@ def figures(data: ReportData) -> dict[str, go.Figure | None]:
         "fig-open-loop": open_loop_figure(data),
         "fig-server": server_figure(data),
         "fig-batch": batch_figure(data),
+        "fig-gpu": gpu_figure(data),
     }
 
 
@@ -72,34 +74,40 @@ def shown(row: Row) -> bool:
 
 
 def pareto_figure(data: ReportData) -> go.Figure | None:
+    """Throughput (per GPU where the run compared so: what it ranked by) against latency."""
     if data.points.empty:
         return None
     rows = records(data.trials)
+    y = data.throughput_column
     fig = go.Figure()
-    fig.add_trace(_points_trace(records(data.points), {r["trial"]: hover_text(r["label"]) for r in rows}))
+    fig.add_trace(_points_trace(records(data.points), {r["trial"]: hover_text(r["label"]) for r in rows}, y))
     for feasible in (True, False):
         best = [r for r in rows if shown(r) and r["feasible"] == feasible]
         if best:
-            fig.add_trace(_best_trace(best, feasible))
-    fig.add_trace(_front_trace(records(data.front)))
+            fig.add_trace(_best_trace(best, feasible, y))
+    fig.add_trace(_front_trace(records(data.front), y))
     for number, name, symbol, colour, size in (
         (data.baseline, "baseline", "diamond", BASELINE, 15),
         (data.winner, "winner", "star", WINNER, 22),
     ):
         if number is not None and measured(data.row(number)):
-            fig.add_trace(_marked(data.row(number), name, symbol, colour, size))
+            fig.add_trace(_marked(data.row(number), name, symbol, colour, size, y))
     _pareto_layout(fig, data)
     return fig
+
+
+def _unit(y: str) -> str:
+    return "infer/s per GPU" if y == "throughput_per_gpu" else "infer/s"
 
 
 def _colour(trial: int) -> str:
     return PALETTE[trial % len(PALETTE)]
 
 
-def _points_trace(points: Sequence[Row], labels: dict[int, str]) -> go.Scatter:
+def _points_trace(points: Sequence[Row], labels: dict[int, str], y: str) -> go.Scatter:
     return go.Scatter(
         x=[p["latency_ms"] for p in points],
-        y=[p["throughput"] for p in points],
+        y=[p[y] for p in points],
         mode="markers",
         name="operating points",
         marker={"color": [_colour(p["trial"]) for p in points], "size": 7, "opacity": 0.35},
@@ -109,7 +117,7 @@ def _points_trace(points: Sequence[Row], labels: dict[int, str]) -> go.Scatter:
         ],
         hovertemplate=(
             "trial #%{customdata[0]} · %{customdata[2]}<br>%{customdata[1]}<br>"
-            "%{y:,.1f} infer/s · %{x:,.2f} ms · SLA met: %{customdata[3]}<extra></extra>"
+            f"%{{y:,.1f}} {_unit(y)} · %{{x:,.2f}} ms · SLA met: %{{customdata[3]}}<extra></extra>"
         ),
     )
 
@@ -118,7 +126,7 @@ def _load(p: Row) -> str:
     return f"concurrency {p['concurrency']}" if p["concurrency"] else f"{p['request_rate']:.4g} req/s"
 
 
-def _best_trace(rows: Sequence[Row], feasible: bool) -> go.Scatter:
+def _best_trace(rows: Sequence[Row], feasible: bool, y: str) -> go.Scatter:
     marker: dict[str, Any] = {
         "color": [_colour(r["trial"]) for r in rows],
         "size": 11,
@@ -128,36 +136,36 @@ def _best_trace(rows: Sequence[Row], feasible: bool) -> go.Scatter:
         marker = {"color": "#8a93a3", "size": 9, "symbol": "x", "line": {"width": 0}}
     return go.Scatter(
         x=[r["latency_ms"] for r in rows],
-        y=[r["throughput"] for r in rows],
+        y=[r[y] for r in rows],
         mode="markers",
         name="trials (best within SLA)" if feasible else "trials (none within SLA: closest)",
         marker=marker,
         customdata=[[r["trial"], hover_text(r["label"]), _load(r)] for r in rows],
         hovertemplate=(
             "<b>trial #%{customdata[0]}</b><br>%{customdata[1]}<br>%{customdata[2]} · "
-            "%{y:,.1f} infer/s · %{x:,.2f} ms<extra></extra>"
+            f"%{{y:,.1f}} {_unit(y)} · %{{x:,.2f}} ms<extra></extra>"
         ),
     )
 
 
-def _front_trace(front: Sequence[Row]) -> go.Scatter:
+def _front_trace(front: Sequence[Row], y: str) -> go.Scatter:
     return go.Scatter(
-        x=[r["latency_ms"] for r in front], y=[r["throughput"] for r in front], mode="lines+markers",
+        x=[r["latency_ms"] for r in front], y=[r[y] for r in front], mode="lines+markers",
         name="Pareto front", line={"color": FRONT, "width": 2},
         marker={"symbol": "circle-open", "size": 17, "color": FRONT, "line": {"width": 1.5}},
         hoverinfo="skip",
     )  # fmt: skip
 
 
-def _marked(row: Row, name: str, symbol: str, colour: str, size: int) -> go.Scatter:
+def _marked(row: Row, name: str, symbol: str, colour: str, size: int, y: str) -> go.Scatter:
     return go.Scatter(
-        x=[row["latency_ms"]], y=[row["throughput"]], mode="markers+text", name=name,
+        x=[row["latency_ms"]], y=[row[y]], mode="markers+text", name=name,
         text=[f"<b>{name}</b>"], textposition="top center", textfont={"color": "#1b2230", "size": 12},
         marker={"symbol": symbol, "size": size, "color": colour, "line": {"color": "#1b2230", "width": 1.2}},
         customdata=[[row["trial"], hover_text(row["label"])]],
         hovertemplate=(
             f"<b>{name}</b>: trial #%{{customdata[0]}}<br>%{{customdata[1]}}<br>"
-            "%{y:,.1f} infer/s · %{x:,.2f} ms<extra></extra>"
+            f"%{{y:,.1f}} {_unit(y)} · %{{x:,.2f}} ms<extra></extra>"
         ),
     )  # fmt: skip
 
@@ -176,7 +184,7 @@ def _pareto_layout(fig: go.Figure, data: ReportData) -> None:
     _base_layout(fig)
     fig.update_layout(legend={"orientation": "h", "y": -0.16, "x": 0}, hovermode="closest")
     fig.update_xaxes(title_text=f"p{data.sla.percentile} latency (ms)", type="log" if log else "linear")
-    fig.update_yaxes(title_text="throughput (infer/s)", rangemode="tozero")
+    fig.update_yaxes(title_text=f"throughput ({_unit(data.throughput_column)})", rangemode="tozero")
     if not log:
         fig.update_xaxes(rangemode="tozero")
 
@@ -325,3 +333,47 @@ def batch_figure(data: ReportData) -> go.Figure | None:
     fig.update_xaxes(type="category", title_text=f"batch size (average {num(w['avg_batch'], 2)})")
     fig.update_yaxes(title_text="executions")
     return fig
+
+
+# ---------------------------------------------------------------- GPUs
+
+
+GPU_BARS = (("memory_mb", "MiB"), ("utilization_pct", "%"))  # the GPU panel's rows: (column, unit)
+
+
+def gpu_figure(data: ReportData) -> go.Figure | None:
+    """Each GPU's peak memory (top) and average utilisation (bottom) at each trial's reported
+    point, bars grouped by GPU; the SLA's GPU memory limit as a line. None without GPU figures."""
+    if not data.has_gpus:
+        return None
+    rows = records(data.gpus)
+    ticks = {t: _trial_tick(data.row(t), data) for t in dict.fromkeys(r["trial"] for r in rows)}
+    gpus = sorted({r["gpu"] for r in rows})
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    for gpu in gpus:
+        mine = [r for r in rows if r["gpu"] == gpu]
+        for place, (column, unit) in enumerate(GPU_BARS, start=1):
+            bars = _gpu_bars(mine, ticks, gpu, len(gpus) > 1, column, unit, place == 1)
+            fig.add_trace(bars, row=place, col=1)
+    limit = data.sla.max_gpu_memory_mb
+    if limit:
+        fig.add_hline(y=limit, line={"color": SLA_RED, "width": 1.5, "dash": "dash"}, row=1, col=1)
+    _base_layout(fig)
+    fig.update_layout(barmode="group", bargap=0.25, legend={"orientation": "h", "y": -0.16, "x": 0})
+    fig.update_xaxes(type="category", tickangle=0)
+    fig.update_yaxes(title_text="memory, peak (MiB)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="utilisation (%)", range=[0, 100], row=2, col=1)
+    return fig
+
+
+def _gpu_bars(
+    rows: Sequence[Row], ticks: dict[int, str], gpu: int, several: bool, column: str, unit: str, legend: bool
+) -> go.Bar:
+    """One GPU's bars of one figure (``column``), a colour per GPU, named in the legend once."""
+    name = f"GPU {gpu}" if several else "GPU"
+    return go.Bar(
+        x=[ticks[r["trial"]] for r in rows], y=[r[column] for r in rows], name=name, legendgroup=name,
+        showlegend=several and legend, marker={"color": PALETTE[gpu % len(PALETTE)]},
+        customdata=[hover_text(r["uuid"]) for r in rows],
+        hovertemplate=f"%{{x}} · {name} %{{customdata}}: %{{y:,.0f}} {unit}<extra></extra>",
+    )  # fmt: skip

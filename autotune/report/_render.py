@@ -49,8 +49,11 @@ class Kpis:
     over: bool  # the latency breaks the SLA
     where: str  # "at concurrency 8 · 3/3 verification repeats met the SLA"
     baseline: int | None
-    baseline_goodput: float
-    gain: float | None
+    baseline_goodput: float  # as the run ranked: per GPU in a per-GPU run
+    gain: float | None  # the run's objective: goodput, or goodput per GPU
+    per_gpu: float | None = None  # a per-GPU run: the winner's goodput per GPU
+    gpus_used: int = 0  # ... and the GPUs it used (0: a CPU candidate, counted as one)
+    throughput_gain: float | None = None  # a per-GPU run: the gain in throughput, beside it
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class TrialLine:
     marks: tuple[tuple[str, str, str], ...]  # badges: (text, class, tooltip)
     load: str  # "c=8", "500 req/s" or a dash
     latencies: tuple[tuple[float | None, str], ...]  # (value, cell class) per shown percentile
+    extra: tuple[tuple[str, float | None], ...] = ()  # per-GPU and GPU cells: (text, sort value)
 
 
 def render_html(data: ReportData) -> str:
@@ -98,15 +102,18 @@ def sort_key(value: float | None) -> str:
 def _context(data: ReportData, drawn: dict[str, go.Figure | None]) -> dict[str, Any]:
     return {
         "version": __version__,
-        "title": f"autotune: {data.run.model} ({sla_text(data)})",
+        "title": f"autotune: {data.run.model} ({sla_label(data)})",
         "run": data.run,
-        "sla": sla_text(data),
+        "sla": sla_label(data),
         "pct": data.sla.percentile,
         "limit": data.sla.limit_ms,
         "percentiles": percentiles(data),
         "counts": _counts(data),
         "kpis": _kpis(data),
         "winner": data.winner,
+        "per_gpu": data.per_gpu,
+        "has_gpus": data.has_gpus,
+        "extra_heads": extra_heads(data),
         "drawn": {target: fig is not None for target, fig in drawn.items()},
         "trials": [_trial_line(r, data) for r in records(data.trials)],
         "verifications": data.verifications,
@@ -137,6 +144,12 @@ def _figure_json(fig: go.Figure) -> Markup:
 # ---------------------------------------------------------------- header
 
 
+def sla_label(data: ReportData) -> str:
+    """The SLA as the page's header names it: the latency, and the GPU memory limit if any."""
+    memory = data.sla.max_gpu_memory_mb
+    return sla_text(data) + (f", GPU memory ≤ {memory:g} MiB" if memory else "")
+
+
 def percentiles(data: ReportData) -> list[int]:
     """The latency percentiles the trials table shows: 50, 95, 99 and the SLA's."""
     return sorted({50, 95, 99, data.sla.percentile})
@@ -161,11 +174,15 @@ def _kpis(data: ReportData) -> Kpis | None:
         goodput, latency, p50 = r.throughput, r.latency_ms, r.p50_ms
     else:
         where, goodput, latency, p50 = _where(w), w["goodput"], w["latency_ms"], w["p50_ms"]
-    base = 0.0 if data.baseline is None else float(data.row(data.baseline)["goodput"])
+    base = 0.0 if data.baseline is None else float(data.row(data.baseline)[data.goodput_column])
+    gpus = int(w["gpus_used"] or 0)
+    per_gpu = goodput / max(gpus, 1) if data.per_gpu and goodput is not None else None  # CPU: as one
     return Kpis(
         number=data.winner, label=w["label"] or f"trial {data.winner}", chosen=data.winner_chosen,
         goodput=goodput, latency_ms=latency, p50_ms=p50, over=(latency or 0.0) > data.sla.limit_ms,
-        where=where, baseline=data.baseline, baseline_goodput=base, gain=data.gain,
+        where=where, baseline=data.baseline, baseline_goodput=base,
+        gain=data.gain_per_gpu if data.per_gpu else data.gain, per_gpu=per_gpu, gpus_used=gpus,
+        throughput_gain=data.gain if data.per_gpu else None,
     )  # fmt: skip
 
 
@@ -186,7 +203,23 @@ def _trial_line(r: Row, data: ReportData) -> TrialLine:
         marks=marks(r, data),
         load=_load_text(r),
         latencies=tuple(_latency_cell(r, p, data) for p in percentiles(data)),
+        extra=extra_cells(r, data),
     )
+
+
+def extra_heads(data: ReportData) -> list[str]:
+    """The trials table's columns a run has only sometimes: the throughput per GPU (a per-GPU
+    run), the GPU figures (a run whose points have them)."""
+    heads = ["per GPU /s"] if data.per_gpu else []
+    return heads + (["GPU util %", "GPU MiB peak", "GPU W"] if data.has_gpus else [])
+
+
+def extra_cells(r: Row, data: ReportData) -> tuple[tuple[str, float | None], ...]:
+    """A trial's cells under :func:`extra_heads`: (text, sort value)."""
+    values: list[tuple[float | None, int]] = [(r["throughput_per_gpu"], 1)] if data.per_gpu else []
+    if data.has_gpus:
+        values += [(r["gpu_util_pct"], 0), (r["gpu_memory_mb"], 0), (r["gpu_power_w"], 0)]
+    return tuple((num(v, digits), v) for v, digits in values)
 
 
 def _row_class(r: Row, data: ReportData) -> str:

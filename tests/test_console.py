@@ -1,0 +1,103 @@
+"""What a person sees (_console.py): GPU figures and the goodput per GPU only where a run has them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from autotune._console import _trial_line, print_summary
+from autotune.gpu import GpuFigures
+from autotune.measure import Measurement, Point
+from autotune.objective import RAW, Scoring, Sla
+from autotune.results import COMPLETE, Outcome, RunInfo, TrialResult, Verification
+from autotune.search_space import Candidate, params_of
+
+SLA = Sla(95, 20.0)
+FIGURES = (GpuFigures("GPU-a", 0.9, 5000.0, 250.0), GpuFigures("GPU-b", 0.5, 7000.0, 150.0))
+
+
+def point(c: int, throughput: float, p95: float, gpus: tuple[GpuFigures, ...] = ()) -> Point:
+    return Point(c, 0.0, throughput, p95 * 0.6, p95 * 0.5, p95 * 0.9, p95, p95 * 1.2, 1000, 0, 5.0, 3, True,
+                 gpus=gpus)  # fmt: skip
+
+
+def trial(number: int, p: Point, ids: tuple[int, ...] = (), baseline: bool = False) -> TrialResult:
+    kind = "KIND_GPU" if ids else "KIND_CPU"
+    cand = Candidate(number + 1, kind, ids, 8, True, (), 0, False)
+    best = p if SLA.met_by(p) else None
+    return TrialResult(
+        number, COMPLETE, cand, params_of(cand), baseline, Measurement((p,), best), duration_s=9.0
+    )
+
+
+def info(verifications: tuple[Verification, ...] = (), scoring: Scoring = RAW) -> RunInfo:
+    return RunInfo(
+        run_id="r", model="m", sla=SLA, launcher="local", original_config="", started="t", winner=1,
+        verifications=verifications, scoring=scoring,
+    )  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # rich wraps the table's cells at the terminal's width
+
+
+def rows(out: str) -> dict[str, list[str]]:
+    """The summary table's header and rows, by their first cell."""
+    lines = [line for line in out.splitlines() if "│" in line or "┃" in line]
+    cells = {}
+    for line in lines:
+        parts = [c.strip() for c in line.replace("┃", "│").split("│")][1:-1]
+        if parts and parts[0] in ("", "winner", "baseline") and parts[0] not in cells:
+            cells[parts[0]] = parts
+    return cells
+
+
+def test_a_cpu_run_shows_no_gpu_column(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    print_summary(
+        Outcome(tmp_path, info(), (trial(0, point(2, 100, 5), baseline=True), trial(1, point(4, 300, 9))))
+    )
+    out = capsys.readouterr().out
+    assert "GPU" not in out and "per GPU" not in out
+    assert "3.00x throughput at the SLA" in out
+
+
+def test_gpu_columns_show_the_recommended_points_figures(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    base = trial(0, point(2, 100, 5), baseline=True)  # measured without figures
+    repeats = tuple(point(4, t, 9, FIGURES) for t in (290.0, 300.0, 310.0))
+    verified = Verification(trial=1, concurrency=4, points=repeats, sla_met=3)
+    outcome = Outcome(tmp_path, info(verifications=(verified,)), (base, trial(1, point(4, 320, 9, FIGURES))))
+    print_summary(outcome)
+    table = rows(capsys.readouterr().out)
+    head = table[""]
+    assert head[head.index("p95 ms") + 1 : head.index("verified")] == ["GPU util %", "GPU MiB peak", "GPU W"]
+    at = head.index("GPU util %")
+    assert table["winner"][at : at + 3] == ["70", "7000", "200"]  # average, peak, average over repeats
+    assert table["baseline"][at : at + 3] == ["-", "-", "-"]
+
+
+def test_a_per_gpu_run_shows_the_goodput_per_gpu(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    scoring = Scoring(per_gpu=True, server_gpus=2)
+    base, two = trial(0, point(2, 100, 5), ids=(0,), baseline=True), trial(1, point(4, 300, 9), ids=(0, 1))
+    print_summary(Outcome(tmp_path, info(scoring=scoring), (base, two)))
+    out = capsys.readouterr().out
+    table = rows(out)
+    assert table["winner"][table[""].index("per GPU")] == "150"
+    assert "1.50x throughput per GPU at the SLA (3.00x throughput" in out
+    assert "300 infer/s (150 per GPU, 2 GPUs) at concurrency 4" in _trial_line(two, 95, scoring)
+    assert "100 infer/s (100 per GPU, 1 GPU) at" in _trial_line(base, 95, scoring)
+    assert "per GPU" not in _trial_line(two, 95)
+
+
+def test_a_trial_that_broke_the_gpu_memory_limit_says_so() -> None:
+    limited = Sla(95, 20.0, 6000.0)
+    over = point(1, 100, 5, FIGURES)
+    result = replace(trial(0, over), measurement=Measurement((over,), None))
+    assert not limited.met_by(over)
+    line = _trial_line(result, 95, memory_limit=6000.0)
+    assert "misses the SLA even at concurrency 1 (p95 5.0 ms; GPU memory 7000 MiB > 6000 MiB)" in line
+    assert "GPU memory" not in _trial_line(result, 95)  # without a limit nothing is said of it
