@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from autotune.events import Events
-from autotune.gpu import GpuFigures
+from autotune.gpu import GpuFigures, peak_memory_mb
 from autotune.measure import Point
 from autotune.objective import RAW, Scoring
 from autotune.report import gpu_summary
@@ -143,8 +143,8 @@ def _per_gpu(throughput: float, result: TrialResult, scoring: Scoring) -> str:
 
 def _memory_over(point: Point, limit: float | None) -> str:
     """``; GPU memory 9000 MiB > 8000 MiB`` when the point broke the SLA's GPU memory limit."""
-    peak = gpu_summary(point.gpus)["gpu_memory_mb"]
-    if limit is None or peak is None or peak <= limit:
+    peak = peak_memory_mb(point.gpus)
+    if limit is None or not point.gpus or peak <= limit:
         return ""
     return f"; GPU memory {peak:.0f} MiB > {limit:g} MiB"
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -67,6 +67,9 @@ class GpuProbe(Protocol):
     def sample(self) -> tuple[GpuSample, ...]: ...
 
 
+_PerGpu = TypeVar("_PerGpu", GpuSample, GpuFigures)  # a figure of one GPU (its uuid)
+
+
 def parse_metrics(text: str) -> tuple[GpuSample, ...]:
     """The GPUs a ``/metrics`` text reports, in the order they first appear (none: no GPU figures)."""
     values: dict[str, dict[str, float]] = {}
@@ -85,10 +88,6 @@ def parse_metrics(text: str) -> tuple[GpuSample, ...]:
 
 def summarise(samples: Sequence[Sequence[GpuSample]]) -> tuple[GpuFigures, ...]:
     """Per GPU over the samples taken during a point (each a scrape of every GPU)."""
-    by_gpu: dict[str, list[GpuSample]] = {}
-    for scrape in samples:
-        for sample in scrape:
-            by_gpu.setdefault(sample.uuid, []).append(sample)
     return tuple(
         GpuFigures(
             uuid,
@@ -96,7 +95,7 @@ def summarise(samples: Sequence[Sequence[GpuSample]]) -> tuple[GpuFigures, ...]:
             max(s.memory_used_bytes for s in seen) / MIB,
             statistics.fmean(s.power_w for s in seen),
         )
-        for uuid, seen in by_gpu.items()
+        for uuid, seen in _by_gpu(samples).items()
     )
 
 
@@ -108,10 +107,6 @@ def peak_memory_mb(figures: Sequence[GpuFigures]) -> float:
 def merge(passes: Sequence[Sequence[GpuFigures]]) -> tuple[GpuFigures, ...]:
     """Passes of one point as one set of figures per GPU: the median utilisation and power, the
     maximum memory (what the point needed at most), in the order the GPUs first appear."""
-    by_gpu: dict[str, list[GpuFigures]] = {}
-    for figures in passes:
-        for f in figures:
-            by_gpu.setdefault(f.uuid, []).append(f)
     return tuple(
         GpuFigures(
             uuid,
@@ -119,8 +114,17 @@ def merge(passes: Sequence[Sequence[GpuFigures]]) -> tuple[GpuFigures, ...]:
             max(f.memory_mb for f in seen),
             statistics.median(f.power_w for f in seen),
         )
-        for uuid, seen in by_gpu.items()
+        for uuid, seen in _by_gpu(passes).items()
     )
+
+
+def _by_gpu(groups: Sequence[Sequence[_PerGpu]]) -> dict[str, list[_PerGpu]]:
+    """The items of several scrapes (or passes) gathered per GPU, in the order GPUs first appear."""
+    out: dict[str, list[_PerGpu]] = {}
+    for group in groups:
+        for item in group:
+            out.setdefault(item.uuid, []).append(item)
+    return out
 
 
 def probe_kind(metrics_gpus: int, launcher: str, local_gpus: int) -> ProbeKind:

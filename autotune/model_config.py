@@ -257,19 +257,18 @@ def _problems(config: ModelConfig) -> list[str]:
             found.append("instance_group gpus is a GPU-only option but kind is KIND_CPU")
         if any(g < 0 for g in group.gpus):
             found.append("instance_group gpus must be GPU ids >= 0")
-    if _tensorrt(config) is not None:
-        found += _tensorrt_problems(config)
+    trt = _tensorrt(config)
+    if trt is not None:
+        found += _tensorrt_problems(config, trt)
     return found
 
 
-def _tensorrt_problems(config: ModelConfig) -> list[str]:
+def _tensorrt_problems(config: ModelConfig, trt: Accelerator) -> list[str]:
     found: list[str] = []
     if not supports_tensorrt(config):
         found.append(f"TensorRT acceleration is not supported by backend {config.backend!r}")
     if config.instance_group and all(g.kind == mc.ModelInstanceGroup.KIND_CPU for g in config.instance_group):
         found.append("TensorRT is a GPU-only option but every instance is KIND_CPU")
-    trt = _tensorrt(config)
-    assert trt is not None
     workspace = trt.parameters.get(WORKSPACE)
     if workspace is not None and not (workspace.isdigit() and int(workspace) > 0):
         found.append(f"tensorrt {WORKSPACE} must be a whole number of bytes > 0, got {workspace!r}")

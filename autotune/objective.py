@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
 from autotune.gpu import peak_memory_mb
+from autotune.search_space import decode_gpus
 
 if TYPE_CHECKING:
     from autotune.measure import Point
@@ -101,9 +102,7 @@ class Scoring:
     def gpus_used(self, candidate: Candidate | None) -> int:
         """GPUs a candidate's instances run on: none for KIND_CPU; its ``gpus`` list, else (no
         list: Triton puts ``count`` instances on every GPU) all the server's."""
-        if candidate is None or candidate.kind != "KIND_GPU":
-            return 0
-        return len(candidate.gpus) if candidate.gpus else self.server_gpus
+        return 0 if candidate is None else candidate.gpus_used(self.server_gpus)
 
     def share(self, candidate: Candidate | None) -> int:
         """What the candidate's throughput is divided by: 1, or per GPU its GPUs used. A CPU
@@ -148,7 +147,7 @@ def gpu_counts(space: SearchSpace, server_gpus: int) -> set[int]:
         if kind != "KIND_GPU":
             out.add(0)
             continue
-        out |= {server_gpus if gpus == "all" else len(gpus.split(",")) for gpus in space.gpus}
+        out |= {len(decode_gpus(gpus)) or server_gpus for gpus in space.gpus}
     return out
 
 

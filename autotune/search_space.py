@@ -56,12 +56,19 @@ class Candidate:
     trt_fp16: bool
     trt_workspace_mb: int = 0  # a field added later: run files without it read as 0
 
+    def gpus_used(self, server_gpus: int = 0) -> int:
+        """GPUs its instances run on: none for KIND_CPU; its ``gpus`` list, else (no list: Triton
+        puts ``count`` instances on every GPU) all ``server_gpus`` of the server."""
+        if self.kind != "KIND_GPU":
+            return 0
+        return len(self.gpus) or server_gpus
+
     def instances(self, server_gpus: int = 0) -> int | None:
         """How many instances the server runs; None for KIND_GPU on every GPU when the server's
         GPU count is not known (``server_gpus`` 0)."""
         if self.kind != "KIND_GPU":
             return self.instance_count
-        gpus = len(self.gpus) or server_gpus
+        gpus = self.gpus_used(server_gpus)
         return self.instance_count * gpus if gpus else None
 
     def label(self, server_gpus: int = 0) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from autotune.files import write_text_atomic
-from autotune.gpu import GpuFigures
+from autotune.gpu import GpuFigures, peak_memory_mb
 from autotune.measure import Point, ServerBreakdown
 from autotune.objective import RAW, Scoring, Sla
 from autotune.results import COMPLETE, Recommendation, RunInfo, TrialResult, Verification, recommendation
@@ -262,7 +262,7 @@ def gpu_summary(figures: Sequence[GpuFigures]) -> dict[str, float | None]:
         return dict.fromkeys(GPU_COLUMNS)
     return {
         "gpu_util_pct": 100.0 * sum(f.utilization for f in figures) / len(figures),
-        "gpu_memory_mb": max(f.memory_mb for f in figures),
+        "gpu_memory_mb": peak_memory_mb(figures),
         "gpu_power_w": sum(f.power_w for f in figures) / len(figures),
     }
 
