@@ -206,9 +206,16 @@ def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = 
 
 
 def finished(results: Sequence[TrialResult]) -> int:
-    """Trials that count against the budget: measured, reused or failed; not interrupted ones
-    (they are measured again)."""
-    return sum(r.state in (COMPLETE, FAIL) and not r.interrupted for r in results)
+    """Configs tried, as ``--max-trials`` counts them: measured or failed. Not reused ones (a
+    repeat of a config measured before costs nothing: one mobilenet run ended at its cap of 20
+    trials with 10 of them repeats) nor interrupted ones (they are measured again)."""
+    return sum(r.state in (COMPLETE, FAIL) and not r.interrupted and r.reused_from is None for r in results)
+
+
+def repeats(results: Sequence[TrialResult]) -> int:
+    """Trials the sampler spent on configs measured before (see :func:`measured_before`); as
+    many as ``--max-trials`` end the run too: the sampler has nothing new left to propose."""
+    return sum(r.reused_from is not None for r in results)
 
 
 def time_left(budget_s: float | None, elapsed_s: float, finished: int) -> bool:

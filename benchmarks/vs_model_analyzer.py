@@ -23,7 +23,10 @@ folder (``examples/model_repository`` is never touched):
 
 Then it re-measures every tool's winner (its config at the concurrency the tool recommends) with
 one instrument, perf_analyzer over gRPC with ``--percentile=99``, ``--repeats`` times,
-round-robin over the tools (a fresh server and a discarded warm-up each time), and prints a
+round-robin over the tools (a fresh server and a discarded warm-up each time; winners that make
+the server do the same at the same concurrency are measured once and share the figures: told
+apart they differ only by noise, and the best of several noisy copies would raise the "best
+known" that issue 16 judges every run against), and prints a
 table per model: wall time, configs and operating points measured, the winner, the re-measured
 median throughput and p99, how many repeats met the SLA, the goodput (the median throughput when
 most repeats met the SLA) and autotune's ratios to each Model Analyzer mode. ``--out`` gets the
@@ -46,6 +49,7 @@ import io
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -163,6 +167,7 @@ class Remeasured:
     concurrency: int
     points: tuple[PaPoint, ...]
     sla_ms: float
+    shared_with: tuple[str, ...] = ()  # tools whose winners are the same point (measured once)
 
     @property
     def met(self) -> int:
@@ -548,25 +553,42 @@ def _plain_terminal() -> dict[str, str]:
 
 def remeasure(runs: Sequence[ToolRun], sla_ms: float, work: Path, peers: Peers,
               budget: Budget) -> list[Remeasured]:
-    """Each winner at its concurrency, ``repeats`` times, round-robin over the tools so that a
-    change in the machine's load touches them all alike; a fresh server and a warm-up each time."""
+    """Each distinct winner at its concurrency, ``repeats`` times, round-robin so that a change in
+    the machine's load touches them all alike; a fresh server and a warm-up each time. Winners
+    that make the server do the same at the same concurrency (:func:`behaviour`) are one point,
+    measured once a round and shared: told apart, they would differ only by noise."""
     chosen = [r for r in runs if r.winner is not None]
-    points: dict[str, list[PaPoint]] = {r.tool: [] for r in chosen}
+    groups: dict[tuple[str, int], list[ToolRun]] = {}
+    for run in chosen:
+        assert run.winner is not None
+        groups.setdefault((behaviour(run.winner.config), run.winner.concurrency), []).append(run)
+    points: dict[tuple[str, int], list[PaPoint]] = {key: [] for key in groups}
     for repeat in range(budget.repeats):
-        for run in chosen:
-            assert run.winner is not None
-            _tools.log(f"{run.model}: perf_analyzer on {run.tool}'s winner at concurrency "
-                       f"{run.winner.concurrency}, repeat {repeat + 1}/{budget.repeats}")
-            folder = work / run.model / "remeasure" / _slug(run.tool)
+        for key, members in groups.items():
+            first = members[0]
+            assert first.winner is not None
+            tools = ", ".join(r.tool for r in members)
+            _tools.log(f"{first.model}: perf_analyzer on the winner of {tools} at concurrency "
+                       f"{first.winner.concurrency}, repeat {repeat + 1}/{budget.repeats}")
+            folder = work / first.model / "remeasure" / _slug(first.tool)
             try:
-                point = measure_winner(run.model, run.winner, folder, peers, budget)
+                point = measure_winner(first.model, first.winner, folder, peers, budget)
             except AutotuneError as exc:  # the server did not start or answer: say so, go on
-                _tools.log(f"{run.tool}'s winner could not be measured: {exc}")
+                _tools.log(f"the winner of {tools} could not be measured: {exc}")
                 continue
             if point is not None:
-                points[run.tool].append(point)
-    return [Remeasured(r.tool, r.winner.concurrency, tuple(points[r.tool]), sla_ms)
-            for r in chosen if r.winner is not None]
+                points[key].append(point)
+    return [Remeasured(r.tool, key[1], tuple(points[key]), sla_ms,
+                       tuple(m.tool for m in members if m is not r))
+            for key, members in groups.items() for r in members]
+
+
+def behaviour(config_text: str) -> str:
+    """What the server does with a config, as :func:`describe` says it, where configs without
+    dynamic batching that differ only in their max batch size are alike (each request runs
+    alone: autotune's ``decide.equivalent``)."""
+    text = describe(config_text)
+    return re.sub(r" mbs \d+ no-dyn$", " mbs >0 no-dyn", text)
 
 
 def _slug(tool: str) -> str:
@@ -643,6 +665,8 @@ def table(model: str, sla_ms: float, runs: Sequence[ToolRun], measured: Sequence
         lines.append(_row(run, by_tool.get(run.tool)))
     lines += ["", *ratios(runs, by_tool), *revisions(runs, by_tool), *against_best(runs, by_tool)]
     lines += [""] + [f"  {r.tool}: {r.note}" for r in runs if r.note]
+    lines += [f"  {m.tool}: the same point as {', '.join(m.shared_with)} (measured once, shared)"
+              for m in measured if m.shared_with]
     return "\n".join(lines)
 
 
