@@ -81,7 +81,7 @@ from autotune.staging import stage_model
 
 ROOT = _tools.ROOT
 SPACE_FILE = ROOT / "search_spaces" / "model_analyzer.yaml"
-DEFAULT_SLA_MS = {"bertQA": 50.0, "cnn": 20.0, "mobilenet": 25.0, "recommender": 25.0}
+DEFAULT_SLA_MS = {"bertQA": 50.0, "cnn": 20.0, "mobilenet": 25.0, "recommender": 25.0, "embedder": 50.0}
 MODES = ("brute", "quick", "optuna")
 QUIET_LOAD = 0.6
 # Model Analyzer repeating a measurement it already has this many times in a row is looping.

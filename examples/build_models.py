@@ -22,6 +22,10 @@ Triton's python backend through ``templates/onnx_model.py``.
     recommender      DLRM-like: dense FP32 [13], sparse INT64 [26] (ids into one embedding
                      table) -> score FP32 [1]; its config sets request_wait_ms 4, a feature-store
                      round trip per request that model.py waits: instances pay past the cores
+    embedder         a sentence encoder: input_ids INT64 [64] -> 2 BERT layers (hidden 128) ->
+                     mean of the non-padding tokens' states -> embedding FP32 [128]; its config
+                     sets pad_to 8: model.py pads every call to a multiple of 8 rows, as an
+                     engine with fixed batch shapes does, so 1 row costs what 8 do
 
 For each model it writes ``<out>/<name>/1/model.onnx`` (same arguments, same bytes),
 copies its model.py template to ``<out>/<name>/1/model.py``, writes the workload's
@@ -159,7 +163,27 @@ class RecommenderSpec:
             raise ValueError(f"recommender sizes out of range: {self}")
 
 
-Spec = BertSpec | CnnSpec | FoodSpec | TextSpec | MobileNetSpec | RecommenderSpec
+@dataclass(frozen=True)
+class EmbedderSpec:
+    layers: int = 2
+    hidden: int = 128
+    heads: int = 4
+    seq: int = 64
+    vocab: int = 30522
+    pad_to: int = 8  # model.py pads each call to a multiple of this many rows: a fixed-shape engine
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.layers, self.hidden, self.heads, self.seq, self.vocab, self.pad_to) < 1:
+            raise ValueError(f"embedder sizes must be positive: {self}")
+
+    def encoder(self) -> BertSpec:
+        """The BERT sizes of its encoder layers."""
+        return BertSpec(layers=self.layers, hidden=self.hidden, heads=self.heads, seq=self.seq,
+                        vocab=self.vocab, seed=self.seed)  # fmt: skip
+
+
+Spec = BertSpec | CnnSpec | FoodSpec | TextSpec | MobileNetSpec | RecommenderSpec | EmbedderSpec
 SpecType = (
     type[BertSpec]
     | type[CnnSpec]
@@ -167,10 +191,12 @@ SpecType = (
     | type[TextSpec]
     | type[MobileNetSpec]
     | type[RecommenderSpec]
+    | type[EmbedderSpec]
 )
 SPECS: dict[str, SpecType] = {
     "bertQA": BertSpec, "bertQA_dynamic": BertSpec, "cnn": CnnSpec, "food_classifier": FoodSpec,
     "text_recognition": TextSpec, "mobilenet": MobileNetSpec, "recommender": RecommenderSpec,
+    "embedder": EmbedderSpec,
 }  # fmt: skip
 TEXT_INPUT, TEXT_OUTPUT = "input.1", "308"  # the names the tutorial's ONNX export gave them
 # sizes a model is built with unless given (the BERT of bertQA_dynamic takes any length up to 256)
@@ -289,6 +315,31 @@ def bert_model(spec: BertSpec) -> onnx.ModelProto:
     inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, batch_seq) for n in BERT_INPUTS]
     outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, batch_seq) for n in BERT_OUTPUTS]
     return g.model("bertQA_dynamic" if spec.dynamic else "bertQA", inputs, outputs)
+
+
+def embedder_model(spec: EmbedderSpec) -> onnx.ModelProto:
+    """A sentence encoder: word + position embeddings, BERT encoder layers attending to the
+    non-zero ids (id 0, modulo the vocabulary, is padding), the mean of those rows' states."""
+    g, bert = _Graph(spec.seed), spec.encoder()
+    ids = g.op1("Mod", ["input_ids", g.const("vocab", spec.vocab, np.int64)])
+    words = g.op1("Gather", [g.weight("word_embeddings", [spec.vocab, spec.hidden], 0.02), ids])
+    positions = g.weight("position_embeddings", [spec.seq, spec.hidden], 0.02)
+    x = g.layer_norm(g.op1("Add", [words, positions]), spec.hidden)
+    zero = g.const("pad_id", 0, np.int64)
+    keep = g.op1("Cast", [g.op1("Not", [g.op1("Equal", [ids, zero])])], to=TensorProto.FLOAT)  # [b, s]
+    blocked = g.op1("Mul", [g.op1("Sub", [g.const("one", 1.0), keep]), g.const("neg", -10000.0)])
+    mask = g.op1("Unsqueeze", [blocked, g.const("axes", [1, 2], np.int64)])
+    for _ in range(spec.layers):
+        x = _encoder_layer(g, x, mask, bert)
+    weights = g.op1("Unsqueeze", [keep, g.const("last", [-1], np.int64)])  # [b, s, 1]
+    seq_axis = g.const("seq_axis", [1], np.int64)
+    summed = g.op1("ReduceSum", [g.op1("Mul", [x, weights]), seq_axis], keepdims=0)  # [b, hidden]
+    count = g.op1("ReduceSum", [weights, seq_axis], keepdims=0)  # [b, 1]
+    count = g.op1("Max", [count, g.const("at_least", 1.0)])
+    g.nodes.append(helper.make_node("Div", [summed, count], ["embedding"], name="embedding"))
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", spec.seq])]
+    outputs = [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", spec.hidden])]
+    return g.model("embedder", inputs, outputs)
 
 
 def cnn_model(spec: CnnSpec) -> onnx.ModelProto:
@@ -432,6 +483,10 @@ def model_config(name: str, spec: Spec) -> mc.ModelConfig:
         config.input.append(mc.ModelInput(**_tensor("sparse", mc.TYPE_INT64, [spec.sparse])))
         config.output.append(mc.ModelOutput(**_tensor("score", mc.TYPE_FP32, [1])))
         config.parameters["request_wait_ms"].string_value = f"{spec.wait_ms:g}"
+    elif isinstance(spec, EmbedderSpec):
+        config.input.append(mc.ModelInput(**_tensor("input_ids", mc.TYPE_INT64, [spec.seq])))
+        config.output.append(mc.ModelOutput(**_tensor("embedding", mc.TYPE_FP32, [spec.hidden])))
+        config.parameters["pad_to"].string_value = str(spec.pad_to)
     elif isinstance(spec, TextSpec):
         config.input.append(mc.ModelInput(**_tensor(TEXT_INPUT, mc.TYPE_FP32, [1, spec.height, -1])))
         config.output.append(mc.ModelOutput(**_tensor(TEXT_OUTPUT, mc.TYPE_FP32, [-1, 1, spec.classes])))
@@ -461,6 +516,8 @@ def onnx_model(spec: Spec) -> onnx.ModelProto:
         return mobilenet_model(spec)
     if isinstance(spec, RecommenderSpec):
         return recommender_model(spec)
+    if isinstance(spec, EmbedderSpec):
+        return embedder_model(spec)
     return text_model(spec) if isinstance(spec, TextSpec) else cnn_model(spec)
 
 

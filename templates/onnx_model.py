@@ -79,27 +79,41 @@ def shape_groups(requests: Sequence[Feeds]) -> list[list[int]]:
     return list(groups.values())
 
 
-def run_group(run: RunFn, group: Sequence[Feeds], sizes: Sequence[int]) -> list[Result]:
-    """One call for a group of requests; the outputs split back by batch size."""
+def pad_rows(feeds: Feeds, pad_to: int) -> Feeds:
+    """The inputs with their last row repeated up to the next multiple of ``pad_to`` rows."""
+    rows = next(iter(feeds.values())).shape[0]
+    extra = -rows % pad_to
+    if extra == 0:
+        return feeds
+    return {name: np.concatenate([a, np.repeat(a[-1:], extra, axis=0)]) for name, a in feeds.items()}
+
+
+def run_group(run: RunFn, group: Sequence[Feeds], sizes: Sequence[int], pad_to: int = 1) -> list[Result]:
+    """One call for a group of requests, padded to a multiple of ``pad_to`` rows; the outputs,
+    without the padding, split back by batch size."""
     if len(group) == 1:
         feeds = group[0]
     else:
         feeds = {name: np.concatenate([f[name] for f in group]) for name in group[0]}
+    total = sum(sizes)
+    feeds = pad_rows(feeds, pad_to)
+    rows = next(iter(feeds.values())).shape[0]
     try:
         outputs = run(feeds)
     except Exception as exc:  # onnxruntime raises several unrelated exception types
-        return [f"onnxruntime failed on a batch of {sum(sizes)}: {exc}"] * len(group)
-    total = sum(sizes)
-    wrong = [o.shape for o in outputs if o.ndim == 0 or o.shape[0] != total]
+        return [f"onnxruntime failed on a batch of {total}: {exc}"] * len(group)
+    wrong = [o.shape for o in outputs if o.ndim == 0 or o.shape[0] != rows]
     if wrong:
-        return [f"output shapes {wrong} do not start with the batch size {total}"] * len(group)
+        return [f"output shapes {wrong} do not start with the batch size {rows}"] * len(group)
+    outputs = [o[:total] for o in outputs]
     bounds = np.cumsum(sizes)[:-1]
     parts = [np.split(output, bounds) for output in outputs]
     return [[part[i] for part in parts] for i in range(len(group))]
 
 
-def run_batched(run: RunFn, requests: Sequence[Feeds | str]) -> list[Result]:
-    """Run the valid requests, one call per shape group; a string is an error to pass on."""
+def run_batched(run: RunFn, requests: Sequence[Feeds | str], pad_to: int = 1) -> list[Result]:
+    """Run the valid requests, one call per shape group (padded to a multiple of ``pad_to``
+    rows); a string is an error to pass on."""
     results: list[Result] = []
     pending: list[tuple[int, Feeds, int]] = []
     for index, feeds in enumerate(requests):
@@ -112,7 +126,8 @@ def run_batched(run: RunFn, requests: Sequence[Feeds | str]) -> list[Result]:
             pending.append((index, feeds, size))
     for group in shape_groups([feeds for _, feeds, _ in pending]):
         members = [pending[g] for g in group]
-        answers = run_group(run, [feeds for _, feeds, _ in members], [size for _, _, size in members])
+        feeds_of, sizes = [feeds for _, feeds, _ in members], [size for _, _, size in members]
+        answers = run_group(run, feeds_of, sizes, pad_to)
         for (index, _, _), answer in zip(members, answers, strict=True):
             results[index] = answer
     return results
@@ -153,6 +168,7 @@ class TritonPythonModel:
         )
         self._check_names(path)
         self.wait_s = float(config_parameter(config, "request_wait_ms", "0")) / 1000.0
+        self.pad_to = max(1, int(config_parameter(config, "pad_to", "1")))
 
     def _check_names(self, path: str) -> None:
         onnx_inputs = {i.name for i in self.session.get_inputs()}
@@ -189,8 +205,9 @@ class TritonPythonModel:
         if self.wait_s > 0:  # one round trip per request, one after the other
             time.sleep(self.wait_s * len(requests))
         feeds = [self._feeds(request) for request in requests]
-        run = run_batched if self.batching else run_each
-        return [self._response(result) for result in run(self._run, feeds)]
+        if not self.batching:
+            return [self._response(result) for result in run_each(self._run, feeds)]
+        return [self._response(result) for result in run_batched(self._run, feeds, self.pad_to)]
 
     def finalize(self) -> None:
         self.session = None

@@ -27,6 +27,7 @@ SCRIPT = ROOT / "examples" / "build_models.py"
 TEMPLATE = ROOT / "templates" / "onnx_model.py"
 TINY = {"layers": 1, "hidden": 32, "heads": 2, "seq": 16, "vocab": 100}
 SEQ = TINY["seq"]
+TINY_EMBEDDER = {"layers": 1, "hidden": 32, "heads": 2, "seq": 16, "vocab": 100}
 MODELS = [
     "bertQA",
     "bertQA_dynamic",
@@ -35,6 +36,7 @@ MODELS = [
     "text_recognition",
     "mobilenet",
     "recommender",
+    "embedder",
 ]
 
 
@@ -323,6 +325,56 @@ def test_recommender_scores_any_ids_and_its_model_py_waits_per_request(
     model.initialize({"model_config": json_format.MessageToJson(config, preserving_proto_field_name=True),
                       "model_repository": str(model_dir), "model_version": "1"})  # fmt: skip
     assert model.wait_s == pytest.approx(0.0025)  # config parameter request_wait_ms
+
+
+def test_wrapper_pads_each_call_to_a_multiple_of_pad_to(wrapper: ModuleType) -> None:
+    calls: list[int] = []
+
+    def run(feeds: dict[str, Any]) -> list[Any]:  # a stand-in engine: rows in, rows out
+        calls.append(len(feeds["x"]))
+        return [feeds["x"] * 2.0, feeds["x"].sum(axis=1)]
+
+    rows = np.arange(30, dtype=np.float32).reshape(10, 3)
+    requests = [{"x": rows[:1]}, {"x": rows[1:3]}, "missing input 'x'", {"x": rows[3:10]}]
+    results = wrapper.run_batched(run, requests, pad_to=8)
+    assert calls == [16]  # 10 rows padded to 16
+    assert results[2] == "missing input 'x'"
+    for request, result in zip(requests, results, strict=True):
+        if isinstance(request, dict):
+            np.testing.assert_array_equal(result[0], request["x"] * 2.0)
+            np.testing.assert_array_equal(result[1], request["x"].sum(axis=1))
+    wrapper.run_batched(run, [{"x": rows[:8]}], pad_to=8)
+    wrapper.run_batched(run, [{"x": rows[:3]}])
+    assert calls[1:] == [8, 3]  # a full tile is not padded; pad_to 1 (the default) never is
+    padded = wrapper.pad_rows({"x": rows[:3], "y": rows[:3, 0]}, 4)
+    np.testing.assert_array_equal(padded["x"], rows[[0, 1, 2, 2]])  # the last row repeated
+    np.testing.assert_array_equal(padded["y"], rows[[0, 1, 2, 2], 0])
+
+
+def test_embedder_embeds_each_row_as_alone_and_its_model_py_pads_to_8(
+    builder: ModuleType, wrapper: ModuleType, tmp_path: Path
+) -> None:
+    model_dir = builder.build("embedder", tmp_path, **TINY_EMBEDDER)
+    config = text_format.Parse((model_dir / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [("input_ids", mc.TYPE_INT64, [16])]
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [("embedding", mc.TYPE_FP32, [32])]
+    assert not config.HasField("dynamic_batching") and config.instance_group[0].count == 1
+    session = _session(model_dir / "1/model.onnx")
+    ids = np.random.default_rng(0).integers(1, 1000, (3, SEQ), dtype=np.int64)  # ids index modulo vocab
+    ids[1, 10:] = 0  # padding: left out of the attention and of the mean
+    (embedding,) = session.run(["embedding"], {"input_ids": ids})
+    assert embedding.shape == (3, 32) and np.isfinite(embedding).all()
+    for row in range(3):
+        (alone,) = session.run(["embedding"], {"input_ids": ids[row : row + 1]})
+        np.testing.assert_allclose(embedding[row : row + 1], alone, rtol=1e-4, atol=1e-6)
+    (empty,) = session.run(["embedding"], {"input_ids": np.zeros((1, SEQ), np.int64)})
+    assert np.isfinite(empty).all()  # all padding: no division by zero
+    model = wrapper.TritonPythonModel()
+    model.initialize({"model_config": json_format.MessageToJson(config, preserving_proto_field_name=True),
+                      "model_repository": str(model_dir), "model_version": "1"})  # fmt: skip
+    assert model.pad_to == 8  # config parameter pad_to
+    (served,) = wrapper.run_batched(model._run, [{"input_ids": ids}], model.pad_to)
+    np.testing.assert_allclose(served[0], embedding, rtol=1e-4, atol=1e-6)
 
 
 def test_text_recognition_gives_probabilities_per_column_of_any_width(

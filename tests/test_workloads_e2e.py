@@ -2,9 +2,9 @@
 a BERT encoder with variable-length inputs fed entries of several lengths, a python-backend
 food classifier fed base64 JPEGs (whose config asks for a GPU this machine may not have), a
 text recognizer of variable width measured as Triton's tutorial measures it (``-b 2 --shape
-input.1:1,32,100``), a MobileNetV2 and a recommender that waits on its feature store per
-request (each tuned with the search's own seeds and neighbours), and a model that refuses the
-data it is sent."""
+input.1:1,32,100``), a MobileNetV2, a recommender that waits on its feature store per
+request and a sentence embedder with fixed batch shapes (each tuned with the search's own seeds
+and neighbours), and a model that refuses the data it is sent."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     builder.build("text_recognition", out)
     builder.build("mobilenet", out, image=48, width=0.5, classes=10)
     builder.build("recommender", out, wait_ms=4.0)
+    builder.build("embedder", out)
     return out
 
 
@@ -188,6 +189,36 @@ def test_a_model_waiting_on_io_is_tuned_past_one_instance_per_core(tmp_path: Pat
     if (os.cpu_count() or 1) <= 2:
         assert best.candidate.instance_count > 2
     assert outcome.winner is not None and outcome.winner.goodput() > 0
+
+
+def test_a_model_of_fixed_batch_shapes_is_tuned_to_preferred_sizes_or_a_queue_delay(
+    tmp_path: Path, built: Path
+) -> None:
+    """embedder: every call is padded to a multiple of 8 rows (1 row costs what 8 do). Plain
+    dynamic batching at delay 0 runs part-filled tiles; preferred sizes [8, 16] or a queue delay
+    fill them (1.2x to 1.5x the goodput at p99 50 ms in benchmarks/results/embedder-shape-*.txt).
+    The search reaches them from its seed (batching, no preferred size, delay 0) as neighbours,
+    and one of them wins."""
+    repo = tmp_path / "repo"
+    shutil.copytree(built / "embedder", repo / "embedder")
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "instance_group:\n  count: [2]\nmax_batch_size: [16]\n"
+        "dynamic_batching:\n  enabled: [true, false]\n  preferred_batch_size: [none, [8, 16]]\n"
+        "  max_queue_delay_microseconds: [0, 5000]\nload:\n  concurrency: {min: 1, max: 24}\n",
+        encoding="utf-8",
+    )
+    reports = tmp_path / "reports"
+    assert _run("embedder", repo, space, reports, 50, "--max-trials", "10", "--patience", "1") == 0
+    outcome = reload_outcome(_run_dir(reports, "embedder"))
+    assert all(t.state == COMPLETE for t in outcome.trials)
+    tried = {(c.preferred_batch_sizes, c.max_queue_delay_us) for t in outcome.trials
+             if (c := t.candidate) is not None and c.dynamic_batching}  # fmt: skip
+    assert ((), 0) in tried and len(tried) > 1  # the seed, then what fills the tiles
+    winner = outcome.winner
+    assert winner is not None and winner.candidate is not None and winner.goodput() > 0
+    assert winner.candidate.dynamic_batching
+    assert winner.candidate.preferred_batch_sizes == (8, 16) or winner.candidate.max_queue_delay_us > 0
 
 
 def test_data_the_model_cannot_take_stops_the_run_at_the_preflight_with_the_servers_message(
