@@ -300,20 +300,30 @@ def could_beat(
 def verify_levels(result: TrialResult) -> list[float]:
     """The levels (concurrencies, or request rates) to verify a finalist at: its operating
     point, then (should a repeat break the SLA there) the level halfway down to the next lower
-    level it measured, then that one. Halfway first: a mobilenet finalist that broke the SLA at
-    concurrency 10 fell back to the 7 its search had measured, 30% less throughput, where 8 or 9
-    were never tried."""
+    level it measured, then that one (none measured: :func:`_steps_down`). Halfway first: a
+    mobilenet finalist that broke the SLA at concurrency 10 fell back to the 7 its search had
+    measured, 30% less throughput, where 8 or 9 were never tried."""
     assert result.best is not None and result.measurement is not None
     top = result.best.level
     lower = [p.level for p in result.measurement.points if p.level < top]
     if not lower:
-        return [top]
+        return [top, *_steps_down(top, bool(result.best.concurrency))]
     below = max(lower)
     if result.best.concurrency:
         mid = float((int(top) + int(below)) // 2)
     else:  # a rate: the geometric middle, to three significant digits as the rate search has them
         mid = float(f"{(top * below) ** 0.5:.3g}")
     return [top, *([mid] if below < mid < top else []), below]
+
+
+def _steps_down(top: float, concurrency: bool) -> list[float]:
+    """Where to fall back to when the search measured nothing below its operating point (it
+    started there, from the incumbent's level): three quarters of it, then half. An embedder
+    finalist measured only at concurrency 32 broke the SLA there and had nowhere to go, while
+    another config won at 24."""
+    if concurrency:
+        return [float(c) for c in sorted({int(top) * 3 // 4, int(top) // 2}, reverse=True) if 1 <= c < top]
+    return [float(f"{top * f:.3g}") for f in (0.75, 0.5)]
 
 
 def choose_winner(

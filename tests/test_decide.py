@@ -237,7 +237,11 @@ def test_verification_falls_back_to_the_next_lower_level_measured() -> None:
     result = replace(measured(0, 100.0), measurement=Measurement(points, points[2]))
     assert verify_levels(result) == [8, 6, 4]  # halfway down first
     lowest = replace(measured(0, 50.0), measurement=Measurement(points[:1], points[0]))
-    assert verify_levels(lowest) == [2]
+    assert verify_levels(lowest) == [2, 1]
+    alone = replace(measured(0, 100.0), measurement=Measurement(points[2:3], points[2]))
+    assert verify_levels(alone) == [8, 6, 4]  # measured at 8 only: three quarters, then half
+    one = replace(measured(0, 50.0), measurement=Measurement((point(1, 50.0),), point(1, 50.0)))
+    assert verify_levels(one) == [1]
     adjacent = replace(measured(0, 90.0), measurement=Measurement(points[:2], points[1]))
     assert verify_levels(adjacent) == [4, 3, 2]
     rates = tuple(
@@ -246,6 +250,8 @@ def test_verification_falls_back_to_the_next_lower_level_measured() -> None:
     )
     by_rate = replace(measured(0, 100.0), measurement=Measurement(rates, rates[2]))
     assert verify_levels(by_rate) == [100.0, 94.9, 90.0]  # the geometric middle, 3 digits
+    rate_alone = replace(measured(0, 100.0), measurement=Measurement(rates[2:3], rates[2]))
+    assert verify_levels(rate_alone) == [100.0, 75.0, 50.0]
 
 
 def test_the_winner_is_the_best_verified_finalist_a_near_tie_going_to_the_lower_latency() -> None:
