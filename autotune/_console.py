@@ -75,7 +75,7 @@ class RichEvents(Events):
         )
 
     def trial_finished(self, result: TrialResult) -> None:
-        if self._trials is not None and result.reused_from is None:  # repeats are not configs tried
+        if self._trials is not None:
             self._progress.advance(self._trials)
         self._log(_trial_line(result, self._pct, self._scoring, self._memory_limit))
 

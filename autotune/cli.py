@@ -116,9 +116,7 @@ def _add_run(sub: Any) -> None:
         "per GPU, bigger batches, TensorRT FP16), model_analyzer",
     )
     budget = run.add_argument_group("budget (whichever ends first)")
-    budget.add_argument(
-        "--max-trials", type=int, default=20, help="configs to measure (default 20; repeats are free)"
-    )
+    budget.add_argument("--max-trials", type=int, default=20, help="configs to try (default 20)")
     budget.add_argument(
         "--time-budget",
         default="12m",

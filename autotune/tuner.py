@@ -202,9 +202,7 @@ def _go_on(settings: RunSettings, study: Study, results: list[TrialResult], elap
     converged, the incumbent's untried one-step neighbours (:func:`decide.unexplored`) are
     queued and measured first."""
     finished = decide.finished(results)
-    if finished >= settings.max_trials or decide.repeats(results) >= settings.max_trials:
-        return False
-    if not decide.time_left(settings.time_budget_s, elapsed_s, finished):
+    if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
         return False
     if not decide.converged(results, settings.patience, study.scoring):
         return True

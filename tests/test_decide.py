@@ -16,7 +16,6 @@ from autotune.decide import (
     incumbent,
     measured_before,
     neighbours,
-    repeats,
     score,
     time_left,
     unexplored,
@@ -79,15 +78,7 @@ def test_only_finished_trials_that_were_not_interrupted_use_the_budget() -> None
     running = replace(failed(3), state=RUNNING)
     results = [measured(0, 1.0), failed(1), failed(2, interrupted=True), running]
     results.append(measured(4, 2.0, reused_from=0))
-    assert finished(results) == 2  # 0 and 1: the repeat of 0 is free
-    assert repeats(results) == 1
-
-
-def test_repeats_of_measured_configs_do_not_use_the_budget() -> None:
-    """A reused trial is told to the study without a measurement: it is not a config tried."""
-    results = [measured(0, 100.0), measured(1, 100.0, reused_from=0), measured(2, 90.0, reused_from=0)]
-    assert finished(results) == 1
-    assert repeats(results) == 2
+    assert finished(results) == 3
 
 
 def test_the_time_budget_keeps_half_a_trial_in_hand() -> None:

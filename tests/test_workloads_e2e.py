@@ -209,7 +209,7 @@ def test_a_model_of_fixed_batch_shapes_is_tuned_to_preferred_sizes_or_a_queue_de
         encoding="utf-8",
     )
     reports = tmp_path / "reports"
-    assert _run("embedder", repo, space, reports, 50, "--max-trials", "6", "--patience", "1") == 0
+    assert _run("embedder", repo, space, reports, 50, "--max-trials", "10", "--patience", "1") == 0
     outcome = reload_outcome(_run_dir(reports, "embedder"))
     assert all(t.state == COMPLETE for t in outcome.trials)
     tried = {(c.preferred_batch_sizes, c.max_queue_delay_us) for t in outcome.trials
