@@ -23,7 +23,7 @@ from autotune import decide
 from autotune.cli import main
 from autotune.gpu_probe import local_gpu_count
 from autotune.reload import reload_outcome
-from autotune.results import COMPLETE, FAIL
+from autotune.results import COMPLETE, FAIL, Outcome
 from tests.conftest import servers_under
 
 pytestmark = pytest.mark.integration
@@ -86,6 +86,17 @@ def _run(model: str, repo: Path, space: Path, reports: Path, sla_ms: float, *ext
 def _run_dir(reports: Path, model: str) -> Path:
     (run_dir,) = list((reports / model).iterdir())
     return run_dir
+
+
+def _tune_alone(
+    built: Path, tmp_path: Path, model: str, space_yaml: str, sla_ms: float, *extra: str
+) -> Outcome:
+    """``model`` alone in a repository of its own, tuned over ``space_yaml`` (it must succeed)."""
+    repo, space, reports = tmp_path / "repo", tmp_path / "space.yaml", tmp_path / "reports"
+    shutil.copytree(built / model, repo / model)
+    space.write_text(space_yaml, encoding="utf-8")
+    assert _run(model, repo, space, reports, sla_ms, *extra) == 0
+    return reload_outcome(_run_dir(reports, model))
 
 
 def test_bert_with_variable_lengths_is_tuned_on_the_users_entries(
@@ -170,17 +181,11 @@ def test_a_model_waiting_on_io_is_tuned_past_one_instance_per_core(tmp_path: Pat
     """recommender: 4 ms of waiting per request, under a millisecond of CPU; 1 to 4 instances
     without batching. However the sampler wanders, the search does not end while an instance
     more than the best is untried, and with two cores the best is past two instances."""
-    repo = tmp_path / "repo"
-    shutil.copytree(built / "recommender", repo / "recommender")
-    space = tmp_path / "space.yaml"
-    space.write_text(
+    space = (
         "instance_group:\n  count: {min: 1, max: 4}\nmax_batch_size: [16]\n"
-        "dynamic_batching:\n  enabled: [false]\nload:\n  concurrency: {min: 1, max: 16}\n",
-        encoding="utf-8",
+        "dynamic_batching:\n  enabled: [false]\nload:\n  concurrency: {min: 1, max: 16}\n"
     )
-    reports = tmp_path / "reports"
-    assert _run("recommender", repo, space, reports, 100, "--max-trials", "6", "--patience", "1") == 0
-    outcome = reload_outcome(_run_dir(reports, "recommender"))
+    outcome = _tune_alone(built, tmp_path, "recommender", space, 100, "--max-trials", "6", "--patience", "1")
     counts = {
         t.candidate.instance_count for t in outcome.trials if t.candidate is not None and not t.reused_from
     }
@@ -199,18 +204,12 @@ def test_a_model_of_fixed_batch_shapes_is_tuned_to_preferred_sizes_or_a_queue_de
     fill them (1.2x to 1.5x the goodput at p99 50 ms in benchmarks/results/embedder-shape-*.txt).
     The search reaches them from its seed (batching, no preferred size, delay 0) as neighbours,
     and one of them wins."""
-    repo = tmp_path / "repo"
-    shutil.copytree(built / "embedder", repo / "embedder")
-    space = tmp_path / "space.yaml"
-    space.write_text(
+    space = (
         "instance_group:\n  count: [2]\nmax_batch_size: [16]\n"
         "dynamic_batching:\n  enabled: [true, false]\n  preferred_batch_size: [none, [8, 16]]\n"
-        "  max_queue_delay_microseconds: [0, 5000]\nload:\n  concurrency: {min: 1, max: 24}\n",
-        encoding="utf-8",
+        "  max_queue_delay_microseconds: [0, 5000]\nload:\n  concurrency: {min: 1, max: 24}\n"
     )
-    reports = tmp_path / "reports"
-    assert _run("embedder", repo, space, reports, 50, "--max-trials", "10", "--patience", "1") == 0
-    outcome = reload_outcome(_run_dir(reports, "embedder"))
+    outcome = _tune_alone(built, tmp_path, "embedder", space, 50, "--max-trials", "10", "--patience", "1")
     assert all(t.state == COMPLETE for t in outcome.trials)
     tried = {(c.preferred_batch_sizes, c.max_queue_delay_us) for t in outcome.trials
              if (c := t.candidate) is not None and c.dynamic_batching}  # fmt: skip
