@@ -273,7 +273,7 @@ def _repository(args: argparse.Namespace) -> Path:
 
 
 def settings_from(args: argparse.Namespace) -> RunSettings:
-    from autotune.measure import WindowPlan
+    from autotune.measure import DECIDED, WindowPlan
 
     sla = _sla(args)
     budget = None if str(args.time_budget).lower() == "none" else parse_duration(args.time_budget)
@@ -305,7 +305,12 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         seed=args.seed,
         storage=args.storage,
         study_name=args.study_name,
-        plan=WindowPlan(window_s=args.window, warmup_s=max(args.window, 1.0), percentile=sla.percentile),
+        plan=WindowPlan(
+            window_s=args.window,
+            warmup_s=max(args.window, 1.0),
+            percentile=sla.percentile,
+            fail_ms=DECIDED * sla.limit_ms,
+        ),
         finalists=args.finalists,
         repeats=args.repeats,
         margin=args.margin,

@@ -10,11 +10,13 @@ rate it sustains beside the rate its closed loop was credited with. The tuner
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from autotune import decide, stopping
 from autotune.errors import LaunchError, MeasurementError
+from autotune.loadgen import LoadGenerator
 from autotune.measure import Point
 from autotune.results import OpenLoopCheck, TrialResult, Verification, recommendation
 from autotune.rundir import RunDir
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
     from autotune.tuner import Prepared, Trials
 
 RAMP_S = 0.3  # warm-up before each point after a server's first one (the first gets the plan's)
+
+
+def _never(verification: Verification) -> bool:
+    return False
 
 
 def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
@@ -38,24 +44,40 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
     out: list[Verification] = []
     if prep.settings.repeats >= 1:
         done = {v.trial: v for v in study.verifications()}
-        results, scoring = study.results(), prep.scoring
-        for result in decide.finalists(results, prep.settings.finalists, scoring):
+        results, scoring, pct = study.results(), prep.scoring, prep.settings.sla.percentile
+        ranked = decide.finalists(results, prep.settings.finalists, scoring)
+        for i, result in enumerate(ranked):
+
+            def wins(v: Verification, later: list[TrialResult] = ranked[i + 1 :]) -> bool:
+                """Whether ``v`` is the winner already: no later finalist will be verified."""
+                known = [*out, v, *(done[r.number] for r in later if r.number in done)]
+                left = [r for r in later if r.number not in done]
+                return decide.choose_winner(results, known, pct, scoring) == v.trial and not any(
+                    decide.could_beat(r, known, scoring, results) for r in left
+                )
+
             if result.number in done:
                 out.append(done[result.number])
             elif (
                 decide.could_beat(result, out, scoring, results)
-                and (verification := verify(prep, trials, result)) is not None
+                and (verified := verify(prep, trials, result, wins)) is not None
             ):
+                verification, check = verified
                 out.append(verification)
                 study.record_verifications(list({**done, **{v.trial: v for v in out}}.values()))
                 run = run.update(verifications=tuple(out))
+                run = run if check is None else run.update(open_loop=check)
     return run.update(verifications=tuple(out))
 
 
-def verify(prep: Prepared, trials: Trials, result: TrialResult) -> Verification | None:
+def verify(
+    prep: Prepared, trials: Trials, result: TrialResult, wins: Callable[[Verification], bool] = _never
+) -> tuple[Verification, OpenLoopCheck | None] | None:
     """Every repeat must meet the SLA; if one does not, the level halfway down to the next
     lower one its search measured is verified instead, then that one (:func:`decide.verify_levels`),
-    on the same server. None: it could not be measured (its server or a measurement failed)."""
+    on the same server. A finalist that ``wins`` (the winner, whatever the finalists after it)
+    gets its open-loop check (:func:`check_open_loop`) on that server too, before it stops.
+    None: it could not be measured (its server or a measurement failed)."""
     assert result.candidate is not None
     settings, name, loader = prep.settings, f"verify-{result.number:03d}", prep.loader
     plan = replace(settings.plan, window_s=settings.plan.window_s * 2)  # longer than screening
@@ -77,11 +99,18 @@ def verify(prep: Prepared, trials: Trials, result: TrialResult) -> Verification 
                 met = sum(settings.sla.met_by(p) for p in points)
                 if met == settings.repeats:
                     break
+            concurrency, rate = (0, level) if loader.open_loop else (int(level), 0.0)
+            verification = Verification(result.number, concurrency, tuple(points), met, rate)
+            check = None
+            if _checks(prep) and wins(verification):  # on this server, warm: no start of its own
+                try:
+                    check = _check_on(prep, trials, gen, result, (verification,))
+                except MeasurementError as exc:  # the verification stands; the winner's check is retried
+                    trials.events.verification_failed(result, f"open-loop check: {str(exc).splitlines()[0]}")
     except (LaunchError, MeasurementError) as exc:
         trials.events.verification_failed(result, str(exc).splitlines()[0])
         return None
-    concurrency, rate = (0, level) if loader.open_loop else (int(level), 0.0)
-    return Verification(result.number, concurrency, tuple(points), met, rate)
+    return verification, check
 
 
 def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialResult) -> RunDir:
@@ -91,34 +120,61 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
     failure is told and leaves no record: the check informs, it does not choose. Not in an
     open-loop run (it measured rates already), nor with ``--repeats 0`` (nothing re-measured)
     or ``--no-open-loop-check``, nor twice for one winner (a resumed run)."""
-    settings, done_before = prep.settings, run.record.open_loop
-    if prep.loader.open_loop or settings.repeats < 1 or not settings.open_loop_check:
+    done_before = run.record.open_loop
+    if not _checks(prep) or (done_before is not None and done_before.trial == winner.number):
         return run
-    if done_before is not None and done_before.trial == winner.number:
+    if winner.candidate is None or _credited(prep, winner, run.record.verifications) is None:
         return run
-    rec = recommendation(winner, run.record.verifications, settings.sla.percentile)
-    if winner.candidate is None or rec is None or rec.throughput <= 0:
-        return run
-    credited = rec.throughput / settings.workload.batch_size
-    trials.events.checking_open_loop(winner.number, credited)
     name = f"open-loop-{winner.number:03d}"
     try:
         with trials.serve(winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
-            gen = trials.generator(server, settings.plan)
-            ramp = gen.with_plan(replace(settings.plan, warmup_s=min(settings.plan.warmup_s, RAMP_S)))
-            done: list[Point] = []
-
-            def at(rate: float) -> Point:
-                point = (ramp if done else gen).at_rate(rate, CHECK_DISTRIBUTION)
-                done.append(point)
-                stopping.check()
-                return point
-
-            measured = check_sustained(at, settings.sla, credited)
-            stopping.check()
+            gen = trials.generator(server, prep.settings.plan)
+            check = _check_on(prep, trials, gen, winner, run.record.verifications, warm=False)
     except (LaunchError, MeasurementError) as exc:
         trials.events.verification_failed(winner, f"open-loop check: {str(exc).splitlines()[0]}")
         return run
+    return run if check is None else run.update(open_loop=check)
+
+
+def _checks(prep: Prepared) -> bool:
+    """Whether the run's winner gets an open-loop check (see :func:`check_open_loop`)."""
+    settings = prep.settings
+    return not prep.loader.open_loop and settings.repeats >= 1 and settings.open_loop_check
+
+
+def _credited(prep: Prepared, winner: TrialResult, verifications: Sequence[Verification]) -> float | None:
+    """The request rate the winner's closed loop was credited with (None: none to check)."""
+    settings = prep.settings
+    rec = recommendation(winner, verifications, settings.sla.percentile)
+    return None if rec is None or rec.throughput <= 0 else rec.throughput / settings.workload.batch_size
+
+
+def _check_on(
+    prep: Prepared,
+    trials: Trials,
+    gen: LoadGenerator,
+    winner: TrialResult,
+    verifications: Sequence[Verification],
+    warm: bool = True,
+) -> OpenLoopCheck | None:
+    """The open-loop check on a server already serving the winner (``warm``: it has been
+    measured, so even the first rate gets only a ramp); measurement errors propagate."""
+    settings = prep.settings
+    credited = _credited(prep, winner, verifications)
+    if credited is None:
+        return None
+    trials.events.checking_open_loop(winner.number, credited)
+    first = gen.with_plan(settings.plan)
+    ramp = first.with_plan(replace(settings.plan, warmup_s=min(settings.plan.warmup_s, RAMP_S)))
+    done: list[Point] = []
+
+    def at(rate: float) -> Point:
+        point = (ramp if done or warm else first).at_rate(rate, CHECK_DISTRIBUTION)
+        done.append(point)
+        stopping.check()
+        return point
+
+    measured = check_sustained(at, settings.sla, credited)
+    stopping.check()
     sustained = max((p.request_rate for p in measured.points if settings.sla.met_by(p)), default=0.0)
-    check = OpenLoopCheck(winner.number, credited, CHECK_DISTRIBUTION, tuple(done), sustained)
-    return run.update(open_loop=check)
+    return OpenLoopCheck(winner.number, credited, CHECK_DISTRIBUTION, tuple(done), sustained)

@@ -47,6 +47,16 @@ class WindowPlan:
     max_windows: int = 8
     min_requests: int = 50  # a window is extended (up to 4x) until it has this many
     percentile: int = 95  # the latency the stability rule watches
+    # a point whose last DECIDED_WINDOWS windows each have a latency (at ``percentile``) above
+    # this many ms is decided: it breaks the SLA whatever more windows say (0: never)
+    fail_ms: float = 0.0
+
+
+# A tuning run's points stop early once they break the SLA by this factor in two windows
+# running (WindowPlan.fail_ms): the latency of a clearly failing point is not worth settling,
+# and points past the knee are the slowest to settle (an open loop's backlog keeps growing).
+DECIDED = 1.5
+DECIDED_WINDOWS = 2
 
 
 @dataclass(frozen=True)
@@ -251,7 +261,8 @@ def find_goodput(
     broke it, while the breaking point's throughput is clearly above the last good one's.
     Closed-loop throughput grows with concurrency, so the breaking point's throughput bounds
     every feasible point below it: when that bound is under ``beat`` (the best goodput found
-    so far), the bisection cannot find a winner and stops (``pruned``).
+    so far), neither the halving nor the bisection can find a winner, and they stop
+    (``pruned``; a candidate that breaks the SLA at the start below ``beat`` is measured once).
     """
     points: dict[int, Point] = {}
 
@@ -261,11 +272,11 @@ def find_goodput(
         return points[c]
 
     first = min(max(start if start is not None else low, low), high)
+    pruned = False
     if sla.met_by(at(first)):
         good, bad = _grow(at, sla, first, high, saturation_gain)
     else:
-        good, bad = _descend(at, sla, first, low)
-    pruned = False
+        good, bad, pruned = _descend(at, sla, first, low, saturation_gain, beat)
     if good is not None and bad is not None:
         pruned = _bisect(at, sla, good, bad, saturation_gain, beat)
     ordered = tuple(points[c] for c in sorted(points))
@@ -288,15 +299,22 @@ def _grow(
         c = min(c * 2, high)
 
 
-def _descend(at: Callable[[int], Point], sla: Sla, high: int, low: int) -> tuple[int | None, int]:
-    """Halve from ``high`` (which broke the SLA) to the first level that meets it."""
+def _descend(
+    at: Callable[[int], Point], sla: Sla, high: int, low: int, gain: float, beat: float
+) -> tuple[int | None, int, bool]:
+    """Halve from ``high`` (which broke the SLA) to the first level that meets it; stop (pruned,
+    True) once the breaking level's throughput, which bounds every level below it, cannot beat
+    ``beat``: a candidate that breaks the SLA at the best one's level below the best's goodput
+    is measured once."""
     bad = c = high
     while c > low:
+        if at(bad).throughput < beat * (1 - gain):
+            return None, bad, True
         c = max(low, c // 2)
         if sla.met_by(at(c)):
-            return c, bad
+            return c, bad, False
         bad = c
-    return None, bad
+    return None, bad, False
 
 
 def _bisect(at: Callable[[int], Point], sla: Sla, good: int, bad: int, gain: float, beat: float) -> bool:

@@ -291,6 +291,42 @@ def test_without_a_probe_a_point_has_no_gpu_figures() -> None:
     assert _measured(_ScriptedProbe([()] * 4))[0].gpus == ()  # a server whose metrics have no GPUs
 
 
+class _Latencies:
+    """A load whose windows complete 100 requests each at the given latencies (ms), in turn."""
+
+    def __init__(self, latencies_ms: list[float]) -> None:
+        self.latencies = iter([0.0, *latencies_ms])  # the warmup's, then each window's
+
+    async def wait(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+
+    async def collect(self) -> Tally:
+        return _tally(1.0, [int(next(self.latencies) * 1e6)] * 100, [], 0, 0)
+
+
+def _windows_until_decided(latencies_ms: list[float], fail_ms: float) -> tuple[Point, int]:
+    plan = WindowPlan(window_s=1.0, warmup_s=0.0, max_windows=6, min_requests=1, fail_ms=fail_ms)
+
+    async def stats() -> StatsSnapshot:
+        return StatsSnapshot({}, 0, {})
+
+    async def scenario() -> tuple[Point, int]:
+        before, windows = await run_windows(_Latencies(latencies_ms), stats, plan)
+        return summarise(before, windows, plan, concurrency=4, rate=0.0, batch=1), len(windows)
+
+    return asyncio.run(scenario())
+
+
+def test_a_point_clearly_over_the_limit_stops_after_two_windows() -> None:
+    growing = [40.0, 80.0, 160.0, 320.0, 640.0, 1280.0]  # a backlog: never stable
+    point, windows = _windows_until_decided(growing, fail_ms=75.0)
+    assert windows == 3 and point.stable and point.p95_ms > 75.0  # 80 and 160 both over 75
+    point, windows = _windows_until_decided(growing, fail_ms=0.0)  # no limit: to max_windows
+    assert windows == 6 and not point.stable
+    swinging = [80.0, 40.0, 80.0, 40.0, 80.0, 40.0]  # over the limit one window in two: not decided
+    assert _windows_until_decided(swinging, fail_ms=75.0)[1] == 6
+
+
 class _Gate:
     """An in-memory connection for the bookkeeping: answers are held until the gate opens."""
 

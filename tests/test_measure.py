@@ -96,6 +96,16 @@ def test_a_candidate_that_cannot_beat_the_incumbent_is_not_refined() -> None:
     assert not closer.pruned and closer.best is not None and closer.best.concurrency == 5
 
 
+def test_a_candidate_that_breaks_the_sla_at_the_start_below_the_best_is_measured_once() -> None:
+    slow = lambda c: point(c, c * 100.0, 10.0 * c)  # noqa: E731 - SLA breaks at 6, 800/s at 8
+    hopeless = find_goodput(slow, Sla(95, 55.0), 1, 32, start=8, beat=1000.0)
+    assert hopeless.pruned and hopeless.best is None and [p.concurrency for p in hopeless.points] == [8]
+    # 800/s at 8 could hide a level that beats 450/s: halved to 4, then bisected up to 5
+    kept = find_goodput(slow, Sla(95, 55.0), 1, 32, start=8, beat=450.0)
+    assert [p.concurrency for p in kept.points] == [4, 5, 6, 8]
+    assert kept.best is not None and kept.best.concurrency == 5 and not kept.pruned
+
+
 def test_bisection_stops_once_the_levels_left_are_saturated() -> None:
     # throughput 100/s per level up to 10, then flat; p95 breaks 55 ms above 11
     knee = lambda c: point(c, 100.0 * min(c, 10), 5.0 * c)  # noqa: E731

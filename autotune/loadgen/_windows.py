@@ -7,7 +7,9 @@ the probe in a thread; the point's GPU figures summarise the kept windows' sampl
 window with fewer than ``min_requests`` completions is extended (up to 4x).
 The run stops when the last ``stable_windows`` windows agree within the tolerance
 (throughput and latency at the plan's percentile), or at ``max_windows`` with an
-``unstable`` warning. The figures come from the last ``stable_windows`` windows.
+``unstable`` warning. The figures come from the last ``stable_windows`` windows. A plan
+with ``fail_ms`` stops as soon as the last two windows' latencies are both above it: the
+point breaks the SLA, however much more its figures would move (it counts as stable).
 
 Open loop adds ``behind-schedule`` when the generator did not send what the schedule
 asked for: fewer than 98% of the due requests (less 2, for small counts) sent in the kept
@@ -33,6 +35,7 @@ from autotune.loadgen._load import Tally
 from autotune.loadgen._stats import StatsSnapshot, breakdown
 from autotune.measure import (
     BEHIND_SCHEDULE,
+    DECIDED_WINDOWS,
     ERRORS,
     FEW_SAMPLES,
     LATE_SENDS,
@@ -85,7 +88,7 @@ async def run_windows(
             tally, waited = tally.then(await source.collect()), waited + plan.window_s / 4
         snapshot, gpus = await asyncio.gather(_stats(stats), _sample(probe))
         windows.append(Window(tally, snapshot, gpus))
-        if _stable(windows, plan):
+        if _stable(windows, plan) or _decided(windows, plan):
             break
     return before, windows
 
@@ -109,6 +112,17 @@ def _stable(windows: list[Window], plan: WindowPlan) -> bool:
     throughputs = [w.tally.completions / w.tally.duration_s for w in kept if w.tally.duration_s > 0]
     latencies = [w.tally.latency.percentile_ns(plan.percentile) for w in kept]
     return is_stable(throughputs, latencies, tolerance(kept, plan))
+
+
+def _decided(windows: list[Window], plan: WindowPlan) -> bool:
+    """The point clearly breaks the SLA: its last windows are all above ``plan.fail_ms``
+    (a percentile of the windows merged is at least the smallest of theirs)."""
+    last = windows[-DECIDED_WINDOWS:]
+    return (
+        plan.fail_ms > 0
+        and len(last) == DECIDED_WINDOWS
+        and all(w.tally.latency.percentile_ns(plan.percentile) > plan.fail_ms * 1e6 for w in last)
+    )
 
 
 def tolerance(windows: list[Window], plan: WindowPlan) -> float:
@@ -140,7 +154,7 @@ def summarise(
         reason = tally.first_error or hung
         level = f"request rate {rate:g}/s" if rate else f"concurrency {concurrency}"
         raise MeasurementError(f"no successful request at {level}: {reason}")
-    stable = _stable(windows, plan)
+    stable = _stable(windows, plan) or _decided(windows, plan)
 
     def ms(q: float) -> float:
         return hist.percentile_ns(q) / 1e6
