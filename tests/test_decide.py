@@ -103,6 +103,24 @@ def test_a_finalist_is_verified_only_if_it_could_beat_a_verified_winner() -> Non
     assert not could_beat(measured(1, 100.0), [failed_one, passed])
 
 
+def test_a_finalist_that_passed_only_below_its_operating_point_leaves_no_margin() -> None:
+    screened_at_8 = replace(measured(0, 160.0), measurement=Measurement((point(8, 160.0),), point(8, 160.0)))
+    fell_back = verified([140.0, 143.0, 146.0], met=3)  # at concurrency 4, median 143
+    others = [screened_at_8, measured(1, 152.0)]
+    assert could_beat(others[1], [fell_back], results=others)  # 152 > 143: verified
+    assert not could_beat(measured(1, 142.0), [fell_back], results=others)  # not above it
+    at_its_point = [replace(screened_at_8, measurement=Measurement((point(4, 160.0),), point(4, 160.0)))]
+    assert not could_beat(
+        measured(1, 152.0), [fell_back], results=[*at_its_point, measured(1, 152.0)]
+    )  # 8% margin
+    assert not could_beat(measured(1, 152.0), [fell_back])  # its trial unknown: the margin kept
+    # an open loop's: verified at 300 req/s, screened at 400
+    at_rate = Point(0, 400.0, 160.0, 10.0, 9.0, 11.0, 12.0, 13.0, 100, 0, 1.0, 3, True)
+    screened_at_400 = replace(screened_at_8, measurement=Measurement((at_rate,), at_rate))
+    rate_fell_back = replace(fell_back, concurrency=0, request_rate=300.0)
+    assert could_beat(measured(1, 152.0), [rate_fell_back], results=[screened_at_400])
+
+
 def test_the_next_search_starts_at_the_best_feasible_config() -> None:
     assert incumbent([]) == (None, 0.0)
     assert incumbent([failed(0), measured(1, 0.0)]) == (None, 0.0)  # nothing met the SLA yet
