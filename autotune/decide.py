@@ -304,7 +304,8 @@ def could_beat(
 def _fell_back(v: Verification, results: Sequence[TrialResult]) -> bool:
     """Whether ``v`` was measured below its trial's operating point (unknown trial: no)."""
     trial = next((r for r in results if r.number == v.trial), None)
-    return trial is not None and trial.best is not None and (v.concurrency or v.request_rate) < trial.best.level
+    level = v.concurrency or v.request_rate
+    return trial is not None and trial.best is not None and level < trial.best.level
 
 
 def verify_levels(result: TrialResult) -> list[float]:
