@@ -50,8 +50,12 @@ def score(result: TrialResult, scoring: Scoring = RAW) -> float:
 
 def verified_score(v: Verification, results: Sequence[TrialResult], scoring: Scoring = RAW) -> float:
     """A verification's median throughput as the objective counts it (its trial's GPUs)."""
-    trial = next((r for r in results if r.number == v.trial), None)
+    trial = _trial_of(v, results)
     return scoring.score(v.median_throughput, trial.candidate if trial is not None else None)
+
+
+def _trial_of(v: Verification, results: Sequence[TrialResult]) -> TrialResult | None:
+    return next((r for r in results if r.number == v.trial), None)
 
 
 def heuristic_seeds(
@@ -303,9 +307,8 @@ def could_beat(
 
 def _fell_back(v: Verification, results: Sequence[TrialResult]) -> bool:
     """Whether ``v`` was measured below its trial's operating point (unknown trial: no)."""
-    trial = next((r for r in results if r.number == v.trial), None)
-    level = v.concurrency or v.request_rate
-    return trial is not None and trial.best is not None and level < trial.best.level
+    trial = _trial_of(v, results)
+    return trial is not None and trial.best is not None and v.level < trial.best.level
 
 
 def verify_levels(result: TrialResult) -> list[float]:

@@ -101,10 +101,10 @@ def verify(
                     break
             concurrency, rate = (0, level) if loader.open_loop else (int(level), 0.0)
             verification = Verification(result.number, concurrency, tuple(points), met, rate)
-            check = None
-            if _checks(prep) and wins(verification):  # on this server, warm: no start of its own
+            check, credited = None, _credited(prep, result, (verification,))
+            if _checks(prep) and credited is not None and wins(verification):  # on this server, warm
                 try:
-                    check = _check_on(prep, trials, gen, result, (verification,))
+                    check = _check_on(prep, trials, gen, result.number, credited)
                 except MeasurementError as exc:  # the verification stands; the winner's check is retried
                     trials.events.verification_failed(result, f"open-loop check: {str(exc).splitlines()[0]}")
     except (LaunchError, MeasurementError) as exc:
@@ -123,17 +123,18 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
     done_before = run.record.open_loop
     if not _checks(prep) or (done_before is not None and done_before.trial == winner.number):
         return run
-    if winner.candidate is None or _credited(prep, winner, run.record.verifications) is None:
+    credited = _credited(prep, winner, run.record.verifications)
+    if winner.candidate is None or credited is None:
         return run
     name = f"open-loop-{winner.number:03d}"
     try:
         with trials.serve(winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
             gen = trials.generator(server, prep.settings.plan)
-            check = _check_on(prep, trials, gen, winner, run.record.verifications, warm=False)
+            check = _check_on(prep, trials, gen, winner.number, credited, warm=False)
     except (LaunchError, MeasurementError) as exc:
         trials.events.verification_failed(winner, f"open-loop check: {str(exc).splitlines()[0]}")
         return run
-    return run if check is None else run.update(open_loop=check)
+    return run.update(open_loop=check)
 
 
 def _checks(prep: Prepared) -> bool:
@@ -150,20 +151,13 @@ def _credited(prep: Prepared, winner: TrialResult, verifications: Sequence[Verif
 
 
 def _check_on(
-    prep: Prepared,
-    trials: Trials,
-    gen: LoadGenerator,
-    winner: TrialResult,
-    verifications: Sequence[Verification],
-    warm: bool = True,
-) -> OpenLoopCheck | None:
-    """The open-loop check on a server already serving the winner (``warm``: it has been
-    measured, so even the first rate gets only a ramp); measurement errors propagate."""
+    prep: Prepared, trials: Trials, gen: LoadGenerator, winner: int, credited: float, warm: bool = True
+) -> OpenLoopCheck:
+    """The open-loop check of trial ``winner``, from its ``credited`` rate, on a server already
+    serving it (``warm``: it has been measured, so even the first rate gets only a ramp);
+    measurement errors propagate."""
     settings = prep.settings
-    credited = _credited(prep, winner, verifications)
-    if credited is None:
-        return None
-    trials.events.checking_open_loop(winner.number, credited)
+    trials.events.checking_open_loop(winner, credited)
     first = gen.with_plan(settings.plan)
     ramp = first.with_plan(replace(settings.plan, warmup_s=min(settings.plan.warmup_s, RAMP_S)))
     done: list[Point] = []
@@ -177,4 +171,4 @@ def _check_on(
     measured = check_sustained(at, settings.sla, credited)
     stopping.check()
     sustained = max((p.request_rate for p in measured.points if settings.sla.met_by(p)), default=0.0)
-    return OpenLoopCheck(winner.number, credited, CHECK_DISTRIBUTION, tuple(done), sustained)
+    return OpenLoopCheck(winner, credited, CHECK_DISTRIBUTION, tuple(done), sustained)

@@ -64,6 +64,11 @@ class Verification:
         return f"concurrency {self.concurrency}" if self.concurrency else f"{self.request_rate:.4g} req/s"
 
     @property
+    def level(self) -> float:
+        """The load it was verified at, as :attr:`Point.level` counts it."""
+        return float(self.concurrency) if self.concurrency else self.request_rate
+
+    @property
     def median_throughput(self) -> float:
         values = sorted(p.throughput for p in self.points)
         return values[len(values) // 2] if values else 0.0
