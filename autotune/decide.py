@@ -178,6 +178,16 @@ def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scor
     return [c for c in neighbours(best.candidate, space) if not any(equivalent(c, t) for t in tried)]
 
 
+def out_of_ideas(results: Sequence[TrialResult]) -> bool:
+    """Whether the sampler's latest proposal was a config measured before (a reused trial): in
+    a small space it goes on proposing them, and each uses a trial of the budget, so the
+    incumbent's :func:`unexplored` neighbours are measured next, before the budget runs out
+    (mobilenet runs spent 11 and 14 of their 20 trials on repeats and never tried 2 instances
+    with max batch 4: benchmarks/results/vs_model_analyzer-20261124-2244.txt)."""
+    told = [r for r in results if r.state in (COMPLETE, FAIL) and not r.interrupted]
+    return bool(told) and max(told, key=lambda r: r.number).reused_from is not None
+
+
 def in_space(baseline: Candidate, space: SearchSpace) -> Candidate:
     """The baseline as the search space can hold it: a config asking for a GPU this machine
     lacks (the space then has CPU instances only) becomes its CPU twin. The baseline trial

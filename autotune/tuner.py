@@ -198,18 +198,20 @@ def _seed(study: Study, prep: Prepared) -> None:
 
 
 def _go_on(settings: RunSettings, study: Study, results: list[TrialResult], elapsed_s: float) -> bool:
-    """Whether to run another trial: within the budget (trials, time), and not converged; once
-    converged, the incumbent's untried one-step neighbours (:func:`decide.unexplored`) are
-    queued and measured first."""
+    """Whether to run another trial: within the budget (trials, time), and not converged. Once
+    converged, or once the sampler proposes a config measured before (:func:`decide.out_of_ideas`),
+    the incumbent's untried one-step neighbours (:func:`decide.unexplored`) are queued and
+    measured first; a converged search ends when none is left."""
     finished = decide.finished(results)
     if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
         return False
-    if not decide.converged(results, settings.patience, study.scoring):
+    converged = decide.converged(results, settings.patience, study.scoring)
+    if not converged and not decide.out_of_ideas(results):
         return True
     untried = decide.unexplored(results, study.space, study.scoring)
     for candidate in untried:  # a neighbour queued before is not queued twice
         study.enqueue(params_of(candidate))
-    return bool(untried)
+    return bool(untried) or not converged
 
 
 class Trials:

@@ -16,6 +16,7 @@ from autotune.decide import (
     incumbent,
     measured_before,
     neighbours,
+    out_of_ideas,
     score,
     time_left,
     unexplored,
@@ -232,6 +233,18 @@ def test_the_search_does_not_end_while_a_neighbour_of_the_best_is_untried() -> N
     tried[2] = replace(tried[2], candidate=replace(best, instance_count=1))  # failed: tried all the same
     assert unexplored(tried, space) == [replace(best, dynamic_batching=True)]
     assert unexplored([failed(0), measured(1, 0.0, candidate=best)], space) == []  # nothing feasible yet
+
+
+def test_a_repeat_proposal_means_the_sampler_is_out_of_ideas() -> None:
+    stop = "the tuner was stopped during this trial"
+    assert not out_of_ideas([])
+    assert not out_of_ideas([measured(0, 100.0), measured(1, 90.0)])
+    assert out_of_ideas([measured(0, 100.0), measured(1, 100.0, reused_from=0)])
+    assert out_of_ideas([measured(1, 100.0, reused_from=0), measured(0, 100.0)])  # by number, not order
+    assert not out_of_ideas([measured(0, 100.0), measured(1, 100.0, reused_from=0), failed(2)])
+    repeat = measured(1, 100.0, reused_from=0)
+    assert out_of_ideas([measured(0, 100.0), repeat, failed(2, stop, interrupted=True)])
+    assert not out_of_ideas([measured(0, 100.0), replace(measured(1, 100.0, reused_from=0), state=RUNNING)])
 
 
 def test_finalists_are_the_top_feasible_within_the_contender_margin() -> None:
