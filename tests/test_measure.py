@@ -19,6 +19,7 @@ from autotune.measure import (
     find_rate_goodput,
     is_stable,
     merged,
+    noisy_prune,
     settled,
 )
 from autotune.objective import Sla
@@ -137,6 +138,25 @@ def test_a_close_call_is_measured_again_and_judged_on_the_median() -> None:
     assert (result.throughput, result.p95_ms) == (110.0, 53.0)  # the medians: it breaks the SLA
     assert (result.requests, result.duration_s, result.windows) == (300, 3.0, 9)
     assert not sla.met_by(result)
+
+
+def test_a_point_that_would_prune_its_candidate_on_one_noisy_window_is_measured_again() -> None:
+    sla = Sla(95, 22.5)
+    passes = iter([point(10, 814.0, 26.7), point(10, 888.0, 19.2), point(10, 870.0, 20.1)])
+    calls: list[int] = []
+
+    def once() -> Point:
+        calls.append(1)
+        return next(passes)
+
+    result = settled(once, sla, beat=907.0)  # 26.7 ms is 19% over: beyond a close call
+    assert len(calls) == CLOSE_PASSES and sla.met_by(result) and result.throughput == 870.0
+    assert noisy_prune(point(10, 814.0, 26.7), sla, 907.0)
+    assert not noisy_prune(point(10, 814.0, 29.0), sla, 907.0)  # 29% over: no window is that noisy
+    assert not noisy_prune(point(10, 700.0, 26.7), sla, 907.0)  # far below the best: cannot win anyway
+    assert not noisy_prune(point(10, 950.0, 26.7), sla, 907.0)  # above the best: the search goes on anyway
+    assert not noisy_prune(point(10, 814.0, 20.0), sla, 907.0)  # meets the limit
+    assert not noisy_prune(point(10, 814.0, 26.7), sla, 0.0)  # nothing to beat yet
 
 
 def test_a_clear_point_or_one_that_cannot_win_is_measured_once() -> None:
