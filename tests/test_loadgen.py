@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 import pickle
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 from numpy.typing import NDArray
 
 import autotune.loadgen as loadgen
-from autotune.errors import UsageError
+from autotune.errors import MeasurementError, UsageError
 from autotune.gpu import MIB, GpuSample
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, TensorSpec, http_request, payload_from_file, raw_bytes
@@ -414,6 +415,47 @@ def test_closed_loop_counts_errors_and_reconnects() -> None:
     tally = asyncio.run(scenario())
     assert tally.errors > 0 and tally.completions > 0 and opened > 2  # reconnected
     assert tally.first_error in ("HTTP 500: model failed", "connection closed by the server (EOF)")
+
+
+def test_a_server_gone_fails_the_load_once_and_leaves_no_unretrieved_error() -> None:
+    """Every connection breaks and every reconnect fails (the server died): the load fails
+    with the first reason, and no reconnect's exception is left for asyncio to print
+    ("Task exception was never retrieved", seen when tritonserver crashed under a trial)."""
+    unhandled: list[str] = []
+    connects = 0
+
+    class Dying:
+        def send(self, done: Done) -> None:
+            error = InferError("connection closed by the server (EOF)", closed=True)
+            asyncio.get_running_loop().call_soon(done, error)
+
+        async def close(self) -> None:
+            return None
+
+    async def scenario() -> str:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: unhandled.append(ctx["message"]))
+
+        async def connect() -> Connection:
+            nonlocal connects
+            connects += 1
+            if connects > 3:  # the three slots opened; every reconnect is refused
+                raise MeasurementError("cannot connect to 127.0.0.1:1: refused")
+            return Dying()
+
+        load = Load(connect)
+        await load.prepare(Job(concurrency=3))
+        load.start(Job(concurrency=3), clock())
+        with pytest.raises(MeasurementError) as failed:
+            await load.wait(1.0)
+        await load.stop()
+        await asyncio.sleep(0.01)
+        gc.collect()
+        return str(failed.value)
+
+    reason = asyncio.run(scenario())
+    assert reason == "cannot connect to 127.0.0.1:1: refused"
+    assert connects == 6  # each slot tried to reconnect
+    assert unhandled == []
 
 
 def test_closed_loop_opens_each_connection_while_requests_flow() -> None:

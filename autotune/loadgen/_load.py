@@ -255,11 +255,14 @@ class Load:
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
+        """The first failure fails the load; each task's exception is retrieved, the later
+        ones too (a server that died breaks every connection at once: each reconnect fails,
+        and asyncio printed "Task exception was never retrieved" for all but the first)."""
         self._tasks.discard(task)
-        if task.cancelled() or self._failed.done():
+        if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None:
+        if exc is not None and not self._failed.done():
             self._failed.set_exception(exc)
 
     @property
