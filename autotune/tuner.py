@@ -38,7 +38,7 @@ from autotune.gpu import GpuProbe
 from autotune.gpu_probe import choose_probe
 from autotune.launch import Launcher, Server, failure_line, make_launcher, read_tail
 from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, read_workload
-from autotune.measure import Measurement, Point, WindowPlan, settled
+from autotune.measure import Measurement, Point, WindowPlan, second_look, settled
 from autotune.objective import RAW, Scoring, Sla, scoring_for
 from autotune.processes import Owner
 from autotune.report import write_report
@@ -295,11 +295,15 @@ class Trials:
                     lambda: note(loader.point(later if done else first, level)), self.search_sla, beat
                 )
 
+            def again(level: float) -> Point:  # a best point that read low, once more (second_look)
+                return note(loader.point(later, level))
+
             def first_guess() -> float:  # an open loop's first candidate: the rate one client gets
                 return requests_per_s(note(first.at_concurrency(1)))
 
             try:
-                return loader.search(at, self.search_sla, self.prep.space, start, beat, first_guess)
+                found = loader.search(at, self.search_sla, self.prep.space, start, beat, first_guess)
+                return second_look(found, again, self.search_sla, beat)
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc
