@@ -199,13 +199,24 @@ def settled(
     where it can matter: a point whose throughput cannot beat ``beat`` (the best goodput so
     far) decides nothing, whichever side of the limit it is on, unless it would end its
     candidate's search on one window's word (:func:`noisy_prune`): that is measured again too."""
-    passes_done = [measure()]
-    while len(passes_done) < passes and (
-        (close_call(merged(passes_done), sla, close) and passes_done[0].throughput >= beat * (1 - close))
-        or noisy_prune(merged(passes_done), sla, beat, close)
-    ):
-        passes_done.append(measure())
-    return merged(passes_done)
+    first = measure()
+
+    def undecided(so_far: Point) -> bool:
+        could_win = first.throughput >= beat * (1 - close)
+        return (close_call(so_far, sla, close) and could_win) or noisy_prune(so_far, sla, beat, close)
+
+    return more_passes(first, measure, undecided, passes)
+
+
+def more_passes(
+    first: Point, measure: Callable[[], Point], again: Callable[[Point], bool], passes: int
+) -> Point:
+    """``first`` and further passes of ``measure`` while ``again`` holds for the :func:`merged`
+    passes so far, up to ``passes`` in all: the merged point."""
+    done = [first]
+    while len(done) < passes and again(merged(done)):
+        done.append(measure())
+    return merged(done)
 
 
 PRUNE_BAND = 0.25  # over the limit by at most this much, a pruning point may be one noisy window
@@ -248,10 +259,9 @@ def second_look(
     first = found.best
     if first is None or not low_reading(first, sla, beat, close):
         return found
-    done = [first]
-    while len(done) < passes and low_reading(merged(done), sla, beat, close):
-        done.append(again(first.level))
-    looked = merged(done)
+    looked = more_passes(
+        first, lambda: again(first.level), lambda p: low_reading(p, sla, beat, close), passes
+    )
     points = tuple(looked if p is first else p for p in found.points)
     return replace(found, points=points, best=best_point(points, sla))
 

@@ -290,20 +290,18 @@ class Trials:
                 self.events.point_measured(asked.number, point)
                 return point
 
-            def at(level: float) -> Point:  # a close call to the SLA is measured again
-                return settled(
-                    lambda: note(loader.point(later if done else first, level)), self.search_sla, beat
-                )
+            def once(level: float) -> Point:
+                return note(loader.point(later if done else first, level))
 
-            def again(level: float) -> Point:  # a best point that read low, once more (second_look)
-                return note(loader.point(later, level))
+            def at(level: float) -> Point:  # a close call to the SLA is measured again
+                return settled(lambda: once(level), self.search_sla, beat)
 
             def first_guess() -> float:  # an open loop's first candidate: the rate one client gets
                 return requests_per_s(note(first.at_concurrency(1)))
 
             try:
                 found = loader.search(at, self.search_sla, self.prep.space, start, beat, first_guess)
-                return second_look(found, again, self.search_sla, beat)
+                return second_look(found, once, self.search_sla, beat)  # a best point that read low
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc
