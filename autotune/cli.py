@@ -161,9 +161,10 @@ def _add_run(sub: Any) -> None:
         "--margin",
         type=float,
         default=0.10,
-        help="latency headroom kept under the SLA while searching: a point counts as meeting "
-        "the SLA only below (1 - margin) x the limit, so that re-measuring the winner meets it "
-        "too (default 0.10 = 10%%)",
+        help="latency headroom kept under the SLA: while searching, a point counts as meeting "
+        "the SLA only below (1 - margin) x the limit, and a finalist's verified median must stay "
+        "below it too (else one level down is verified), so that re-measuring the winner meets it "
+        "(default 0.10 = 10%%)",
     )
     run.add_argument(
         "--finalists",

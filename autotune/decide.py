@@ -5,8 +5,8 @@
 - where a candidate's goodput search starts and what it must beat (:func:`incumbent`);
 - whether a candidate, or an :func:`equivalent` one, was measured already (:func:`measured_before`);
 - when the search has converged (:func:`converged`) or the time budget is spent (:func:`time_left`);
-- which finalists to verify (:func:`finalists`, :func:`could_beat`) and at which levels
-  (:func:`verify_levels`);
+- which finalists to verify (:func:`finalists`, :func:`could_beat`), at which levels
+  (:func:`verify_levels`) and when a level is verified (:func:`level_settled`, :func:`verified_level`);
 - the winner (:func:`choose_winner`).
 
 Every comparison of goodputs goes through the run's :class:`~autotune.objective.Scoring`
@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from autotune.objective import RAW, Scoring
+from autotune.measure import Point
+from autotune.objective import RAW, Scoring, Sla
 from autotune.results import COMPLETE, FAIL, TrialResult, Verification
 from autotune.search_space import (
     Candidate,
@@ -338,6 +339,27 @@ def verify_levels(result: TrialResult) -> list[float]:
     else:  # a rate: the geometric middle, to three significant digits as the rate search has them
         mid = float(f"{(top * below) ** 0.5:.3g}")
     return [top, *([mid] if below < mid < top else []), below]
+
+
+def level_settled(points: Sequence[Point], repeats: int, sla: Sla, headroom: Sla) -> bool:
+    """Whether a finalist's verification may stop at this level: all ``repeats`` met the SLA and
+    their median latency (at the SLA's percentile) is within ``headroom``, the SLA the search
+    kept (tightened by ``--margin``). A point verified 3/3 at its median 93-97% of the limit met
+    the SLA in only 8 of 10 re-measurements by perf_analyzer (mobilenet at concurrency 11 and
+    13, cnn at 16: benchmarks/results/vs_model_analyzer-20261125-0639.txt); at 90% or below,
+    in 9 or 10. One that lacks the headroom is verified one level down too."""
+    if len(points) < repeats or not all(sla.met_by(p) for p in points):
+        return False
+    latencies = sorted(p.latency_ms(sla.percentile) for p in points)
+    return latencies[len(latencies) // 2] <= headroom.limit_ms
+
+
+def verified_level(tried: Sequence[Sequence[Point]], repeats: int, sla: Sla) -> int:
+    """Which of the levels verified (in :func:`verify_levels`' order, highest first) the
+    verification stands on: the lowest that met the SLA in every repeat (the last, when it
+    settled: :func:`level_settled`), else the last one tried."""
+    passed = [i for i, points in enumerate(tried) if len(points) >= repeats and all(map(sla.met_by, points))]
+    return passed[-1] if passed else len(tried) - 1
 
 
 def _steps_down(top: float, concurrency: bool) -> list[float]:

@@ -73,10 +73,13 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
 def verify(
     prep: Prepared, trials: Trials, result: TrialResult, wins: Callable[[Verification], bool] = _never
 ) -> tuple[Verification, OpenLoopCheck | None] | None:
-    """Every repeat must meet the SLA; if one does not, the level halfway down to the next
-    lower one its search measured is verified instead, then that one (:func:`decide.verify_levels`),
-    on the same server. A finalist that ``wins`` (the winner, whatever the finalists after it)
-    gets its open-loop check (:func:`check_open_loop`) on that server too, before it stops.
+    """Every repeat must meet the SLA, with the search's headroom at the median
+    (:func:`decide.level_settled`); if not, the level halfway down to the next lower one its
+    search measured is verified too, then that one (:func:`decide.verify_levels`), on the same
+    server, and the verification stands on the one that settled (else on the lowest that met
+    the SLA in every repeat: :func:`decide.verified_level`). A finalist that ``wins`` (the
+    winner, whatever the finalists after it) gets its open-loop check (:func:`check_open_loop`)
+    on that server too, before it stops.
     None: it could not be measured (its server or a measurement failed)."""
     assert result.candidate is not None
     settings, name, loader = prep.settings, f"verify-{result.number:03d}", prep.loader
@@ -85,7 +88,8 @@ def verify(
     try:
         with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
             gen = trials.generator(server, plan)
-            for level in decide.verify_levels(result):
+            levels, tried = decide.verify_levels(result), []
+            for level in levels:
                 points: list[Point] = []
                 for i in range(settings.repeats):
                     where = f"{level:.4g} req/s" if loader.open_loop else f"concurrency {level:.0f}"
@@ -96,9 +100,12 @@ def verify(
                     gen = gen.with_plan(ramp)
                     if not settings.sla.met_by(points[-1]):
                         break  # this level failed: no need to finish its repeats
-                met = sum(settings.sla.met_by(p) for p in points)
-                if met == settings.repeats:
-                    break
+                tried.append(points)
+                if decide.level_settled(points, settings.repeats, settings.sla, trials.search_sla):
+                    break  # else (a repeat broke the SLA, or it met it with no headroom) one level down
+            at = decide.verified_level(tried, settings.repeats, settings.sla)
+            level, points = levels[at], tried[at]
+            met = sum(settings.sla.met_by(p) for p in points)
             concurrency, rate = (0, level) if loader.open_loop else (int(level), 0.0)
             verification = Verification(result.number, concurrency, tuple(points), met, rate)
             check, credited = None, _credited(prep, result, (verification,))

@@ -99,6 +99,7 @@ class Point:
     send_rate: float = 0.0  # open loop: requests actually sent per second
     send_late_p99_ms: float = 0.0  # open loop: p99 of (actual send - scheduled send)
     gpus: tuple[GpuFigures, ...] = ()  # the server's GPUs over the kept windows (none on a CPU server)
+    passes: int = 1  # measurements merged into it (:func:`merged`: a close call, a second look)
 
     @property
     def trusted(self) -> bool:
@@ -268,7 +269,7 @@ def second_look(
 
 def merged(points: Sequence[Point]) -> Point:
     """Passes at one level as one point: the median of each figure (throughput, each latency,
-    the send rate), the sums of the counts (requests, errors, seconds, windows), stable only if
+    the send rate), the sums of the counts (requests, errors, seconds, windows, passes), stable only if
     every pass was, every warning of any pass, the last pass's server breakdown, and each GPU's
     figures merged (:func:`autotune.gpu.merge`: median utilisation and power, maximum memory)."""
     if len(points) == 1:
@@ -290,6 +291,7 @@ def merged(points: Sequence[Point]) -> Point:
         errors=sum(p.errors for p in points),
         duration_s=sum(p.duration_s for p in points),
         windows=sum(p.windows for p in points),
+        passes=sum(p.passes for p in points),
         stable=all(p.stable for p in points),
         warnings=tuple(dict.fromkeys(w for p in points for w in p.warnings)),
         send_rate=med("send_rate"),

@@ -220,6 +220,11 @@ def test_merged_passes_keep_every_warning_and_count_every_request() -> None:
     assert (one.throughput, one.p95_ms, one.errors, one.requests) == (95.0, 42.0, 2, 300)
     assert not one.stable and one.warnings == (BEHIND_SCHEDULE,) and not one.trusted
     assert merged([a]) is a
+    assert (a.passes, one.passes, merged([one, a]).passes) == (1, 3, 4)  # the record says how many
+    assert Point.from_dict(one.to_dict()).passes == 3
+    old = one.to_dict()
+    del old["passes"]  # a study written before points counted their passes
+    assert Point.from_dict(old).passes == 1
 
 
 def test_merged_passes_merge_each_gpu() -> None:
