@@ -274,7 +274,7 @@ def _repository(args: argparse.Namespace) -> Path:
 
 
 def settings_from(args: argparse.Namespace) -> RunSettings:
-    from autotune.measure import DECIDED, WindowPlan
+    from autotune.measure import CLEAR, DECIDED, WindowPlan
 
     sla = _sla(args)
     budget = None if str(args.time_budget).lower() == "none" else parse_duration(args.time_budget)
@@ -311,6 +311,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
             warmup_s=max(args.window, 1.0),
             percentile=sla.percentile,
             fail_ms=DECIDED * sla.limit_ms,
+            clear_ms=CLEAR * sla.limit_ms,
         ),
         finalists=args.finalists,
         repeats=args.repeats,

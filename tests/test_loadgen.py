@@ -305,8 +305,12 @@ class _Latencies:
         return _tally(1.0, [int(next(self.latencies) * 1e6)] * 100, [], 0, 0)
 
 
-def _windows_until_decided(latencies_ms: list[float], fail_ms: float) -> tuple[Point, int]:
-    plan = WindowPlan(window_s=1.0, warmup_s=0.0, max_windows=6, min_requests=1, fail_ms=fail_ms)
+def _windows_until_decided(
+    latencies_ms: list[float], fail_ms: float, clear_ms: float = 0.0
+) -> tuple[Point, int]:
+    plan = WindowPlan(
+        window_s=1.0, warmup_s=0.0, max_windows=6, min_requests=1, fail_ms=fail_ms, clear_ms=clear_ms
+    )
 
     async def stats() -> StatsSnapshot:
         return StatsSnapshot({}, 0, {})
@@ -326,6 +330,16 @@ def test_a_point_clearly_over_the_limit_stops_after_two_windows() -> None:
     assert windows == 6 and not point.stable
     swinging = [80.0, 40.0, 80.0, 40.0, 80.0, 40.0]  # over the limit one window in two: not decided
     assert _windows_until_decided(swinging, fail_ms=75.0)[1] == 6
+
+
+def test_a_point_far_below_the_limit_stops_once_its_throughput_settles() -> None:
+    jitter = [1.0, 1.4, 1.1, 1.5, 1.0, 1.3]  # ms: more than 10% apart, all far below a 20 ms SLA
+    point, windows = _windows_until_decided(jitter, fail_ms=30.0, clear_ms=10.0)
+    assert windows == 3 and point.stable and point.p95_ms == pytest.approx(1.4, rel=0.05)
+    point, windows = _windows_until_decided(jitter, fail_ms=30.0)  # no clear_ms: perf_analyzer's rule
+    assert windows == 6 and not point.stable
+    near = [9.0, 12.0, 9.5, 12.5, 9.0, 12.0]  # not all below 10 ms: the latency must settle
+    assert _windows_until_decided(near, fail_ms=30.0, clear_ms=10.0)[1] == 6
 
 
 class _Gate:

@@ -263,6 +263,15 @@ def test_stability_rule(tput: list[float], lat: list[float], stable: bool) -> No
     assert is_stable(tput[-3:], lat[-3:], 0.10) is stable
 
 
+def test_latencies_far_below_the_limit_need_not_settle() -> None:
+    """cnn at concurrency 1: p99 1-1.5 ms under a 20 ms SLA moved more than 10% window to window."""
+    jitter = [1.0, 1.4, 1.1]
+    assert not is_stable([100, 101, 99], jitter, 0.10)
+    assert is_stable([100, 101, 99], jitter, 0.10, clear=10.0)
+    assert not is_stable([100, 130, 99], jitter, 0.10, clear=10.0)  # the throughput must still settle
+    assert not is_stable([100, 101, 99], [6.0, 11.0, 8.0], 0.10, clear=10.0)  # one window not clear
+
+
 @pytest.mark.parametrize("bad", [0.0, -5.0, math.nan, 1e12])
 def test_sla_must_be_positive_and_sane(bad: float) -> None:
     with pytest.raises(UsageError):

@@ -159,8 +159,9 @@ def simulate_once(
     """One search: (configs measured, true goodput of the config with the best noisy goodput).
     ``space`` already holds ``baseline``, as the tuner's does. ``levers``: "seeds" (the first seed
     is the baseline with one instance per core), "neighbours" (no convergence while a one-step
-    neighbour of the best config is untried), as the tuner has them; without them, the search
-    as it was before issue 16."""
+    neighbour of the best config is untried), "ideas" (those neighbours queued as soon as the
+    sampler proposes a config measured before: ``decide.out_of_ideas``), as the tuner has them;
+    without them, the search as it was before issue 16."""
     study = Study.open(None, f"{model}-{seed}", space, sla, seed=seed)  # type: ignore[arg-type]
     study.enqueue(params_of(baseline), baseline=True)
     for params in decide.heuristic_seeds(space, cores, baseline if "seeds" in levers else None):
@@ -172,12 +173,13 @@ def simulate_once(
         results = study.results()
         if decide.finished(results) >= max_trials:
             return False
-        if not decide.converged(results, patience):
+        converged = decide.converged(results, patience)
+        if not converged and not ("ideas" in levers and decide.out_of_ideas(results)):
             return True
         untried = decide.unexplored(results, space) if "neighbours" in levers else []
         for candidate in untried:
             study.enqueue(params_of(candidate))
-        return bool(untried)
+        return bool(untried) or not converged
 
     while go_on():
         asked = study.ask()
@@ -254,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--levers",
         nargs="*",
-        default=["seeds", "neighbours"],
-        choices=["seeds", "neighbours"],
+        default=["seeds", "neighbours", "ideas"],
+        choices=["seeds", "neighbours", "ideas"],
         help="the search's levers of issue 16 to simulate (none: the search before it)",
     )
     parser.add_argument("--many", type=int, default=11, help="report how often a run measures this many")
