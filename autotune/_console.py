@@ -79,6 +79,9 @@ class RichEvents(Events):
             self._progress.advance(self._trials)
         self._log(_trial_line(result, self._pct, self._scoring, self._memory_limit))
 
+    def trial_retried(self, number: int, reason: str) -> None:
+        self._log(f"trial {number:>3}: {reason}; measuring it again on a new server")
+
     def verification_failed(self, result: TrialResult, reason: str) -> None:
         label = result.candidate.label() if result.candidate else "?"
         self._log(f"verify {result.number:>3} {label}: FAILED {reason} (not a finalist any more)")

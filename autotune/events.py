@@ -27,6 +27,9 @@ class Events:
     def trial_finished(self, result: TrialResult) -> None:
         """The trial was told to the study: measured, reused or failed."""
 
+    def trial_retried(self, number: int, reason: str) -> None:
+        """The trial's server died under load; the trial is measured again on a new server."""
+
     def verifying(self, trial: int, where: str, repeat: int, repeats: int) -> None:
         """A finalist is being measured again at its operating point (``concurrency 8``, ``420 req/s``)."""
 

@@ -213,6 +213,38 @@ def test_crashing_or_hanging_candidates_fail_and_the_search_goes_on(
     assert servers_under(run_dir) == []
 
 
+def test_a_server_that_dies_under_load_once_is_measured_again_not_failed(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    """tritonserver crashes now and then (python backend, dynamic batching): the config whose
+    server died is measured on a new one, and the crash's log is kept beside the trial's."""
+    marker = tmp_path / "crashed-once"
+    config = toy_repo / "toy" / "config.pbtxt"
+    extra = "".join(
+        f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n'
+        for k, v in (("fault", "crash_once"), ("fault_when", "instances>1"), ("fault_after", "20"),
+                     ("fault_marker", str(marker)))
+    )  # fmt: skip
+    config.write_text(config.read_text() + extra)
+    reports = tmp_path / "reports"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run(
+        _argv(toy_repo, reports, small_space, 4), env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr
+    assert marker.exists(), "no server crashed: the test proves nothing"
+    run_dir = next(reports.glob("toy/*"))
+    outcome = reload_outcome(run_dir)
+    assert [t.number for t in outcome.trials if t.state == FAIL] == []
+    (crashed,) = sorted((run_dir / "logs").glob("trial-*.1.log"))
+    number = int(crashed.name.split("-")[1].split(".")[0])
+    trial = next(t for t in outcome.trials if t.number == number)
+    assert trial.state == COMPLETE and trial.candidate is not None and trial.candidate.instance_count > 1
+    assert (run_dir / "logs" / f"trial-{number:03d}.log").exists()
+    assert "measuring it again on a new server" in done.stdout + done.stderr
+    assert servers_under(run_dir) == []
+
+
 class _BreakStaging(Events):
     """Makes the run's staging folder a file once the run directory exists: staging the first
     trial then fails with an OSError nobody expects (as a full or read-only disk would)."""

@@ -5,7 +5,9 @@ Parameters (config.pbtxt): fixed_ms, per_item_ms; "crash_on_load" = "1" makes lo
 "fail_with_batching" = "1" fails loading a config with dynamic batching;
 "hang" = "1" makes every execution block forever (for fault tests);
 "fault" = "hang" | "crash" with "fault_when" = "batching" | "instances>1" | "always" and
-"fault_after" = N executions: hang, or kill the whole server (as an OOM kill would).
+"fault_after" = N executions: hang, or kill the whole server (as an OOM kill would);
+"fault" = "crash_once" with "fault_marker" = a path crashes as "crash" does, only while that
+file does not exist (it creates it first): a server that crashes now and then, not every time.
 """
 
 import json
@@ -30,6 +32,7 @@ class TritonPythonModel:
         self.hang = params.get("hang") == "1"
         self.fault = params.get("fault", "") if _fault_applies(params.get("fault_when", ""), config) else ""
         self.fault_after = int(params.get("fault_after", "0"))
+        self.marker = params.get("fault_marker", "")
         self.executions = 0
 
     def execute(self, requests):
@@ -38,6 +41,8 @@ class TritonPythonModel:
         self.executions += 1
         if self.hang or (self.fault == "hang" and self.executions > self.fault_after):
             time.sleep(3600)
+        if self.fault == "crash_once" and self.executions > self.fault_after and _first(self.marker):
+            self.fault = "crash"
         if self.fault == "crash" and self.executions > self.fault_after:
             os.kill(os.getppid(), signal.SIGKILL)  # the stub's parent is tritonserver
             time.sleep(3600)
@@ -49,6 +54,15 @@ class TritonPythonModel:
             start += len(a)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", part)]))
         return responses
+
+
+def _first(marker):
+    """Whether this is the first call for ``marker`` (of any process): it creates the file."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return False
+    return True
 
 
 def _fault_applies(when, config):
