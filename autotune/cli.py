@@ -125,11 +125,11 @@ def _add_run(sub: Any) -> None:
     budget.add_argument(
         "--patience",
         type=int,
-        default=3,
+        default=4,
         help=f"stop after this many measured configs in a row without a goodput {GAIN} better "
         "than the best, once every one-step change of the best config (an instance more or fewer, "
         "batching on or off, the next max batch size, queue delay or preferred size) is measured "
-        "too (default 3; 0: never)",
+        "too (default 4; 0: never)",
     )
     run.add_argument(
         "--launcher",

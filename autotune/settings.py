@@ -371,7 +371,7 @@ class RunSettings:
     # Stop after this many measured configs in a row without a better goodput; 0: off. 4, not 5:
     # in benchmarks/experiments/search_replay.py the fifth config cost one more config per run
     # (and runs of 11 or more configs twice as often) for under 1% of goodput, inside the noise.
-    patience: int = 3
+    patience: int = 4
     launch: Launch = field(default_factory=Launch)
     workload: Workload = field(default_factory=Workload)
     traffic: Traffic = field(default_factory=Traffic)
