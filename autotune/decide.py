@@ -349,7 +349,7 @@ def level_settled(points: Sequence[Point], repeats: int, sla: Sla, headroom: Sla
     every benchmarks/results/vs_model_analyzer-*.json of 2026-11-22 to 25), at 90% or below 133
     of 140 times (mobilenet at concurrency 11 and 13 and cnn at 16, verified 3/3 by autotune,
     met it 8/10 at 06:39). One that lacks the headroom is verified one level down too."""
-    if len(points) < repeats or not all(sla.met_by(p) for p in points):
+    if not _met_every(points, repeats, sla):
         return False
     latencies = sorted(p.latency_ms(sla.percentile) for p in points)
     return latencies[len(latencies) // 2] <= headroom.limit_ms
@@ -359,8 +359,13 @@ def verified_level(tried: Sequence[Sequence[Point]], repeats: int, sla: Sla) -> 
     """Which of the levels verified (in :func:`verify_levels`' order, highest first) the
     verification stands on: the lowest that met the SLA in every repeat (the last, when it
     settled: :func:`level_settled`), else the last one tried."""
-    passed = [i for i, points in enumerate(tried) if len(points) >= repeats and all(map(sla.met_by, points))]
+    passed = [i for i, points in enumerate(tried) if _met_every(points, repeats, sla)]
     return passed[-1] if passed else len(tried) - 1
+
+
+def _met_every(points: Sequence[Point], repeats: int, sla: Sla) -> bool:
+    """All ``repeats`` were measured and each met the SLA."""
+    return len(points) >= repeats and all(sla.met_by(p) for p in points)
 
 
 def _steps_down(top: float, concurrency: bool) -> list[float]:
