@@ -355,6 +355,15 @@ def level_settled(points: Sequence[Point], repeats: int, sla: Sla, headroom: Sla
     return latencies[len(latencies) // 2] <= headroom.limit_ms
 
 
+def short_of_headroom(points: Sequence[Point], repeats: int, headroom: Sla) -> bool:
+    """Whether enough of a level's ``repeats`` are over ``headroom`` (at its percentile) that their
+    median will be, whatever the rest measure: the level cannot settle (:func:`level_settled`),
+    and its verification may go one level down without them (a repeat is 3 or more windows of
+    twice the search's length)."""
+    over = sum(p.latency_ms(headroom.percentile) > headroom.limit_ms for p in points)
+    return over >= repeats - repeats // 2
+
+
 def verified_level(tried: Sequence[Sequence[Point]], repeats: int, sla: Sla) -> int:
     """Which of the levels verified (in :func:`verify_levels`' order, highest first) the
     verification stands on: the lowest that met the SLA in every repeat (the last, when it

@@ -77,7 +77,9 @@ def verify(
     (:func:`decide.level_settled`); if not, the level halfway down to the next lower one its
     search measured is verified too, then that one (:func:`decide.verify_levels`), on the same
     server, and the verification stands on the one that settled (else on the lowest that met
-    the SLA in every repeat: :func:`decide.verified_level`). A finalist that ``wins`` (the
+    the SLA in every repeat: :func:`decide.verified_level`). A level's repeats stop at the first
+    that breaks the SLA, and, while a level below is left, once too many lack the headroom for
+    their median to have it (:func:`decide.short_of_headroom`). A finalist that ``wins`` (the
     winner, whatever the finalists after it) gets its open-loop check (:func:`check_open_loop`)
     on that server too, before it stops.
     None: it could not be measured (its server or a measurement failed)."""
@@ -89,7 +91,7 @@ def verify(
         with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
             gen = trials.generator(server, plan)
             levels, tried = decide.verify_levels(result), []
-            for level in levels:
+            for depth, level in enumerate(levels):
                 points: list[Point] = []
                 for i in range(settings.repeats):
                     where = f"{level:.4g} req/s" if loader.open_loop else f"concurrency {level:.0f}"
@@ -100,6 +102,9 @@ def verify(
                     gen = gen.with_plan(ramp)
                     if not settings.sla.met_by(points[-1]):
                         break  # this level failed: no need to finish its repeats
+                    below = depth + 1 < len(levels)
+                    if below and decide.short_of_headroom(points, settings.repeats, trials.search_sla):
+                        break  # it cannot settle: on to the level below
                 tried.append(points)
                 if decide.level_settled(points, settings.repeats, settings.sla, trials.search_sla):
                     break  # else (a repeat broke the SLA, or it met it with no headroom) one level down

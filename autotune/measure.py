@@ -188,6 +188,11 @@ class Measurement:
 CLOSE = 0.10
 CLOSE_PASSES = 3
 
+# Feasible points whose throughput is within this fraction of the most any of them has are
+# the same throughput to the search (it stops adding concurrency on the same rule): the lowest
+# level of them is the operating point, with its latency headroom.
+KNEE = 0.03
+
 
 def close_call(point: Point, sla: Sla, close: float = CLOSE) -> bool:
     """Whether ``point``'s latency is too near the limit for one pass to decide (trusted points
@@ -201,17 +206,20 @@ def settled(
     beat: float = 0.0,
     passes: int = CLOSE_PASSES,
     close: float = CLOSE,
+    floor: float = 0.0,
 ) -> Point:
     """One operating point, measured until the SLA decision is known: a close call
     (:func:`close_call`) is measured again, up to ``passes`` passes in all, while the
     median of the passes is still one, and the point is their :func:`merged` figures. Only
     where it can matter: a point whose throughput cannot beat ``beat`` (the best goodput so
-    far) decides nothing, whichever side of the limit it is on, unless it would end its
+    far) decides nothing, whichever side of the limit it is on, nor does one within
+    :data:`KNEE` of ``floor`` (what a lower level of its search served within the SLA: that
+    level is the operating point either way, :func:`best_point`), unless it would end its
     candidate's search on one window's word (:func:`noisy_prune`): that is measured again too."""
     first = measure()
 
     def undecided(so_far: Point) -> bool:
-        could_win = first.throughput >= beat * (1 - close)
+        could_win = first.throughput >= beat * (1 - close) and first.throughput * (1 - KNEE) > floor
         return (close_call(so_far, sla, close) and could_win) or noisy_prune(so_far, sla, beat, close)
 
     return more_passes(first, measure, undecided, passes)
@@ -319,7 +327,7 @@ def find_goodput(
     *,
     start: int | None = None,
     beat: float = 0.0,
-    saturation_gain: float = 0.03,
+    saturation_gain: float = KNEE,
 ) -> Measurement:
     """Search concurrency for the highest throughput whose latency meets the SLA.
 
@@ -479,9 +487,18 @@ def _nice(rate: float) -> float:
     return float(f"{rate:.3g}")
 
 
-def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
+def best_point(points: Sequence[Point], sla: Sla, knee: float = KNEE) -> Point | None:
+    """The operating point among ``points``: of those that meet the SLA, the lowest level whose
+    throughput is within ``knee`` of the highest. Past the knee more concurrency only adds
+    latency: cnn's 2 instances, max batch 8, served 2649, 2622 and 2549 infer/s at concurrency
+    16, 24 and 32, at p99 8.1, 13.0 and 21.2 ms (Model Analyzer's perf_analyzer, 11:33 in
+    benchmarks/README.md); an operating point at 32 has no room left for another instrument's
+    reading."""
     feasible = [p for p in points if sla.met_by(p)]
-    return max(feasible, key=lambda p: p.throughput, default=None)
+    if not feasible:
+        return None
+    top = max(p.throughput for p in feasible)
+    return min((p for p in feasible if p.throughput >= top * (1 - knee)), key=lambda p: p.level)
 
 
 # ---------------------------------------------------------------- stability (pure)

@@ -310,15 +310,20 @@ class Trials:
             def once(level: float) -> Point:
                 return note(loader.point(later if done else first, level))
 
+            found: dict[float, Point] = {}  # level -> its settled point
+
             def at(level: float) -> Point:  # a close call to the SLA is measured again
-                return settled(lambda: once(level), self.search_sla, beat)
+                met = [p.throughput for lv, p in found.items() if lv < level and self.search_sla.met_by(p)]
+                floor = max(met, default=0.0)  # what a lower level served within the SLA
+                found[level] = settled(lambda: once(level), self.search_sla, beat, floor=floor)
+                return found[level]
 
             def first_guess() -> float:  # an open loop's first candidate: the rate one client gets
                 return requests_per_s(note(first.at_concurrency(1)))
 
             try:
-                found = loader.search(at, self.search_sla, self.prep.space, start, beat, first_guess)
-                return second_look(found, once, self.search_sla, beat)  # a best point that read low
+                searched = loader.search(at, self.search_sla, self.prep.space, start, beat, first_guess)
+                return second_look(searched, once, self.search_sla, beat)  # a best point that read low
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc

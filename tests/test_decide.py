@@ -19,6 +19,7 @@ from autotune.decide import (
     neighbours,
     out_of_ideas,
     score,
+    short_of_headroom,
     time_left,
     unexplored,
     verified_level,
@@ -295,6 +296,10 @@ def test_a_verified_level_needs_the_search_headroom_at_its_median() -> None:
     assert verified_level([close, broke, clear], 3, sla) == 2
     assert verified_level([close, broke, broke], 3, sla) == 0  # the only level that passed
     assert verified_level([broke, broke], 3, sla) == 1  # none passed: the last tried
+    assert short_of_headroom(close[:2], 3, headroom)  # two of three over 18: the median will be
+    assert not short_of_headroom(close[2:] + close[:1], 3, headroom)  # one over, one within: undecided
+    assert not short_of_headroom(clear, 3, headroom)
+    assert short_of_headroom(close[:1], 1, headroom) and not short_of_headroom(close[:2], 5, headroom)
 
 
 def test_the_winner_is_the_best_verified_finalist_a_near_tie_going_to_the_lower_latency() -> None:

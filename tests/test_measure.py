@@ -210,6 +210,10 @@ def test_a_clear_point_or_one_that_cannot_win_is_measured_once() -> None:
     assert len(calls) == 3
     settled(at(49.0, throughput=95.0), sla, beat=100.0)  # close, and it could still win
     assert len(calls) == 3 + CLOSE_PASSES
+    settled(at(49.0, throughput=100.0), sla, floor=98.0)  # close, but a lower level served 98
+    assert len(calls) == 4 + CLOSE_PASSES  # the lower level is the operating point either way
+    settled(at(49.0, throughput=110.0), sla, floor=98.0)  # 12% more than the lower level: it decides
+    assert len(calls) == 4 + 2 * CLOSE_PASSES
 
 
 def test_merged_passes_keep_every_warning_and_count_every_request() -> None:
@@ -247,6 +251,19 @@ def test_points_with_errors_never_meet_the_sla() -> None:
     assert not sla.met_by(point(1, 100.0, 10.0, errors=1))
     assert best_point([point(1, 100.0, 10.0, errors=1), point(2, 50.0, 20.0)], sla).concurrency == 2  # type: ignore[union-attr]
     assert sla.violation(point(1, 100.0, 10.0, errors=1)) > 0 >= sla.violation(point(1, 100.0, 10.0))
+
+
+def test_the_operating_point_is_the_lowest_level_on_a_flat_top() -> None:
+    sla = Sla(95, 20.0)
+    flat = [point(8, 2540.0, 5.6), point(16, 2649.0, 8.1), point(24, 2622.0, 13.0), point(32, 2600.0, 19.0)]
+    assert best_point(flat, sla).concurrency == 16  # type: ignore[union-attr]
+    assert best_point(flat, sla, knee=0.0).concurrency == 16  # type: ignore[union-attr]
+    rising = [point(16, 2564.0, 8.9), point(32, 2704.0, 17.8)]  # 5.5% more: worth its latency
+    assert best_point(rising, sla).concurrency == 32  # type: ignore[union-attr]
+    within = [point(16, 2640.0, 8.9), point(32, 2704.0, 17.8)]  # 2.4% more: not
+    assert best_point(within, sla).concurrency == 16  # type: ignore[union-attr]
+    assert best_point(within, sla, knee=0.0).concurrency == 32  # type: ignore[union-attr]
+    assert best_point([point(16, 2640.0, 21.0), point(32, 2704.0, 25.0)], sla) is None
 
 
 @pytest.mark.parametrize(
