@@ -215,23 +215,38 @@ def settled(
     far) decides nothing, whichever side of the limit it is on, nor does one within
     :data:`KNEE` of ``floor`` (what a lower level of its search served within the SLA: that
     level is the operating point either way, :func:`best_point`), unless it would end its
-    candidate's search on one window's word (:func:`noisy_prune`): that is measured again too."""
+    candidate's search on one window's word (:func:`noisy_prune`): that is measured again too.
+    The passes stop as soon as their verdict is known (:func:`verdict_known`): more would move
+    the figures, not the side of the limit."""
     first = measure()
 
-    def undecided(so_far: Point) -> bool:
+    def undecided(done: Sequence[Point]) -> bool:
+        if verdict_known(done, sla, passes):
+            return False
+        so_far = merged(done)
         could_win = first.throughput >= beat * (1 - close) and first.throughput * (1 - KNEE) > floor
         return (close_call(so_far, sla, close) and could_win) or noisy_prune(so_far, sla, beat, close)
 
     return more_passes(first, measure, undecided, passes)
 
 
+def verdict_known(done: Sequence[Point], sla: Sla, passes: int = CLOSE_PASSES) -> bool:
+    """Whether the passes ``done`` so far of a point that gets at most ``passes`` decide the SLA
+    verdict of their :func:`merged` figures already: more than half of ``passes`` lie on one side
+    of the limit, so the median of all of them lies there too, whatever the rest would measure.
+    A close call whose first two passes agree is spared its third (mobilenet's searches took
+    a third pass of 1.5 s at 3 or 4 points a run: benchmarks/README.md, 2026-11-25 14:36)."""
+    met = sum(sla.met_by(p) for p in done)
+    return max(met, len(done) - met) > passes // 2
+
+
 def more_passes(
-    first: Point, measure: Callable[[], Point], again: Callable[[Point], bool], passes: int
+    first: Point, measure: Callable[[], Point], again: Callable[[Sequence[Point]], bool], passes: int
 ) -> Point:
-    """``first`` and further passes of ``measure`` while ``again`` holds for the :func:`merged`
-    passes so far, up to ``passes`` in all: the merged point."""
+    """``first`` and further passes of ``measure`` while ``again`` holds for the passes so far,
+    up to ``passes`` in all: their :func:`merged` point."""
     done = [first]
-    while len(done) < passes and again(merged(done)):
+    while len(done) < passes and again(done):
         done.append(measure())
     return merged(done)
 
@@ -277,7 +292,7 @@ def second_look(
     if first is None or not low_reading(first, sla, beat, close):
         return found
     looked = more_passes(
-        first, lambda: again(first.level), lambda p: low_reading(p, sla, beat, close), passes
+        first, lambda: again(first.level), lambda done: low_reading(merged(done), sla, beat, close), passes
     )
     points = tuple(looked if p is first else p for p in found.points)
     return replace(found, points=points, best=best_point(points, sla))

@@ -24,6 +24,7 @@ from autotune.measure import (
     noisy_prune,
     second_look,
     settled,
+    verdict_known,
 )
 from autotune.objective import Sla
 
@@ -209,11 +210,33 @@ def test_a_clear_point_or_one_that_cannot_win_is_measured_once() -> None:
     settled(at(49.0, throughput=50.0), sla, beat=100.0)  # close, but half the best goodput so far
     assert len(calls) == 3
     settled(at(49.0, throughput=95.0), sla, beat=100.0)  # close, and it could still win
-    assert len(calls) == 3 + CLOSE_PASSES
+    assert len(calls) == 3 + 2  # two passes under the limit: the third cannot move the median over it
     settled(at(49.0, throughput=100.0), sla, floor=98.0)  # close, but a lower level served 98
-    assert len(calls) == 4 + CLOSE_PASSES  # the lower level is the operating point either way
+    assert len(calls) == 6  # the lower level is the operating point either way
     settled(at(49.0, throughput=110.0), sla, floor=98.0)  # 12% more than the lower level: it decides
-    assert len(calls) == 4 + 2 * CLOSE_PASSES
+    assert len(calls) == 6 + 2
+
+
+def test_a_close_call_stops_once_its_passes_decide_the_verdict() -> None:
+    sla = Sla(95, 50.0)
+
+    def passes_taken(*p95: float) -> tuple[int, bool]:
+        readings, calls = iter(p95), []
+
+        def once() -> Point:
+            calls.append(1)
+            return point(4, 100.0, next(readings))
+
+        result = settled(once, sla, beat=100.0)
+        return len(calls), sla.met_by(result)
+
+    assert passes_taken(49.0, 48.0, 60.0) == (2, True)  # two under: the median of three is under too
+    assert passes_taken(51.0, 53.0, 40.0) == (2, False)  # two over
+    assert passes_taken(49.0, 53.0, 52.0) == (3, False)  # split: the third decides
+    assert passes_taken(53.0, 47.0, 48.0) == (3, True)
+    assert verdict_known([point(4, 1.0, 49.0)] * 2, sla) and not verdict_known([point(4, 1.0, 49.0)], sla)
+    assert not verdict_known([point(4, 1.0, 49.0)] * 2, sla, passes=5)  # three of five are needed
+    assert verdict_known([point(4, 1.0, 51.0)] * 3, sla, passes=5)
 
 
 def test_merged_passes_keep_every_warning_and_count_every_request() -> None:
