@@ -536,7 +536,8 @@ def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: 
     details = {"run_dir": str(run_dirs[-1].parent), "trials": len(outcome.trials),
                "trials_s": round(trials_s, 1), "other_s": round(wall - trials_s, 1),
                "verifications": [{"trial": v.trial, "concurrency": v.concurrency, "sla_met": v.sla_met,
-                                  "median_throughput": v.median_throughput}
+                                  "median_throughput": v.median_throughput,
+                                  "p99_ms": [p.p99_ms for p in v.points]}  # each repeat's
                                  for v in outcome.info.verifications]}
     note = f"{status_note}{len(outcome.trials)} trials ({len(outcome.trials) - len(measured)} reused), " \
            f"{trials_s:.0f} s in trials, {wall - trials_s:.0f} s start-up/verification/report"
