@@ -73,13 +73,13 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
 def verify(
     prep: Prepared, trials: Trials, result: TrialResult, wins: Callable[[Verification], bool] = _never
 ) -> tuple[Verification, OpenLoopCheck | None] | None:
-    """Every repeat must meet the SLA, with the search's headroom at the median
+    """Every repeat must meet the SLA, with the search's headroom
     (:func:`decide.level_settled`); if not, the level halfway down to the next lower one its
     search measured is verified too, then that one (:func:`decide.verify_levels`), on the same
     server, and the verification stands on the one that settled (else on the lowest that met
     the SLA in every repeat: :func:`decide.verified_level`). A level's repeats stop at the first
-    that breaks the SLA, and, while a level below is left, once too many lack the headroom for
-    their median to have it (:func:`decide.short_of_headroom`). A finalist that ``wins`` (the
+    that breaks the SLA, and, while a level below is left, once one lacks the headroom
+    (:func:`decide.short_of_headroom`). A finalist that ``wins`` (the
     winner, whatever the finalists after it) gets its open-loop check (:func:`check_open_loop`)
     on that server too, before it stops.
     None: it could not be measured (its server or a measurement failed)."""
@@ -103,7 +103,7 @@ def verify(
                     if not settings.sla.met_by(points[-1]):
                         break  # this level failed: no need to finish its repeats
                     below = depth + 1 < len(levels)
-                    if below and decide.short_of_headroom(points, settings.repeats, trials.search_sla):
+                    if below and decide.short_of_headroom(points, trials.search_sla):
                         break  # it cannot settle: on to the level below
                 tried.append(points)
                 if decide.level_settled(points, settings.repeats, settings.sla, trials.search_sla):

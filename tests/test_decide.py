@@ -279,12 +279,16 @@ def test_verification_falls_back_to_the_next_lower_level_measured() -> None:
     assert verify_levels(rate_alone) == [100.0, 75.0, 50.0]
 
 
-def test_a_verified_level_needs_the_search_headroom_at_its_median() -> None:
-    """3/3 at a median 93-97% of the limit met the SLA in only 8 of 10 re-measurements: such a
-    level is verified one level down too, and the verification stands on the lowest that passed."""
+def test_a_verified_level_needs_the_search_headroom_in_every_repeat() -> None:
+    """3/3 at a median 93-97% of the limit met the SLA in only 8 of 10 re-measurements, and so
+    did winners whose median had the headroom but one repeat did not (cnn at 15.2, 17.4, 18.5 ms
+    under a 20 ms SLA: perf_analyzer 2/6): such a level is verified one level down too, and the
+    verification stands on the lowest that passed."""
     sla, headroom = Sla(95, 20.0), Sla(95, 18.0)
-    clear = [point(8, 100.0, p95=15.0), point(8, 99.0, p95=17.9), point(8, 98.0, p95=19.5)]
-    assert level_settled(clear, 3, sla, headroom)  # median 17.9: within 18
+    clear = [point(8, 100.0, p95=15.0), point(8, 99.0, p95=17.9), point(8, 98.0, p95=16.5)]
+    assert level_settled(clear, 3, sla, headroom)  # every repeat within 18
+    one_over = [point(8, 100.0, p95=15.2), point(8, 99.0, p95=17.4), point(8, 98.0, p95=18.5)]
+    assert not level_settled(one_over, 3, sla, headroom)  # the median (17.4) has it, one repeat not
     close = [point(8, 100.0, p95=18.5), point(8, 99.0, p95=19.0), point(8, 98.0, p95=17.0)]
     assert not level_settled(close, 3, sla, headroom)  # every repeat met 20, but the median is 18.5
     assert not level_settled([point(8, 100.0, p95=21.0)], 3, sla, headroom)  # broke it, stopped early
@@ -296,10 +300,9 @@ def test_a_verified_level_needs_the_search_headroom_at_its_median() -> None:
     assert verified_level([close, broke, clear], 3, sla) == 2
     assert verified_level([close, broke, broke], 3, sla) == 0  # the only level that passed
     assert verified_level([broke, broke], 3, sla) == 1  # none passed: the last tried
-    assert short_of_headroom(close[:2], 3, headroom)  # two of three over 18: the median will be
-    assert not short_of_headroom(close[2:] + close[:1], 3, headroom)  # one over, one within: undecided
-    assert not short_of_headroom(clear, 3, headroom)
-    assert short_of_headroom(close[:1], 1, headroom) and not short_of_headroom(close[:2], 5, headroom)
+    assert short_of_headroom(one_over[2:], headroom)  # one repeat over 18: the level cannot settle
+    assert not short_of_headroom(one_over[:2], headroom)
+    assert not short_of_headroom(clear, headroom) and not short_of_headroom([], headroom)
 
 
 def test_the_winner_is_the_best_verified_finalist_a_near_tie_going_to_the_lower_latency() -> None:
