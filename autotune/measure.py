@@ -235,7 +235,7 @@ def verdict_known(done: Sequence[Point], sla: Sla, passes: int = CLOSE_PASSES) -
     verdict of their :func:`merged` figures already: more than half of ``passes`` lie on one side
     of the limit, so the median of all of them lies there too, whatever the rest would measure.
     A close call whose first two passes agree is spared its third (mobilenet's searches took
-    a third pass of 1.5 s at 3 or 4 points a run: benchmarks/README.md, 2026-11-25 14:36)."""
+    a third pass of 1.5 s at 3 or 4 points a run: benchmarks/README.md, 2026-11-25 14:49)."""
     met = sum(sla.met_by(p) for p in done)
     return max(met, len(done) - met) > passes // 2
 
