@@ -538,11 +538,22 @@ def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: 
                "verifications": [{"trial": v.trial, "concurrency": v.concurrency, "sla_met": v.sla_met,
                                   "median_throughput": v.median_throughput,
                                   "p99_ms": [p.p99_ms for p in v.points]}  # each repeat's
-                                 for v in outcome.info.verifications]}
+                                 for v in outcome.info.verifications],
+               "measured": [_trial_detail(t) for t in measured]}  # wall time per trial, from results/ alone
     note = f"{status_note}{len(outcome.trials)} trials ({len(outcome.trials) - len(measured)} reused), " \
            f"{trials_s:.0f} s in trials, {wall - trials_s:.0f} s start-up/verification/report"
     return ToolRun(model, tool, status, wall, len(measured), points, winner, note, None, load,
                    str(folder / "autotune.log"), details)
+
+
+def _trial_detail(trial: Any) -> dict[str, Any]:
+    """One measured trial as the benchmark's JSON keeps it: its config, seconds, and each point's
+    level, passes and windows (what the run's wall time went on)."""
+    points = trial.measurement.points if trial.measurement else ()
+    return {"trial": trial.number, "config": trial.candidate.label() if trial.candidate else None,
+            "duration_s": round(trial.duration_s, 2), "state": trial.state,
+            "points": [{"level": p.level, "passes": p.passes, "windows": p.windows,
+                        "throughput": round(p.throughput, 1), "p99_ms": round(p.p99_ms, 2)} for p in points]}
 
 
 def _plain_terminal() -> dict[str, str]:

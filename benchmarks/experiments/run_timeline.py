@@ -1,0 +1,105 @@
+"""Where a tuning run's wall time went, from its run folder alone (no server).
+
+    .venv/bin/python benchmarks/experiments/run_timeline.py RUN_DIR [RUN_DIR ...]
+
+For each trial (Optuna's start and end times, the study's points): the candidate, the levels its
+search measured with their passes and windows (``8x2/8w``: two passes, 8 windows in all; a point's
+``duration_s`` counts only the windows it kept), the seconds inside points, and the rest (server start and
+model load, the first point's warm-up, ramps, the stop). Then the time after the last trial
+(verification, open-loop check, report) from the server logs' modification times and run.json.
+The last lines sum it up: configs measured, points, passes, seconds in points and outside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import optuna
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from autotune.study import _result  # noqa: E402
+
+
+def _short(candidate: object) -> str:
+    c = candidate
+    if c is None:
+        return "-"
+    batching = f"mbs{c.max_batch_size} dyn" if c.dynamic_batching else f"mbs{c.max_batch_size} nodyn"  # type: ignore[attr-defined]
+    return f"{c.instance_count}x {batching}"  # type: ignore[attr-defined]
+
+
+def timeline(run_dir: Path) -> dict[str, float]:
+    record = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name=record["study_name"], storage=f"sqlite:///{run_dir / 'study.db'}")
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    started = datetime.fromisoformat(record["started"]).replace(tzinfo=None)
+    first = min(t.datetime_start for t in trials if t.datetime_start is not None)
+    lead = (first - started).total_seconds()
+    print(f"== {run_dir}  (run.json started {record['started']}, first trial +{lead:.1f} s)")
+    totals = {"configs": 0, "points": 0, "passes": 0, "in_points_s": 0.0, "outside_s": 0.0}
+    last_end = first
+    for t in trials:
+        r = _result(t)
+        if t.datetime_start is None or t.datetime_complete is None:
+            continue
+        wall = (t.datetime_complete - t.datetime_start).total_seconds()
+        last_end = max(last_end, t.datetime_complete)
+        at = (t.datetime_start - first).total_seconds()
+        if r.reused_from is not None:
+            print(f"  #{t.number:2d} +{at:6.1f}s  {_short(r.candidate):14s} reused #{r.reused_from}")
+            continue
+        points = r.measurement.points if r.measurement else ()
+        inside = sum(p.duration_s for p in points)
+        levels = " ".join(f"{p.level:g}{f'x{p.passes}' if p.passes > 1 else ''}/{p.windows}w" for p in points)
+        best = f"{r.best.throughput:.0f}@{r.best.level:g}" if r.best else "infeasible"
+        print(
+            f"  #{t.number:2d} +{at:6.1f}s  {_short(r.candidate):14s} {wall:5.1f}s  points {inside:5.1f}s"
+            f"  outside {wall - inside:4.1f}s  levels [{levels}]  best {best}"
+        )
+        totals["configs"] += 1
+        totals["points"] += len(points)
+        totals["passes"] += sum(p.passes for p in points)
+        totals["in_points_s"] += inside
+        totals["outside_s"] += wall - inside
+    for log in sorted((run_dir / "logs").glob("*.log")):
+        if log.name.startswith(("verify-", "open-loop-")):
+            ended = datetime.fromtimestamp(log.stat().st_mtime)
+            print(f"  {log.name:20s} log last written +{(ended - first).total_seconds():6.1f}s")
+    for v in record.get("verifications", []):
+        reps = [
+            (p["concurrency"] or p["request_rate"], round(p["p99_ms"], 1), round(p["duration_s"], 1))
+            for p in v["points"]
+        ]
+        print(f"  verified #{v['trial']} at {v['concurrency'] or v['request_rate']}: (level, p99, s) {reps}")
+    ol = record.get("open_loop")
+    if ol:
+        print(
+            f"  open-loop check #{ol['trial']}: {len(ol['points'])} points,"
+            f" {sum(p['duration_s'] for p in ol['points']):.1f}s in points"
+        )
+    if record.get("finished"):
+        end = datetime.fromisoformat(record["finished"]).replace(tzinfo=None)
+        totals["after_trials_s"] = (end - last_end).total_seconds()
+        totals["before_trials_s"] = (first - started).total_seconds()
+        totals["trials_s"] = (last_end - first).total_seconds()
+    print("  " + "  ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in totals.items()))
+    return totals
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (reports/<model>/<run-id>)")
+    for run_dir in parser.parse_args().runs:
+        timeline(run_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
