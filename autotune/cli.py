@@ -274,7 +274,7 @@ def _repository(args: argparse.Namespace) -> Path:
 
 
 def settings_from(args: argparse.Namespace) -> RunSettings:
-    from autotune.measure import CLEAR, DECIDED, WindowPlan
+    from autotune.measure import DECIDED, WindowPlan, verdict_bands
 
     sla = _sla(args)
     budget = None if str(args.time_budget).lower() == "none" else parse_duration(args.time_budget)
@@ -282,6 +282,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         raise UsageError(f"--window must be > 0, got {args.window}")
     if args.finalists < 0 or args.repeats < 0:
         raise UsageError("--finalists and --repeats must be >= 0")
+    clear_ms, over_ms = verdict_bands(sla.limit_ms * (1.0 - args.margin))  # the search's SLA
     launch = Launch(
         args.launcher,
         local=LocalOptions(args.tritonserver),
@@ -311,7 +312,8 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
             warmup_s=max(args.window, 1.0),
             percentile=sla.percentile,
             fail_ms=DECIDED * sla.limit_ms,
-            clear_ms=CLEAR * sla.limit_ms,
+            clear_ms=clear_ms,
+            over_ms=over_ms,
         ),
         finalists=args.finalists,
         repeats=args.repeats,

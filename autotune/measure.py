@@ -53,6 +53,9 @@ class WindowPlan:
     # windows whose latencies are all below this many ms need only a stable throughput: the
     # point meets the SLA whatever their latencies' spread (0: latency must settle too)
     clear_ms: float = 0.0
+    # nor do windows whose latencies are all above this many ms: the point breaks the SLA
+    # whatever their spread (0: latency must settle too)
+    over_ms: float = 0.0
 
 
 # A tuning run's points stop early once they break the SLA by this factor in two windows
@@ -60,11 +63,21 @@ class WindowPlan:
 # and points past the knee are the slowest to settle (an open loop's backlog keeps growing).
 DECIDED = 1.5
 DECIDED_WINDOWS = 2
-# Nor is the latency of a point far below the limit (WindowPlan.clear_ms, this fraction of
-# it): a millisecond's jitter at low concurrency kept cnn's first points measuring 7 and 8
-# windows (the most a point gets) at p99 1-3 ms under a 20 ms SLA, for a throughput that
-# three windows had settled.
-CLEAR = 0.5
+# Nor is the latency of a point whose windows all lie on one side of the search's limit, out of
+# the band that makes a close call (CLOSE: WindowPlan.clear_ms below it, WindowPlan.over_ms above
+# it): its verdict is known, and whether it is a close call (a p99 of the windows merged lies
+# between the least and the most of theirs). A millisecond's jitter at low concurrency kept cnn's
+# first points measuring 7 and 8 windows (the most a point gets) at p99 1-3 ms under a 20 ms
+# SLA, for a throughput that three windows had settled. With the band at half the SLA, 159 of the
+# 189 windows that mobilenet's five runs measured past each pass's third went to points whose
+# p99 lay outside the close-call band, and 164 of cnn's 175 (benchmarks/experiments/
+# window_bands.py on the runs of benchmarks/results/vs_model_analyzer-20261125-1834.txt).
+
+
+def verdict_bands(search_limit_ms: float) -> tuple[float, float]:
+    """``(clear_ms, over_ms)`` for a :class:`WindowPlan` of a search whose SLA (tightened by its
+    margin) is ``search_limit_ms``: the edges of its close-call band (:func:`close_call`)."""
+    return (1 - CLOSE) * search_limit_ms, (1 + CLOSE) * search_limit_ms
 
 
 @dataclass(frozen=True)
@@ -520,14 +533,20 @@ def best_point(points: Sequence[Point], sla: Sla, knee: float = KNEE) -> Point |
 
 
 def is_stable(
-    throughputs: Sequence[float], latencies: Sequence[float], tolerance: float, clear: float = 0.0
+    throughputs: Sequence[float],
+    latencies: Sequence[float],
+    tolerance: float,
+    clear: float = 0.0,
+    over: float = 0.0,
 ) -> bool:
     """perf_analyzer's rule: the last 3 windows each within ``tolerance`` of their mean; their
-    latencies need not be when each is below ``clear`` (> 0: far within the SLA, see ``CLEAR``)."""
+    latencies need not be when each is below ``clear`` or each above ``over`` (> 0: clearly on one
+    side of the search's limit, see :func:`verdict_bands`)."""
     if len(throughputs) < 3 or len(latencies) < 3:
         return False
-    settled = _within(latencies[-3:], tolerance) or (clear > 0 and max(latencies[-3:]) < clear)
-    return _within(throughputs[-3:], tolerance) and settled
+    last = latencies[-3:]
+    one_side = (clear > 0 and max(last) < clear) or (over > 0 and min(last) > over)
+    return _within(throughputs[-3:], tolerance) and (_within(last, tolerance) or one_side)
 
 
 def _within(values: Sequence[float], tolerance: float) -> bool:

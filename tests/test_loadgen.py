@@ -306,11 +306,12 @@ class _Latencies:
 
 
 def _windows_until_decided(
-    latencies_ms: list[float], fail_ms: float, clear_ms: float = 0.0
+    latencies_ms: list[float], fail_ms: float, clear_ms: float = 0.0, over_ms: float = 0.0
 ) -> tuple[Point, int]:
     plan = WindowPlan(
-        window_s=1.0, warmup_s=0.0, max_windows=6, min_requests=1, fail_ms=fail_ms, clear_ms=clear_ms
-    )
+        window_s=1.0, warmup_s=0.0, max_windows=6, min_requests=1, fail_ms=fail_ms, clear_ms=clear_ms,
+        over_ms=over_ms,
+    )  # fmt: skip
 
     async def stats() -> StatsSnapshot:
         return StatsSnapshot({}, 0, {})
@@ -340,6 +341,17 @@ def test_a_point_far_below_the_limit_stops_once_its_throughput_settles() -> None
     assert windows == 6 and not point.stable
     near = [9.0, 12.0, 9.5, 12.5, 9.0, 12.0]  # not all below 10 ms: the latency must settle
     assert _windows_until_decided(near, fail_ms=30.0, clear_ms=10.0)[1] == 6
+
+
+def test_a_point_clearly_over_the_search_limit_stops_once_its_throughput_settles() -> None:
+    """Windows all above the close-call band (over 19.8 ms for an 18 ms search limit), but not
+    by the 1.5x that decides a point in two windows: three windows tell the verdict."""
+    over = [21.0, 26.0, 22.0, 27.0, 21.5, 26.5]
+    point, windows = _windows_until_decided(over, fail_ms=30.0, clear_ms=16.2, over_ms=19.8)
+    assert windows == 3 and point.stable and point.p95_ms == pytest.approx(26.0, rel=0.05)
+    assert _windows_until_decided(over, fail_ms=30.0, clear_ms=16.2)[1] == 6  # no over_ms: to the end
+    straddling = [15.0, 21.0, 15.5, 21.5, 15.0, 21.0]  # on both sides of the band: must settle
+    assert _windows_until_decided(straddling, fail_ms=30.0, clear_ms=16.2, over_ms=19.8)[1] == 6
 
 
 class _Gate:

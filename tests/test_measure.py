@@ -24,6 +24,7 @@ from autotune.measure import (
     noisy_prune,
     second_look,
     settled,
+    verdict_bands,
     verdict_known,
 )
 from autotune.objective import Sla
@@ -310,6 +311,19 @@ def test_latencies_far_below_the_limit_need_not_settle() -> None:
     assert is_stable([100, 101, 99], jitter, 0.10, clear=10.0)
     assert not is_stable([100, 130, 99], jitter, 0.10, clear=10.0)  # the throughput must still settle
     assert not is_stable([100, 101, 99], [6.0, 11.0, 8.0], 0.10, clear=10.0)  # one window not clear
+
+
+def test_latencies_on_one_side_of_the_close_call_band_need_not_settle() -> None:
+    """A 20 ms SLA searched with a 10% margin: 18 ms, and close calls within 16.2-19.8 ms."""
+    clear, over = verdict_bands(18.0)
+    assert clear == pytest.approx(16.2) and over == pytest.approx(19.8)
+    steady = [100, 101, 99]
+    assert is_stable(steady, [12.0, 15.5, 13.0], 0.10, clear, over)  # clearly met, spread 25%
+    assert is_stable(steady, [21.0, 27.0, 23.0], 0.10, clear, over)  # clearly broken
+    assert not is_stable(steady, [12.0, 17.0, 13.0], 0.10, clear, over)  # one window a close call
+    assert not is_stable(steady, [15.0, 21.0, 16.0], 0.10, clear, over)  # on both sides
+    assert not is_stable([100, 130, 99], [21.0, 27.0, 23.0], 0.10, clear, over)  # throughput first
+    assert not is_stable(steady, [21.0, 27.0, 23.0], 0.10)  # without the bands: perf_analyzer's rule
 
 
 @pytest.mark.parametrize("bad", [0.0, -5.0, math.nan, 1e12])

@@ -8,9 +8,10 @@ window with fewer than ``min_requests`` completions is extended (up to 4x).
 The run stops when the last ``stable_windows`` windows agree within the tolerance
 (throughput and latency at the plan's percentile), or at ``max_windows`` with an
 ``unstable`` warning (with ``clear_ms``, windows whose latencies are all below it need only
-agree on throughput). The figures come from the last ``stable_windows`` windows. A plan
-with ``fail_ms`` stops as soon as the last two windows' latencies are both above it: the
-point breaks the SLA, however much more its figures would move (it counts as stable).
+agree on throughput; with ``over_ms``, windows whose latencies are all above it). The
+figures come from the last ``stable_windows`` windows. A plan with ``fail_ms`` stops as soon
+as the last two windows' latencies are both above it: the point breaks the SLA, however much
+more its figures would move (it counts as stable).
 
 Open loop adds ``behind-schedule`` when the generator did not send what the schedule
 asked for: fewer than 98% of the due requests (less 2, for small counts) sent in the kept
@@ -112,7 +113,7 @@ def _stable(windows: list[Window], plan: WindowPlan) -> bool:
     kept = windows[-plan.stable_windows :]
     throughputs = [w.tally.completions / w.tally.duration_s for w in kept if w.tally.duration_s > 0]
     latencies = [w.tally.latency.percentile_ns(plan.percentile) for w in kept]
-    return is_stable(throughputs, latencies, tolerance(kept, plan), plan.clear_ms * 1e6)
+    return is_stable(throughputs, latencies, tolerance(kept, plan), plan.clear_ms * 1e6, plan.over_ms * 1e6)
 
 
 def _decided(windows: list[Window], plan: WindowPlan) -> bool:
