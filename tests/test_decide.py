@@ -12,6 +12,7 @@ from autotune.decide import (
     equivalent,
     finalists,
     finished,
+    gentlest_batch,
     heuristic_seeds,
     incumbent,
     level_settled,
@@ -223,7 +224,14 @@ def test_neighbours_change_one_thing_each() -> None:
     assert set(neighbours(off, space)) == {
         replace(off, instance_count=3),
         replace(off, dynamic_batching=True),  # no preferred size, the shortest delay
+        replace(off, dynamic_batching=True, max_batch_size=2),  # and the gentlest batching
     }
+    assert gentlest_batch(space) == 2
+    assert gentlest_batch(parse_search_space({**DEFAULT_LIKE, "max_batch_size": [4, 8, 16]})) == 8
+    assert gentlest_batch(parse_search_space({**DEFAULT_LIKE, "max_batch_size": [8]})) == 8
+    at_two = replace(off, max_batch_size=2)  # batching on at its own size is the gentlest already
+    batching_on = [c for c in neighbours(at_two, space) if c.dynamic_batching]
+    assert batching_on == [replace(at_two, dynamic_batching=True)]
 
 
 def test_the_search_does_not_end_while_a_neighbour_of_the_best_is_untried() -> None:
@@ -234,7 +242,8 @@ def test_the_search_does_not_end_while_a_neighbour_of_the_best_is_untried() -> N
     assert set(unexplored(results, space)) == set(neighbours(best, space))
     tried = [*results, failed(2), measured(3, 120.0, candidate=replace(best, instance_count=3))]
     tried[2] = replace(tried[2], candidate=replace(best, instance_count=1))  # failed: tried all the same
-    assert unexplored(tried, space) == [replace(best, dynamic_batching=True)]
+    gentle = replace(best, dynamic_batching=True, max_batch_size=2)
+    assert unexplored(tried, space) == [replace(best, dynamic_batching=True), gentle]
     assert unexplored([failed(0), measured(1, 0.0, candidate=best)], space) == []  # nothing feasible yet
 
 
