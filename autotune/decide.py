@@ -157,12 +157,11 @@ def _batching_steps(candidate: Candidate, space: SearchSpace) -> list[Candidate]
 def gentlest_batch(space: SearchSpace) -> int:
     """The max batch size that turns batching on most gently: the space's choice next above its
     least (the least holds one request of the workload's batch at least; the next, in the
-    default space's doublings, two). A config
-    without batching keeps whatever max batch size it came with (the examples' 16), and
-    batching at 16 is not batching at 2: mobilenet's 2 instances served 525 infer/s without
-    batching, 585 with max batch 2, and under the SLA not 569 with max batch 16; 3 of 5 runs
-    stopped on 2 instances without batching, having tried batching at 16 only
-    (benchmarks/README.md, 2026-11-25 18:34)."""
+    default space's doublings, two). A config without batching keeps whatever max batch size
+    it came with (the examples' 16), and batching at 16 is not batching at 2: mobilenet's 2
+    instances served 525 infer/s without batching, 585 with max batch 2, and under the SLA not
+    569 with max batch 16; 3 of 5 runs stopped on 2 instances without batching, having tried
+    batching at 16 only (benchmarks/README.md, 2026-11-25 18:34)."""
     sizes = sorted(m for m in space.max_batch_size if m > 0)
     return sizes[1] if len(sizes) > 1 else sizes[0]
 
