@@ -282,7 +282,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         raise UsageError(f"--window must be > 0, got {args.window}")
     if args.finalists < 0 or args.repeats < 0:
         raise UsageError("--finalists and --repeats must be >= 0")
-    clear_ms, over_ms = verdict_bands(sla.limit_ms * (1.0 - args.margin))  # the search's SLA
+    clear_ms, over_ms = verdict_bands(sla.tightened(args.margin).limit_ms)  # the search's SLA
     launch = Launch(
         args.launcher,
         local=LocalOptions(args.tritonserver),

@@ -392,12 +392,16 @@ def _met_every(points: Sequence[Point], repeats: int, sla: Sla) -> bool:
 
 def _steps_down(top: float, concurrency: bool) -> list[float]:
     """Where to fall back to when the search measured nothing below its operating point (it
-    started there, from the incumbent's level): three quarters of it, then half. An embedder
-    finalist measured only at concurrency 32 broke the SLA there and had nowhere to go, while
-    another config won at 24."""
+    started there, from the incumbent's level): seven eighths of it, then three quarters, then
+    half. An embedder finalist measured only at concurrency 32 broke the SLA there and had
+    nowhere to go, while another config won at 24; with three quarters first, two embedder
+    finalists whose repeats at 32 and 25 had lacked the headroom by a few milliseconds settled at
+    24 and 18, where perf_analyzer re-measured 0.77 and 0.74 of the best known goodput
+    (2026-11-25 18:34): one slow repeat cost a quarter of the throughput."""
     if concurrency:
-        return [float(c) for c in sorted({int(top) * 3 // 4, int(top) // 2}, reverse=True) if 1 <= c < top]
-    return [float(f"{top * f:.3g}") for f in (0.75, 0.5)]
+        steps = {int(top) * 7 // 8, int(top) * 3 // 4, int(top) // 2}
+        return [float(c) for c in sorted(steps, reverse=True) if 1 <= c < top]
+    return [float(f"{top * f:.3g}") for f in (0.875, 0.75, 0.5)]
 
 
 def choose_winner(

@@ -15,7 +15,7 @@ finalists and the winner (:mod:`autotune.decide`), the console and the report.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
@@ -52,6 +52,12 @@ class Sla:
     def label(self) -> str:
         memory = f", GPU memory <= {self.max_gpu_memory_mb:g} MiB" if self.max_gpu_memory_mb else ""
         return f"p{self.percentile} <= {self.limit_ms:g} ms{memory}"
+
+    def tightened(self, margin: float) -> Sla:
+        """The SLA the search keeps: the limit times (1 - ``margin``), the headroom that
+        ``--margin`` asks for (the window plan's verdict bands and the verification's headroom
+        are both drawn from it)."""
+        return replace(self, limit_ms=self.limit_ms * (1.0 - margin))
 
     def memory_over_mb(self, point: Point) -> float:
         """How far the point's peak GPU memory is over the limit (MiB; 0 when within it, when

@@ -39,7 +39,7 @@ from autotune.gpu_probe import choose_probe
 from autotune.launch import Launcher, Server, failure_line, make_launcher, read_tail
 from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, read_workload
 from autotune.measure import Measurement, Point, WindowPlan, second_look, settled
-from autotune.objective import RAW, Scoring, Sla, scoring_for
+from autotune.objective import RAW, Scoring, scoring_for
 from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
@@ -219,7 +219,7 @@ class Trials:
 
     def __init__(self, prep: Prepared, launcher: Launcher[Any], run: RunDir, events: Events) -> None:
         self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run, events
-        self.search_sla = _tightened(prep.settings.sla, prep.settings.margin)
+        self.search_sla = prep.settings.sla.tightened(prep.settings.margin)
         self.data = prep.data
         self.checked = False  # the preflight passed
         self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
@@ -354,10 +354,6 @@ def _died(server: Server, settle_s: float = 1.0) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def _tightened(sla: Sla, margin: float) -> Sla:
-    return replace(sla, limit_ms=sla.limit_ms * (1.0 - margin))
 
 
 def _tail(log: Path) -> str:

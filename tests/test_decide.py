@@ -273,7 +273,13 @@ def test_verification_falls_back_to_the_next_lower_level_measured() -> None:
     lowest = replace(measured(0, 50.0), measurement=Measurement(points[:1], points[0]))
     assert verify_levels(lowest) == [2, 1]
     alone = replace(measured(0, 100.0), measurement=Measurement(points[2:3], points[2]))
-    assert verify_levels(alone) == [8, 6, 4]  # measured at 8 only: three quarters, then half
+    assert verify_levels(alone) == [8, 7, 6, 4]  # measured at 8 only: 7/8, 3/4, then half
+    at_32 = (point(32, 1300.0),)
+    high = replace(measured(0, 1300.0), measurement=Measurement(at_32, at_32[0]))
+    assert verify_levels(high) == [32, 28, 24, 16]  # one slow repeat at 32 costs 1/8, not 1/4
+    at_2 = (point(2, 50.0),)
+    low = replace(measured(0, 50.0), measurement=Measurement(at_2, at_2[0]))
+    assert verify_levels(low) == [2, 1]  # the steps meet at 1: tried once
     one = replace(measured(0, 50.0), measurement=Measurement((point(1, 50.0),), point(1, 50.0)))
     assert verify_levels(one) == [1]
     adjacent = replace(measured(0, 90.0), measurement=Measurement(points[:2], points[1]))
@@ -285,7 +291,7 @@ def test_verification_falls_back_to_the_next_lower_level_measured() -> None:
     by_rate = replace(measured(0, 100.0), measurement=Measurement(rates, rates[2]))
     assert verify_levels(by_rate) == [100.0, 94.9, 90.0]  # the geometric middle, 3 digits
     rate_alone = replace(measured(0, 100.0), measurement=Measurement(rates[2:3], rates[2]))
-    assert verify_levels(rate_alone) == [100.0, 75.0, 50.0]
+    assert verify_levels(rate_alone) == [100.0, 87.5, 75.0, 50.0]
 
 
 def test_a_verified_level_needs_the_search_headroom_in_every_repeat() -> None:

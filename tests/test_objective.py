@@ -51,6 +51,13 @@ def test_the_violation_counts_memory_over_the_limit_in_ms_of_the_latency_limit()
     assert Sla(95, 50.0).violation(over) == pytest.approx(12.0 - 50.0)  # no limit: latency alone
 
 
+def test_the_search_sla_is_the_limit_less_the_margin_and_keeps_the_rest() -> None:
+    sla = Sla(99, 50.0, max_gpu_memory_mb=1000.0)
+    search = sla.tightened(0.10)
+    assert search == Sla(99, 45.0, max_gpu_memory_mb=1000.0)
+    assert sla.tightened(0.0) == sla and sla.limit_ms == 50.0  # the SLA itself is not changed
+
+
 def test_zero_means_no_limit_and_the_label_shows_a_limit() -> None:
     assert Sla(95, 50.0, 0.0) == Sla(95, 50.0) and Sla(95, 50.0, 0.0).max_gpu_memory_mb is None
     assert Sla(95, 50.0).label == "p95 <= 50 ms"

@@ -23,7 +23,7 @@ import optuna
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autotune.study import _result  # noqa: E402
+from autotune.reload import reload_outcome  # noqa: E402
 
 
 def _short(candidate: object) -> str:
@@ -39,6 +39,7 @@ def timeline(run_dir: Path) -> dict[str, float]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=record["study_name"], storage=f"sqlite:///{run_dir / 'study.db'}")
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    results = {r.number: r for r in reload_outcome(run_dir).trials}  # the study's, as the report reads them
     started = datetime.fromisoformat(record["started"]).replace(tzinfo=None)
     first = min(t.datetime_start for t in trials if t.datetime_start is not None)
     lead = (first - started).total_seconds()
@@ -46,8 +47,8 @@ def timeline(run_dir: Path) -> dict[str, float]:
     totals = {"configs": 0, "points": 0, "passes": 0, "in_points_s": 0.0, "outside_s": 0.0}
     last_end = first
     for t in trials:
-        r = _result(t)
-        if t.datetime_start is None or t.datetime_complete is None:
+        r = results.get(t.number)
+        if r is None or t.datetime_start is None or t.datetime_complete is None:
             continue
         wall = (t.datetime_complete - t.datetime_start).total_seconds()
         last_end = max(last_end, t.datetime_complete)

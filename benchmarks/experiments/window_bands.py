@@ -11,6 +11,7 @@ Verification repeats count twice: their windows are twice as long.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -19,8 +20,9 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.measure import CLOSE, Point  # noqa: E402
 from autotune.reload import reload_outcome  # noqa: E402
+from autotune.settings import RunSettings  # noqa: E402
 
-MARGIN = 0.10  # autotune run's default --margin
+DEFAULT_MARGIN = {f.name: f.default for f in dataclasses.fields(RunSettings)}["margin"]
 
 
 def extra_windows(points: list[tuple[Point, int]], low: float, high: float) -> tuple[int, int]:
@@ -38,10 +40,13 @@ def extra_windows(points: list[tuple[Point, int]], low: float, high: float) -> t
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (reports/<model>/<run-id>)")
+    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                        help=f"the runs' --margin (default: autotune's, {DEFAULT_MARGIN:g})")
+    args = parser.parse_args()
     inside = outside = 0
-    for run_dir in parser.parse_args().runs:
+    for run_dir in args.runs:
         outcome = reload_outcome(run_dir)
-        limit = outcome.info.sla.limit_ms * (1 - MARGIN)
+        limit = outcome.info.sla.tightened(args.margin).limit_ms
         points = [(p, 1) for t in outcome.trials if t.reused_from is None and t.measurement
                   for p in t.measurement.points]
         points += [(p, 2) for v in outcome.info.verifications for p in v.points]
