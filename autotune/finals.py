@@ -73,15 +73,16 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
 def verify(
     prep: Prepared, trials: Trials, result: TrialResult, wins: Callable[[Verification], bool] = _never
 ) -> tuple[Verification, OpenLoopCheck | None] | None:
-    """Every repeat must meet the SLA, with the search's headroom
-    (:func:`decide.level_settled`); if not, the level halfway down to the next lower one its
-    search measured is verified too, then that one (:func:`decide.verify_levels`), on the same
-    server, and the verification stands on the one that settled (else on the lowest that met
-    the SLA in every repeat: :func:`decide.verified_level`). A level's repeats stop at the first
-    that breaks the SLA, and, while a level below is left, once one lacks the headroom
-    (:func:`decide.short_of_headroom`). A finalist that ``wins`` (the
-    winner, whatever the finalists after it) gets its open-loop check (:func:`check_open_loop`)
-    on that server too, before it stops.
+    """Every repeat must meet the SLA, with the search's headroom (twice that with dynamic
+    batching: :func:`decide.headroom`, :func:`decide.level_settled`); if not, the level halfway
+    down to the next lower one its search measured is verified too, then that one
+    (:func:`decide.verify_levels`), on the same server, and the verification stands on the one
+    that settled (else on the lowest that met the SLA in every repeat:
+    :func:`decide.verified_level`). A level's repeats stop at the first that breaks the SLA,
+    and, while a level below is left, once one lacks the headroom
+    (:func:`decide.short_of_headroom`). A finalist that ``wins`` (the winner, whatever the
+    finalists after it) gets its open-loop check (:func:`check_open_loop`) on that server too,
+    before it stops.
     None: it could not be measured (its server or a measurement failed)."""
     assert result.candidate is not None
     settings, name, loader = prep.settings, f"verify-{result.number:03d}", prep.loader
@@ -91,6 +92,7 @@ def verify(
         with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
             gen = trials.generator(server, plan)
             levels, tried = decide.verify_levels(result), []
+            headroom = decide.headroom(settings.sla, settings.margin, result.candidate)
             for depth, level in enumerate(levels):
                 points: list[Point] = []
                 for i in range(settings.repeats):
@@ -103,10 +105,10 @@ def verify(
                     if not settings.sla.met_by(points[-1]):
                         break  # this level failed: no need to finish its repeats
                     below = depth + 1 < len(levels)
-                    if below and decide.short_of_headroom(points, trials.search_sla):
+                    if below and decide.short_of_headroom(points, headroom):
                         break  # it cannot settle: on to the level below
                 tried.append(points)
-                if decide.level_settled(points, settings.repeats, settings.sla, trials.search_sla):
+                if decide.level_settled(points, settings.repeats, settings.sla, headroom):
                     break  # else (a repeat broke the SLA, or it met it with no headroom) one level down
             at = decide.verified_level(tried, settings.repeats, settings.sla)
             level, points = levels[at], tried[at]

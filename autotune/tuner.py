@@ -200,8 +200,8 @@ def _seed(study: Study, prep: Prepared) -> None:
 def _go_on(settings: RunSettings, study: Study, results: list[TrialResult], elapsed_s: float) -> bool:
     """Whether to run another trial: within the budget (trials, time), and not converged. Once
     converged, or once the sampler proposes a config measured before (:func:`decide.out_of_ideas`),
-    the incumbent's untried one-step neighbours (:func:`decide.unexplored`) are queued and
-    measured first; a converged search ends when none is left."""
+    the untried one-step neighbours of the incumbent and of its ties (:func:`decide.unexplored`)
+    are queued and measured first; a converged search ends when none is left."""
     finished = decide.finished(results)
     if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
         return False
