@@ -390,13 +390,13 @@ def headroom(sla: Sla, margin: float, candidate: Candidate | None) -> Sla:
 
 def level_settled(points: Sequence[Point], repeats: int, sla: Sla, headroom: Sla) -> bool:
     """Whether a finalist's verification may stop at this level: all ``repeats`` met the SLA and
-    each one's latency (at the SLA's percentile) is within ``headroom``, the SLA the search kept
-    (tightened by ``--margin``). Winners whose median p99 perf_analyzer re-measured at 90-97% of
-    the limit met the SLA in 9 or 10 of 10 repeats only half the time (11 of 22, in every
-    benchmarks/results/vs_model_analyzer-*.json of 2026-11-22 to 25), at 90% or below 133 of 140
-    times. Asking the headroom of the median only still let 7 of 28 winners through that failed
-    perf_analyzer's 9 in 10 (2026-11-25 14:49 and 15:43); asked of every repeat it would have
-    sent 5 of them one level down, and 1 of the other 21
+    each one's latency (at the SLA's percentile) is within ``headroom`` (:func:`headroom`: the
+    SLA tightened by ``--margin``, twice with dynamic batching). Winners whose median p99
+    perf_analyzer re-measured at 90-97% of the limit met the SLA in 9 or 10 of 10 repeats only
+    half the time (11 of 22, in every benchmarks/results/vs_model_analyzer-*.json of 2026-11-22
+    to 25), at 90% or below 133 of 140 times. Asking the headroom of the median only still let
+    7 of 28 winners through that failed perf_analyzer's 9 in 10 (2026-11-25 14:49 and 15:43);
+    asked of every repeat it would have sent 5 of them one level down, and 1 of the other 21
     (benchmarks/results/headroom_replay-20261125.txt). One that lacks it is verified one level
     down too."""
     return _met_every(points, repeats, sla) and not short_of_headroom(points, headroom)
