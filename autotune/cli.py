@@ -162,9 +162,9 @@ def _add_run(sub: Any) -> None:
         type=float,
         default=0.10,
         help="latency headroom kept under the SLA: while searching, a point counts as meeting "
-        "the SLA only below (1 - margin) x the limit, and every verification repeat of a finalist "
-        "must stay below it too (below (1 - 2 x margin) x the limit with dynamic batching, where "
-        "other load generators read the tail highest; else a lower level is verified), so that "
+        "the SLA only below (1 - margin) x the limit (1 - 2 x margin with dynamic batching, where "
+        "other load generators read the tail highest), and every verification repeat of a "
+        "finalist must stay below that too (else a lower level is verified), so that "
         "re-measuring the winner meets it (default 0.10 = 10%%)",
     )
     run.add_argument(
@@ -283,7 +283,7 @@ def settings_from(args: argparse.Namespace) -> RunSettings:
         raise UsageError(f"--window must be > 0, got {args.window}")
     if args.finalists < 0 or args.repeats < 0:
         raise UsageError("--finalists and --repeats must be >= 0")
-    clear_ms, over_ms = verdict_bands(sla.tightened(args.margin).limit_ms)  # the search's SLA
+    clear_ms, over_ms = verdict_bands(sla.tightened(args.margin).limit_ms)  # a trial: its own (with_bands)
     launch = Launch(
         args.launcher,
         local=LocalOptions(args.tritonserver),

@@ -350,6 +350,31 @@ def could_beat(
     )
 
 
+def out_of_reach(
+    points: Sequence[Point],
+    repeats: int,
+    result: TrialResult,
+    verified: Sequence[Verification],
+    scoring: Scoring = RAW,
+    results: Sequence[TrialResult] = (),
+) -> bool:
+    """Whether a finalist's verification can stop: whatever its repeats still to come measure,
+    its median throughput (:attr:`Verification.median_throughput`, the middle of ``repeats``)
+    stays below a passed verification's by more than ``TIE``, so it cannot win
+    (:func:`choose_winner`), nor can its levels below. Known once more than half the repeats
+    are in: the median is then at most the lowest of the upper ones measured (of 3 repeats, the
+    higher of the first two). A second finalist verified only to lose so cost a whole level of
+    repeats, or two with its fallback (cnn, 2026-11-25 21:45: 15 s for a 1-instance config
+    verified far below the 2-instance winner)."""
+    passed = [v for v in verified if v.passed]
+    middle = repeats // 2
+    if not passed or len(points) <= middle:
+        return False
+    bound = sorted(p.throughput for p in points)[middle]
+    top = max(verified_score(v, results, scoring) for v in passed)
+    return scoring.score(bound, result.candidate) < top * (1 - TIE)
+
+
 def _fell_back(v: Verification, results: Sequence[TrialResult]) -> bool:
     """Whether ``v`` was measured below its trial's operating point (unknown trial: no)."""
     trial = _trial_of(v, results)
@@ -383,7 +408,10 @@ def headroom(sla: Sla, margin: float, candidate: Candidate | None) -> Sla:
     batching winners whose slowest verification repeat lay over 80% of the limit, 5 met the SLA
     in fewer than 9 of 10 of perf_analyzer's repeats; of the 14 without batching, none did (nor
     of the 14 batching ones at or under 80%, but for 2). (Every vs_model_analyzer result of
-    2026-11-25 that kept its verifications, 16:28 to 21:45.)"""
+    2026-11-25 that kept its verifications, 16:28 to 21:45.) The search keeps the same
+    headroom (:meth:`autotune.tuner.Trials.search_sla`): searched at the single margin,
+    mobilenet's batching finalists were ranked at concurrency 6 and verified at 4 (2026-11-25
+    23:30), a verification level spent in vain and a ranking its verification overturned."""
     share = 2.0 if candidate is not None and candidate.dynamic_batching else 1.0
     return sla.tightened(margin * share)
 

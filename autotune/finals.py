@@ -33,6 +33,10 @@ def _never(verification: Verification) -> bool:
     return False
 
 
+def _reachable(points: Sequence[Point]) -> bool:
+    return False
+
+
 def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     """Re-measure the finalists (:func:`decide.finalists`) at their operating points, several
     times on one server, so that noise cannot crown a loser nor hand the user a point that
@@ -56,11 +60,16 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
                     decide.could_beat(r, known, scoring, results) for r in left
                 )
 
+            def hopeless(points: Sequence[Point], result: TrialResult = result) -> bool:
+                """Whether its repeats so far put it out of reach of one verified already."""
+                known = [*out, *(done[r.number] for r in ranked if r.number in done)]
+                return decide.out_of_reach(points, prep.settings.repeats, result, known, scoring, results)
+
             if result.number in done:
                 out.append(done[result.number])
             elif (
                 decide.could_beat(result, out, scoring, results)
-                and (verified := verify(prep, trials, result, wins)) is not None
+                and (verified := verify(prep, trials, result, wins, hopeless)) is not None
             ):
                 verification, check = verified
                 out.append(verification)
@@ -71,7 +80,11 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
 
 
 def verify(
-    prep: Prepared, trials: Trials, result: TrialResult, wins: Callable[[Verification], bool] = _never
+    prep: Prepared,
+    trials: Trials,
+    result: TrialResult,
+    wins: Callable[[Verification], bool] = _never,
+    hopeless: Callable[[Sequence[Point]], bool] = _reachable,
 ) -> tuple[Verification, OpenLoopCheck | None] | None:
     """Every repeat must meet the SLA, with the search's headroom (twice that with dynamic
     batching: :func:`decide.headroom`, :func:`decide.level_settled`); if not, the level halfway
@@ -82,7 +95,8 @@ def verify(
     and, while a level below is left, once one lacks the headroom
     (:func:`decide.short_of_headroom`). A finalist that ``wins`` (the winner, whatever the
     finalists after it) gets its open-loop check (:func:`check_open_loop`) on that server too,
-    before it stops.
+    before it stops. Once its repeats so far say it cannot win (``hopeless``:
+    :func:`decide.out_of_reach`), it stops there, on the level being measured.
     None: it could not be measured (its server or a measurement failed)."""
     assert result.candidate is not None
     settings, name, loader = prep.settings, f"verify-{result.number:03d}", prep.loader
@@ -93,6 +107,7 @@ def verify(
             gen = trials.generator(server, plan)
             levels, tried = decide.verify_levels(result), []
             headroom = decide.headroom(settings.sla, settings.margin, result.candidate)
+            lost = False
             for depth, level in enumerate(levels):
                 points: list[Point] = []
                 for i in range(settings.repeats):
@@ -102,13 +117,15 @@ def verify(
                     points.append(loader.point(replace(gen, seed=i + 1) if loader.open_loop else gen, level))
                     stopping.check()
                     gen = gen.with_plan(ramp)
+                    if lost := hopeless(points):
+                        break  # it cannot win: no more repeats, nor levels
                     if not settings.sla.met_by(points[-1]):
                         break  # this level failed: no need to finish its repeats
                     below = depth + 1 < len(levels)
                     if below and decide.short_of_headroom(points, headroom):
                         break  # it cannot settle: on to the level below
                 tried.append(points)
-                if decide.level_settled(points, settings.repeats, settings.sla, headroom):
+                if lost or decide.level_settled(points, settings.repeats, settings.sla, headroom):
                     break  # else (a repeat broke the SLA, or it met it with no headroom) one level down
             at = decide.verified_level(tried, settings.repeats, settings.sla)
             level, points = levels[at], tried[at]

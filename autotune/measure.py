@@ -80,6 +80,16 @@ def verdict_bands(search_limit_ms: float) -> tuple[float, float]:
     return (1 - CLOSE) * search_limit_ms, (1 + CLOSE) * search_limit_ms
 
 
+def with_bands(plan: WindowPlan, search_limit_ms: float) -> WindowPlan:
+    """``plan`` with its close-call bands (:func:`verdict_bands`) drawn around this search limit
+    (a candidate's own: with dynamic batching the search keeps twice the margin); a plan
+    without bands keeps none."""
+    if not plan.clear_ms:
+        return plan
+    clear_ms, over_ms = verdict_bands(search_limit_ms)
+    return replace(plan, clear_ms=clear_ms, over_ms=over_ms)
+
+
 @dataclass(frozen=True)
 class ServerBreakdown:
     """Per-request averages from Triton's statistics over the measured windows (microseconds)."""

@@ -38,8 +38,8 @@ from autotune.gpu import GpuProbe
 from autotune.gpu_probe import choose_probe
 from autotune.launch import Launcher, Server, failure_line, make_launcher, read_tail
 from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, read_workload
-from autotune.measure import Measurement, Point, WindowPlan, second_look, settled
-from autotune.objective import RAW, Scoring, scoring_for
+from autotune.measure import Measurement, Point, WindowPlan, second_look, settled, with_bands
+from autotune.objective import RAW, Scoring, Sla, scoring_for
 from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
@@ -219,7 +219,6 @@ class Trials:
 
     def __init__(self, prep: Prepared, launcher: Launcher[Any], run: RunDir, events: Events) -> None:
         self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run, events
-        self.search_sla = prep.settings.sla.tightened(prep.settings.margin)
         self.data = prep.data
         self.checked = False  # the preflight passed
         self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
@@ -289,16 +288,21 @@ class Trials:
             self.probe, self.probed = choose_probe(server.metrics_url, settings.launch.kind), True
         return gen.with_gpu_probe(self.probe)
 
+    def search_sla(self, candidate: Candidate) -> Sla:
+        """What the candidate's search holds points to: the headroom its verification asks
+        (:func:`decide.headroom`), so that it is ranked at the level it can be verified at."""
+        return decide.headroom(self.prep.settings.sla, self.prep.settings.margin, candidate)
+
     def measure(self, asked: Asked, start: float | None = None, beat: float = 0.0) -> Measurement:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
-        candidate's level, on a server of its own."""
+        candidate's level, on a server of its own, within :meth:`search_sla` (:func:`with_bands`)."""
         settings, loader = self.prep.settings, self.prep.loader
+        search_sla = self.search_sla(asked.candidate)
+        plan = with_bands(settings.plan, search_sla.limit_ms)
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
-            first = self.generator(server, settings.plan)
+            first = self.generator(server, plan)
             # once the server is warm, a new level settles within a few requests
-            later = first.with_plan(
-                replace(settings.plan, warmup_s=min(settings.plan.warmup_s, finals.RAMP_S))
-            )
+            later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, finals.RAMP_S)))
             done: list[Point] = []
 
             def note(point: Point) -> Point:
@@ -313,17 +317,17 @@ class Trials:
             found: dict[float, Point] = {}  # level -> its settled point
 
             def at(level: float) -> Point:  # a close call to the SLA is measured again
-                met = [p.throughput for lv, p in found.items() if lv < level and self.search_sla.met_by(p)]
+                met = [p.throughput for lv, p in found.items() if lv < level and search_sla.met_by(p)]
                 floor = max(met, default=0.0)  # what a lower level served within the SLA
-                found[level] = settled(lambda: once(level), self.search_sla, beat, floor=floor)
+                found[level] = settled(lambda: once(level), search_sla, beat, floor=floor)
                 return found[level]
 
             def first_guess() -> float:  # an open loop's first candidate: the rate one client gets
                 return requests_per_s(note(first.at_concurrency(1)))
 
             try:
-                searched = loader.search(at, self.search_sla, self.prep.space, start, beat, first_guess)
-                return second_look(searched, once, self.search_sla, beat)  # a best point that read low
+                searched = loader.search(at, search_sla, self.prep.space, start, beat, first_guess)
+                return second_look(searched, once, search_sla, beat)  # a best point that read low
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc

@@ -22,6 +22,7 @@ from autotune.decide import (
     measured_before,
     neighbours,
     out_of_ideas,
+    out_of_reach,
     score,
     short_of_headroom,
     time_left,
@@ -109,6 +110,25 @@ def test_a_finalist_is_verified_only_if_it_could_beat_a_verified_winner() -> Non
     failed_one = verified([160.0, 170.0], met=1)  # broke the SLA in a repeat: proves nothing
     assert could_beat(measured(1, 100.0), [failed_one])
     assert not could_beat(measured(1, 100.0), [failed_one, passed])
+
+
+def test_a_finalist_out_of_reach_of_a_verified_winner_stops_its_repeats() -> None:
+    """Of 3 repeats, the median is at most the higher of the first two: once that is below the
+    verified winner's median by more than the tie (2%), the rest cannot make it win."""
+    winner = verified([500.0, 520.0, 510.0], met=3)  # median 510; a tie down to 499.8
+    second = measured(1, 560.0)
+    assert not out_of_reach([point(4, 400.0)], 3, second, [winner])  # one repeat: the median unknown
+    assert out_of_reach([point(4, 400.0), point(4, 495.0)], 3, second, [winner])
+    assert not out_of_reach([point(4, 400.0), point(4, 505.0)], 3, second, [winner])  # a tie is possible
+    assert not out_of_reach([point(4, 400.0), point(4, 450.0)], 3, second, [])  # nothing verified
+    assert not out_of_reach(
+        [point(4, 400.0), point(4, 450.0)], 3, second, [verified([520.0, 530.0], met=1)]
+    )  # the verified one broke the SLA: it is not the one to beat
+    assert not out_of_reach([point(4, 400.0), point(4, 450.0)], 5, second, [winner])  # of 5: 3 needed
+    assert out_of_reach([point(4, 400.0), point(4, 450.0), point(4, 480.0)], 5, second, [winner])
+    two_gpus = replace(second, candidate=on_gpus(0, 1))  # per GPU: 900 on two is 450 a GPU
+    assert out_of_reach([point(4, 900.0), point(4, 900.0)], 3, two_gpus, [winner], PER_GPU)
+    assert not out_of_reach([point(4, 900.0), point(4, 900.0)], 3, two_gpus, [winner])
 
 
 def test_a_finalist_that_passed_only_below_its_operating_point_leaves_no_margin() -> None:

@@ -15,6 +15,7 @@ from autotune.measure import (
     RATE_RESOLUTION,
     Measurement,
     Point,
+    WindowPlan,
     best_point,
     find_goodput,
     find_rate_goodput,
@@ -26,6 +27,7 @@ from autotune.measure import (
     settled,
     verdict_bands,
     verdict_known,
+    with_bands,
 )
 from autotune.objective import Sla
 
@@ -460,3 +462,9 @@ def test_a_candidate_that_breaks_the_sla_at_the_best_rate_is_measured_once() -> 
     better = find_rate_goodput(measure, Sla(95, 50.0), 1.0, 1e5, start=180.0, beat=180.0)
     assert better.best is not None and better.best.request_rate > 180.0
     assert len(better.points) <= 3  # 180 met near the limit, 216 (x1.2) broke, one bisection
+
+
+def test_a_plan_with_bands_gets_them_around_a_candidates_own_search_limit() -> None:
+    plan = WindowPlan(clear_ms=9.0, over_ms=27.0)
+    assert with_bands(plan, 20.0) == replace(plan, clear_ms=18.0, over_ms=22.0)  # 10% either side
+    assert with_bands(WindowPlan(), 16.0) == WindowPlan()  # no bands asked: none drawn

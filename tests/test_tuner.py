@@ -1,15 +1,17 @@
 """tuner.prepare (no server): the per-GPU decision is made once, from the space and the server's
-GPUs, and a resumed run keeps the one it recorded."""
+GPUs, and a resumed run keeps the one it recorded; and the SLA a trial's search keeps."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 from autotune.objective import RAW, Scoring, Sla
 from autotune.rundir import RunDir, RunRecord
+from autotune.search_space import Candidate
 from autotune.settings import Launch, RunSettings
-from autotune.tuner import prepare
+from autotune.tuner import Trials, prepare
 
 TWO_SIZES = "instance_group:\n  kind: [KIND_GPU]\n  gpus: [[0], [0, 1]]\nmax_batch_size: [8]\n"
 
@@ -37,3 +39,15 @@ def test_a_resumed_run_keeps_the_scoring_it_recorded(toy_repo: Path, tmp_path: P
     run = RunDir.create(tmp_path / "run", record)
     resumed = prepare(replace(settings(toy_repo, tmp_path), run_dir=run.path), server_gpus=2)
     assert resumed.scoring == RAW  # recorded before this machine had two GPUs: its scores stay comparable
+
+
+def test_a_batching_candidate_is_searched_with_the_headroom_its_verification_asks(
+    toy_repo: Path, tmp_path: Path
+) -> None:
+    """The search ranks a candidate at the level its verification can settle on: the limit less
+    the margin, twice the margin with dynamic batching (decide.headroom)."""
+    prep = prepare(replace(settings(toy_repo, tmp_path), margin=0.10), server_gpus=0)
+    trials = Trials(prep, cast(Any, None), cast(Any, None), cast(Any, None))
+    batching = Candidate(2, "KIND_CPU", (), 8, True, (), 0, False)
+    assert trials.search_sla(batching) == Sla(95, 40.0)
+    assert trials.search_sla(replace(batching, dynamic_batching=False)) == Sla(95, 45.0)
