@@ -93,10 +93,13 @@ def verify(
     that settled (else on the lowest that met the SLA in every repeat:
     :func:`decide.verified_level`). A level's repeats stop at the first that breaks the SLA,
     and, while a level below is left, once one lacks the headroom
-    (:func:`decide.short_of_headroom`). A finalist that ``wins`` (the winner, whatever the
-    finalists after it) gets its open-loop check (:func:`check_open_loop`) on that server too,
-    before it stops. Once its repeats so far say it cannot win (``hopeless``:
-    :func:`decide.out_of_reach`), it stops there, on the level being measured.
+    (:func:`decide.short_of_headroom`). One that settled at its operating point at once, with
+    room to spare under the headroom, is verified one level up as well
+    (:func:`decide.level_above`), and stands there if that settles too. Once its repeats so far
+    say it cannot win (``hopeless``: :func:`decide.out_of_reach`), it stops, and stands on the
+    level being measured (:func:`decide.verified_level`). A finalist that ``wins`` (the winner,
+    whatever the finalists after it) gets its open-loop check (:func:`check_open_loop`) on that
+    server too, before it stops.
     None: it could not be measured (its server or a measurement failed)."""
     assert result.candidate is not None
     settings, name, loader = prep.settings, f"verify-{result.number:03d}", prep.loader
@@ -108,7 +111,11 @@ def verify(
             levels, tried = decide.verify_levels(result), []
             headroom = decide.headroom(settings.sla, settings.margin, result.candidate)
             lost = False
-            for depth, level in enumerate(levels):
+
+            def repeats_at(level: float, below: bool) -> list[Point]:
+                """Up to ``repeats`` points at ``level``; ``below``: a level below is left to go
+                to, so a repeat without the headroom ends them."""
+                nonlocal gen, lost
                 points: list[Point] = []
                 for i in range(settings.repeats):
                     where = f"{level:.4g} req/s" if loader.open_loop else f"concurrency {level:.0f}"
@@ -121,14 +128,21 @@ def verify(
                         break  # it cannot win: no more repeats, nor levels
                     if not settings.sla.met_by(points[-1]):
                         break  # this level failed: no need to finish its repeats
-                    below = depth + 1 < len(levels)
                     if below and decide.short_of_headroom(points, headroom):
                         break  # it cannot settle: on to the level below
-                tried.append(points)
-                if lost or decide.level_settled(points, settings.repeats, settings.sla, headroom):
+                return points
+
+            for depth, level in enumerate(levels):
+                tried.append(repeats_at(level, below=depth + 1 < len(levels)))
+                if lost or decide.level_settled(tried[-1], settings.repeats, settings.sla, headroom):
                     break  # else (a repeat broke the SLA, or it met it with no headroom) one level down
-            at = decide.verified_level(tried, settings.repeats, settings.sla)
+            at = decide.verified_level(tried, settings.repeats, settings.sla, out_of_reach=lost)
             level, points = levels[at], tried[at]
+            up = None if lost else decide.level_above(result, tried, settings.repeats, settings.sla, headroom)
+            if up is not None:  # settled at its operating point with room to spare: one level up
+                higher = repeats_at(up, below=True)
+                if not lost and decide.level_settled(higher, settings.repeats, settings.sla, headroom):
+                    level, points = up, higher
             met = sum(settings.sla.met_by(p) for p in points)
             concurrency, rate = (0, level) if loader.open_loop else (int(level), 0.0)
             verification = Verification(result.number, concurrency, tuple(points), met, rate)

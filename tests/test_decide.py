@@ -18,6 +18,7 @@ from autotune.decide import (
     headroom,
     heuristic_seeds,
     incumbent,
+    level_above,
     level_settled,
     measured_before,
     neighbours,
@@ -129,6 +130,40 @@ def test_a_finalist_out_of_reach_of_a_verified_winner_stops_its_repeats() -> Non
     two_gpus = replace(second, candidate=on_gpus(0, 1))  # per GPU: 900 on two is 450 a GPU
     assert out_of_reach([point(4, 900.0), point(4, 900.0)], 3, two_gpus, [winner], PER_GPU)
     assert not out_of_reach([point(4, 900.0), point(4, 900.0)], 3, two_gpus, [winner])
+
+
+def test_a_finalist_settled_with_room_to_spare_is_verified_one_level_up() -> None:
+    """Mobilenet, 2026-11-26 00:36 run 3: screened at 5 clients and at 10 (over the SLA), verified
+    at 5 with its slowest repeat at 16.7 ms of a 20 ms headroom: the line from 16.7 at 5 to 26.7
+    at 10 stays within 20 up to 6 clients."""
+    sla, headroom = Sla(99, 25.0), Sla(99, 20.0)
+
+    def at(c: int, thr: float, p99: float) -> Point:
+        return replace(point(c, thr), p99_ms=p99)
+
+    searched = [at(5, 582.0, 13.9), at(10, 596.0, 26.7)]
+    result = replace(measured(5, 582.0), measurement=Measurement(tuple(searched), searched[0]))
+    repeats = [at(5, 540.0, 15.3), at(5, 545.0, 14.5), at(5, 543.0, 16.7)]
+    assert level_above(result, [repeats], 3, sla, headroom) == 6.0
+    assert level_above(result, [repeats[:2]], 3, sla, headroom) is None  # not settled
+    slow = [*repeats[:2], at(5, 543.0, 19.5)]
+    assert level_above(result, [slow], 3, sla, headroom) is None  # no room: 6 would be over 20 on the line
+    assert level_above(result, [[at(6, 1.0, 30.0)], repeats], 3, sla, headroom) is None  # it fell back
+    kept = [searched[0], at(10, 590.0, 19.0)]  # 10 kept the headroom: saturated, as the search saw it
+    flat = replace(result, measurement=Measurement(tuple(kept), kept[0]))
+    assert level_above(flat, [repeats], 3, sla, headroom) is None
+    next_one = [searched[0], at(6, 600.0, 26.7)]  # no level in between
+    assert (
+        level_above(
+            replace(result, measurement=Measurement(tuple(next_one), next_one[0])),
+            [repeats],
+            3,
+            sla,
+            headroom,
+        )
+        is None
+    )
+    assert level_above(measured(5, 582.0), [repeats], 3, sla, headroom) is None  # nothing measured above
 
 
 def test_a_finalist_that_passed_only_below_its_operating_point_leaves_no_margin() -> None:
@@ -369,6 +404,8 @@ def test_a_verified_level_needs_the_search_headroom_in_every_repeat() -> None:
     assert verified_level([close, broke, clear], 3, sla) == 2
     assert verified_level([close, broke, broke], 3, sla) == 0  # the only level that passed
     assert verified_level([broke, broke], 3, sla) == 1  # none passed: the last tried
+    # out of reach at the level below: it stands there, not on the one above that never settled
+    assert verified_level([close, clear[:2]], 3, sla, out_of_reach=True) == 1
     assert short_of_headroom(one_over[2:], headroom)  # one repeat over 18: the level cannot settle
     assert not short_of_headroom(one_over[:2], headroom)
     assert not short_of_headroom(clear, headroom) and not short_of_headroom([], headroom)
