@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from autotune.measure import Point
+from autotune.measure import KNEE, Point
 from autotune.objective import RAW, Scoring, Sla
 from autotune.results import COMPLETE, FAIL, TrialResult, Verification
 from autotune.search_space import (
@@ -434,17 +434,24 @@ def level_above(
     result: TrialResult, tried: Sequence[Sequence[Point]], repeats: int, sla: Sla, headroom: Sla
 ) -> float | None:
     """One more concurrency to verify a finalist at, above its operating point: when the first
-    level verified (that point) settled at once (:func:`level_settled`) and the search left a
-    gap above it (the next level it measured lacked the headroom, more than one client up), the
-    highest level in between whose tail, drawn on the line from the slowest repeat to that
-    level's, keeps the headroom. A closed loop's tail is flat below the knee and steepest past
-    it, so it stays under that line: a cautious guess. Searches stop short on noise: a mobilenet
-    finalist screened at 5 clients (582 infer/s) and at 10 (over the SLA, within 3% of that
-    throughput, so the search took it for saturated) was verified at 5 with its slowest repeat
-    at 0.84 of its headroom, and perf_analyzer re-measured 510 infer/s there, 553 at 6 and 576 at
-    7 (2026-11-26 00:36, run 3: 0.89 of the best known). None: nothing to try (or a rate)."""
+    level verified (that point) settled at once (:func:`level_settled`) and the search measured
+    a level above it, the highest level up to that one whose tail, drawn on the line from the
+    slowest repeat to that level's, keeps the headroom. A closed loop's tail is flat below the
+    knee and steepest past it, so it stays under that line: a cautious guess. The search's
+    choice of the lower level rests on short windows: a level above that broke the headroom may
+    have left a gap untried, and one that kept it was passed over for a throughput within 3%
+    (measure.KNEE), which its windows cannot tell from noise: a cnn finalist searched at 4
+    clients (977 infer/s) and 8 (997, 12.6 ms of an 18 ms headroom) was verified at 4, where
+    perf_analyzer re-measured 879 infer/s, and 916 for the same config at 8 (2026-11-26 01:13).
+    The finalist stands on the level above only if it settles there and serves more
+    (:func:`higher_pays`). Not with dynamic batching: there perf_analyzer reads the tail up to
+    1.2x ours (:func:`headroom`), and a cnn finalist verified so at 10 clients (its slowest
+    repeat 15.2 ms of a 16 ms headroom) met perf_analyzer's 20 ms 7 times in 10, at a median
+    of 18.1 ms. None: nothing to try (or a rate, or batching)."""
     best = result.best
     if len(tried) != 1 or not level_settled(tried[0], repeats, sla, headroom):
+        return None
+    if result.candidate is not None and result.candidate.dynamic_batching:
         return None
     if best is None or not best.concurrency or result.measurement is None:
         return None
@@ -453,11 +460,19 @@ def level_above(
         return None
     nxt, pct = min(above, key=lambda p: p.concurrency), headroom.percentile
     here, there = max(p.latency_ms(pct) for p in tried[0]), nxt.latency_ms(pct)
-    if there <= headroom.limit_ms:
-        return None  # it kept the headroom: the search found no more throughput there
-    top, slope = best.concurrency, (there - here) / (nxt.concurrency - best.concurrency)
-    fits = [c for c in range(top + 1, nxt.concurrency) if here + slope * (c - top) <= headroom.limit_ms]
+    top, slope = best.concurrency, max(there - here, 0.0) / (nxt.concurrency - best.concurrency)
+    fits = [c for c in range(top + 1, nxt.concurrency + 1) if here + slope * (c - top) <= headroom.limit_ms]
     return float(max(fits)) if fits else None
+
+
+def higher_pays(lower: Sequence[Point], higher: Sequence[Point]) -> bool:
+    """Whether the level above (:func:`level_above`) serves more than the operating point by
+    more than the knee's 3% (median throughputs of their repeats): else it only adds latency."""
+    return bool(lower and higher) and _median_throughput(higher) > _median_throughput(lower) * (1 + KNEE)
+
+
+def _median_throughput(points: Sequence[Point]) -> float:
+    return sorted(p.throughput for p in points)[len(points) // 2]
 
 
 def short_of_headroom(points: Sequence[Point], headroom: Sla) -> bool:

@@ -95,7 +95,8 @@ def verify(
     and, while a level below is left, once one lacks the headroom
     (:func:`decide.short_of_headroom`). One that settled at its operating point at once, with
     room to spare under the headroom, is verified one level up as well
-    (:func:`decide.level_above`), and stands there if that settles too. Once its repeats so far
+    (:func:`decide.level_above`), and stands there if that settles too and serves more
+    (:func:`decide.higher_pays`). Once its repeats so far
     say it cannot win (``hopeless``: :func:`decide.out_of_reach`), it stops, and stands on the
     level being measured (:func:`decide.verified_level`). A finalist that ``wins`` (the winner,
     whatever the finalists after it) gets its open-loop check (:func:`check_open_loop`) on that
@@ -141,7 +142,8 @@ def verify(
             up = None if lost else decide.level_above(result, tried, settings.repeats, settings.sla, headroom)
             if up is not None:  # settled at its operating point with room to spare: one level up
                 higher = repeats_at(up, below=True)
-                if not lost and decide.level_settled(higher, settings.repeats, settings.sla, headroom):
+                settled = decide.level_settled(higher, settings.repeats, settings.sla, headroom)
+                if not lost and settled and decide.higher_pays(points, higher):
                     level, points = up, higher
             met = sum(settings.sla.met_by(p) for p in points)
             concurrency, rate = (0, level) if loader.open_loop else (int(level), 0.0)
