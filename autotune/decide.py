@@ -25,7 +25,7 @@ from typing import Any
 
 from autotune.measure import KNEE, Point
 from autotune.objective import RAW, Scoring, Sla
-from autotune.results import COMPLETE, FAIL, TrialResult, Verification
+from autotune.results import COMPLETE, FAIL, TrialResult, Verification, median_throughput
 from autotune.search_space import (
     Candidate,
     SearchSpace,
@@ -468,11 +468,7 @@ def level_above(
 def higher_pays(lower: Sequence[Point], higher: Sequence[Point]) -> bool:
     """Whether the level above (:func:`level_above`) serves more than the operating point by
     more than the knee's 3% (median throughputs of their repeats): else it only adds latency."""
-    return bool(lower and higher) and _median_throughput(higher) > _median_throughput(lower) * (1 + KNEE)
-
-
-def _median_throughput(points: Sequence[Point]) -> float:
-    return sorted(p.throughput for p in points)[len(points) // 2]
+    return bool(lower and higher) and median_throughput(higher) > median_throughput(lower) * (1 + KNEE)
 
 
 def short_of_headroom(points: Sequence[Point], headroom: Sla) -> bool:

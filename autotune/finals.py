@@ -29,14 +29,6 @@ if TYPE_CHECKING:
 RAMP_S = 0.3  # warm-up before each point after a server's first one (the first gets the plan's)
 
 
-def _never(verification: Verification) -> bool:
-    return False
-
-
-def _reachable(points: Sequence[Point]) -> bool:
-    return False
-
-
 def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     """Re-measure the finalists (:func:`decide.finalists`) at their operating points, several
     times on one server, so that noise cannot crown a loser nor hand the user a point that
@@ -83,8 +75,8 @@ def verify(
     prep: Prepared,
     trials: Trials,
     result: TrialResult,
-    wins: Callable[[Verification], bool] = _never,
-    hopeless: Callable[[Sequence[Point]], bool] = _reachable,
+    wins: Callable[[Verification], bool],
+    hopeless: Callable[[Sequence[Point]], bool],
 ) -> tuple[Verification, OpenLoopCheck | None] | None:
     """Every repeat must meet the SLA, with the search's headroom (twice that with dynamic
     batching: :func:`decide.headroom`, :func:`decide.level_settled`); if not, the level halfway
