@@ -212,8 +212,8 @@ CLOSE = 0.10
 CLOSE_PASSES = 3
 
 # Feasible points whose throughput is within this fraction of the most any of them has are
-# the same throughput to the search (it stops adding concurrency on the same rule): the lowest
-# level of them is the operating point, with its latency headroom.
+# the same throughput to the search (it stops adding concurrency on the same rule): the highest
+# level of them below the close-call band is the operating point (:func:`best_point`).
 KNEE = 0.03
 
 
@@ -236,8 +236,8 @@ def settled(
     median of the passes is still one, and the point is their :func:`merged` figures. Only
     where it can matter: a point whose throughput cannot beat ``beat`` (the best goodput so
     far) decides nothing, whichever side of the limit it is on, nor does one within
-    :data:`KNEE` of ``floor`` (what a lower level of its search served within the SLA: that
-    level is the operating point either way, :func:`best_point`), unless it would end its
+    :data:`KNEE` of ``floor`` (what a lower level of its search served within the SLA: a close
+    call within the knee is not the operating point either way, :func:`best_point`), unless it would end its
     candidate's search on one window's word (:func:`noisy_prune`): that is measured again too.
     The passes stop as soon as their verdict is known (:func:`verdict_known`): more would move
     the figures, not the side of the limit."""
@@ -525,18 +525,26 @@ def _nice(rate: float) -> float:
     return float(f"{rate:.3g}")
 
 
-def best_point(points: Sequence[Point], sla: Sla, knee: float = KNEE) -> Point | None:
-    """The operating point among ``points``: of those that meet the SLA, the lowest level whose
-    throughput is within ``knee`` of the highest. Past the knee more concurrency only adds
-    latency: cnn's 2 instances, max batch 8, served 2649, 2622 and 2549 infer/s at concurrency
-    16, 24 and 32, at p99 8.1, 13.0 and 21.2 ms (Model Analyzer's perf_analyzer, 11:33 in
-    benchmarks/README.md); an operating point at 32 has no room left for another instrument's
-    reading."""
+def best_point(points: Sequence[Point], sla: Sla, knee: float = KNEE, close: float = CLOSE) -> Point | None:
+    """The operating point among ``points``: of those that meet the SLA and whose throughput is
+    within ``knee`` of the highest, the highest level whose latency lies below the close-call
+    band (:func:`close_call`: under the limit by more than ``close``), else the lowest of them.
+    Within the knee, short windows cannot rank levels by throughput, but a closed loop serves
+    no less with more concurrency: mobilenet's searches read 4 and 6 clients at 523 and 534
+    infer/s (6 at 17.5 ms of a 20 ms headroom) and chose 4, where perf_analyzer re-measured 469
+    infer/s against 553 at 6 (2026-11-26 01:13); the lowest level so cost 17% of the goodput in
+    three runs of five. A level in the close-call band is not taken for noise's sake: it leaves
+    no room for another instrument's reading (cnn's 2 instances, max batch 8, served 2649, 2622
+    and 2549 infer/s at concurrency 16, 24 and 32, at p99 8.1, 13.0 and 21.2 ms, 11:33 in
+    benchmarks/README.md). A close call is so never the operating point for being within the
+    knee, which :func:`settled` counts on."""
     feasible = [p for p in points if sla.met_by(p)]
     if not feasible:
         return None
     top = max(p.throughput for p in feasible)
-    return min((p for p in feasible if p.throughput >= top * (1 - knee)), key=lambda p: p.level)
+    near = [p for p in feasible if p.throughput >= top * (1 - knee)]
+    roomy = [p for p in near if p.latency_ms(sla.percentile) < sla.limit_ms * (1 - close)]
+    return max(roomy, key=lambda p: p.level) if roomy else min(near, key=lambda p: p.level)
 
 
 # ---------------------------------------------------------------- stability (pure)
