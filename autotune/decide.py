@@ -190,7 +190,8 @@ def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scor
     such a tie is the incumbent is the screening's noise: a mobilenet run stopped on 2
     instances with max batch 16 and batching (458 infer/s) without trying max batch 2, the
     gentle batching of 2 instances without batching (442), where the best known config is
-    (benchmarks/README.md, 2026-11-25 21:45)."""
+    (benchmarks/README.md, 2026-11-25 21:45). An instance step that lost where both sides were
+    measured (:func:`losing_steps`) is not taken again."""
     ranked = sorted(
         (r for r in results if r.feasible and r.candidate is not None and r.reused_from is None),
         key=lambda r: score(r, scoring),
@@ -200,12 +201,38 @@ def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scor
         return []
     tied = [r for r in ranked if score(r, scoring) * (1 + IMPROVEMENT) >= score(ranked[0], scoring)]
     tried = [r.candidate for r in results if r.candidate is not None]
+    lost = losing_steps(results, scoring)
     out: list[Candidate] = []
     for result in tied:
         assert result.candidate is not None
+        here = result.candidate.instance_count
         for c in neighbours(result.candidate, space):
-            if not any(equivalent(c, t) for t in (*tried, *out)):
+            if (here, c.instance_count) not in lost and not any(equivalent(c, t) for t in (*tried, *out)):
                 out.append(c)
+    return out
+
+
+def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[tuple[int, int]]:
+    """The instance-count steps (from, to) that lost where the search measured both sides: a
+    config with ``to`` instances scored below the same config with ``from`` by more than
+    ``IMPROVEMENT`` (or had no feasible point). :func:`unexplored` does not take such a step
+    again from another config: the seeds measure the baseline with one instance per core (its
+    batching kept), and what an instance more or fewer does is the model's and the machine's
+    trade, not a batch size's. On these two cores every winner of every run had 2 instances,
+    and the 1-instance neighbours of the best config and of its ties took 4 of cnn's 12
+    configs in one run (4.4 s each, each broke the SLA at its first point: 2026-11-26 03:49)."""
+    done = [r for r in results if r.state == COMPLETE and r.reused_from is None and r.candidate is not None]
+    out: set[tuple[int, int]] = set()
+    for a in done:
+        for b in done:
+            assert a.candidate is not None and b.candidate is not None
+            step = (a.candidate.instance_count, b.candidate.instance_count)
+            if step[0] == step[1] or not equivalent(
+                replace(a.candidate, instance_count=step[1]), b.candidate
+            ):
+                continue
+            if score(b, scoring) * (1 + IMPROVEMENT) < score(a, scoring):
+                out.add(step)
     return out
 
 

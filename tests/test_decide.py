@@ -21,6 +21,7 @@ from autotune.decide import (
     incumbent,
     level_above,
     level_settled,
+    losing_steps,
     measured_before,
     neighbours,
     out_of_ideas,
@@ -320,11 +321,35 @@ def test_the_neighbours_of_a_config_tied_with_the_best_are_tried_too() -> None:
     gentle = replace(best, max_batch_size=2)
     assert gentle in untried and replace(tie, instance_count=3) in untried  # the tie's own steps
     own = [c for c in unexplored(results[2:], space) if not any(equivalent(c, t) for t in (tie, far))]
+    own = [c for c in own if c.instance_count != 1]  # one instance fewer lost: far (300) against tie
     assert own and untried[: len(own)] == own  # the best's own steps first
     assert replace(far, dynamic_batching=True, max_batch_size=2) not in untried  # 300 is no tie
     assert len(untried) == len(set(untried))
     worse = [*results[:1], measured(1, 420.0, candidate=tie), results[2]]
     assert gentle not in unexplored(worse, space)  # 458 is 9% over 420: not a tie
+
+
+def test_an_instance_step_that_lost_where_both_sides_were_measured_is_not_taken_again() -> None:
+    """cnn (2026-11-26 03:49): the baseline, 1 instance without batching, served 546 infer/s
+    and the seed, 2 instances, 878; then the 1-instance neighbour of the best config and of
+    each tie was measured, 4 configs of 12, each breaking the SLA at its first point."""
+    space = parse_search_space(DEFAULT_LIKE)
+    seed = Candidate(2, "KIND_CPU", (), 16, False, (), 0, False)
+    baseline = replace(seed, instance_count=1)
+    best = replace(seed, dynamic_batching=True, max_batch_size=2)
+    tie = replace(best, max_batch_size=4)
+    results = [measured(0, 546.0, candidate=baseline), measured(1, 878.0, candidate=seed)]
+    results += [measured(2, 1013.0, candidate=best), measured(3, 980.0, candidate=tie)]
+    assert losing_steps(results) == {(2, 1)}
+    untried = unexplored(results, space)
+    assert untried and all(c.instance_count != 1 for c in untried)
+    assert replace(best, instance_count=3) in untried  # one more: never measured on either side
+    assert replace(best, instance_count=1) in unexplored(results[1:], space)  # no pair measured
+    close = [measured(0, 820.0, candidate=baseline), *results[1:]]  # 878 is within 8% of 820
+    assert losing_steps(close) == set() and replace(best, instance_count=1) in unexplored(close, space)
+    infeasible = [measured(0, 0.0, candidate=replace(baseline, max_batch_size=4)), *results[1:]]
+    assert losing_steps(infeasible) == {(2, 1)}  # no point met the SLA: lost (max batch alike off batching)
+    assert losing_steps([*results[:1], measured(1, 878.0, candidate=seed, reused_from=0)]) == set()
 
 
 def test_a_repeat_proposal_means_the_sampler_is_out_of_ideas() -> None:
