@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from autotune.measure import KNEE, Point
+from autotune.measure import Point
 from autotune.objective import RAW, Scoring, Sla
-from autotune.results import COMPLETE, FAIL, TrialResult, Verification, median_throughput
+from autotune.results import COMPLETE, FAIL, TrialResult, Verification
 from autotune.search_space import (
     Candidate,
     SearchSpace,
@@ -455,47 +455,6 @@ def level_settled(points: Sequence[Point], repeats: int, sla: Sla, headroom: Sla
     (benchmarks/results/headroom_replay-20261125.txt). One that lacks it is verified one level
     down too."""
     return _met_every(points, repeats, sla) and not short_of_headroom(points, headroom)
-
-
-def level_above(
-    result: TrialResult, tried: Sequence[Sequence[Point]], repeats: int, sla: Sla, headroom: Sla
-) -> float | None:
-    """One more concurrency to verify a finalist at, above its operating point: when the first
-    level verified (that point) settled at once (:func:`level_settled`) and the search measured
-    a level above it, the highest level up to that one whose tail, drawn on the line from the
-    slowest repeat to that level's, keeps the headroom. A closed loop's tail is flat below the
-    knee and steepest past it, so it stays under that line: a cautious guess. The search's
-    choice of the lower level rests on short windows: a level above that broke the headroom may
-    have left a gap untried, and one that kept it was passed over for a throughput within 3%
-    (measure.KNEE), which its windows cannot tell from noise: a cnn finalist searched at 4
-    clients (977 infer/s) and 8 (997, 12.6 ms of an 18 ms headroom) was verified at 4, where
-    perf_analyzer re-measured 879 infer/s, and 916 for the same config at 8 (2026-11-26 01:13).
-    The finalist stands on the level above only if it settles there and serves more
-    (:func:`higher_pays`). Not with dynamic batching: there perf_analyzer reads the tail up to
-    1.2x ours (:func:`headroom`), and a cnn finalist verified so at 10 clients (its slowest
-    repeat 15.2 ms of a 16 ms headroom) met perf_analyzer's 20 ms 7 times in 10, at a median
-    of 18.1 ms. None: nothing to try (or a rate, or batching)."""
-    best = result.best
-    if len(tried) != 1 or not level_settled(tried[0], repeats, sla, headroom):
-        return None
-    if result.candidate is not None and result.candidate.dynamic_batching:
-        return None
-    if best is None or not best.concurrency or result.measurement is None:
-        return None
-    above = [p for p in result.measurement.points if p.concurrency > best.concurrency]
-    if not above:
-        return None
-    nxt, pct = min(above, key=lambda p: p.concurrency), headroom.percentile
-    here, there = max(p.latency_ms(pct) for p in tried[0]), nxt.latency_ms(pct)
-    top, slope = best.concurrency, max(there - here, 0.0) / (nxt.concurrency - best.concurrency)
-    fits = [c for c in range(top + 1, nxt.concurrency + 1) if here + slope * (c - top) <= headroom.limit_ms]
-    return float(max(fits)) if fits else None
-
-
-def higher_pays(lower: Sequence[Point], higher: Sequence[Point]) -> bool:
-    """Whether the level above (:func:`level_above`) serves more than the operating point by
-    more than the knee's 3% (median throughputs of their repeats): else it only adds latency."""
-    return bool(lower and higher) and median_throughput(higher) > median_throughput(lower) * (1 + KNEE)
 
 
 def short_of_headroom(points: Sequence[Point], headroom: Sla) -> bool:

@@ -85,12 +85,14 @@ def verify(
     that settled (else on the lowest that met the SLA in every repeat:
     :func:`decide.verified_level`). A level's repeats stop at the first that breaks the SLA,
     and, while a level below is left, once one lacks the headroom
-    (:func:`decide.short_of_headroom`). One that settled at its operating point at once, with
-    room to spare under the headroom, is verified one level up as well
-    (:func:`decide.level_above`), and stands there if that settles too and serves more
-    (:func:`decide.higher_pays`). Once its repeats so far
-    say it cannot win (``hopeless``: :func:`decide.out_of_reach`), it stops, and stands on the
-    level being measured (:func:`decide.verified_level`). A finalist that ``wins`` (the winner,
+    (:func:`decide.short_of_headroom`). Once its repeats so far say it cannot win
+    (``hopeless``: :func:`decide.out_of_reach`), it stops, and stands on the level being
+    measured (:func:`decide.verified_level`). It is not verified above its operating point:
+    cnn's climbs to a level its search had measured above (2026-11-26, 01:13 to 04:43) gained
+    nothing perf_analyzer could tell from noise without batching (889 infer/s at 9 clients,
+    917 for the same config at 8; another stayed at 8); at 10 clients, once with batching and
+    once without, they broke its SLA (met 7 and 8 times in 10). One paid, with batching (953
+    at 9, the best known), a case the climb had left out since 0edb4d5. A finalist that ``wins`` (the winner,
     whatever the finalists after it) gets its open-loop check (:func:`check_open_loop`) on that
     server too, before it stops.
     None: it could not be measured (its server or a measurement failed)."""
@@ -131,12 +133,6 @@ def verify(
                     break  # else (a repeat broke the SLA, or it met it with no headroom) one level down
             at = decide.verified_level(tried, settings.repeats, settings.sla, out_of_reach=lost)
             level, points = levels[at], tried[at]
-            up = None if lost else decide.level_above(result, tried, settings.repeats, settings.sla, headroom)
-            if up is not None:  # settled at its operating point with room to spare: one level up
-                higher = repeats_at(up, below=True)
-                settled = decide.level_settled(higher, settings.repeats, settings.sla, headroom)
-                if not lost and settled and decide.higher_pays(points, higher):
-                    level, points = up, higher
             met = sum(settings.sla.met_by(p) for p in points)
             concurrency, rate = (0, level) if loader.open_loop else (int(level), 0.0)
             verification = Verification(result.number, concurrency, tuple(points), met, rate)

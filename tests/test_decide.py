@@ -17,9 +17,7 @@ from autotune.decide import (
     gentlest_batch,
     headroom,
     heuristic_seeds,
-    higher_pays,
     incumbent,
-    level_above,
     level_settled,
     losing_steps,
     measured_before,
@@ -132,40 +130,6 @@ def test_a_finalist_out_of_reach_of_a_verified_winner_stops_its_repeats() -> Non
     two_gpus = replace(second, candidate=on_gpus(0, 1))  # per GPU: 900 on two is 450 a GPU
     assert out_of_reach([point(4, 900.0), point(4, 900.0)], 3, two_gpus, [winner], PER_GPU)
     assert not out_of_reach([point(4, 900.0), point(4, 900.0)], 3, two_gpus, [winner])
-
-
-def test_a_finalist_settled_with_room_to_spare_is_verified_one_level_up() -> None:
-    """Screened at 5 clients and at 10 (over the SLA), verified at 5 with its slowest repeat at
-    16.7 ms of a 20 ms headroom: the line from 16.7 at 5 to 26.7 at 10 stays within 20 up to 6
-    clients. It stands there only if it serves 3% more. Not with dynamic batching."""
-    sla, headroom = Sla(99, 25.0), Sla(99, 20.0)
-
-    def at(c: int, thr: float, p99: float) -> Point:
-        return replace(point(c, thr), p99_ms=p99)
-
-    no_batching = Candidate(2, "KIND_CPU", (), 16, False, (), 0, False)
-
-    def searched(*points: Point) -> TrialResult:
-        return replace(measured(5, 582.0, candidate=no_batching), measurement=Measurement(points, points[0]))
-
-    result = searched(at(5, 582.0, 13.9), at(10, 596.0, 26.7))
-    repeats = [at(5, 540.0, 15.3), at(5, 545.0, 14.5), at(5, 543.0, 16.7)]
-    assert level_above(result, [repeats], 3, sla, headroom) == 6.0
-    assert level_above(result, [repeats[:2]], 3, sla, headroom) is None  # not settled
-    slow = [*repeats[:2], at(5, 543.0, 19.5)]
-    assert level_above(result, [slow], 3, sla, headroom) is None  # no room: 6 would be over 20 on the line
-    assert level_above(result, [[at(6, 1.0, 30.0)], repeats], 3, sla, headroom) is None  # it fell back
-    # 10 kept the headroom (the search took it for saturated: within 3% of 5's throughput): up to it
-    assert level_above(searched(at(5, 582.0, 13.9), at(10, 590.0, 19.0)), [repeats], 3, sla, headroom) == 10.0
-    next_one = searched(at(5, 582.0, 13.9), at(6, 600.0, 26.7))  # the next client is over on the line
-    assert level_above(next_one, [repeats], 3, sla, headroom) is None
-    assert level_above(measured(5, 582.0), [repeats], 3, sla, headroom) is None  # nothing measured above
-    batching = replace(result, candidate=replace(no_batching, dynamic_batching=True))
-    assert level_above(batching, [repeats], 3, sla, headroom) is None  # the instruments disagree there
-    up = [at(6, 562.0, 18.0), at(6, 570.0, 18.5), at(6, 555.0, 19.0)]  # median 562 against 543
-    assert higher_pays(repeats, up)
-    assert not higher_pays(repeats, [replace(p, throughput=555.0) for p in up])  # within 3%: latency only
-    assert not higher_pays(repeats, [])
 
 
 def test_a_finalist_that_passed_only_below_its_operating_point_leaves_no_margin() -> None:
