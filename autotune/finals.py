@@ -88,7 +88,7 @@ def verify(
     (:func:`decide.short_of_headroom`). Once its repeats so far say it cannot win
     (``hopeless``: :func:`decide.out_of_reach`), it stops, and stands on the level being
     measured (:func:`decide.verified_level`). It is not verified above its operating point:
-    cnn's climbs to a level its search had measured above (2026-11-26, 01:13 to 04:43) gained
+    cnn's climbs to a level its search had measured above (2026-11-26, 01:13 to 04:44) gained
     nothing perf_analyzer could tell from noise without batching (889 infer/s at 9 clients,
     917 for the same config at 8; another stayed at 8); at 10 clients, once with batching and
     once without, they broke its SLA (met 7 and 8 times in 10). One paid, with batching (953
