@@ -543,7 +543,7 @@ def best_point(points: Sequence[Point], sla: Sla, knee: float = KNEE, close: flo
         return None
     top = max(p.throughput for p in feasible)
     near = [p for p in feasible if p.throughput >= top * (1 - knee)]
-    roomy = [p for p in near if p.latency_ms(sla.percentile) < sla.limit_ms * (1 - close)]
+    roomy = [p for p in near if not close_call(p, sla, close)]  # feasible: below the band
     return max(roomy, key=lambda p: p.level) if roomy else min(near, key=lambda p: p.level)
 
 

@@ -47,12 +47,6 @@ class TrialResult:
         return self.best.throughput if self.best else 0.0
 
 
-def median_throughput(points: Sequence[Point]) -> float:
-    """The middle throughput of some repeats (the upper of the two middle ones; 0: none)."""
-    values = sorted(p.throughput for p in points)
-    return values[len(values) // 2] if values else 0.0
-
-
 @dataclass(frozen=True)
 class Verification:
     """Repeated measurements of a finalist at its chosen operating point: a concurrency
@@ -76,7 +70,8 @@ class Verification:
 
     @property
     def median_throughput(self) -> float:
-        return median_throughput(self.points)
+        values = sorted(p.throughput for p in self.points)
+        return values[len(values) // 2] if values else 0.0
 
     @property
     def passed(self) -> bool:
