@@ -128,7 +128,7 @@ def _add_run(sub: Any) -> None:
         default=4,
         help=f"stop after this many measured configs in a row without a goodput {GAIN} better "
         "than the best, once every one-step change of the best config (an instance more or fewer, "
-        "unless that step lost elsewhere, "
+        "unless that step lost elsewhere without batching, "
         "batching on or off, the next max batch size, queue delay or preferred size) is measured "
         "too (default 4; 0: never)",
     )

@@ -213,15 +213,25 @@ def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scor
 
 
 def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[tuple[int, int]]:
-    """The instance-count steps (from, to) that lost where the search measured both sides: a
-    config with ``to`` instances scored below the same config with ``from`` by more than
-    ``IMPROVEMENT`` (or had no feasible point). :func:`unexplored` does not take such a step
-    again from another config: the seeds measure the baseline with one instance per core (its
-    batching kept), and what an instance more or fewer does is the model's and the machine's
-    trade, not a batch size's. On these two cores every winner of every run had 2 instances,
-    and the 1-instance neighbours of the best config and of its ties took 4 of cnn's 12
-    configs in one run (4.4 s each, each broke the SLA at its first point: 2026-11-26 03:49)."""
-    done = [r for r in results if r.state == COMPLETE and r.reused_from is None and r.candidate is not None]
+    """The instance-count steps (from, to) that lost where the search measured both sides
+    without dynamic batching: a config with ``to`` instances scored below the same config with
+    ``from`` by more than ``IMPROVEMENT`` (or had no feasible point). :func:`unexplored` does
+    not take such a step again from another config: the seeds measure the baseline with one
+    instance per core, and without batching what an instance more or fewer does is the model's
+    and the machine's trade alone. On these two cores every winner of every run had 2 instances,
+    and the 1-instance neighbours of the best config and of its ties took 4 of cnn's 12 configs
+    in one run (4.4 s each, each broke the SLA at its first point: 2026-11-26 03:49). With
+    batching the instances share the batches out, and a loss is that batch size's: recommender
+    (which waits 4 ms a request of a batch) pruned 4 instances at max batch 16 against 3 (583
+    infer/s), where 4 at max batch 2 was its best config (809); a run whose 4 instances at max
+    batch 4 lost (to a disturbed pass) never measured 4 instances without batching, nor its
+    best config, and scored 0.66 of it (benchmarks/results/vs_model_analyzer-20261126-0659.txt)."""
+    done = [
+        r
+        for r in results
+        if r.state == COMPLETE and r.reused_from is None and r.candidate is not None
+        and not r.candidate.dynamic_batching
+    ]  # fmt: skip
     out: set[tuple[int, int]] = set()
     for a in done:
         for b in done:

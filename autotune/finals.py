@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from autotune import decide, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.loadgen import LoadGenerator
-from autotune.measure import Point
+from autotune.measure import Point, with_bands
 from autotune.results import OpenLoopCheck, TrialResult, Verification, recommendation
 from autotune.rundir import RunDir
 from autotune.study import Study
@@ -98,13 +98,14 @@ def verify(
     None: it could not be measured (its server or a measurement failed)."""
     assert result.candidate is not None
     settings, name, loader = prep.settings, f"verify-{result.number:03d}", prep.loader
-    plan = replace(settings.plan, window_s=settings.plan.window_s * 2)  # longer than screening
+    headroom = decide.headroom(settings.sla, settings.margin, result.candidate)
+    # windows longer than screening's, their close-call bands drawn around the headroom
+    plan = with_bands(replace(settings.plan, window_s=settings.plan.window_s * 2), headroom.limit_ms)
     ramp = replace(plan, warmup_s=min(plan.warmup_s, RAMP_S))
     try:
         with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
             gen = trials.generator(server, plan)
             levels, tried = decide.verify_levels(result), []
-            headroom = decide.headroom(settings.sla, settings.margin, result.candidate)
             lost = False
 
             def repeats_at(level: float, below: bool) -> list[Point]:

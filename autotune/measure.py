@@ -210,11 +210,22 @@ class Measurement:
 # is measured again, up to CLOSE_PASSES passes, and judged on the median.
 CLOSE = 0.10
 CLOSE_PASSES = 3
+# A pass after a point's first (a close call's, a low reading's) gets at most this many windows:
+# the median of the passes decides, where a single pass must settle on its own. Near the limit a
+# window's latency rarely settles: the 8 mobilenet runs of 2026-11-26 03:49-05:46 spent a median
+# 6.2 s a run (of 49 s of windows) past each pass's third at points measured in more than one
+# pass, cnn's 11 runs 3.5 s of 46 (benchmarks/experiments/pass_windows.py).
+PASS_WINDOWS = 4
 
 # Feasible points whose throughput is within this fraction of the most any of them has are
 # the same throughput to the search (it stops adding concurrency on the same rule): the highest
 # level of them below the close-call band is the operating point (:func:`best_point`).
 KNEE = 0.03
+
+
+def pass_plan(plan: WindowPlan) -> WindowPlan:
+    """The plan of a point's further passes (:data:`PASS_WINDOWS`)."""
+    return replace(plan, max_windows=min(plan.max_windows, max(PASS_WINDOWS, plan.stable_windows)))
 
 
 def close_call(point: Point, sla: Sla, close: float = CLOSE) -> bool:
@@ -230,15 +241,18 @@ def settled(
     passes: int = CLOSE_PASSES,
     close: float = CLOSE,
     floor: float = 0.0,
+    again: Callable[[], Point] | None = None,
 ) -> Point:
     """One operating point, measured until the SLA decision is known: a close call
-    (:func:`close_call`) is measured again, up to ``passes`` passes in all, while the
+    (:func:`close_call`) is measured again (by ``again``, default ``measure``: shorter passes,
+    :func:`pass_plan`), up to ``passes`` passes in all, while the
     median of the passes is still one, and the point is their :func:`merged` figures. Only
     where it can matter: a point whose throughput cannot beat ``beat`` (the best goodput so
     far) decides nothing, whichever side of the limit it is on, nor does one within
     :data:`KNEE` of ``floor`` (what a lower level of its search served within the SLA: a close
     call within the knee is not the operating point either way, :func:`best_point`), unless it would end its
-    candidate's search on one window's word (:func:`noisy_prune`): that is measured again too.
+    candidate's search on the word of one pass that may have been disturbed (:func:`noisy_prune`):
+    that is measured again too.
     The passes stop as soon as their verdict is known (:func:`verdict_known`): more would move
     the figures, not the side of the limit."""
     first = measure()
@@ -248,9 +262,9 @@ def settled(
             return False
         so_far = merged(done)
         could_win = first.throughput >= beat * (1 - close) and first.throughput * (1 - KNEE) > floor
-        return (close_call(so_far, sla, close) and could_win) or noisy_prune(so_far, sla, beat, close)
+        return (close_call(so_far, sla, close) and could_win) or noisy_prune(so_far, sla, beat)
 
-    return more_passes(first, measure, undecided, passes)
+    return more_passes(first, again or measure, undecided, passes)
 
 
 def verdict_known(done: Sequence[Point], sla: Sla, passes: int = CLOSE_PASSES) -> bool:
@@ -274,21 +288,29 @@ def more_passes(
     return merged(done)
 
 
-PRUNE_BAND = 0.25  # over the limit by at most this much, a pruning point may be one noisy window
+# A pass that would end its config's search within this fraction of the best goodput may be a
+# disturbed one, however far over the limit it reads: it is measured again (:func:`noisy_prune`).
+PRUNE_SHORT = 0.4
 
 
-def noisy_prune(point: Point, sla: Sla, beat: float, close: float = CLOSE) -> bool:
+def noisy_prune(point: Point, sla: Sla, beat: float) -> bool:
     """Whether ``point`` would end its candidate's search (it breaks the limit with less
-    throughput than ``beat``: nothing below it can win) on evidence one disturbed window could
-    give: over the limit by at most ``PRUNE_BAND``, its throughput within twice ``close`` of
-    ``beat``. A disturbed window lowers throughput and raises the tail at once: mobilenet's 2
-    instances, max batch 8, measured 814 infer/s at p99 26.7 ms at concurrency 10 in one run,
-    888 at 19.2 ms in another, and lost to 907 (benchmarks/results/vs_model_analyzer-20261125-0135.txt)."""
+    throughput than ``beat``: nothing below it can win) on evidence one disturbed pass could
+    give: its throughput within ``PRUNE_SHORT`` of ``beat``, however far over the limit. A
+    disturbed pass lowers throughput and raises the tail at once: embedder's 2 instances, max
+    batch 8, read 723 infer/s at p99 80 ms at concurrency 24 (0.65 of the best so far; the server
+    computed a batch of 8 in 16.7 ms, against 9.4-11.8 ms at that config's first points in 8
+    other runs) and the run lost its best config (benchmarks/results/vs_model_analyzer-20261126-
+    0444.txt); recommender's 4 instances, max batch 4, read 433 infer/s at p99 29.2 ms at 6
+    clients (0.74 of the best, 1.46x the search's limit), then 693-771 at 17.9-19.5 ms in 6
+    passes on fresh servers (-20261126-0659.txt). The 1-instance configs these two cores prune
+    read 0.08-0.67 of the best, most under 0.6. Until this rule a pass was measured again only
+    within 20% of the best and 25% over the limit (mobilenet's 2 instances, max batch 8: 814
+    infer/s at 26.7 ms in one run, 888 at 19.2 ms in another, -20261125-0135.txt)."""
     if not point.trusted or beat <= 0:
         return False
-    latency = point.latency_ms(sla.percentile)
-    over = sla.limit_ms < latency <= sla.limit_ms * (1 + PRUNE_BAND)
-    return over and beat * (1 - 2 * close) <= point.throughput < beat
+    over = point.latency_ms(sla.percentile) > sla.limit_ms
+    return over and beat * (1 - PRUNE_SHORT) <= point.throughput < beat
 
 
 def low_reading(point: Point, sla: Sla, beat: float, close: float = CLOSE) -> bool:

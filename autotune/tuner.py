@@ -38,7 +38,7 @@ from autotune.gpu import GpuProbe
 from autotune.gpu_probe import choose_probe
 from autotune.launch import Launcher, Server, failure_line, make_launcher, read_tail
 from autotune.loadgen import LoadGenerator, ModelIO, WorkloadData, read_workload
-from autotune.measure import Measurement, Point, WindowPlan, second_look, settled, with_bands
+from autotune.measure import Measurement, Point, WindowPlan, pass_plan, second_look, settled, with_bands
 from autotune.objective import RAW, Scoring, Sla, scoring_for
 from autotune.processes import Owner
 from autotune.report import write_report
@@ -289,8 +289,7 @@ class Trials:
         return gen.with_gpu_probe(self.probe)
 
     def search_sla(self, candidate: Candidate) -> Sla:
-        """What the candidate's search holds points to: the headroom its verification asks
-        (:func:`decide.headroom`), so that it is ranked at the level it can be verified at."""
+        """The SLA its search holds points to: its verification's headroom (:func:`decide.headroom`)."""
         return decide.headroom(self.prep.settings.sla, self.prep.settings.margin, candidate)
 
     def measure(self, asked: Asked, start: float | None = None, beat: float = 0.0) -> Measurement:
@@ -300,9 +299,9 @@ class Trials:
         search_sla = self.search_sla(asked.candidate)
         plan = with_bands(settings.plan, search_sla.limit_ms)
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
-            first = self.generator(server, plan)
-            # once the server is warm, a new level settles within a few requests
+            first = self.generator(server, plan)  # once warm, a new level settles within a few requests
             later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, finals.RAMP_S)))
+            passes = later.with_plan(pass_plan(later.plan))  # a point's further passes: shorter (pass_plan)
             done: list[Point] = []
 
             def note(point: Point) -> Point:
@@ -311,15 +310,17 @@ class Trials:
                 self.events.point_measured(asked.number, point)
                 return point
 
-            def once(level: float) -> Point:
-                return note(loader.point(later if done else first, level))
+            def once(level: float, gen: LoadGenerator | None = None) -> Point:
+                return note(loader.point(gen or (later if done else first), level))
 
             found: dict[float, Point] = {}  # level -> its settled point
 
             def at(level: float) -> Point:  # a close call to the SLA is measured again
                 met = [p.throughput for lv, p in found.items() if lv < level and search_sla.met_by(p)]
                 floor = max(met, default=0.0)  # what a lower level served within the SLA
-                found[level] = settled(lambda: once(level), search_sla, beat, floor=floor)
+                found[level] = settled(
+                    lambda: once(level), search_sla, beat, floor=floor, again=lambda: once(level, passes)
+                )
                 return found[level]
 
             def first_guess() -> float:  # an open loop's first candidate: the rate one client gets
@@ -327,7 +328,7 @@ class Trials:
 
             try:
                 searched = loader.search(at, search_sla, self.prep.space, start, beat, first_guess)
-                return second_look(searched, once, search_sla, beat)  # a best point that read low
+                return second_look(searched, lambda lv: once(lv, passes), search_sla, beat)  # read low?
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc
@@ -350,8 +351,7 @@ class Trials:
 
 
 def _died(server: Server, settle_s: float = 1.0) -> bool:
-    """Whether the server is gone; a process being killed closes its sockets a moment
-    before it can be reaped, so look again for a little while."""
+    """Whether the server is gone (a killed process closes its sockets a moment before it is reaped)."""
     deadline = time.monotonic() + settle_s
     while server.alive():
         if time.monotonic() > deadline:

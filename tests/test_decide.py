@@ -316,6 +316,20 @@ def test_an_instance_step_that_lost_where_both_sides_were_measured_is_not_taken_
     assert losing_steps([*results[:1], measured(1, 878.0, candidate=seed, reused_from=0)]) == set()
 
 
+def test_an_instance_step_that_lost_with_batching_is_that_batch_sizes_loss() -> None:
+    """recommender (2026-11-26 06:59): 4 instances at max batch 4 with batching lost to 3, and
+    the 4-instance neighbours of its ties, without batching among them, were never measured."""
+    space = parse_search_space(DEFAULT_LIKE)
+    three = Candidate(3, "KIND_CPU", (), 4, True, (), 0, False)
+    plain = replace(three, dynamic_batching=False, max_batch_size=16)
+    four, four_plain = replace(three, instance_count=4), replace(plain, instance_count=4)
+    results = [measured(0, 582.0, candidate=three), measured(1, 0.0, candidate=four)]
+    results.append(measured(2, 540.0, candidate=plain))
+    assert losing_steps(results) == set()
+    assert four_plain in unexplored(results, space)
+    assert losing_steps([*results, measured(3, 300.0, candidate=four_plain)]) == {(3, 4)}  # without: lost
+
+
 def test_a_repeat_proposal_means_the_sampler_is_out_of_ideas() -> None:
     stop = "the tuner was stopped during this trial"
     assert not out_of_ideas([])

@@ -12,6 +12,7 @@ from autotune.loadgen._histogram import LatencyHistogram
 from autotune.measure import (
     BEHIND_SCHEDULE,
     CLOSE_PASSES,
+    PASS_WINDOWS,
     RATE_RESOLUTION,
     Measurement,
     Point,
@@ -23,6 +24,7 @@ from autotune.measure import (
     low_reading,
     merged,
     noisy_prune,
+    pass_plan,
     second_look,
     settled,
     verdict_bands,
@@ -158,9 +160,14 @@ def test_a_point_that_would_prune_its_candidate_on_one_noisy_window_is_measured_
 
     result = settled(once, sla, beat=907.0)  # 26.7 ms is 19% over: beyond a close call
     assert len(calls) == CLOSE_PASSES and sla.met_by(result) and result.throughput == 870.0
+    disturbed = iter([point(6, 433.0, 29.2), point(6, 693.0, 19.5), point(6, 771.0, 17.9)])
+    result = settled(lambda: next(disturbed), Sla(95, 20.0), beat=582.0)  # recommender, 2026-11-26
+    assert result.passes == 3 and Sla(95, 20.0).met_by(result) and result.throughput == 693.0
+    hopeless = iter([point(6, 300.0, 29.2), point(6, 693.0, 19.5)])
+    assert settled(lambda: next(hopeless), Sla(95, 20.0), beat=582.0).passes == 1  # under 0.6 of the best
     assert noisy_prune(point(10, 814.0, 26.7), sla, 907.0)
-    assert not noisy_prune(point(10, 814.0, 29.0), sla, 907.0)  # 29% over: no window is that noisy
-    assert not noisy_prune(point(10, 700.0, 26.7), sla, 907.0)  # far below the best: cannot win anyway
+    assert noisy_prune(point(24, 723.0, 80.4), Sla(95, 40.0), 1117.0)  # embedder: 0.65 of the best, 2x over
+    assert not noisy_prune(point(10, 500.0, 26.7), sla, 907.0)  # far below the best: cannot win anyway
     assert not noisy_prune(point(10, 950.0, 26.7), sla, 907.0)  # above the best: the search goes on anyway
     assert not noisy_prune(point(10, 814.0, 20.0), sla, 907.0)  # meets the limit
     assert not noisy_prune(point(10, 814.0, 26.7), sla, 0.0)  # nothing to beat yet
@@ -218,6 +225,27 @@ def test_a_clear_point_or_one_that_cannot_win_is_measured_once() -> None:
     assert len(calls) == 6  # the lower level is the operating point either way
     settled(at(49.0, throughput=110.0), sla, floor=98.0)  # 12% more than the lower level: it decides
     assert len(calls) == 6 + 2
+
+
+def test_a_close_calls_further_passes_are_measured_by_again_with_fewer_windows() -> None:
+    sla = Sla(95, 50.0)
+    first, later = iter([49.0]), iter([48.0, 47.0])
+    taken: list[str] = []
+
+    def once() -> Point:
+        taken.append("first")
+        return point(4, 100.0, next(first))
+
+    def again() -> Point:
+        taken.append("again")
+        return point(4, 100.0, next(later))
+
+    result = settled(once, sla, beat=100.0, again=again)
+    assert taken == ["first", "again"] and result.passes == 2 and result.p95_ms == 48.5
+    plan = WindowPlan(window_s=0.5, stable_windows=3, max_windows=8)
+    assert pass_plan(plan) == replace(plan, max_windows=PASS_WINDOWS) and plan.max_windows > PASS_WINDOWS
+    assert pass_plan(replace(plan, max_windows=3)).max_windows == 3  # never more than the plan's
+    assert pass_plan(replace(plan, stable_windows=5)).max_windows == 5  # enough to be stable
 
 
 def test_a_close_call_stops_once_its_passes_decide_the_verdict() -> None:
