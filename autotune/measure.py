@@ -300,13 +300,13 @@ def noisy_prune(point: Point, sla: Sla, beat: float) -> bool:
     disturbed pass lowers throughput and raises the tail at once: embedder's 2 instances, max
     batch 8, read 723 infer/s at p99 80 ms at concurrency 24 (0.65 of the best so far; the server
     computed a batch of 8 in 16.7 ms, against 9.4-11.8 ms at that config's first points in 8
-    other runs) and the run lost its best config (benchmarks/results/vs_model_analyzer-20261126-
-    0444.txt); recommender's 4 instances, max batch 4, read 433 infer/s at p99 29.2 ms at 6
-    clients (0.74 of the best, 1.46x the search's limit), then 693-771 at 17.9-19.5 ms in 6
-    passes on fresh servers (-20261126-0659.txt). The 1-instance configs these two cores prune
+    other runs) and the run lost its best config (2026-11-26 04:44); recommender's 4 instances,
+    max batch 4, read 433 infer/s at p99 29.2 ms at 6 clients (0.74 of the best, 1.46x the
+    search's limit), then 693-771 at 17.9-19.5 ms in 6 passes on fresh servers (06:59; both in
+    benchmarks/README.md). The 1-instance configs these two cores prune
     read 0.08-0.67 of the best, most under 0.6. Until this rule a pass was measured again only
     within 20% of the best and 25% over the limit (mobilenet's 2 instances, max batch 8: 814
-    infer/s at 26.7 ms in one run, 888 at 19.2 ms in another, -20261125-0135.txt)."""
+    infer/s at 26.7 ms in one run, 888 at 19.2 ms in another, 2026-11-25 01:35)."""
     if not point.trusted or beat <= 0:
         return False
     over = point.latency_ms(sla.percentile) > sla.limit_ms
