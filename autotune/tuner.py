@@ -301,7 +301,7 @@ class Trials:
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
             first = self.generator(server, plan)  # once warm, a new level settles within a few requests
             later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, finals.RAMP_S)))
-            passes = later.with_plan(pass_plan(later.plan))  # a point's further passes: shorter (pass_plan)
+            shorter = later.with_plan(pass_plan(later.plan))  # a point's further passes (pass_plan)
             done: list[Point] = []
 
             def note(point: Point) -> Point:
@@ -319,7 +319,7 @@ class Trials:
                 met = [p.throughput for lv, p in found.items() if lv < level and search_sla.met_by(p)]
                 floor = max(met, default=0.0)  # what a lower level served within the SLA
                 found[level] = settled(
-                    lambda: once(level), search_sla, beat, floor=floor, again=lambda: once(level, passes)
+                    lambda: once(level), search_sla, beat, floor=floor, again=lambda: once(level, shorter)
                 )
                 return found[level]
 
@@ -328,7 +328,7 @@ class Trials:
 
             try:
                 searched = loader.search(at, search_sla, self.prep.space, start, beat, first_guess)
-                return second_look(searched, lambda lv: once(lv, passes), search_sla, beat)  # read low?
+                return second_look(searched, lambda lv: once(lv, shorter), search_sla, beat)  # read low?
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc
