@@ -57,14 +57,18 @@ class Loader:
         start: float | None,
         beat: float,
         first_guess: Callable[[], float],
+        batching: bool = False,
     ) -> Measurement:
         """The candidate's goodput search from ``start`` (the best candidate's level; None for
         the first candidate: a closed loop starts at the lowest concurrency, an open loop at
-        ``first_guess()``, the rate one client alone gets answered at)."""
+        ``first_guess()``, the rate one client alone gets answered at); ``batching``: the
+        candidate batches dynamically (see :func:`autotune.measure.find_goodput`)."""
         if not self.open_loop:
             first = None if start is None else int(start)
             lo, hi = space.concurrency_min, space.concurrency_max
-            return find_goodput(lambda c: at(float(c)), sla, lo, hi, start=first, beat=beat)
+            return find_goodput(
+                lambda c: at(float(c)), sla, lo, hi, start=first, beat=beat, batching=batching
+            )
         rate = first_guess() if start is None else start
         return find_rate_goodput(at, sla, space.rate_min, space.rate_max, start=rate, beat=beat)
 

@@ -296,7 +296,7 @@ class Trials:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
         candidate's level, on a server of its own, within :meth:`search_sla` (:func:`with_bands`)."""
         settings, loader = self.prep.settings, self.prep.loader
-        search_sla = self.search_sla(asked.candidate)
+        search_sla, batching = self.search_sla(asked.candidate), asked.candidate.dynamic_batching
         plan = with_bands(settings.plan, search_sla.limit_ms)
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
             first = self.generator(server, plan)  # once warm, a new level settles within a few requests
@@ -327,7 +327,7 @@ class Trials:
                 return requests_per_s(note(first.at_concurrency(1)))
 
             try:
-                searched = loader.search(at, search_sla, self.prep.space, start, beat, first_guess)
+                searched = loader.search(at, search_sla, self.prep.space, start, beat, first_guess, batching)
                 return second_look(searched, lambda lv: once(lv, shorter), search_sla, beat)  # read low?
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)

@@ -18,6 +18,7 @@ from autotune.measure import (
     Point,
     WindowPlan,
     best_point,
+    disturbed,
     find_goodput,
     find_rate_goodput,
     is_stable,
@@ -131,6 +132,30 @@ def test_no_bisection_between_two_levels_of_the_same_throughput() -> None:
     result = find_goodput(saturated, Sla(95, 60.0), 1, 32, start=6)
     assert [p.concurrency for p in result.points] == [6, 12]
     assert result.best is not None and result.best.concurrency == 6 and not result.pruned
+
+
+def test_a_disturbed_breaking_level_does_not_end_the_bisection() -> None:
+    # batches grow with the clients (50/s each) at a flat 33 ms, up to 26; one disturbed pass at
+    # 32 reads less than 22 served, at twice the latency: not saturation, so 27 is measured
+    readings = {32: point(32, 1058.0, 78.8)}
+    batching = lambda c: readings.get(c, point(c, 50.0 * c, 33.0 if c <= 26 else 45.0))  # noqa: E731
+    result = find_goodput(batching, Sla(95, 40.0), 1, 32, start=22, batching=True)
+    assert [p.concurrency for p in result.points] == [22, 24, 25, 26, 27, 32]
+    assert result.best is not None and result.best.concurrency == 26
+    # saturated instead (latency grows with the clients, throughput does not): no bisection
+    readings[32] = point(32, 1058.0, 33.0 * 32 / 22 * 1.2)
+    again = find_goodput(batching, Sla(95, 40.0), 1, 32, start=22, batching=True)
+    assert [p.concurrency for p in again.points] == [22, 32]
+    # without batching a tail outgrows the clients at the knee itself: no bisection either
+    readings[32] = point(32, 1058.0, 78.8)
+    assert [p.concurrency for p in find_goodput(batching, Sla(95, 40.0), 1, 32, start=22).points] == [22, 32]
+
+
+def test_disturbed_asks_less_throughput_and_latency_outgrowing_the_clients() -> None:
+    good = point(21, 1084.0, 33.0)
+    assert disturbed(good, point(28, 1058.0, 66.8), Sla(95, 40.0))
+    assert not disturbed(good, point(28, 1100.0, 66.8), Sla(95, 40.0))  # served more: a real reading
+    assert not disturbed(good, point(28, 1058.0, 33.0 * 28 / 21 * 1.2), Sla(95, 40.0))  # within the slack
 
 
 def test_a_close_call_is_measured_again_and_judged_on_the_median() -> None:
