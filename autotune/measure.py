@@ -480,9 +480,9 @@ def _bisect(
     return False
 
 
-# A closed loop's latency grows at most in proportion to its clients when its throughput does not
-# grow (Little's law); a reading whose latency outgrew that by more than this fraction was
-# disturbed (:func:`disturbed`).
+# A saturated closed loop's mean latency grows in proportion to its clients (Little's law: the
+# clients over the throughput, which holds); a reading whose tail outgrew that by more than this
+# fraction, serving less, was disturbed (:func:`disturbed`).
 LITTLE_SLACK = 0.25
 
 

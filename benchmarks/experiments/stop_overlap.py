@@ -14,7 +14,6 @@ machine was meanwhile (from /proc/stat).
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import sys
 import tempfile
@@ -22,9 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from autotune import model_config as mcfg  # noqa: E402
+import _tools  # noqa: E402
+
 from autotune.launch.local import LocalLauncher  # noqa: E402
 from autotune.loadgen import LoadGenerator  # noqa: E402
 from autotune.measure import Point, WindowPlan  # noqa: E402
@@ -42,13 +42,7 @@ def main() -> None:
     model, instances, concurrency, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
-        shutil.copytree(ROOT / "examples" / "model_repository" / model, repo / model, symlinks=True)
-        config = mcfg.load_config(repo, model)
-        config.instance_group[0].count = instances
-        if len(sys.argv) > 5:
-            config.max_batch_size = int(sys.argv[5])
-            config.dynamic_batching.SetInParent()
-        mcfg.write_config(config, repo / model / mcfg.CONFIG_NAME)
+        _tools.example_variant(model, repo, instances, int(sys.argv[5]) if len(sys.argv) > 5 else 0)
         launcher = LocalLauncher(stop_in_background=True)
 
         def trial(log: str) -> Point:

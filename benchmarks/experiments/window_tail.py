@@ -16,16 +16,16 @@ and the windows each took.
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from autotune import model_config as mcfg  # noqa: E402
+import _tools  # noqa: E402
+
 from autotune.launch.local import LocalLauncher  # noqa: E402
 from autotune.loadgen import LoadGenerator  # noqa: E402
 from autotune.measure import Point, WindowPlan  # noqa: E402
@@ -48,13 +48,7 @@ def main() -> None:
     concurrency, repeats = int(sys.argv[4]), int(sys.argv[5])
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
-        shutil.copytree(ROOT / "examples" / "model_repository" / model, repo / model, symlinks=True)
-        config = mcfg.load_config(repo, model)
-        config.instance_group[0].count = instances
-        if max_batch:
-            config.max_batch_size = max_batch
-            config.dynamic_batching.SetInParent()
-        mcfg.write_config(config, repo / model / mcfg.CONFIG_NAME)
+        _tools.example_variant(model, repo, instances, max_batch)
         found: dict[str, list[Point]] = {name: [] for name in PLANS}
         with LocalLauncher().serve(repo, model, repo / "server.log") as server:
             plan = PLANS["verify 1s"]
