@@ -36,7 +36,8 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
     it (:func:`decide.could_beat`; goodputs compared as the run's scoring says, per GPU or not).
     Each verification is recorded as it ends, in the study (a resumed run, or another worker of
     the study, does not repeat it) and in the run's record, which ends up holding exactly the
-    ones the winner is chosen from."""
+    ones the winner is chosen from, each with the levels it measured besides the one it stands
+    on (:attr:`Verification.others`)."""
     out: list[Verification] = []
     if prep.settings.repeats >= 1:
         done = {v.trial: v for v in study.verifications()}
@@ -136,7 +137,8 @@ def verify(
             level, points = levels[at], tried[at]
             met = sum(settings.sla.met_by(p) for p in points)
             concurrency, rate = (0, level) if loader.open_loop else (int(level), 0.0)
-            verification = Verification(result.number, concurrency, tuple(points), met, rate)
+            others = tuple((levels[i], tuple(pts)) for i, pts in enumerate(tried) if i != at)
+            verification = Verification(result.number, concurrency, tuple(points), met, rate, others)
             check, credited = None, _credited(prep, result, (verification,))
             if _checks(prep) and credited is not None and wins(verification):  # on this server, warm
                 try:

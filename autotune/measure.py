@@ -131,6 +131,10 @@ class Point:
     send_late_p99_ms: float = 0.0  # open loop: p99 of (actual send - scheduled send)
     gpus: tuple[GpuFigures, ...] = ()  # the server's GPUs over the kept windows (none on a CPU server)
     passes: int = 1  # measurements merged into it (:func:`merged`: a close call, a second look)
+    # the load generator's loop stalled (woken over 15 ms late) this often, and this long in all,
+    # over the kept windows: every answer in flight waited for it (autotune.loadgen._load)
+    client_stalls: int = 0
+    client_stall_ms: float = 0.0
 
     @property
     def trusted(self) -> bool:
@@ -345,7 +349,8 @@ def second_look(
 
 def merged(points: Sequence[Point]) -> Point:
     """Passes at one level as one point: the median of each figure (throughput, each latency,
-    the send rate), the sums of the counts (requests, errors, seconds, windows, passes), stable only if
+    the send rate), the sums of the counts (requests, errors, seconds, windows, passes, the client's
+    stalls and their time), stable only if
     every pass was, every warning of any pass, the last pass's server breakdown, and each GPU's
     figures merged (:func:`autotune.gpu.merge`: median utilisation and power, maximum memory)."""
     if len(points) == 1:
@@ -373,6 +378,8 @@ def merged(points: Sequence[Point]) -> Point:
         send_rate=med("send_rate"),
         send_late_p99_ms=max(p.send_late_p99_ms for p in points),
         gpus=gpu.merge([p.gpus for p in points]),
+        client_stalls=sum(p.client_stalls for p in points),
+        client_stall_ms=sum(p.client_stall_ms for p in points),
     )
 
 

@@ -57,6 +57,9 @@ class Verification:
     points: tuple[Point, ...]
     sla_met: int  # how many repeats met the SLA
     request_rate: float = 0.0
+    # the other levels its verification measured (autotune.decide.verify_levels' order, the one
+    # it stands on left out), each with its repeats: what a fallback cost, and why
+    others: tuple[tuple[float, tuple[Point, ...]], ...] = ()
 
     @property
     def where(self) -> str:
@@ -89,13 +92,20 @@ class Verification:
             "request_rate": self.request_rate,
             "sla_met": self.sla_met,
             "points": [p.to_dict() for p in self.points],
+            "others": [
+                {"level": level, "points": [p.to_dict() for p in points]} for level, points in self.others
+            ],
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Verification:
         points = tuple(Point.from_dict(p) for p in data["points"])
         rate = float(data.get("request_rate", 0.0))
-        return cls(int(data["trial"]), int(data["concurrency"]), points, int(data["sla_met"]), rate)
+        others = tuple(
+            (float(o["level"]), tuple(Point.from_dict(p) for p in o["points"]))
+            for o in data.get("others", ())
+        )
+        return cls(int(data["trial"]), int(data["concurrency"]), points, int(data["sla_met"]), rate, others)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune import decide
 from autotune.cli import main
 from autotune.control import ServerControl
 from autotune.reload import reload_outcome
@@ -49,6 +50,11 @@ def test_tune_write_back_and_undo(toy_repo: Path, tmp_path: Path, small_space: P
     assert winner.goodput() > 1.3 * baseline.goodput()
     verified = {v.trial: v for v in outcome.info.verifications}
     assert verified[winner.number].sla_met * 2 > len(verified[winner.number].points)
+    for v in verified.values():  # the levels it did not stand on, each with what it measured there
+        trial = next(t for t in outcome.trials if t.number == v.trial)
+        ladder = decide.verify_levels(trial)
+        assert v.level in ladder and {level for level, _ in v.others} <= set(ladder) - {v.level}
+        assert all(points and all(p.concurrency == level for p in points) for level, points in v.others)
     # a concurrency run measures its winner under Poisson arrivals too, from the credited rate
     check = outcome.info.open_loop
     assert check is not None and check.trial == winner.number and check.distribution == "poisson"

@@ -12,6 +12,7 @@ import json
 import pickle
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -292,6 +293,27 @@ def test_without_a_probe_a_point_has_no_gpu_figures() -> None:
     assert _measured(_ScriptedProbe([()] * 4))[0].gpus == ()  # a server whose metrics have no GPUs
 
 
+def test_a_point_counts_the_client_stalls_of_its_kept_windows() -> None:
+    class Stalling(_Steady):
+        async def collect(self) -> Tally:
+            tally = await super().collect()
+            tally.stalls, tally.stall_s = 2, 0.05  # each window: two stalls, 50 ms late in all
+            return tally
+
+    plan = WindowPlan(window_s=1.0, warmup_s=0.0, stable_windows=3, max_windows=6, min_requests=1)
+
+    async def stats() -> StatsSnapshot:
+        return StatsSnapshot({}, 0, {})
+
+    async def scenario() -> Point:
+        before, windows = await run_windows(Stalling(100, first=10), stats, plan)
+        return summarise(before, windows, plan, concurrency=4, rate=0.0, batch=1)
+
+    point = asyncio.run(scenario())  # windows 2-4 kept
+    assert point.client_stalls == 6 and point.client_stall_ms == pytest.approx(150.0)
+    assert Point.from_dict(point.to_dict()) == point
+
+
 class _Latencies:
     """A load whose windows complete 100 requests each at the given latencies (ms), in turn."""
 
@@ -441,6 +463,40 @@ def test_closed_loop_counts_errors_and_reconnects() -> None:
     tally = asyncio.run(scenario())
     assert tally.errors > 0 and tally.completions > 0 and opened > 2  # reconnected
     assert tally.first_error in ("HTTP 500: model failed", "connection closed by the server (EOF)")
+
+
+def test_a_loop_held_up_counts_as_a_stall_and_a_free_one_does_not() -> None:
+    """The watcher (autotune.loadgen._load) counts a wake over STALL_NS late as a stall of the
+    loop, with its lateness; a loop that keeps running counts none."""
+
+    class Instant:
+        def send(self, done: Done) -> None:
+            asyncio.get_running_loop().call_later(0.002, done, None)
+
+        async def close(self) -> None:
+            return None
+
+    async def scenario(hold_s: float) -> Tally:
+        async def connect() -> Connection:
+            return Instant()
+
+        load = Load(connect)
+        await load.prepare(Job(concurrency=2))
+        load.start(Job(concurrency=2), clock())
+        await load.wait(0.03)
+        if hold_s:
+            time.sleep(hold_s)  # the loop does not run: as when its thread waits for a core
+        await load.wait(0.03)
+        tally = load.rotate()
+        await load.stop()
+        return tally
+
+    free = asyncio.run(scenario(0.0))
+    assert (free.stalls, free.stall_s) == (0, 0.0) and free.completions > 0
+    held = asyncio.run(scenario(0.08))
+    assert held.stalls == 1 and 0.07 < held.stall_s < 0.2
+    both = Tally.parallel([held, held]).then(free)
+    assert (both.stalls, both.stall_s) == (2, held.stall_s * 2)
 
 
 def test_a_server_gone_fails_the_load_once_and_leaves_no_unretrieved_error() -> None:

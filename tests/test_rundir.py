@@ -32,10 +32,12 @@ def record(repo: Path, run_id: str = "20261123-120000", **changes: object) -> Ru
 
 def test_a_record_is_read_back_as_written(tmp_path: Path) -> None:
     point = Point(4, 0.0, 100.0, 10.0, 9.0, 11.0, 12.0, 13.0, 100, 0, 1.0, 3, True)
+    slow = replace(point, concurrency=6, p99_ms=60.0, client_stalls=3, client_stall_ms=95.5)  # a level above
     full = record(
         tmp_path, launch=Launch("docker", docker=DockerOptions(image="img:1", gpus="0,1")),
         owner=Owner("h", 12, "345"), finished="2026-11-23T12:05:00+00:00", winner=3,
-        verifications=(Verification(3, 4, (point, point), 2),), storage="postgresql://***@db/x",
+        verifications=(Verification(3, 4, (point, point), 2, others=((6.0, (slow, point)), (5.0, (slow,)))),),
+        storage="postgresql://***@db/x",
     )  # fmt: skip
     run = RunDir.create(tmp_path / "reports" / "toy" / full.run_id, full)
     assert RunDir.load(run.path).record == full

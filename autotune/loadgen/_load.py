@@ -21,6 +21,14 @@ generator counts; lateness (actual send minus scheduled time) is recorded separa
 Requests run on callbacks, not tasks or futures: per request the work is a clock read or
 two, histogram increments and the send; nothing is kept per request. :meth:`Load.rotate`
 closes a window and returns its :class:`Tally`.
+
+A watcher wakes every ``STALL_TICK_NS`` and counts each wake over ``STALL_NS`` late as a
+stall of the loop (:attr:`Tally.stalls`, :attr:`Tally.stall_s`): the loop was not running,
+so every answer in flight waited with it, and in a closed loop every client then sends at
+once. On two shared cores a busy server keeps this thread waiting for a core now and then
+(the embedder at 26 clients: 90% of a stall's time in the run queue, and up to 15 stalls
+of up to 89 ms in 6.4 s, which decide a p99: benchmarks/experiments/client_stalls.py).
+perf_analyzer reads each answer on a thread of its own, so a wait delays one request.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from autotune.loadgen._transport import Connection, Connector, InferError
 clock = time.monotonic_ns  # CLOCK_MONOTONIC: the same clock in every process of the machine
 MAX_CONNECTIONS = 2000
 TICK_NS = 200_000  # the dispatcher wakes at most this often: above 5000 req/s sends go in small bursts
+STALL_TICK_NS = 5_000_000  # the stall watcher's period
+STALL_NS = 15_000_000  # a watcher wake this late is a stall of the loop
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,8 @@ class Tally:
     errors: int = 0
     first_error: str = ""
     connections: int = 0
+    stalls: int = 0  # the loop's stalls (see the module docstring); several processes: all of theirs
+    stall_s: float = 0.0  # how late the watcher woke in those stalls, in all
 
     @property
     def completions(self) -> int:
@@ -97,18 +109,21 @@ def _combine(parts: list[Tally], duration_s: float, connections: int) -> Tally:
         errors=sum(p.errors for p in parts),
         first_error=next((p.first_error for p in parts if p.first_error), ""),
         connections=connections,
+        stalls=sum(p.stalls for p in parts), stall_s=sum(p.stall_s for p in parts),
     )  # fmt: skip
 
 
 class Recorder:
     """The current window's counters; senders write, :meth:`rotate` swaps them out."""
 
-    __slots__ = ("due", "errors", "first_error", "latency", "lateness", "sent", "started")
+    __slots__ = (
+        "due", "errors", "first_error", "latency", "lateness", "sent", "stall_ns", "stalls", "started"
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.latency = LatencyHistogram()
         self.lateness = LatencyHistogram()
-        self.due = self.sent = self.errors = 0
+        self.due = self.sent = self.errors = self.stalls = self.stall_ns = 0
         self.first_error = ""
         self.started = clock()
 
@@ -128,9 +143,11 @@ class Recorder:
             self.errors,
             self.first_error,
             connections,
+            self.stalls,
+            self.stall_ns / 1e9,
         )
         self.latency, self.lateness = LatencyHistogram(), LatencyHistogram()
-        self.due = self.sent = self.errors = 0
+        self.due = self.sent = self.errors = self.stalls = self.stall_ns = 0
         self.first_error = ""
         self.started = now
         return tally
@@ -161,6 +178,7 @@ class Load:
         self._offsets: Iterator[int] = iter(())
         self._start_ns = self._next_ns = 0
         self._timer: DueTimer | None = None
+        self._watcher: asyncio.TimerHandle | None = None
 
     async def prepare(self, job: Job) -> None:
         """Open the connections the job starts with. Closed loop, each slot starts sending as
@@ -180,6 +198,7 @@ class Load:
         """The clock starts: a fresh window (closed loop, the slots are already sending)."""
         self.running = True
         self.recorder = Recorder()
+        self._watch(clock())
         if job.schedule is None:
             return
         self._offsets = job.schedule.offsets()
@@ -187,6 +206,16 @@ class Load:
         self._next_ns = start_ns + next(self._offsets)
         self._timer = DueTimer()
         self._tick()
+
+    def _watch(self, due: int) -> None:
+        """Count a stall if this wake is over ``STALL_NS`` late; wake again in ``STALL_TICK_NS``."""
+        now = clock()
+        if now - due > STALL_NS:
+            self.recorder.stalls += 1
+            self.recorder.stall_ns += now - due
+        if self.running:
+            loop = asyncio.get_running_loop()
+            self._watcher = loop.call_at(loop.time() + STALL_TICK_NS / 1e9, self._watch, now + STALL_TICK_NS)
 
     async def _open(self) -> Connection:
         conn = await self._connect()
@@ -286,6 +315,9 @@ class Load:
 
     async def stop(self) -> None:
         self.running = False
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
         if self._timer is not None:
             self._timer.close()
             self._timer = None

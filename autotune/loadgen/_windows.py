@@ -175,6 +175,7 @@ def summarise(
         stable=stable, server=breakdown(start, kept[-1].stats), warnings=tuple(warnings),
         send_rate=tally.sent / tally.duration_s if rate else 0.0, send_late_p99_ms=late_p99,
         gpus=gpu.summarise([w.gpus for w in kept]),
+        client_stalls=tally.stalls, client_stall_ms=tally.stall_s * 1000,
     )  # fmt: skip
 
 

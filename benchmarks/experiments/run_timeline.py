@@ -8,6 +8,9 @@ search measured with their passes and windows (``8x2/8w``: two passes, 8 windows
 model load, the first point's warm-up, ramps, the stop). Then the time after the last trial
 (verification, open-loop check, report) from the server logs' modification times and run.json.
 The last lines sum it up: configs measured, points, passes, seconds in points and outside.
+Runs since the record keeps them also show the load generator's stalls (count/ms, see
+autotune.loadgen._load) of each trial's points and of each verification repeat, and the levels
+a verification measured besides the one it stands on.
 """
 
 from __future__ import annotations
@@ -32,6 +35,15 @@ def _short(candidate: object) -> str:
         return "-"
     batching = f"mbs{c.max_batch_size} dyn" if c.dynamic_batching else f"mbs{c.max_batch_size} nodyn"  # type: ignore[attr-defined]
     return f"{c.instance_count}x {batching}"  # type: ignore[attr-defined]
+
+
+def _repeats(points: list[dict[str, float]]) -> str:
+    """A level's repeats: p99 ms each, and the client's stalls (count/ms) where the record has them."""
+    def one(p: dict[str, float]) -> str:
+        stalls = f"({p['client_stalls']}/{p['client_stall_ms']:.0f})" if "client_stalls" in p else ""
+        return f"{p['p99_ms']:.1f}{stalls}"
+
+    return " ".join(one(p) for p in points) + " p99 ms (stalls/ms)"
 
 
 def timeline(run_dir: Path) -> dict[str, float]:
@@ -63,6 +75,8 @@ def timeline(run_dir: Path) -> dict[str, float]:
         print(
             f"  #{t.number:2d} +{at:6.1f}s  {_short(r.candidate):14s} {wall:5.1f}s  points {inside:5.1f}s"
             f"  outside {wall - inside:4.1f}s  levels [{levels}]  best {best}"
+            f"  client stalls {sum(p.client_stalls for p in points)}"
+            f"/{sum(p.client_stall_ms for p in points):.0f}ms"
         )
         totals["configs"] += 1
         totals["points"] += len(points)
@@ -74,11 +88,9 @@ def timeline(run_dir: Path) -> dict[str, float]:
             ended = datetime.fromtimestamp(log.stat().st_mtime)
             print(f"  {log.name:20s} log last written +{(ended - first).total_seconds():6.1f}s")
     for v in record.get("verifications", []):
-        reps = [
-            (p["concurrency"] or p["request_rate"], round(p["p99_ms"], 1), round(p["duration_s"], 1))
-            for p in v["points"]
-        ]
-        print(f"  verified #{v['trial']} at {v['concurrency'] or v['request_rate']}: (level, p99, s) {reps}")
+        for other in v.get("others", []):  # the levels it did not stand on (runs since the record kept them)
+            print(f"  verifying #{v['trial']} at {other['level']:g}: {_repeats(other['points'])}")
+        print(f"  verified #{v['trial']} at {v['concurrency'] or v['request_rate']}: {_repeats(v['points'])}")
     ol = record.get("open_loop")
     if ol:
         print(
