@@ -6,7 +6,8 @@
 - whether a candidate, or an :func:`equivalent` one, was measured already (:func:`measured_before`);
 - when the search has converged (:func:`converged`) or the time budget is spent (:func:`time_left`);
 - which finalists to verify (:func:`finalists`, :func:`could_beat`), at which levels
-  (:func:`verify_levels`) and when a level is verified (:func:`level_settled`, :func:`verified_level`);
+  (:func:`verify_levels`), when a level is verified (:func:`level_settled`, :func:`verified_level`)
+  and which repeat is measured again (:func:`client_decided`);
 - the winner (:func:`choose_winner`).
 
 Every comparison of goodputs goes through the run's :class:`~autotune.objective.Scoring`
@@ -472,6 +473,25 @@ def short_of_headroom(points: Sequence[Point], headroom: Sla) -> bool:
     level cannot settle (:func:`level_settled`), so its verification may go one level down
     without the rest (a repeat is 3 or more windows of twice the search's length)."""
     return any(p.latency_ms(headroom.percentile) > headroom.limit_ms for p in points)
+
+
+def client_decided(point: Point, headroom: Sla) -> bool:
+    """Whether a verification repeat over ``headroom`` (at its percentile) may owe its tail to
+    the load generator rather than the server: its loop stalled (:attr:`Point.client_stalls`:
+    woken over 15 ms late, its thread waiting for a core) often enough that the answers in
+    flight at those moments, each stall delaying all of them at once, make up the percentile's
+    tail (1% of its requests for a p99). In flight: Little's law, requests per second times the
+    mean latency. Such a repeat is measured once more (:func:`autotune.finals.verify`):
+    perf_analyzer reads each answer on a thread of its own, and does not see them. At 26
+    embedder clients our p99 followed our stalls (15 in 6.4 s: 56 ms; 2: 33 ms), where
+    perf_analyzer read 33-41 ms on the same server (benchmarks/results/client_stalls-20261126.txt);
+    embedder verifications fell back from 21 to 14 clients, and 32 to 26, on such readings."""
+    if point.latency_ms(headroom.percentile) <= headroom.limit_ms or not point.client_stalls:
+        return False
+    if point.requests <= 0 or point.duration_s <= 0:
+        return False
+    in_flight = point.requests / point.duration_s * point.avg_ms / 1000
+    return point.client_stalls * in_flight >= point.requests * (100 - headroom.percentile) / 100
 
 
 def verified_level(

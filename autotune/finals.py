@@ -107,20 +107,31 @@ def verify(
         with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
             gen = trials.generator(server, plan)
             levels, tried = decide.verify_levels(result), []
-            lost = False
+            lost, redone = False, []
+
+            def repeat(level: float, i: int) -> Point:
+                """Repeat ``i`` at ``level`` (an open loop's repeats see other arrivals: seeds 1,
+                2, ...; the search had 0)."""
+                nonlocal gen
+                point = loader.point(replace(gen, seed=i + 1) if loader.open_loop else gen, level)
+                stopping.check()
+                gen = gen.with_plan(ramp)
+                return point
 
             def repeats_at(level: float, below: bool) -> list[Point]:
                 """Up to ``repeats`` points at ``level``; ``below``: a level below is left to go
-                to, so a repeat without the headroom ends them."""
-                nonlocal gen, lost
+                to, so a repeat without the headroom ends them. A repeat whose tail our own
+                client's stalls may have decided is measured once more (:func:`decide.client_decided`)."""
+                nonlocal lost
                 points: list[Point] = []
                 for i in range(settings.repeats):
                     where = f"{level:.4g} req/s" if loader.open_loop else f"concurrency {level:.0f}"
                     trials.events.verifying(result.number, where, i + 1, settings.repeats)
-                    # an open loop's repeats see other arrivals (seeds 1, 2, ...; the search had 0)
-                    points.append(loader.point(replace(gen, seed=i + 1) if loader.open_loop else gen, level))
-                    stopping.check()
-                    gen = gen.with_plan(ramp)
+                    point = repeat(level, i)
+                    if decide.client_decided(point, headroom):
+                        redone.append((level, point))
+                        point = repeat(level, i)
+                    points.append(point)
                     if lost := hopeless(points):
                         break  # it cannot win: no more repeats, nor levels
                     if not settings.sla.met_by(points[-1]):
@@ -138,7 +149,9 @@ def verify(
             met = sum(settings.sla.met_by(p) for p in points)
             concurrency, rate = (0, level) if loader.open_loop else (int(level), 0.0)
             others = tuple((levels[i], tuple(pts)) for i, pts in enumerate(tried) if i != at)
-            verification = Verification(result.number, concurrency, tuple(points), met, rate, others)
+            verification = Verification(
+                result.number, concurrency, tuple(points), met, rate, others, tuple(redone)
+            )
             check, credited = None, _credited(prep, result, (verification,))
             if _checks(prep) and credited is not None and wins(verification):  # on this server, warm
                 try:

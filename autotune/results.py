@@ -60,6 +60,9 @@ class Verification:
     # the other levels its verification measured (autotune.decide.verify_levels' order, the one
     # it stands on left out), each with its repeats: what a fallback cost, and why
     others: tuple[tuple[float, tuple[Point, ...]], ...] = ()
+    # repeats set aside and measured again, with their levels: our client's stalls may have
+    # decided their tails (autotune.decide.client_decided)
+    redone: tuple[tuple[float, Point], ...] = ()
 
     @property
     def where(self) -> str:
@@ -95,6 +98,7 @@ class Verification:
             "others": [
                 {"level": level, "points": [p.to_dict() for p in points]} for level, points in self.others
             ],
+            "redone": [{"level": level, "point": p.to_dict()} for level, p in self.redone],
         }
 
     @classmethod
@@ -105,7 +109,9 @@ class Verification:
             (float(o["level"]), tuple(Point.from_dict(p) for p in o["points"]))
             for o in data.get("others", ())
         )
-        return cls(int(data["trial"]), int(data["concurrency"]), points, int(data["sla_met"]), rate, others)
+        redone = tuple((float(r["level"]), Point.from_dict(r["point"])) for r in data.get("redone", ()))
+        trial, concurrency, met = int(data["trial"]), int(data["concurrency"]), int(data["sla_met"])
+        return cls(trial, concurrency, points, met, rate, others, redone)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import pytest
 
 from autotune.decide import (
     choose_winner,
+    client_decided,
     converged,
     could_beat,
     equivalent,
@@ -519,3 +520,18 @@ def test_per_gpu_verified_finalists_are_ranked_by_their_own_gpus() -> None:
     assert choose_winner(results, verified_) == 1
     assert not could_beat(results[1], [v(0, 140.0)], PER_GPU, results)  # 140 per GPU vs 140
     assert could_beat(results[1], [v(0, 140.0)])  # 280 vs 140
+
+
+def test_a_repeat_over_the_headroom_is_measured_again_when_our_stalls_could_make_its_tail() -> None:
+    """26 clients, 1100 requests/s for 3 s (3300, mean 24 ms: 26 in flight): the p99 is the
+    slowest 33 answers, so two stalls (52 answers held at once) can make it, one (26) cannot."""
+    headroom = Sla(99, 40.0)
+    base = replace(point(26, 1100.0), avg_ms=23.6, p99_ms=48.0, requests=3300, duration_s=3.0)
+    assert not client_decided(base, headroom)  # no stall: the server's tail
+    assert client_decided(replace(base, client_stalls=2, client_stall_ms=60.0), headroom)
+    assert not client_decided(replace(base, client_stalls=1, client_stall_ms=60.0), headroom)
+    within = replace(base, p99_ms=39.0, client_stalls=9, client_stall_ms=300.0)
+    assert not client_decided(within, headroom)  # within the headroom: nothing to explain
+    # at the p95 the tail is 5% of the answers: the same two stalls hold too few
+    assert not client_decided(replace(base, p95_ms=48.0, client_stalls=2), Sla(95, 40.0))
+    assert not client_decided(replace(base, requests=0, client_stalls=2), headroom)

@@ -36,7 +36,11 @@ def test_a_record_is_read_back_as_written(tmp_path: Path) -> None:
     full = record(
         tmp_path, launch=Launch("docker", docker=DockerOptions(image="img:1", gpus="0,1")),
         owner=Owner("h", 12, "345"), finished="2026-11-23T12:05:00+00:00", winner=3,
-        verifications=(Verification(3, 4, (point, point), 2, others=((6.0, (slow, point)), (5.0, (slow,)))),),
+        verifications=(
+            Verification(
+                3, 4, (point, point), 2, others=((6.0, (slow, point)), (5.0, (slow,))), redone=((6.0, slow),)
+            ),
+        ),
         storage="postgresql://***@db/x",
     )  # fmt: skip
     run = RunDir.create(tmp_path / "reports" / "toy" / full.run_id, full)
