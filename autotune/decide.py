@@ -486,12 +486,17 @@ def client_decided(point: Point, headroom: Sla) -> bool:
     embedder clients our p99 followed our stalls (15 in 6.4 s: 56 ms; 2: 33 ms), where
     perf_analyzer read 33-41 ms on the same server (benchmarks/results/client_stalls-20261126.txt);
     embedder verifications fell back from 21 to 14 clients, and 32 to 26, on such readings."""
-    if point.latency_ms(headroom.percentile) <= headroom.limit_ms or not point.client_stalls:
-        return False
-    if point.requests <= 0 or point.duration_s <= 0:
+    over = point.latency_ms(headroom.percentile) > headroom.limit_ms
+    return over and stalls_could_make_tail(point, headroom.percentile)
+
+
+def stalls_could_make_tail(point: Point, percentile: int) -> bool:
+    """Whether the answers held at once by the point's client stalls (stalls x answers in
+    flight) reach ``percentile``'s tail share of its requests (see :func:`client_decided`)."""
+    if not point.client_stalls or point.requests <= 0 or point.duration_s <= 0:
         return False
     in_flight = point.requests / point.duration_s * point.avg_ms / 1000
-    return point.client_stalls * in_flight >= point.requests * (100 - headroom.percentile) / 100
+    return point.client_stalls * in_flight >= point.requests * (100 - percentile) / 100
 
 
 def verified_level(

@@ -31,13 +31,6 @@ from autotune.reload import reload_outcome  # noqa: E402
 MARGIN = 0.10  # the default --margin, as the benchmark runs autotune
 
 
-def could_make_tail(p: Point, percentile: int) -> bool:
-    if not p.client_stalls or p.requests <= 0 or p.duration_s <= 0:
-        return False
-    in_flight = p.requests / p.duration_s * p.avg_ms / 1000
-    return p.client_stalls * in_flight >= p.requests * (100 - percentile) / 100
-
-
 def census(run_dir: Path, totals: dict[str, int]) -> None:
     outcome = reload_outcome(run_dir)
     sla = outcome.info.sla
@@ -45,16 +38,19 @@ def census(run_dir: Path, totals: dict[str, int]) -> None:
     trials = {t.number: t for t in outcome.trials}
     measured = [t.measurement for t in outcome.trials if t.measurement and t.reused_from is None]
     search = [p for m in measured for p in m.points]
-    made = sum(could_make_tail(p, pct) for p in search)
+    made = sum(decide.stalls_could_make_tail(p, pct) for p in search)
     print(f"== {run_dir}: {len(search)} search points, {made} with stalls that could make the tail")
     totals["search"] += len(search)
     totals["search_made"] += made
 
+    def marked(p: Point) -> str:
+        star = "*" if decide.stalls_could_make_tail(p, pct) else ""
+        return f"[{p.client_stalls}/{p.client_stall_ms:.0f}ms{star}]" if p.client_stalls else ""
+
     def repeats(points: tuple[Point, ...]) -> str:
         return " ".join(
             f"{p.latency_ms(pct) / sla.limit_ms:.2f}"
-            + (f"[{p.client_stalls}/{p.client_stall_ms:.0f}ms{'*' if could_make_tail(p, pct) else ''}]"
-               if p.client_stalls else "")
+            + marked(p)
             for p in points
         )  # fmt: skip
 
@@ -71,7 +67,7 @@ def census(run_dir: Path, totals: dict[str, int]) -> None:
             print(f"    set aside at {level:g}: {repeats((p,))}")
         every = [p for _, pts in v.others for p in pts] + list(v.points)
         totals["repeats"] += len(every)
-        totals["repeats_made"] += sum(could_make_tail(p, pct) for p in every)
+        totals["repeats_made"] += sum(decide.stalls_could_make_tail(p, pct) for p in every)
         totals["redone"] += len(v.redone)
         totals["verifications"] += 1
         totals["fell_back"] += fell
