@@ -65,11 +65,18 @@ def heuristic_seeds(
     """Sound first guesses after the baseline, each changing one thing at a time: the baseline
     with "many" instances (its batching kept: a model where batching buys nothing is then
     measured with more instances and without batching, early), then dynamic batching at the
-    largest batch size, with one instance and with many (capped by the space). Many is one
+    largest batch size, with many instances and with one (capped by the space). Many is one
     per core for KIND_CPU, and ``GPU_SEED_COUNTS``' largest per GPU for KIND_GPU (a GPU is
     not a core: a second instance lets one copy its data while the other computes; the
     cores of the machine say nothing about it). Trial parameters (:meth:`SearchSpace.suggest`
-    takes the ones that apply)."""
+    takes the ones that apply).
+
+    Many before one with batching: a candidate is measured from the best one's level, and one
+    that breaks the SLA there below the best's goodput stops (:func:`autotune.measure.find_goodput`).
+    One instance first became the best so far on the embedder and had its knee searched, in
+    14-25 s of each run's 75-93 s of trials, for half the goodput the two instances measured
+    next (benchmarks/experiments/run_timeline.py on the runs of
+    benchmarks/results/vs_model_analyzer-20261126-1424.txt); after them it is settled at one level."""
     seeds: list[dict[str, Any]] = []
     if baseline is not None and baseline.kind in space.kind:
         many = seed_counts(space, baseline.kind, cores)[-1]
@@ -91,7 +98,7 @@ def heuristic_seeds(
             "gpus": space.gpus[0],
             "trt_fp16": False,
         }
-        for count in seed_counts(space, kind, cores)
+        for count in reversed(seed_counts(space, kind, cores))
     ]
 
 

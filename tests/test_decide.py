@@ -182,7 +182,7 @@ def test_without_batching_the_max_batch_size_changes_nothing_and_is_not_measured
     )  # off: tried
 
 
-def test_seeds_turn_batching_on_at_the_largest_batch_with_one_instance_and_one_per_core() -> None:
+def test_seeds_turn_batching_on_at_the_largest_batch_with_one_instance_per_core_then_one() -> None:
     space = parse_search_space(
         {
             "instance_group": {"count": {"min": 1, "max": 4}},
@@ -191,10 +191,10 @@ def test_seeds_turn_batching_on_at_the_largest_batch_with_one_instance_and_one_p
         }
     )
     seeds = heuristic_seeds(space, cores=2)
-    assert [s["instance_count"] for s in seeds] == [1, 2]
+    assert [s["instance_count"] for s in seeds] == [2, 1]  # many first: one is then measured from their level
     assert all(s["dynamic_batching"] and s["max_batch_size"] == 16 for s in seeds)
     assert [s["instance_count"] for s in heuristic_seeds(space, cores=1)] == [1]  # one core: one seed
-    assert [s["instance_count"] for s in heuristic_seeds(space, cores=16)] == [1, 4]  # capped by the space
+    assert [s["instance_count"] for s in heuristic_seeds(space, cores=16)] == [4, 1]  # capped by the space
     no_batching = parse_search_space({"max_batch_size": [0]})
     assert heuristic_seeds(no_batching, cores=2) == []
 
@@ -210,7 +210,7 @@ def test_the_first_seed_changes_only_the_baselines_instance_count() -> None:
     baseline = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)  # the examples' committed config
     seeds = heuristic_seeds(space, cores=2, baseline=baseline)
     assert seeds[0] == params_of(replace(baseline, instance_count=2))  # batching still off
-    assert [(s["instance_count"], s["dynamic_batching"]) for s in seeds[1:]] == [(1, True), (2, True)]
+    assert [(s["instance_count"], s["dynamic_batching"]) for s in seeds[1:]] == [(2, True), (1, True)]
     per_core = replace(baseline, instance_count=2)  # a baseline with one instance per core already
     assert [s["dynamic_batching"] for s in heuristic_seeds(space, cores=2, baseline=per_core)] == [True, True]
     gpu = replace(baseline, kind="KIND_GPU", gpus=(0,))  # not in a CPU-only space: no seed from it
@@ -444,8 +444,8 @@ def test_gpu_seeds_try_one_and_two_instances_per_gpu_whatever_the_cores() -> Non
     for cores in (1, 2, 64):
         seeds = heuristic_seeds(space, cores=cores)
         assert [(s["instance_count"], s["kind"], s["gpus"]) for s in seeds] == [
-            (1, "KIND_GPU", "0"),
             (2, "KIND_GPU", "0"),
+            (1, "KIND_GPU", "0"),
         ]
         assert all(s["dynamic_batching"] and not s["trt_fp16"] for s in seeds)
     baseline = Candidate(1, "KIND_GPU", (0, 1), 16, False, (), 0, False)
