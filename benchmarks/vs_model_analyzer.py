@@ -763,7 +763,8 @@ def tables_from(result: Path) -> str:
     """The acceptance lines (:func:`against_best`) of a result file written before, as this
     version of the benchmark reads them."""
     data = json.loads(result.read_text(encoding="utf-8"))
-    out = [f"{result.name}, read again: {str(data.get('header', '')).splitlines()[0]}"]
+    first = (str(data.get("header", "")).splitlines() or [""])[0]
+    out = [f"{result.name}, read again: {first}"]
     for model in data["results"]:
         runs = [ToolRun(**{**r, "winner": Winner(**r["winner"]) if r["winner"] else None,
                            "load1": tuple(r["load1"])}) for r in model["runs"]]
