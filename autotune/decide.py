@@ -390,7 +390,7 @@ def could_beat(
     passed = [v for v in verified if v.passed]
     return all(
         score(result, scoring)
-        > verified_score(v, results, scoring) * (1 if _fell_back(v, results) else 1 + IMPROVEMENT)
+        > verified_score(v, results, scoring) * (1 if fell_back(v, results) else 1 + IMPROVEMENT)
         for v in passed
     )
 
@@ -420,7 +420,7 @@ def out_of_reach(
     return scoring.score(bound, result.candidate) < top * (1 - TIE)
 
 
-def _fell_back(v: Verification, results: Sequence[TrialResult]) -> bool:
+def fell_back(v: Verification, results: Sequence[TrialResult]) -> bool:
     """Whether ``v`` was measured below its trial's operating point (unknown trial: no)."""
     trial = _trial_of(v, results)
     return trial is not None and trial.best is not None and v.level < trial.best.level

@@ -66,7 +66,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -766,8 +766,7 @@ def tables_from(result: Path) -> str:
     first = (str(data.get("header", "")).splitlines() or [""])[0]
     out = [f"{result.name}, read again: {first}"]
     for model in data["results"]:
-        runs = [ToolRun(**{**r, "winner": Winner(**r["winner"]) if r["winner"] else None,
-                           "load1": tuple(r["load1"])}) for r in model["runs"]]
+        runs = [tool_run(r) for r in model["runs"]]
         measured = {m["tool"]: Remeasured(m["tool"], m["concurrency"],
                                           tuple(PaPoint(**p) for p in m["points"]),
                                           m["sla_ms"], tuple(m.get("shared_with", ())))
@@ -830,16 +829,22 @@ def parse_sla(values: Sequence[str], models: Sequence[str]) -> dict[str, float]:
     return slas
 
 
+def tool_run(data: dict[str, Any]) -> ToolRun:
+    """A :class:`ToolRun` from its JSON (``asdict``): a work folder's result.json, or a run in a
+    result file."""
+    winner = Winner(**data["winner"]) if data["winner"] else None
+    return ToolRun(**{**data, "winner": winner, "load1": tuple(data["load1"])})
+
+
 def once(folder: Path, run: Callable[[Path], ToolRun]) -> ToolRun:
     """Run a tool in ``folder``, or read back its result if a run in this work folder (``--work``)
     finished it before: an interrupted benchmark resumes where it stopped."""
     record = folder / "result.json"
     if record.is_file():
         _tools.log(f"reusing the finished run in {folder}")
-        data = json.loads(record.read_text(encoding="utf-8"))
-        winner = Winner(**data["winner"]) if data["winner"] else None
-        note = " ".join(filter(None, [data["note"], "[from an earlier invocation, --work]"]))
-        return ToolRun(**{**data, "winner": winner, "load1": tuple(data["load1"]), "note": note})
+        earlier = tool_run(json.loads(record.read_text(encoding="utf-8")))
+        note = " ".join(filter(None, [earlier.note, "[from an earlier invocation, --work]"]))
+        return replace(earlier, note=note)
     shutil.rmtree(folder, ignore_errors=True)  # what a killed run left
     folder.mkdir(parents=True)
     result = run(folder)

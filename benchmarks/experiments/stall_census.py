@@ -48,16 +48,12 @@ def census(run_dir: Path, totals: dict[str, int]) -> None:
         return f"[{p.client_stalls}/{p.client_stall_ms:.0f}ms{star}]" if p.client_stalls else ""
 
     def repeats(points: tuple[Point, ...]) -> str:
-        return " ".join(
-            f"{p.latency_ms(pct) / sla.limit_ms:.2f}"
-            + marked(p)
-            for p in points
-        )  # fmt: skip
+        return " ".join(f"{p.latency_ms(pct) / sla.limit_ms:.2f}{marked(p)}" for p in points)
 
     for v in outcome.info.verifications:
         trial = trials.get(v.trial)
         head = decide.headroom(sla, MARGIN, trial.candidate if trial else None)
-        fell = trial is not None and trial.best is not None and v.level < trial.best.level
+        fell = decide.fell_back(v, outcome.trials)
         print(f"  verification #{v.trial} (headroom {head.limit_ms / sla.limit_ms:.2f} of the SLA)"
               f"{', fell back' if fell else ''}:")  # fmt: skip
         for level, points in v.others:
