@@ -115,7 +115,7 @@ def _trial_line(
     if result.state != COMPLETE:
         return f"{head}: FAILED {result.reason}"
     if result.reused_from is not None:
-        return f"{head}: same as trial {result.reused_from}"
+        return f"{head}: {result.reason or f'same as trial {result.reused_from}'}"
     assert result.measurement is not None
     best = result.best
     if best is None:

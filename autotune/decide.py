@@ -3,7 +3,8 @@
 - which configs to try first (:func:`heuristic_seeds`), and which obvious changes of the best
   one must be tried before the search may end (:func:`unexplored`);
 - where a candidate's goodput search starts and what it must beat (:func:`incumbent`);
-- whether a candidate, or an :func:`equivalent` one, was measured already (:func:`measured_before`);
+- whether a candidate, or an :func:`equivalent` one, was measured already (:func:`measured_before`),
+  or its instance count lost with and without batching (:func:`dominated`): :func:`stand_in`;
 - when the search has converged (:func:`converged`) or the time budget is spent (:func:`time_left`);
 - which finalists to verify (:func:`finalists`, :func:`could_beat`), at which levels
   (:func:`verify_levels`), when a level is verified (:func:`level_settled`, :func:`verified_level`)
@@ -41,6 +42,7 @@ from autotune.search_space import (
 # went on for 20 trials on gains of 5.3% and 7.7% that re-measurement could not tell apart.
 IMPROVEMENT = 0.08
 TIE = 0.02  # verified throughputs this close are a tie: the lower latency wins
+CLEAR_LOSS = 0.25  # an instance count this far below another's, with and without batching: dominated()
 GPU_SEED_COUNTS = (1, 2)  # instances per GPU the seeds of a KIND_GPU space try
 
 
@@ -325,6 +327,61 @@ def measured_before(results: Sequence[TrialResult], candidate: Candidate) -> Tri
         ):
             return result
     return None
+
+
+def stand_in(
+    results: Sequence[TrialResult], candidate: Candidate, scoring: Scoring = RAW, baseline: bool = False
+) -> tuple[TrialResult | None, str]:
+    """The trial whose figures a proposal is told instead of a server's, and why: an earlier
+    trial of it, or of an :func:`equivalent` config (:func:`measured_before`; why: ""), else,
+    but for the baseline, one of a config with its instance count (:func:`dominated`)."""
+    earlier = measured_before(results, candidate)
+    if earlier is not None or baseline:
+        return earlier, ""
+    return dominated(results, candidate, scoring) or (None, "")
+
+
+def dominated(
+    results: Sequence[TrialResult], candidate: Candidate, scoring: Scoring = RAW
+) -> tuple[TrialResult, str] | None:
+    """A trial to stand in for ``candidate``, and why, when its instance count lost clearly (a
+    goodput under ``1 - CLEAR_LOSS`` of the other's, or no feasible point) to another count both
+    without dynamic batching and with it, each time against the same config but for the count:
+    the loser measured with the candidate's batching (its max batch size first). Such a
+    proposal is told that trial's figures instead of a server's: a free trial, as a reused one
+    is. On these two cores the sampler went on proposing 1-instance configs after both seeds of
+    one instance had lost to two: in 16 of 25 runs of 2026-11-26 16:38-17:37, 4-11 s each, none
+    within a third of the best (benchmarks/README.md). One loss is not enough: with batching
+    the instances share the batches out, and a loss is that batch size's (:func:`losing_steps`)."""
+    n = candidate.instance_count
+    done = [
+        (r, r.candidate) for r in results
+        if r.state == COMPLETE and r.reused_from is None and r.candidate is not None
+    ]  # fmt: skip
+    lost: dict[bool, list[tuple[TrialResult, TrialResult]]] = {False: [], True: []}
+    for loser, mine in done:
+        for winner, theirs in done:
+            if (
+                mine.instance_count == n != theirs.instance_count
+                and equivalent(replace(theirs, instance_count=n), mine)
+                and score(loser, scoring) < (1 - CLEAR_LOSS) * score(winner, scoring)
+            ):
+                lost[mine.dynamic_batching].append((loser, winner))
+    if not lost[False] or not lost[True]:
+        return None
+    mbs = candidate.max_batch_size  # the loser nearest the candidate's max batch size stands in
+    stand_in = min(lost[candidate.dynamic_batching], key=lambda x: abs(_mbs(x[0]) - mbs))[0]
+    (off, off_by), (on, on_by) = lost[False][0], lost[True][0]
+    why = (
+        f"not measured: {n} instance(s) lost without dynamic batching (trial {off.number} against "
+        f"{off_by.number}) and with it (trial {on.number} against {on_by.number}); scored as trial "
+        f"{stand_in.number}"
+    )
+    return stand_in, why
+
+
+def _mbs(result: TrialResult) -> int:
+    return result.candidate.max_batch_size if result.candidate is not None else 0
 
 
 def equivalent(a: Candidate, b: Candidate) -> bool:

@@ -27,10 +27,12 @@ class TrialResult:
     params: dict[str, object]
     baseline: bool
     measurement: Measurement | None  # None for failed trials
-    reason: str = ""  # one line, for failed trials
+    reason: str = ""  # one line, for failed trials, and for a reused one that is not the same config
     log_tail: str = ""  # the server log's last lines, for failed trials
     duration_s: float = 0.0
-    reused_from: int | None = None  # a repeat of an earlier trial's candidate: not re-measured
+    # a repeat of an earlier trial's candidate, not re-measured; or (with a reason) a config
+    # another trial stands in for (autotune.decide.dominated): its figures are that trial's
+    reused_from: int | None = None
     # FAIL because the tuner was stopped (Ctrl-C, SIGTERM, kill -9) while it ran: it is measured
     # again on --resume and does not count against the budget. A crash is a FAIL with its reason.
     interrupted: bool = False

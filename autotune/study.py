@@ -135,9 +135,16 @@ class Study:
         return Asked(trial.number, candidate, trial, baseline=bool(trial.user_attrs.get("baseline")))
 
     def tell_measured(
-        self, asked: Asked, measurement: Measurement, duration_s: float, reused_from: int | None = None
+        self,
+        asked: Asked,
+        measurement: Measurement,
+        duration_s: float,
+        reused_from: int | None = None,
+        reason: str = "",
     ) -> TrialResult:
-        """Tell the study what the trial measured; the trial's result, as :meth:`results` reads it."""
+        """Tell the study what the trial measured, or (``reused_from``) the figures of the trial
+        that stands in for it (``reason``: why, when it is not the same config); the trial's
+        result, as :meth:`results` reads it."""
         point = measurement.closest(self.sla)
         violation = 0.0 if measurement.feasible else self.sla.violation(point)
         attrs: dict[str, Any] = {
@@ -147,6 +154,8 @@ class Study:
         }
         if reused_from is not None:
             attrs["reused_from"] = reused_from
+        if reason:
+            attrs["reason"] = reason[:500]
         told = asked.set(attrs)
         if _TRIAL_CONSTRAINTS:
             asked.trial.set_constraint("sla", violation)

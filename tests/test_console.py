@@ -101,3 +101,11 @@ def test_a_trial_that_broke_the_gpu_memory_limit_says_so() -> None:
     line = _trial_line(result, 95, memory_limit=6000.0)
     assert "misses the SLA even at concurrency 1 (p95 5.0 ms; GPU memory 7000 MiB > 6000 MiB)" in line
     assert "GPU memory" not in _trial_line(result, 95)  # without a limit nothing is said of it
+
+
+def test_a_trial_another_stood_in_for_says_why() -> None:
+    t = trial(0, point(4, 300, 9))
+    reused = replace(t, number=2, reused_from=0)
+    assert _trial_line(reused, 95).endswith(": same as trial 0")
+    why = "not measured: 1 instance(s) lost without dynamic batching (trial 0 against 1); scored as trial 0"
+    assert _trial_line(replace(reused, reason=why), 95).endswith(f": {why}")

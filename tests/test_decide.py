@@ -12,6 +12,7 @@ from autotune.decide import (
     client_decided,
     converged,
     could_beat,
+    dominated,
     equivalent,
     finalists,
     finished,
@@ -27,6 +28,7 @@ from autotune.decide import (
     out_of_reach,
     score,
     short_of_headroom,
+    stand_in,
     time_left,
     unexplored,
     verified_level,
@@ -329,6 +331,29 @@ def test_an_instance_step_that_lost_with_batching_is_that_batch_sizes_loss() -> 
     assert losing_steps(results) == set()
     assert four_plain in unexplored(results, space)
     assert losing_steps([*results, measured(3, 300.0, candidate=four_plain)]) == {(3, 4)}  # without: lost
+
+
+def test_an_instance_count_that_lost_clearly_with_and_without_batching_is_not_measured_again() -> None:
+    """cnn (2026-11-26 17:37): one instance lost to two without batching (474 against 899 infer/s)
+    and with it (no feasible point at the best's level), and the sampler went on proposing one
+    instance at other max batch sizes, 4-6 s each."""
+    two = Candidate(2, "KIND_CPU", (), 16, False, (), 0, False)
+    one, two_on = replace(two, instance_count=1), replace(two, dynamic_batching=True)
+    one_on = replace(two_on, instance_count=1)
+    results = [measured(0, 474.0, candidate=one), measured(1, 899.0, candidate=two)]
+    results += [measured(2, 836.0, candidate=two_on), measured(3, 0.0, candidate=one_on)]
+    proposal = replace(one_on, max_batch_size=4)
+    found = dominated(results, proposal)
+    assert found is not None and found[0] is results[3]  # one instance with batching stands in
+    assert "trial 0 against 1" in found[1] and "trial 3 against 2" in found[1] and "trial 3" in found[1]
+    assert dominated(results, replace(two_on, max_batch_size=4)) is None  # two instances: no loss
+    assert dominated(results[:3], proposal) is None  # with batching, one instance was never measured
+    close = [*results[:3], measured(3, 700.0, candidate=one_on)]  # 700 is not under 3/4 of 836
+    assert dominated(close, proposal) is None
+    stood, why = stand_in(results, proposal)
+    assert stood is results[3] and why.startswith("not measured")
+    assert stand_in(results, proposal, baseline=True) == (None, "")  # the baseline is always measured
+    assert stand_in(results, one) == (results[0], "")  # measured before: reused, no reason
 
 
 def test_a_repeat_proposal_means_the_sampler_is_out_of_ideas() -> None:

@@ -198,6 +198,17 @@ def test_a_run_with_nothing_measured_still_renders() -> None:
     assert "none yet" in only_failed and "server log (last lines)" in only_failed
 
 
+def test_a_reused_trial_says_why_it_was_not_measured() -> None:
+    run, trials = sample()
+    again = replace(trials[1], number=5, reused_from=1)
+    why = "not measured: 1 instance(s) lost without dynamic batching (trial 0 against 1) & <b>"
+    other = replace(trials[2], number=6, candidate=_candidate(1, 16, True), reused_from=2, reason=why)
+    html = render_html(report_data(run, [*trials, again, other]))
+    assert "same configuration as trial #1: not measured again" in html
+    assert "not measured: 1 instance(s) lost" in html and "&amp; &lt;b&gt;" in html
+    assert "same configuration as trial #2" not in html
+
+
 def test_a_run_with_gpu_figures_shows_them_the_limit_and_the_gpus_it_was_given() -> None:
     run, trials = gpu_sample()
     page = render_html(report_data(run, trials))

@@ -45,6 +45,15 @@ def test_a_tell_returns_the_result_the_study_reads_back(tmp_path: Path) -> None:
     assert not failed.interrupted and failed.reason == "server exited"
 
 
+def test_a_trial_another_stands_in_for_keeps_its_reason(tmp_path: Path) -> None:
+    study = _study(tmp_path)
+    measured = study.tell_measured(study.ask(), _measurement(120.0), 3.5)
+    why = "not measured: 1 instance(s) lost without dynamic batching (trial 0 against 1)"
+    stood = study.tell_measured(study.ask(), _measurement(120.0), 0.0, measured.number, why)
+    assert study.results() == [measured, stood]
+    assert (stood.reused_from, stood.reason, measured.reason) == (0, why, "")
+
+
 def test_interrupted_trials_are_queued_again_once_with_their_baseline_flag(tmp_path: Path) -> None:
     study = _study(tmp_path)
     study.enqueue(
