@@ -236,24 +236,31 @@ def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[
     infer/s), where 4 at max batch 2 was its best config (809); a run whose 4 instances at max
     batch 4 lost (to a disturbed pass) never measured 4 instances without batching, nor its
     best config, and scored 0.66 of it (benchmarks/results/vs_model_analyzer-20261126-0659.txt)."""
+    return {
+        (winner.instance_count, loser.instance_count)
+        for (_, loser), (_, winner) in instance_losses(results, 1 + IMPROVEMENT, scoring)
+        if not loser.dynamic_batching
+    }
+
+
+def instance_losses(
+    results: Sequence[TrialResult], by: float, scoring: Scoring = RAW
+) -> list[tuple[tuple[TrialResult, Candidate], tuple[TrialResult, Candidate]]]:
+    """Every (loser, winner) pair of measured trials (each with its candidate) whose configs
+    differ in their instance count alone (:func:`equivalent`) and where the loser's goodput
+    times ``by`` is still under the winner's (:func:`losing_steps`, :func:`dominated`)."""
     done = [
-        r
-        for r in results
+        (r, r.candidate) for r in results
         if r.state == COMPLETE and r.reused_from is None and r.candidate is not None
-        and not r.candidate.dynamic_batching
     ]  # fmt: skip
-    out: set[tuple[int, int]] = set()
-    for a in done:
-        for b in done:
-            assert a.candidate is not None and b.candidate is not None
-            step = (a.candidate.instance_count, b.candidate.instance_count)
-            if step[0] == step[1] or not equivalent(
-                replace(a.candidate, instance_count=step[1]), b.candidate
-            ):
-                continue
-            if score(b, scoring) * (1 + IMPROVEMENT) < score(a, scoring):
-                out.add(step)
-    return out
+    return [
+        ((loser, mine), (winner, theirs))
+        for loser, mine in done
+        for winner, theirs in done
+        if mine.instance_count != theirs.instance_count
+        and equivalent(replace(theirs, instance_count=mine.instance_count), mine)
+        and score(loser, scoring) * by < score(winner, scoring)
+    ]
 
 
 def out_of_ideas(results: Sequence[TrialResult]) -> bool:
@@ -354,34 +361,21 @@ def dominated(
     within a third of the best (benchmarks/README.md). One loss is not enough: with batching
     the instances share the batches out, and a loss is that batch size's (:func:`losing_steps`)."""
     n = candidate.instance_count
-    done = [
-        (r, r.candidate) for r in results
-        if r.state == COMPLETE and r.reused_from is None and r.candidate is not None
-    ]  # fmt: skip
-    lost: dict[bool, list[tuple[TrialResult, TrialResult]]] = {False: [], True: []}
-    for loser, mine in done:
-        for winner, theirs in done:
-            if (
-                mine.instance_count == n != theirs.instance_count
-                and equivalent(replace(theirs, instance_count=n), mine)
-                and score(loser, scoring) < (1 - CLEAR_LOSS) * score(winner, scoring)
-            ):
-                lost[mine.dynamic_batching].append((loser, winner))
+    lost: dict[bool, list[tuple[tuple[TrialResult, Candidate], TrialResult]]] = {False: [], True: []}
+    for (loser, mine), (winner, _) in instance_losses(results, 1 / (1 - CLEAR_LOSS), scoring):
+        if mine.instance_count == n:
+            lost[mine.dynamic_batching].append(((loser, mine), winner))
     if not lost[False] or not lost[True]:
         return None
     mbs = candidate.max_batch_size  # the loser nearest the candidate's max batch size stands in
-    stand_in = min(lost[candidate.dynamic_batching], key=lambda x: abs(_mbs(x[0]) - mbs))[0]
-    (off, off_by), (on, on_by) = lost[False][0], lost[True][0]
+    stand_in = min(lost[candidate.dynamic_batching], key=lambda x: abs(x[0][1].max_batch_size - mbs))[0][0]
+    ((off, _), off_by), ((on, _), on_by) = lost[False][0], lost[True][0]
     why = (
         f"not measured: {n} instance(s) lost without dynamic batching (trial {off.number} against "
         f"{off_by.number}) and with it (trial {on.number} against {on_by.number}); scored as trial "
         f"{stand_in.number}"
     )
     return stand_in, why
-
-
-def _mbs(result: TrialResult) -> int:
-    return result.candidate.max_batch_size if result.candidate is not None else 0
 
 
 def equivalent(a: Candidate, b: Candidate) -> bool:
