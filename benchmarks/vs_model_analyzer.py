@@ -613,16 +613,23 @@ def _slug(tool: str) -> str:
 
 
 def measure_winner(model: str, winner: Winner, folder: Path, peers: Peers, budget: Budget) -> PaPoint | None:
-    config = mcfg.parse_config(winner.config)
+    return measure_fresh(peers.pa, peers.models, model, winner.config, winner.concurrency, folder,
+                         budget.window_ms, budget.stability)
+
+
+def measure_fresh(pa: _tools.PerfAnalyzer, models: Path, model: str, config_text: str, concurrency: int,
+                  folder: Path, window_ms: int, stability: int, warmup_ms: int = 1000) -> PaPoint | None:
+    """One re-measurement: ``config_text`` staged in ``folder`` on a fresh server, perf_analyzer
+    for ``warmup_ms`` (discarded), then :func:`perf_analyzer` at ``concurrency``."""
+    config = mcfg.parse_config(config_text)
     config.name = model
     stage = folder / "repo"
-    stage_model(peers.models / model, config, stage)
+    stage_model(models / model, config, stage)
     launcher = LocalLauncher()
     with launcher.serve(stage, model, folder / "server.log") as server:
         port = server.grpc_port
-        perf_analyzer(peers.pa, model, port, winner.concurrency, 1000, folder / "warmup.csv", 100)
-        return perf_analyzer(peers.pa, model, port, winner.concurrency, budget.window_ms,
-                             folder / "measure.csv", budget.stability)
+        perf_analyzer(pa, model, port, concurrency, warmup_ms, folder / "warmup.csv", 100)
+        return perf_analyzer(pa, model, port, concurrency, window_ms, folder / "measure.csv", stability)
 
 
 def perf_analyzer(pa: _tools.PerfAnalyzer, model: str, grpc_port: int, concurrency: int, window_ms: int,

@@ -32,9 +32,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import _tools  # noqa: E402
 import vs_model_analyzer as vsma  # noqa: E402
 
-from autotune import model_config as mcfg  # noqa: E402
-from autotune.launch.local import LocalLauncher  # noqa: E402
-
 SET = 10  # re-measurements per winner in the acceptance
 TOOLS = 6  # Model Analyzer brute and 5 autotune runs
 DRAWS = 20000
@@ -81,17 +78,14 @@ def main() -> int:
     pa = _tools.ensure_perf_analyzer()
     models = _tools.example_models([args.model])
     work = Path(tempfile.mkdtemp(prefix="fresh-pa-"))
+    config_text = args.config.read_text(encoding="utf-8")
     readings: dict[int, list[tuple[float, float]]] = {c: [] for c in args.concurrency}
     for repeat in range(args.repeats):
         for concurrency in args.concurrency:
             folder = work / f"c{concurrency}-repeat-{repeat}"
-            config = mcfg.parse_config(args.config.read_text(encoding="utf-8"))
-            config.name = args.model
-            vsma.stage_model(models / args.model, config, folder / "repo")
-            with LocalLauncher().serve(folder / "repo", args.model, folder / "server.log") as server:
-                port = server.grpc_port
-                vsma.perf_analyzer(pa, args.model, port, concurrency, args.warmup_ms, folder / "w.csv", 100)
-                point = vsma.perf_analyzer(pa, args.model, port, concurrency, 2000, folder / "m.csv", 100)
+            point = vsma.measure_fresh(
+                pa, models, args.model, config_text, concurrency, folder, 2000, 100, args.warmup_ms
+            )
             if point is None:
                 print(f"concurrency {concurrency}, repeat {repeat + 1}: perf_analyzer failed ({folder})")
                 continue
