@@ -368,14 +368,14 @@ def dominated(
     if not lost[False] or not lost[True]:
         return None
     mbs = candidate.max_batch_size  # the loser nearest the candidate's max batch size stands in
-    stand_in = min(lost[candidate.dynamic_batching], key=lambda x: abs(x[0][1].max_batch_size - mbs))[0][0]
+    nearest = min(lost[candidate.dynamic_batching], key=lambda x: abs(x[0][1].max_batch_size - mbs))[0][0]
     ((off, _), off_by), ((on, _), on_by) = lost[False][0], lost[True][0]
     why = (
         f"not measured: {n} instance(s) lost without dynamic batching (trial {off.number} against "
         f"{off_by.number}) and with it (trial {on.number} against {on_by.number}); scored as trial "
-        f"{stand_in.number}"
+        f"{nearest.number}"
     )
-    return stand_in, why
+    return nearest, why
 
 
 def equivalent(a: Candidate, b: Candidate) -> bool:
