@@ -24,7 +24,8 @@ from autotune.study import Study
 from autotune.traffic import CHECK_DISTRIBUTION, check_sustained
 
 if TYPE_CHECKING:
-    from autotune.tuner import Prepared, Trials
+    from autotune.trials import Trials
+    from autotune.tuner import Prepared
 
 RAMP_S = 0.3  # warm-up before each point after a server's first one (the first gets the plan's)
 

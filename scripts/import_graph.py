@@ -42,8 +42,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # what persists: the study, the run directory
     ("record", ("autotune.study", "autotune.rundir")),
     # the jobs: tune, re-read a run, report, write back, bench
-    ("tune", ("autotune.events", "autotune.tuner", "autotune.finals", "autotune.reload",
-              "autotune.report", "autotune.writeback", "autotune.bench")),
+    ("tune", ("autotune.events", "autotune.tuner", "autotune.trials", "autotune.finals",
+              "autotune.reload", "autotune.report", "autotune.writeback", "autotune.bench")),
     # people: progress and summaries, the command line
     ("people", ("autotune._console", "autotune.cli")),
 )

@@ -14,7 +14,7 @@ from autotune import trt_build
 from autotune.errors import LaunchError, ModelNotReadyError, ServerExitedError
 from autotune.launch._base import Launcher, Ports, Server, Started, read_tail
 from autotune.search_space import Candidate
-from autotune.tuner import _reason
+from autotune.trials import _reason
 
 ONNX = """
 name: "resnet"

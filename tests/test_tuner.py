@@ -11,7 +11,8 @@ from autotune.objective import RAW, Scoring, Sla
 from autotune.rundir import RunDir, RunRecord
 from autotune.search_space import Candidate
 from autotune.settings import Launch, RunSettings
-from autotune.tuner import Trials, prepare
+from autotune.trials import Trials
+from autotune.tuner import prepare
 
 TWO_SIZES = "instance_group:\n  kind: [KIND_GPU]\n  gpus: [[0], [0, 1]]\nmax_batch_size: [8]\n"
 

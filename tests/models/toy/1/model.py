@@ -8,6 +8,7 @@ Parameters (config.pbtxt): fixed_ms, per_item_ms; "crash_on_load" = "1" makes lo
 "fault_after" = N executions: hang, or kill the whole server (as an OOM kill would);
 "fault" = "crash_once" with "fault_marker" = a path crashes as "crash" does, only while that
 file does not exist (it creates it first): a server that crashes now and then, not every time.
+"error_every" = N answers every Nth request with an error (a model that errs under load).
 """
 
 import json
@@ -34,6 +35,8 @@ class TritonPythonModel:
         self.fault_after = int(params.get("fault_after", "0"))
         self.marker = params.get("fault_marker", "")
         self.executions = 0
+        self.error_every = int(params.get("error_every", "0"))
+        self.requests = 0
 
     def execute(self, requests):
         arrays = [pb_utils.get_input_tensor_by_name(r, "x").as_numpy() for r in requests]
@@ -52,6 +55,11 @@ class TritonPythonModel:
         for a in arrays:
             part = out[start : start + len(a)]
             start += len(a)
+            self.requests += 1
+            if self.error_every and self.requests % self.error_every == 0:
+                error = pb_utils.TritonError(f"toy model told to fail every {self.error_every}th request")
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", part)]))
         return responses
 

@@ -1,0 +1,207 @@
+"""One trial, start to finish: the candidate staged and served, its goodput searched, the study told.
+
+:class:`Trials` is what the tuner (:mod:`autotune.tuner`) and the finalists' verification
+(:mod:`autotune.finals`) serve candidates through: it stages a candidate, starts its server on
+the run's launcher, measures it with the run's load, and tells the study what it measured, or
+why it failed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune import decide, finals, stopping, trt_build
+from autotune import model_config as mcfg
+from autotune.errors import (
+    AutotuneError,
+    ConfigError,
+    LaunchError,
+    MeasurementError,
+    ServerExitedError,
+    WorkloadError,
+)
+from autotune.events import Events
+from autotune.gpu import GpuProbe
+from autotune.gpu_probe import choose_probe
+from autotune.launch import Launcher, Server, failure_line, read_tail
+from autotune.loadgen import LoadGenerator
+from autotune.measure import Measurement, Point, WindowPlan, pass_plan, second_look, settled, with_bands
+from autotune.objective import Sla
+from autotune.results import TrialResult
+from autotune.rundir import RunDir
+from autotune.search_space import Candidate
+from autotune.staging import stage_model
+from autotune.study import INTERRUPTED, Asked, Study
+from autotune.traffic import requests_per_s
+
+if TYPE_CHECKING:
+    from autotune.tuner import Prepared
+
+
+class Trials:
+    """Runs trials and verifications: stages the candidate, serves it, measures, tells the study."""
+
+    def __init__(self, prep: Prepared, launcher: Launcher[Any], run: RunDir, events: Events) -> None:
+        self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run, events
+        self.data = prep.data
+        self.checked = False  # the preflight passed
+        self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
+        self.probed = False
+
+    def run(self, study: Study, results: list[TrialResult]) -> None:
+        """Ask one trial and tell its result; ``results``: every trial so far, this worker's or not."""
+        stopping.check()
+        asked = study.ask()
+        self.events.trial_started(asked.number, asked.candidate, asked.baseline)
+        self.events.trial_finished(self._measure_and_tell(study, asked, results, time.monotonic()))
+
+    def _measure_and_tell(
+        self, study: Study, asked: Asked, results: list[TrialResult], start: float
+    ) -> TrialResult:
+        earlier, why = decide.stand_in(results, asked.candidate, self.prep.scoring, asked.baseline)
+        try:
+            if earlier is not None and earlier.measurement is not None:
+                return study.tell_measured(asked, earlier.measurement, 0.0, earlier.number, why)
+            measurement = self._measure_twice(asked, results)
+            return study.tell_measured(asked, measurement, time.monotonic() - start)
+        except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed
+            tail = _tail(self.log(asked.number))
+            return study.tell_failed(asked, _reason(exc, tail), tail, time.monotonic() - start)
+        except WorkloadError:  # the data, not the config: the run stops, the trial runs again
+            study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
+            raise
+        except Exception as exc:  # a crash: recorded with its reason, never re-run; the run stops
+            tail = _tail(self.log(asked.number))
+            study.tell_failed(asked, _crash_reason(exc), tail, time.monotonic() - start)
+            raise
+        except BaseException:  # a stop request: measured again on --resume
+            study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
+            raise
+
+    def log(self, number: int) -> Path:
+        return self.run_dir.log(f"trial-{number:03d}.log")
+
+    def _measure_twice(self, asked: Asked, results: list[TrialResult]) -> Measurement:
+        """:meth:`measure` from the incumbent (:func:`decide.incumbent`), and once more on a new
+        server should the first die under load: the nvidia-pytriton wheel's tritonserver crashes
+        now and then under the python backend with dynamic batching (an assertion in gRPC's
+        sync.cc, or signal 11), and a failed config is not proposed again by the neighbour rule:
+        a mobilenet run lost its best config so and stopped after 5 trials at 1198 infer/s, where
+        the others found 1680-1760. The first server's log is kept (``trial-NNN.1.log``)."""
+        start, beat = decide.incumbent(results, self.prep.scoring, asked.candidate)
+        try:
+            return self.measure(asked, start, beat)
+        except ServerExitedError as exc:
+            log = self.log(asked.number)
+            if log.exists():
+                log.replace(log.with_suffix(".1.log"))
+            self.events.trial_retried(asked.number, str(exc).splitlines()[0])
+            return self.measure(asked, start, beat)
+
+    def generator(self, server: Server, plan: WindowPlan) -> LoadGenerator:
+        """The load for this server; the first server that answers also gets the preflight
+        (LoadGenerator.preflight: each distinct shape of the workload, then a spread of its
+        requests; a WorkloadError stops the run) and chooses the run's GPU probe (none: no sampling)."""
+        settings = self.prep.settings
+        gen = LoadGenerator.connect(
+            server.host, server.http_port, server.grpc_port, settings.model, protocol=settings.protocol,
+            plan=plan, workload=settings.workload, data=self.data, preflight=not self.checked,
+        )  # fmt: skip
+        self.data, self.checked = gen.data, True  # as the server serves the model, encoded once
+        if not self.probed:
+            self.probe, self.probed = choose_probe(server.metrics_url, settings.launch.kind), True
+        return gen.with_gpu_probe(self.probe)
+
+    def search_sla(self, candidate: Candidate) -> Sla:
+        """The SLA its search holds points to: its verification's headroom (:func:`decide.headroom`)."""
+        return decide.headroom(self.prep.settings.sla, self.prep.settings.margin, candidate)
+
+    def measure(self, asked: Asked, start: float | None = None, beat: float = 0.0) -> Measurement:
+        """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
+        candidate's level, on a server of its own, within :meth:`search_sla` (:func:`with_bands`)."""
+        settings, loader = self.prep.settings, self.prep.loader
+        search_sla, batching = self.search_sla(asked.candidate), asked.candidate.dynamic_batching
+        plan = with_bands(settings.plan, search_sla.limit_ms)
+        with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
+            first = self.generator(server, plan)  # once warm, a new level settles within a few requests
+            later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, finals.RAMP_S)))
+            shorter = later.with_plan(pass_plan(later.plan))  # a point's further passes (pass_plan)
+            done: list[Point] = []
+
+            def note(point: Point) -> Point:
+                done.append(point)
+                stopping.check()
+                self.events.point_measured(asked.number, point)
+                return point
+
+            def once(level: float, gen: LoadGenerator | None = None) -> Point:
+                return note(loader.point(gen or (later if done else first), level))
+
+            found: dict[float, Point] = {}  # level -> its settled point
+
+            def at(level: float) -> Point:  # a close call to the SLA is measured again
+                met = [p.throughput for lv, p in found.items() if lv < level and search_sla.met_by(p)]
+                floor = max(met, default=0.0)  # what a lower level served within the SLA
+                found[level] = settled(
+                    lambda: once(level), search_sla, beat, floor=floor, again=lambda: once(level, shorter)
+                )
+                return found[level]
+
+            def first_guess() -> float:  # an open loop's first candidate: the rate one client gets
+                return requests_per_s(note(first.at_concurrency(1)))
+
+            try:
+                searched = loader.search(at, search_sla, self.prep.space, start, beat, first_guess, batching)
+                return second_look(searched, lambda lv: once(lv, shorter), search_sla, beat)  # read low?
+            except MeasurementError as exc:
+                if _died(server):  # the server died under load (a crash, an OOM kill)
+                    raise ServerExitedError(f"{server.description} exited during the measurement") from exc
+                raise
+
+    @contextmanager
+    def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[Server]:
+        """The candidate staged (a repository of links and its config.pbtxt) and served (a config
+        with TensorRT gets --trt-build-timeout-s to build its engine); the staged folder is
+        removed when the server's context ends."""
+        config = mcfg.apply_candidate(self.prep.original, candidate)
+        stage = self.run_dir.stage(stage_name)
+        try:
+            stage_model(self.prep.model_dir, config, stage)
+            s = self.prep.settings
+            with trt_build.serving(self.launcher, stage, s.model, log, config, s.trt_build_timeout_s) as srv:
+                yield srv
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def _died(server: Server, settle_s: float = 1.0) -> bool:
+    """Whether the server is gone (a killed process closes its sockets a moment before it is reaped)."""
+    deadline = time.monotonic() + settle_s
+    while server.alive():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _tail(log: Path) -> str:
+    return read_tail(log, 40) if log.exists() else ""
+
+
+def _reason(exc: AutotuneError, tail: str) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    detail = failure_line(tail)
+    return f"{first} — {detail}" if detail and detail not in first else first
+
+
+def _crash_reason(exc: Exception) -> str:
+    if isinstance(exc, AutotuneError):
+        return _reason(exc, "")
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"internal error: {type(exc).__name__}" + (f": {text}" if text else "")
