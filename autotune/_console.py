@@ -11,9 +11,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from autotune import hostlock
 from autotune.events import Events
 from autotune.gpu import GpuFigures, peak_memory_mb
-from autotune.measure import Point
+from autotune.hostlock import Holder
+from autotune.measure import Point, errors_line
 from autotune.objective import RAW, Scoring
 from autotune.report import gpu_summary
 from autotune.results import COMPLETE, Outcome, Recommendation, TrialResult, recommendation
@@ -52,6 +54,9 @@ class RichEvents(Events):
 
     def __exit__(self, *exc: Any) -> None:
         self._progress.__exit__(*exc)
+
+    def waiting(self, holder: Holder | None) -> None:
+        self._log(hostlock.waiting(holder))
 
     def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
         self.run_dir = run_dir
@@ -127,9 +132,11 @@ def _trial_line(
                 f"{head}: cannot beat the best, p{pct} {latency:.1f} ms at {point.where}, not refined{note}"
             )
         memory = _memory_over(point, memory_limit)
-        return f"{head}: misses the SLA even at {point.where} (p{pct} {latency:.1f} ms{memory}){note}"
+        errors = f"; {errors_line([point])}" if point.errors else ""
+        return f"{head}: misses the SLA even at {point.where} (p{pct} {latency:.1f} ms{memory}{errors}){note}"
     pruned = ", not refined: cannot beat the best" if result.measurement.pruned else ""
-    note = f"\n    {result.measurement.note}" if result.measurement.note else ""
+    notes = [result.measurement.note, errors_line(result.measurement.points)]
+    note = "".join(f"\n    {n}" for n in notes if n)
     return (
         f"{head}: {best.throughput:.0f} infer/s{_per_gpu(best.throughput, result, scoring)} at {best.where}, "
         f"p{pct} {best.latency_ms(pct):.1f} ms ({result.duration_s:.0f} s{pruned}){note}"

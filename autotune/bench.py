@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune import hostlock
 from autotune.errors import UsageError
 from autotune.measure import WARNING_TEXT, Point
 from autotune.settings import Workload, add_workload_arguments, workload_from_args
@@ -100,6 +101,11 @@ def add_parser(sub: Any) -> None:
     bench.add_argument("--workers", type=int, default=1, help="load generator processes (default 1)")
     bench.add_argument("--csv", type=Path, help="write the levels as CSV here")
     bench.add_argument("--json", type=Path, help="write the levels as JSON here")
+    bench.add_argument(
+        "--wait",
+        action="store_true",
+        help="if another autotune command is measuring on this machine, wait for it (default: refuse)",
+    )
     add_workload_arguments(bench)
     bench.set_defaults(handler=run)
 
@@ -164,10 +170,26 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from autotune.loadgen import LoadGenerator, WindowPlan
-
     settings = settings_from(args)
     err = Console(stderr=True, highlight=False)
+    with hostlock.measuring(
+        "autotune bench", wait=args.wait, waiting=lambda h: err.print(hostlock.waiting(h))
+    ):
+        points = _measure(settings, err)
+    _write_outputs(settings, points)
+    out = Console(highlight=False)
+    if not out.is_terminal:  # a pipe or a file: do not squeeze the table into 80 columns
+        out = Console(highlight=False, width=200)
+    out.print(render_table(settings, points))
+    for name in sorted({w for p in points for w in p.warnings}):
+        err.print(f"[yellow]warning[/] {name}: {WARNING_TEXT.get(name, '')}")
+    return 0
+
+
+def _measure(settings: BenchSettings, err: Any) -> list[Point]:
+    """Every level, in turn, each reported on ``err`` as it is measured."""
+    from autotune.loadgen import LoadGenerator, WindowPlan
+
     plan = WindowPlan(
         window_s=settings.window_s,
         warmup_s=settings.warmup_s,
@@ -190,14 +212,7 @@ def run(args: argparse.Namespace) -> int:
             point = gen.at_rate(float(level), settings.distribution)
         err.print(_progress_line(point))
         points.append(point)
-    _write_outputs(settings, points)
-    out = Console(highlight=False)
-    if not out.is_terminal:  # a pipe or a file: do not squeeze the table into 80 columns
-        out = Console(highlight=False, width=200)
-    out.print(render_table(settings, points))
-    for name in sorted({w for p in points for w in p.warnings}):
-        err.print(f"[yellow]warning[/] {name}: {WARNING_TEXT.get(name, '')}")
-    return 0
+    return points
 
 
 # ---------------------------------------------------------------- data

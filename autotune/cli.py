@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import __version__, stopping
 from autotune.decide import IMPROVEMENT
-from autotune.errors import AutotuneError, MeasurementError, UsageError
+from autotune.errors import AutotuneError, DiskFullError, MeasurementError, UsageError
 from autotune.objective import Sla
+from autotune.results import FAIL
 from autotune.settings import (
     LAUNCHERS,
-    TRT_BUILD_TIMEOUT_S,
     DockerOptions,
     Launch,
     LocalOptions,
     RemoteOptions,
+    RunOptions,
     RunSettings,
     add_traffic_arguments,
     add_workload_arguments,
@@ -31,10 +33,12 @@ from autotune.settings import (
 )
 
 if TYPE_CHECKING:
+    from autotune.results import Outcome
     from autotune.rundir import RunRecord
 
 # what counts as progress, and as a finalist worth verifying ("%%": argparse formats help text)
 GAIN = f"{IMPROVEMENT * 100:g}%%"
+DEFAULTS = RunOptions()  # each option's default, in one place
 
 EPILOG_RUN = """examples:
   autotune run --model bertQA --sla-p95-ms 50
@@ -82,21 +86,25 @@ def _add_run(sub: Any) -> None:
         description="Search Triton configs (instances, batching, ...) for the highest throughput "
         "that meets a latency SLA, measured on a real server.",
     )
-    run.add_argument("--model", required=True, help="the model's directory name in the repository")
+    run.add_argument(
+        "--model",
+        help="the model's directory name in the repository (or the model's folder itself, e.g. "
+        "model_repository/bertQA/, when --model-repository is not given); --resume: the run's",
+    )
     run.add_argument(
         "--model-repository",
         type=Path,
         default=None,
         help="Triton model repository (default: ./model_repository, else examples/model_repository)",
     )
-    sla = run.add_mutually_exclusive_group(required=True)
+    sla = run.add_mutually_exclusive_group()
     for p in (50, 90, 95, 99):
         sla.add_argument(
             f"--sla-p{p}-ms",
             type=float,
             metavar="MS",
             dest=f"sla_p{p}",
-            help=f"latency SLA on the {p}th percentile, in milliseconds"
+            help=f"latency SLA on the {p}th percentile, in milliseconds (one is needed; --resume: the run's)"
             if p in (95, 99)
             else argparse.SUPPRESS,
         )
@@ -115,44 +123,52 @@ def _add_run(sub: Any) -> None:
         help="search space YAML, or the name of a bundled one: default (the default), gpu (instances "
         "per GPU, bigger batches, TensorRT FP16), model_analyzer",
     )
-    budget = run.add_argument_group("budget (whichever ends first)")
-    budget.add_argument("--max-trials", type=int, default=20, help="configs to try (default 20)")
+    budget = run.add_argument_group(
+        "budget (whichever ends first; --resume keeps the run's, and its other options, unless given)"
+    )
+    budget.add_argument("--max-trials", type=int, help=f"configs to try (default {DEFAULTS.max_trials})")
     budget.add_argument(
         "--time-budget",
-        default="12m",
-        help="wall time for the search, e.g. 90s, 10m, 1h (default 12m; 'none' for no limit)",
+        help="wall time for the search, counted over every --resume, e.g. 90s, 10m, 1h "
+        f"(default {(DEFAULTS.time_budget_s or 0) / 60:g}m; 'none' for no limit)",
     )
     budget.add_argument(
         "--patience",
         type=int,
-        default=4,
         help=f"stop after this many measured configs in a row without a goodput {GAIN} better "
         "than the best, once every one-step change of the best config (an instance more or fewer, "
         "unless that step lost elsewhere without batching, "
         "batching on or off, the next max batch size, queue delay or preferred size) is measured "
-        "too (default 4; 0: never)",
+        f"too (default {DEFAULTS.patience}; 0: never)",
     )
     run.add_argument(
         "--launcher",
         choices=LAUNCHERS,
-        default="local",
         help="where Triton runs: a local process (default), a docker container, a remote server",
     )
     run.add_argument(
         "--protocol",
         choices=("http", "grpc"),
-        default="http",
         help="protocol candidates are measured over (default http); near saturation the two can differ: "
         "grpc to compare with Model Analyzer (docs/loadgen.md)",
     )
-    run.add_argument("--write-back", action="store_true", help="write the winner into the model repository")
+    run.add_argument(
+        "--write-back", action="store_true", default=None, help="write the winner into the model repository"
+    )
     run.add_argument("--reports-dir", type=Path, default=Path("reports"), help="where run directories go")
     run.add_argument(
         "--resume",
         type=Path,
         metavar="RUN_DIR",
-        help="continue an interrupted run "
-        "(the same command again also resumes the newest unfinished run of the model)",
+        help="continue an interrupted run with its own model, SLA, repository, workload, traffic, "
+        "launcher and options (the same command again also resumes the newest unfinished run of "
+        "the model)",
+    )
+    run.add_argument(
+        "--wait",
+        action="store_true",
+        help="if another autotune command is measuring on this machine, wait for it to finish "
+        "(default: refuse, naming it: two measurements at once would each read the other's load)",
     )
     run.add_argument("--fresh", action="store_true", help="start a new run even if an unfinished one exists")
     run.add_argument("--seed", type=int, help="sampler seed, for reproducible searches")
@@ -161,41 +177,42 @@ def _add_run(sub: Any) -> None:
     run.add_argument(
         "--margin",
         type=float,
-        default=0.10,
         help="latency headroom kept under the SLA: while searching, a point counts as meeting "
         "the SLA only below (1 - margin) x the limit (1 - 2 x margin with dynamic batching, where "
         "other load generators read the tail highest), and every verification repeat of a "
         "finalist must stay below that too (else a lower level is verified), so that "
-        "re-measuring the winner meets it (default 0.10 = 10%%)",
+        f"re-measuring the winner meets it (default {DEFAULTS.margin:g} = {DEFAULTS.margin * 100:g}%%)",
     )
     run.add_argument(
         "--finalists",
         type=int,
-        default=2,
-        help="top configs re-measured at the end (default 2); one after a finalist that met the SLA "
-        f"every time only if it could beat it by {GAIN}",
+        help=f"top configs re-measured at the end (default {DEFAULTS.finalists}); one after a finalist "
+        f"that met the SLA every time only if it could beat it by {GAIN}",
     )
-    run.add_argument("--repeats", type=int, default=3, help="re-measurements of each finalist (default 3)")
+    run.add_argument(
+        "--repeats", type=int, help=f"re-measurements of each finalist (default {DEFAULTS.repeats})"
+    )
     run.add_argument(
         "--no-open-loop-check",
-        action="store_true",
+        dest="open_loop_check",
+        action="store_false",
+        default=None,
         help="--load concurrency: skip the short check, at the end, of what arrival rate the winner sustains "
         "within the SLA under Poisson arrivals (a few points on one more server)",
     )
     run.add_argument(
         "--window",
         type=float,
-        default=0.5,
         help="measurement window in seconds while searching; finalists are verified with "
-        "windows twice as long (default 0.5)",
+        f"windows twice as long (default {DEFAULTS.window:g})",
     )
     run.add_argument(
         "--trt-build-timeout-s",
         type=float,
-        default=TRT_BUILD_TIMEOUT_S,
         metavar="S",
         help="how long a candidate with TensorRT (FP16) may take to load: its engine is built then, "
-        "which takes minutes; a build that runs longer fails that trial, saying so (default %(default).0f)",
+        "which takes minutes; a build that runs longer fails that trial, saying so "
+        f"(default {DEFAULTS.trt_build_timeout_s:.0f})",
     )
     add_workload_arguments(run)
     add_traffic_arguments(run)
@@ -213,18 +230,15 @@ def _add_launcher_options(run: Any) -> None:
         help="the tritonserver binary (default: on PATH, else the nvidia-pytriton wheel's)",
     )
     docker = run.add_argument_group("--launcher docker (a container per trial)")
-    docker.add_argument("--image", default=DockerOptions.image, help="Triton image (default %(default)s)")
-    docker.add_argument("--gpus", default="", help="'all' or GPU ids like 0,1 (default: none)")
-    docker.add_argument(
-        "--shm-size", default=DockerOptions.shm_size, help="/dev/shm size (default %(default)s)"
-    )
-    docker.add_argument("--pull", action="store_true", help="pull the image if it is missing")
+    docker.add_argument("--image", help=f"Triton image (default {DockerOptions.image})")
+    docker.add_argument("--gpus", help="'all' or GPU ids like 0,1 (default: none)")
+    docker.add_argument("--shm-size", help=f"/dev/shm size (default {DockerOptions.shm_size})")
+    docker.add_argument("--pull", action="store_true", default=None, help="pull the image if it is missing")
     remote = run.add_argument_group("--launcher remote (a running server in explicit model-control mode)")
-    remote.add_argument("--url", default="", help="HOST:HTTP_PORT of the server")
-    remote.add_argument("--grpc-url", default="", help="HOST:GRPC_PORT (default: the HTTP port + 1)")
+    remote.add_argument("--url", help="HOST:HTTP_PORT of the server")
+    remote.add_argument("--grpc-url", help="HOST:GRPC_PORT (default: the HTTP port + 1)")
     remote.add_argument(
         "--metrics-url",
-        default="",
         help="the server's Prometheus metrics, where its GPUs and their figures are read "
         "(default: http://HOST:8002/metrics, HOST of --url)",
     )
@@ -258,83 +272,151 @@ def _add_clean(sub: Any) -> None:
 # ---------------------------------------------------------------- handlers
 
 
-def _sla(args: argparse.Namespace) -> Sla:
+def _sla(args: argparse.Namespace, record: RunRecord | None) -> Sla:
+    """The SLA given, else the resumed run's; its GPU memory limit, when not given, the run's own."""
+    kept = record.sla.max_gpu_memory_mb if record is not None else None
+    memory = kept if args.max_gpu_memory_mb is None else args.max_gpu_memory_mb
     for p in (50, 90, 95, 99):
         value = getattr(args, f"sla_p{p}")
         if value is not None:
-            return Sla(p, value, args.max_gpu_memory_mb)
-    raise UsageError("give an SLA, e.g. --sla-p95-ms 50")
+            return Sla(p, value, memory)
+    if record is not None:
+        return replace(record.sla, max_gpu_memory_mb=memory)
+    raise UsageError("give an SLA, e.g. --sla-p95-ms 50 (or --resume RUN_DIR)")
 
 
-def _repository(args: argparse.Namespace) -> Path:
-    if args.model_repository is not None:
-        return Path(args.model_repository)
+def _model(args: argparse.Namespace, record: RunRecord | None) -> tuple[str, Path]:
+    """The model's name and repository: as given (``--model`` may name the model's folder, as a
+    shell completes it: ``cnn/``, or ``model_repository/cnn/`` without --model-repository),
+    else the resumed run's, else ./model_repository or examples/model_repository."""
+    given, repository = args.model, args.model_repository
+    if given is None:
+        if record is None:
+            raise UsageError("give --model NAME (or --resume RUN_DIR)")
+        return record.model, Path(repository) if repository is not None else record.repository
+    name = given.rstrip("/")
+    if "/" in name:
+        folder = Path(name)
+        if repository is not None or not folder.is_dir():
+            raise UsageError(
+                f"--model takes the model's name, its folder in the repository: got {given!r}",
+                hint=f"--model {folder.name} --model-repository {folder.parent}",
+            )
+        return folder.name, folder.parent
+    if not name:
+        raise UsageError(f"--model takes the model's name, got {given!r}")
+    if repository is not None:
+        return name, Path(repository)
+    if record is not None:
+        return name, record.repository
     for candidate in (Path("model_repository"), Path("examples/model_repository")):
         if candidate.is_dir():
-            return candidate
+            return name, candidate
     raise UsageError("no model repository: give --model-repository DIR")
 
 
-def settings_from(args: argparse.Namespace) -> RunSettings:
+LAUNCH_FLAGS = (
+    "launcher",
+    "tritonserver",
+    "image",
+    "gpus",
+    "shm_size",
+    "pull",
+    "url",
+    "grpc_url",
+    "metrics_url",
+)
+
+
+def _launch(args: argparse.Namespace, record: RunRecord | None) -> Launch:
+    """The launcher and its options as given; none given: the resumed run's, else the defaults."""
+    if record is not None and all(getattr(args, name) is None for name in LAUNCH_FLAGS):
+        return record.launch
+    default = DockerOptions()
+    docker = DockerOptions(
+        image=args.image or default.image,
+        gpus=args.gpus or "",
+        shm_size=args.shm_size or default.shm_size,
+        pull=bool(args.pull),
+    )
+    remote = RemoteOptions(args.url or "", args.grpc_url or "", args.metrics_url or "")
+    return Launch(
+        args.launcher or "local", local=LocalOptions(args.tritonserver), docker=docker, remote=remote
+    )
+
+
+def _options(args: argparse.Namespace, record: RunRecord | None) -> RunOptions:
+    """Each option as given, else the resumed run's own, else its default."""
+    kept = record.options if record is not None else DEFAULTS
+    given = {f.name: getattr(args, f.name, None) for f in fields(RunOptions)}
+    if args.time_budget is not None:
+        budget = str(args.time_budget).strip().lower()
+        given["time_budget_s"] = None if budget == "none" else parse_duration(args.time_budget)
+    else:
+        given["time_budget_s"] = kept.time_budget_s
+    if args.search_space is not None:
+        given["search_space"] = str(args.search_space)
+    return RunOptions(
+        **{name: getattr(kept, name) if value is None else value for name, value in given.items()}
+    )
+
+
+def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> RunSettings:
+    """The run's settings: each flag as given, else (``record``: a run to resume) the run's
+    own, else its default."""
     from autotune.measure import DECIDED, WindowPlan, verdict_bands
 
-    sla = _sla(args)
-    budget = None if str(args.time_budget).lower() == "none" else parse_duration(args.time_budget)
-    if args.window <= 0:
-        raise UsageError(f"--window must be > 0, got {args.window}")
-    if args.finalists < 0 or args.repeats < 0:
+    opts = _options(args, record)
+    model, repository = _model(args, record)
+    if opts.window <= 0:
+        raise UsageError(f"--window must be > 0, got {opts.window}")
+    if opts.finalists < 0 or opts.repeats < 0:
         raise UsageError("--finalists and --repeats must be >= 0")
-    clear_ms, over_ms = verdict_bands(sla.tightened(args.margin).limit_ms)  # a trial: its own (with_bands)
-    launch = Launch(
-        args.launcher,
-        local=LocalOptions(args.tritonserver),
-        docker=DockerOptions(image=args.image, gpus=args.gpus, shm_size=args.shm_size, pull=args.pull),
-        remote=RemoteOptions(args.url, args.grpc_url, args.metrics_url),
-    )
-    return RunSettings(
-        model=args.model,
-        repository=_repository(args),
+    sla = _sla(args, record)
+    settings = RunSettings(
+        model=model,
+        repository=repository,
         sla=sla,
-        search_space=args.search_space,
-        max_trials=args.max_trials,
-        time_budget_s=budget,
-        patience=args.patience,
-        launch=launch,
-        workload=workload_from_args(args),
-        traffic=traffic_from_args(args),
-        write_back=args.write_back,
+        search_space=Path(opts.search_space) if opts.search_space else None,
+        max_trials=opts.max_trials,
+        time_budget_s=opts.time_budget_s,
+        patience=opts.patience,
+        launch=_launch(args, record),
+        workload=workload_from_args(args) if record is None or workload_given(args) else record.workload,
+        traffic=traffic_from_args(args) if record is None or traffic_given(args) else record.traffic,
+        write_back=opts.write_back,
         reports_dir=args.reports_dir,
         run_dir=args.resume,
-        protocol=args.protocol,
-        seed=args.seed,
+        protocol=args.protocol or (record.protocol if record is not None else "http"),
+        seed=opts.seed,
         storage=args.storage,
         study_name=args.study_name,
-        plan=WindowPlan(
-            window_s=args.window,
-            warmup_s=max(args.window, 1.0),
-            percentile=sla.percentile,
-            fail_ms=DECIDED * sla.limit_ms,
-            clear_ms=clear_ms,
-            over_ms=over_ms,
-        ),
-        finalists=args.finalists,
-        repeats=args.repeats,
-        margin=args.margin,
-        open_loop_check=not args.no_open_loop_check,
-        trt_build_timeout_s=args.trt_build_timeout_s,
+        finalists=opts.finalists,
+        repeats=opts.repeats,
+        margin=opts.margin,  # checked here, before the SLA is tightened by it
+        open_loop_check=opts.open_loop_check,
+        trt_build_timeout_s=opts.trt_build_timeout_s,
     )
+    clear_ms, over_ms = verdict_bands(sla.tightened(opts.margin).limit_ms)  # a trial: its own (with_bands)
+    plan = WindowPlan(
+        window_s=opts.window,
+        warmup_s=max(opts.window, 1.0),
+        percentile=sla.percentile,
+        fail_ms=DECIDED * sla.limit_ms,
+        clear_ms=clear_ms,
+        over_ms=over_ms,
+    )
+    return replace(settings, plan=plan)
 
 
-def resumed(settings: RunSettings, args: argparse.Namespace, record: RunRecord) -> RunSettings:
-    """--resume without the workload, traffic or GPU memory flags: the run's own."""
-    if not workload_given(args):
-        settings = replace(settings, workload=record.workload)
-    if not traffic_given(args):
-        settings = replace(settings, traffic=record.traffic)
-    if args.max_gpu_memory_mb is None:
-        sla = replace(settings.sla, max_gpu_memory_mb=record.sla.max_gpu_memory_mb)
-        settings = replace(settings, sla=sla)
-    return settings
+def resume_line(run_dir: Path, storage: str | None) -> str:
+    """The command that continues the run in ``run_dir`` (its model, SLA, repository, workload,
+    traffic, launcher and options come from its run.json): a storage whose password is hidden
+    there must be given again."""
+    line = f"autotune run --resume {shlex.quote(str(run_dir))}"
+    if storage and "***" in storage:
+        line += " --storage URL (the study's URL, with its password)"
+    return line
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -343,14 +425,14 @@ def _run(args: argparse.Namespace) -> int:
     from autotune.launch import server_gpus
     from autotune.rundir import RunDir, find_unfinished
 
-    settings = settings_from(args)
-    if settings.run_dir is not None:
-        settings = resumed(settings, args, RunDir.load(settings.run_dir).record)
+    record = RunDir.load(args.resume).record if args.resume is not None else None
+    settings = settings_from(args, record)
     if settings.run_dir is None and not args.fresh:
         unfinished = find_unfinished(settings)
         if unfinished is not None:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
-            settings = replace(settings, run_dir=unfinished)
+            record = RunDir.load(unfinished).record
+            settings = replace(settings_from(args, record), run_dir=unfinished)
     gpus = server_gpus(settings.launch)
     if gpus.note:
         print(gpus.note, file=sys.stderr)
@@ -358,39 +440,54 @@ def _run(args: argparse.Namespace) -> int:
     count = len(prep.data.entries) if prep.data else 1
     entries = f" ({count} entries, sent in turn)" if count > 1 else ""
     print(f"workload: {settings.workload.label}{entries}; {settings.traffic.label}", file=sys.stderr)
+    for note in prep.notes:
+        print(f"note: {note}", file=sys.stderr)
     events = RichEvents(settings.sla.percentile, prep.scoring, settings.sla.max_gpu_memory_mb)
     try:
         with events:
-            outcome = tuner.tune(prep, events)
+            outcome = tuner.tune(prep, events, wait=args.wait)
     except KeyboardInterrupt:
-        memory = settings.sla.max_gpu_memory_mb
-        ceiling = f"--max-gpu-memory-mb {memory:g}" if memory else ""
-        flags = " ".join(f for f in (ceiling, settings.workload.flags, settings.traffic.flags) if f)
-        where = f" {flags}" if flags else ""
-        where += f" --resume {events.run_dir}" if events.run_dir else ""
-        print(
-            f"\ninterrupted: servers stopped, finished trials kept; continue with: autotune run "
-            f"--model {settings.model} --sla-p{settings.sla.percentile}-ms {settings.sla.limit_ms:g}{where}",
-            file=sys.stderr,
-        )
+        if events.run_dir is None:
+            print("\ninterrupted before the run started: nothing was written", file=sys.stderr)
+            return 130
+        line = resume_line(events.run_dir, record.storage if record else settings.storage)
+        print(f"\ninterrupted: servers stopped, finished trials kept; continue with: {line}", file=sys.stderr)
         return 130
+    except DiskFullError as exc:
+        where = events.run_dir or settings.run_dir
+        exc.hint = (
+            f"free space on that disk, then continue with: {resume_line(where, settings.storage)}"
+            if where
+            else exc.hint
+        )
+        raise
     print_summary(outcome)
     if outcome.all_failed:
         raise MeasurementError(
-            f"every trial failed: no config could be measured (reasons: {outcome.run_dir / 'report.html'})",
-            hint="the first trial is your own config: look at its reason and server log",
+            f"every trial failed: {_first_reason(outcome)}",
+            hint=f"each trial's reason and server log: {outcome.run_dir / 'report.html'}",
         )
     if settings.write_back and outcome.winner is not None:
         return _write_back(outcome.run_dir, verify=True)
     return 0
 
 
+def _first_reason(outcome: Outcome) -> str:
+    """Why the trials failed: the first one's reason (the baseline's, your own config), and how
+    many others failed otherwise."""
+    reasons = [t.reason for t in outcome.trials if t.state == FAIL and not t.interrupted and t.reason]
+    if not reasons:
+        return "no config could be measured"
+    others = len([r for r in reasons[1:] if r != reasons[0]])
+    return reasons[0] + (f" ({others} other trial(s) failed otherwise)" if others else "")
+
+
 def _apply(args: argparse.Namespace) -> int:
     if args.undo:
         from autotune.writeback import undo
 
-        path = undo(args.run_dir)
-        print(f"restored {path} from its backup")
+        path, restored = undo(args.run_dir)
+        print(f"restored {path} from its backup" if restored else f"{path} already holds the original config")
         return 0
     return _write_back(args.run_dir, verify=not args.no_verify)
 

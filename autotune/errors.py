@@ -20,6 +20,8 @@ optuna, OS) are translated where they enter, with ``raise ... from exc``.
     │                                       the run stops (not one trial's failure)
     ├── MeasurementError           exit 4   the load generator could not measure; every trial failed
     ├── StudyError                 exit 5   the study storage is unusable
+    │   └── DiskFullError                   the disk of the run directory filled up: the run
+    │                                       stopped, its trials and report kept (--resume)
     └── WriteBackError             exit 6   the config could not be written back safely
 """
 
@@ -101,6 +103,12 @@ class MeasurementError(AutotuneError):
 class StudyError(AutotuneError):
     exit_code = 5
     hint = "check the study storage URL / run directory"
+
+
+class DiskFullError(StudyError):
+    """The disk that holds the run directory (and its study) filled up during the run."""
+
+    hint = "free space on that disk, then continue with the --resume line above"
 
 
 class WriteBackError(AutotuneError):

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotune.hostlock import Holder
 from autotune.measure import Point
 from autotune.results import TrialResult
 from autotune.search_space import Candidate
 
 
 class Events:
+    def waiting(self, holder: Holder | None) -> None:
+        """Another command holds the machine's measurement lock (``holder``: who, when it can be
+        told); the run waits for it."""
+
     def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
         """The run directory exists; ``total`` trials at most, within ``budget_s`` (None: no limit)."""
 

@@ -1,7 +1,9 @@
-"""Writing files so that a reader, or a run stopped at any instant, never sees half of one."""
+"""Writing files so that a reader, or a run stopped at any instant, never sees half of one;
+and room on the disk for the writes that must not fail (:class:`Room`)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tempfile
@@ -61,3 +63,69 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+# ---------------------------------------------------------------- room on the disk
+
+ROOM_NAME = ".room"  # a run directory's reserved space (see Room)
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes free for this user on the file system that holds ``path`` (or its nearest
+    existing parent)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    stat = os.statvfs(probe)
+    return stat.f_bavail * stat.f_frsize
+
+
+def disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it was raised from, says the disk is full: an OSError
+    ENOSPC or EDQUOT, or SQLite's "database or disk is full" (which reaches us wrapped)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "database or disk is full" in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def mib(size: float) -> str:
+    """``12.5 MiB``."""
+    return f"{size / 2**20:.1f} MiB"
+
+
+class Room:
+    """Space kept free on a disk for the writes that must not fail: a file of ``size`` bytes
+    allocated now (:data:`ROOM_NAME` in ``folder``) and given back by :meth:`release` just
+    before them. A disk that fills up meanwhile (another program, a log) then still has room
+    for what this file held."""
+
+    def __init__(self, folder: Path, size: int) -> None:
+        self.path = folder / ROOM_NAME
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            _allocate(fd, size)
+        except OSError:  # not enough even for this: the writes that follow will say so
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
+
+    def release(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _allocate(fd: int, size: int) -> None:
+    """``size`` bytes of disk for the file: allocated, or (a file system that cannot) written."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise
+    block = bytes(1 << 20)
+    for start in range(0, size, len(block)):
+        os.pwrite(fd, block[: size - start], start)

@@ -135,6 +135,13 @@ class Point:
     # over the kept windows: every answer in flight waited for it (autotune.loadgen._load)
     client_stalls: int = 0
     client_stall_ms: float = 0.0
+    first_error: str = ""  # the first error the server answered over the kept windows ("" none)
+
+    @property
+    def error_rate(self) -> float:
+        """The share of the requests answered that were errors (0.0 without any)."""
+        answered = self.requests + self.errors
+        return self.errors / answered if answered else 0.0
 
     @property
     def trusted(self) -> bool:
@@ -347,10 +354,22 @@ def second_look(
     return replace(found, points=points, best=best_point(points, sla))
 
 
+def errors_line(points: Sequence[Point]) -> str:
+    """The errors of some points in a line: the worst share of requests answered with errors,
+    where, and the server's first error text ("" when none erred)."""
+    erred = [p for p in points if p.errors]
+    if not erred:
+        return ""
+    worst = max(erred, key=lambda p: p.error_rate)
+    text = next(p.first_error for p in erred if p.first_error) if any(p.first_error for p in erred) else ""
+    first = f" (first: {text})" if text else ""
+    return f"{worst.error_rate:.0%} of requests answered with errors at {worst.where}{first}"
+
+
 def merged(points: Sequence[Point]) -> Point:
     """Passes at one level as one point: the median of each figure (throughput, each latency,
     the send rate), the sums of the counts (requests, errors, seconds, windows, passes, the client's
-    stalls and their time), stable only if
+    stalls and their time), the first pass's error text, stable only if
     every pass was, every warning of any pass, the last pass's server breakdown, and each GPU's
     figures merged (:func:`autotune.gpu.merge`: median utilisation and power, maximum memory)."""
     if len(points) == 1:
@@ -380,6 +399,7 @@ def merged(points: Sequence[Point]) -> Point:
         gpus=gpu.merge([p.gpus for p in points]),
         client_stalls=sum(p.client_stalls for p in points),
         client_stall_ms=sum(p.client_stall_ms for p in points),
+        first_error=next((p.first_error for p in points if p.first_error), ""),
     )
 
 

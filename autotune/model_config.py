@@ -48,6 +48,26 @@ def model_dir(repository: Path, model: str) -> Path:
     return path
 
 
+def check_versions(path: Path, config: ModelConfig) -> None:
+    """The model folder ``path`` holds a version its ``version_policy`` serves (a numbered folder:
+    ``1/``); else a ConfigError in Triton's words, before any server is started for it."""
+    versions = sorted(int(p.name) for p in path.iterdir() if p.is_dir() and p.name.isdigit())
+    if not versions:
+        raise ConfigError(
+            f"{path}: no version folder: Triton serves a model from a numbered folder beside its "
+            f"config.pbtxt ({path / '1'}/ holding the model's files) and says 'No model version was found'"
+        )
+    policy = config.version_policy
+    if policy.WhichOneof("policy_choice") == "specific":
+        wanted = sorted(policy.specific.versions)
+        if not set(wanted) & set(versions):
+            raise ConfigError(
+                f"{path}: version_policy asks for version(s) {', '.join(map(str, wanted))}, its folders "
+                f"hold {', '.join(map(str, versions))}: Triton says 'at least one version must be "
+                "available under the version policy'"
+            )
+
+
 def parse_config(text: str, origin: str = "config.pbtxt") -> ModelConfig:
     """Parse protobuf text format; translate protobuf errors into ConfigError."""
     config = mc.ModelConfig()

@@ -2,9 +2,10 @@
 
     reports/<model>/<run-id>/
       run.json          RunRecord: settings that must not change on --resume, the launcher and
-                        its options, the owner process, the winner and the verifications
+                        its options, the run's options (budget, margin, windows) that --resume
+                        keeps, the owner process, the winner and the verifications
       study.db          the Optuna study (unless --storage names another)
-      logs/  stage/     server logs; staged repositories of running trials
+      logs/             server logs (candidates are staged elsewhere: autotune.staging)
       winner.pbtxt  winner.diff  report.html  trials.csv
 
 The tuner creates and updates it, ``autotune report`` (:mod:`autotune.reload`) and ``autotune
@@ -25,7 +26,7 @@ from autotune.files import write_text_atomic
 from autotune.objective import Scoring, Sla
 from autotune.processes import Owner
 from autotune.results import OpenLoopCheck, RunInfo, Verification
-from autotune.settings import Launch, RunSettings, Traffic, Workload
+from autotune.settings import Launch, RunOptions, RunSettings, Traffic, Workload
 
 RUN_FILE = "run.json"
 WINNER_CONFIG = "winner.pbtxt"
@@ -53,6 +54,8 @@ class RunRecord:
     traffic: Traffic = field(default_factory=Traffic)  # closed loop or arrivals at a rate
     open_loop: OpenLoopCheck | None = None  # a concurrency run: the winner's sustained arrival rate
     scoring: Scoring = field(default_factory=Scoring)  # goodput or goodput per GPU: decided once, kept
+    options: RunOptions = field(default_factory=RunOptions)  # budget, margin, windows: --resume keeps them
+    searched_s: float = 0.0  # the search's time so far, over every resume: its time budget counts it
 
     def differences(self, settings: RunSettings) -> list[str]:
         """What a command would change of this run if it continued it (nothing may change: the
@@ -102,6 +105,8 @@ class RunRecord:
             "winner": self.winner,
             "verifications": [v.to_json() for v in self.verifications],
             "open_loop": self.open_loop.to_json() if self.open_loop else None,
+            "options": self.options.to_json(),
+            "searched_s": round(self.searched_s, 3),
         }
 
     @classmethod
@@ -129,6 +134,8 @@ class RunRecord:
             finished=str(data.get("finished") or ""),
             winner=data.get("winner"),
             verifications=tuple(Verification.from_json(v) for v in data.get("verifications", [])),
+            options=RunOptions.from_json(data.get("options")),
+            searched_s=float(data.get("searched_s", 0.0)),
         )
 
 
@@ -170,9 +177,6 @@ class RunDir:
 
     def log(self, name: str) -> Path:
         return self.path / "logs" / name
-
-    def stage(self, name: str) -> Path:
-        return self.path / "stage" / name
 
     def study_url(self, storage: str | None = None) -> str:
         """Where the study lives: ``storage`` (the full URL, password included) when given,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -361,17 +361,66 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
 
 
 @dataclass(frozen=True)
+class RunOptions:
+    """How a run searches and measures, as ``autotune run``'s flags gave it: what a run directory
+    records, and what ``--resume`` keeps of the run it continues unless a flag is given again.
+    Each field's default is the one source of that flag's default."""
+
+    search_space: str = ""  # a YAML file (recorded absolute) or a bundled space's name; "": the default
+    max_trials: int = 20
+    time_budget_s: float | None = 12 * 60.0  # None: no limit
+    # Stop after this many measured configs in a row without a better goodput; 0: off. 4, not 5:
+    # in benchmarks/experiments/search_replay.py the fifth config cost one more config per run
+    # (and runs of 11 or more configs twice as often) for under 1% of goodput, inside the noise.
+    patience: int = 4
+    finalists: int = 2
+    repeats: int = 3
+    # The search keeps this fraction of headroom under the SLA. 0.10, not 0.05: every winner of
+    # benchmarks/vs_model_analyzer.py whose search p99 lay within 10% of the SLA broke it in
+    # 1 to 8 of 10 re-measurements by perf_analyzer (benchmarks/results/headroom-20261122.txt).
+    margin: float = 0.10
+    window: float = 0.5  # seconds a search window lasts (finalists get twice as long)
+    seed: int | None = None
+    # A concurrency run's winner is measured under Poisson arrivals at the end (finals.check_open_loop).
+    open_loop_check: bool = True
+    trt_build_timeout_s: float = TRT_BUILD_TIMEOUT_S  # autotune.trt_build
+    write_back: bool = False
+
+    @classmethod
+    def of(cls, settings: RunSettings) -> RunOptions:
+        """The options ``settings`` were made from (a search space file recorded absolute)."""
+        space = settings.search_space
+        return cls(
+            search_space="" if space is None else str(space.resolve() if space.is_file() else space),
+            max_trials=settings.max_trials, time_budget_s=settings.time_budget_s,
+            patience=settings.patience, finalists=settings.finalists, repeats=settings.repeats,
+            margin=settings.margin, window=settings.plan.window_s, seed=settings.seed,
+            open_loop_check=settings.open_loop_check, trt_build_timeout_s=settings.trt_build_timeout_s,
+            write_back=settings.write_back,
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> RunOptions:
+        """Read :meth:`to_json` back; a run recorded before its options were: the defaults."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+_DEFAULT = RunOptions()
+
+
+@dataclass(frozen=True)
 class RunSettings:
     model: str
     repository: Path
     sla: Sla
     search_space: Path | None = None  # None: the packaged default
-    max_trials: int = 20
-    time_budget_s: float | None = 12 * 60.0
-    # Stop after this many measured configs in a row without a better goodput; 0: off. 4, not 5:
-    # in benchmarks/experiments/search_replay.py the fifth config cost one more config per run
-    # (and runs of 11 or more configs twice as often) for under 1% of goodput, inside the noise.
-    patience: int = 4
+    max_trials: int = _DEFAULT.max_trials
+    time_budget_s: float | None = _DEFAULT.time_budget_s
+    patience: int = _DEFAULT.patience
     launch: Launch = field(default_factory=Launch)
     workload: Workload = field(default_factory=Workload)
     traffic: Traffic = field(default_factory=Traffic)
@@ -383,15 +432,11 @@ class RunSettings:
     storage: str | None = None  # an Optuna RDB URL; default SQLite in the run directory
     study_name: str | None = None
     plan: WindowPlan = field(default_factory=WindowPlan)
-    finalists: int = 2
-    repeats: int = 3
-    # The search keeps this fraction of headroom under the SLA. 0.10, not 0.05: every winner of
-    # benchmarks/vs_model_analyzer.py whose search p99 lay within 10% of the SLA broke it in
-    # 1 to 8 of 10 re-measurements by perf_analyzer (benchmarks/results/headroom-20261122.txt).
-    margin: float = 0.10
-    # A concurrency run's winner is measured under Poisson arrivals at the end (finals.check_open_loop).
-    open_loop_check: bool = True
-    trt_build_timeout_s: float = TRT_BUILD_TIMEOUT_S  # autotune.trt_build
+    finalists: int = _DEFAULT.finalists
+    repeats: int = _DEFAULT.repeats
+    margin: float = _DEFAULT.margin
+    open_loop_check: bool = _DEFAULT.open_loop_check
+    trt_build_timeout_s: float = _DEFAULT.trt_build_timeout_s
 
     def __post_init__(self) -> None:
         if self.max_trials < 1:

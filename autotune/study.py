@@ -75,6 +75,7 @@ class Study:
     ) -> None:
         self._study, self.space, self.sla, self.scoring = study, space, sla, scoring
         self.created = created  # this process made the study (so it queues the baseline and seeds)
+        self._first: list[_Again] = []  # interrupted trials this process measures again first
 
     @classmethod
     def open(
@@ -126,7 +127,9 @@ class Study:
         self._study.enqueue_trial(used, user_attrs=attrs, skip_if_exists=not again)
 
     def ask(self) -> Asked:
-        trial = self._study.ask()
+        """The next trial: an interrupted one to measure again (:meth:`interrupted`), else the
+        first queued, else the sampler's."""
+        trial = self._ask_again() or self._study.ask()
         candidate = self.space.suggest(trial)
         if "as_is" in trial.user_attrs:
             candidate = candidate_from_json(trial.user_attrs["as_is"])
@@ -179,10 +182,12 @@ class Study:
         self._study.tell(asked.trial, state=TrialState.FAIL)
         return _result_of(asked, FAIL, told)
 
-    def interrupted(self) -> list[tuple[dict[str, Any], bool]]:
+    def interrupted(self, as_is: Candidate | None = None) -> list[tuple[dict[str, Any], bool]]:
         """Trials a stopped tuner left behind (RUNNING after kill -9, FAIL and interrupted after
-        Ctrl-C): the RUNNING ones are told FAIL; each one's params, and whether it was the
-        baseline, are returned once, to queue again."""
+        Ctrl-C): the RUNNING ones are told FAIL. Each one's params, and whether it was the
+        baseline (``as_is``: the candidate the baseline runs, see :meth:`enqueue`), are returned,
+        and this process's next asks measure them again, before anything queued (a trial is
+        measured again once: the one that asks it marks it)."""
         for trial in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = Owner.parse(str(trial.user_attrs.get("worker", "")))
             if owner is not None and not owner.is_me() and not owner.gone():
@@ -196,11 +201,32 @@ class Study:
         found = [
             t
             for t in self._study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-            if t.user_attrs.get("interrupted") and t.number not in done
+            if t.user_attrs.get("interrupted") and t.number not in done and t.params
         ]
-        if found:
-            self.set_attr("requeued", sorted(done | {t.number for t in found}))
-        return [(dict(t.params), bool(t.user_attrs.get("baseline"))) for t in found if t.params]
+        self._first = [
+            _Again(t.number, dict(t.params), bool(t.user_attrs.get("baseline")), as_is) for t in found
+        ]
+        return [(again.params, again.baseline) for again in self._first]
+
+    def _ask_again(self) -> optuna.Trial | None:
+        """The next interrupted trial (:meth:`interrupted`) as a new trial, marked as measured
+        again; None when none is left."""
+        while self._first:
+            again = self._first.pop(0)
+            done = set(self.attr("requeued", []))
+            if again.number in done:
+                continue  # another worker took it
+            self.set_attr("requeued", sorted(done | {again.number}))
+            attrs: dict[str, Any] = {"baseline": True} if again.baseline else {}
+            if again.baseline and again.as_is is not None:
+                attrs["as_is"] = _candidate_json(again.as_is)
+            used = params_of(self.space.suggest(_Queued(again.params)))
+            template = optuna.trial.create_trial(
+                state=TrialState.RUNNING, system_attrs={"fixed_params": used}, user_attrs=attrs
+            )
+            trial_id = self._study._storage.create_new_trial(self._study._study_id, template_trial=template)
+            return optuna.Trial(self._study, trial_id)
+        return None
 
     # ------------------------------------------------------------ reading
 
@@ -222,6 +248,16 @@ class Study:
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self._study.user_attrs.get(key, default)
+
+
+@dataclass(frozen=True)
+class _Again:
+    """An interrupted trial to measure again: its number, params, whether it was the baseline."""
+
+    number: int
+    params: dict[str, Any]
+    baseline: bool
+    as_is: Candidate | None = None
 
 
 class _Queued:

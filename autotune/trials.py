@@ -8,6 +8,7 @@ why it failed.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections.abc import Iterator
@@ -27,16 +28,26 @@ from autotune.errors import (
     WorkloadError,
 )
 from autotune.events import Events
+from autotune.files import disk_full
 from autotune.gpu import GpuProbe
 from autotune.gpu_probe import choose_probe
 from autotune.launch import Launcher, Server, failure_line, read_tail
 from autotune.loadgen import LoadGenerator
-from autotune.measure import Measurement, Point, WindowPlan, pass_plan, second_look, settled, with_bands
+from autotune.measure import (
+    Measurement,
+    Point,
+    WindowPlan,
+    errors_line,
+    pass_plan,
+    second_look,
+    settled,
+    with_bands,
+)
 from autotune.objective import Sla
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate
-from autotune.staging import stage_model
+from autotune.staging import Stages, stage_model
 from autotune.study import INTERRUPTED, Asked, Study
 from autotune.traffic import requests_per_s
 
@@ -53,6 +64,12 @@ class Trials:
         self.checked = False  # the preflight passed
         self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
         self.probed = False
+        self._stages: Stages | None = None  # made on the first serve, removed by close
+
+    def close(self) -> None:
+        """Remove the stages (once every server has stopped: :meth:`Launcher.drain`)."""
+        if self._stages is not None:
+            self._stages.remove()
 
     def run(self, study: Study, results: list[TrialResult]) -> None:
         """Ask one trial and tell its result; ``results``: every trial so far, this worker's or not."""
@@ -77,6 +94,10 @@ class Trials:
             study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
             raise
         except Exception as exc:  # a crash: recorded with its reason, never re-run; the run stops
+            if disk_full(exc):  # not the candidate's fault: measured again on --resume
+                with contextlib.suppress(Exception):  # the study may be what could not be written
+                    study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
+                raise
             tail = _tail(self.log(asked.number))
             study.tell_failed(asked, _crash_reason(exc), tail, time.monotonic() - start)
             raise
@@ -124,7 +145,9 @@ class Trials:
 
     def measure(self, asked: Asked, start: float | None = None, beat: float = 0.0) -> Measurement:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
-        candidate's level, on a server of its own, within :meth:`search_sla` (:func:`with_bands`)."""
+        candidate's level, on a server of its own, within :meth:`search_sla` (:func:`with_bands`).
+        Errors are a verdict: a point with any breaks the SLA (:meth:`Sla.met_by`), and a
+        candidate whose every point got them fails, naming their share and the server's first."""
         settings, loader = self.prep.settings, self.prep.loader
         search_sla, batching = self.search_sla(asked.candidate), asked.candidate.dynamic_batching
         plan = with_bands(settings.plan, search_sla.limit_ms)
@@ -158,19 +181,24 @@ class Trials:
 
             try:
                 searched = loader.search(at, search_sla, self.prep.space, start, beat, first_guess, batching)
-                return second_look(searched, lambda lv: once(lv, shorter), search_sla, beat)  # read low?
+                measured = second_look(searched, lambda lv: once(lv, shorter), search_sla, beat)  # read low?
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc
                 raise
+        if measured.points and all(p.errors for p in measured.points):  # errors are a verdict: it failed
+            raise MeasurementError(f"every load measured got errors: {errors_line(measured.points)}")
+        return measured
 
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[Server]:
-        """The candidate staged (a repository of links and its config.pbtxt) and served (a config
+        """The candidate staged (:func:`autotune.staging.stage_model`) and served (a config
         with TensorRT gets --trt-build-timeout-s to build its engine); the staged folder is
         removed when the server's context ends."""
         config = mcfg.apply_candidate(self.prep.original, candidate)
-        stage = self.run_dir.stage(stage_name)
+        if self._stages is None:
+            self._stages = Stages.for_run(self.run_dir.record.run_id)
+        stage = self._stages.path(stage_name)
         try:
             stage_model(self.prep.model_dir, config, stage)
             s = self.prep.settings

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune import decide, finals, stopping
+from autotune import decide, finals, hostlock, stopping
 from autotune import model_config as mcfg
-from autotune.errors import UsageError, WorkloadError
+from autotune.errors import DiskFullError, UsageError, WorkloadError
 from autotune.events import Events
-from autotune.files import file_digest, write_text_atomic
+from autotune.files import Room, disk_full, file_digest, free_bytes, mib, write_text_atomic
 from autotune.launch import make_launcher
 from autotune.loadgen import ModelIO, WorkloadData, read_workload
 from autotune.objective import RAW, Scoring, scoring_for
@@ -31,10 +31,16 @@ from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
 from autotune.rundir import WINNER_CONFIG, WINNER_DIFF, RunDir, RunRecord
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, params_of
-from autotune.settings import RunSettings
+from autotune.settings import RunOptions, RunSettings
 from autotune.study import Study, redact
 from autotune.traffic import Loader
 from autotune.trials import Trials
+
+# Disk a run needs: room kept for what it writes at the end (report.html is about 5 MB, its
+# plotly.js inline; trials.csv, winner.pbtxt and winner.diff are small), and per trial (a
+# server log of 10-100 kB, the study's rows).
+RUN_ROOM_BYTES = 16 * 2**20
+TRIAL_BYTES = 2**20
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class Prepared:
     loader: Loader  # the traffic, its arrival pattern read and checked
     server_gpus: int = 0  # GPUs the server side has (asked of the launcher, not of this machine)
     scoring: Scoring = RAW  # goodput, or goodput per GPU (objective.scoring_for); a resumed run's own
+    notes: tuple[str, ...] = ()  # what people should know before the run: the space was narrowed
 
 
 def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
@@ -59,9 +66,10 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     gpu_available = server_gpus > 0
     resumed = None if settings.run_dir is None else _check_resumable(settings, settings.run_dir)
     original = mcfg.load_config(settings.repository, settings.model)
-    space = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
+    mcfg.check_versions(mcfg.model_dir(settings.repository, settings.model), original)
+    given = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
     baseline = mcfg.candidate_of(original)
-    space = space.restricted(
+    space = given.restricted(
         batching=original.max_batch_size > 0,
         gpu=gpu_available,
         tensorrt=mcfg.supports_tensorrt(original),
@@ -73,9 +81,24 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     data = None if io is None else read_workload(io, settings.workload, settings.seed or 0)  # read once
     loader = Loader.read(settings.traffic)
     _check_writable(settings.reports_dir if settings.run_dir is None else settings.run_dir)
+    _check_room(settings.reports_dir if settings.run_dir is None else settings.run_dir, settings.max_trials)
     model_dir = mcfg.model_dir(settings.repository, settings.model)
     scoring = resumed.scoring if resumed is not None else scoring_for(space, server_gpus)
-    return Prepared(settings, original, model_dir, space, baseline, data, loader, server_gpus, scoring)
+    notes = narrowed(given, space, settings.workload.batch_size)
+    return Prepared(settings, original, model_dir, space, baseline, data, loader, server_gpus, scoring, notes)
+
+
+def narrowed(given: SearchSpace, space: SearchSpace, batch_size: int) -> tuple[str, ...]:
+    """What the workload took out of the space that people should hear of: max batch sizes
+    below the requests' batch size (every one of them: only the batch size itself is tried)."""
+    below = sorted({m for m in given.max_batch_size if 0 < m < batch_size})
+    if not below or space.max_batch_size == given.max_batch_size:
+        return ()
+    left = ", ".join(map(str, space.max_batch_size))
+    return (
+        f"the search space's max_batch_size {', '.join(map(str, below))} cannot take requests of "
+        f"--batch-size {batch_size}: trying max_batch_size {left}",
+    )
 
 
 def default_space_path() -> Path:
@@ -88,6 +111,17 @@ def _check_writable(path: Path) -> None:
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK):
         raise UsageError(f"report directory is not writable: {path} ({probe} is not a writable directory)")
+
+
+def _check_room(path: Path, trials: int) -> None:
+    """Enough free disk for a run of ``trials`` trials, else a UsageError that says how much."""
+    need, free = RUN_ROOM_BYTES + trials * TRIAL_BYTES, free_bytes(path)
+    if free < need:
+        raise UsageError(
+            f"not enough disk space for the run: {path} has {mib(free)} free, a run of {trials} trials "
+            f"needs about {mib(need)} (its report alone is about 5 MiB)",
+            hint="free some space, or give --reports-dir on another disk",
+        )
 
 
 def _check_resumable(settings: RunSettings, run_dir: Path) -> RunRecord:
@@ -104,33 +138,84 @@ def _check_resumable(settings: RunSettings, run_dir: Path) -> RunRecord:
     return record
 
 
-def tune(prep: Prepared, events: Events | None = None) -> Outcome:
+def tune(prep: Prepared, events: Events | None = None, *, wait: bool = False) -> Outcome:
+    """The run, start to finish, holding the machine's measurement lock (:mod:`autotune.hostlock`;
+    ``wait``: wait for another run that holds it, else refuse)."""
     events = events or Events()
     settings = prep.settings
-    path = settings.run_dir or RunDir.new_path(settings.reports_dir, settings.model, _run_id())
-    launcher = make_launcher(settings.launch, path.name)  # a wrong set-up fails before anything is written
-    run = _open_run(prep, path)
-    url, name = run.study_url(settings.storage), run.record.study_name
-    study = Study.open(url, name, prep.space, settings.sla, seed=settings.seed, scoring=prep.scoring)
-    if study.created:
-        _seed(study, prep)
-    for params, baseline in study.interrupted():
-        study.enqueue(params, baseline=baseline, again=True, as_is=prep.baseline if baseline else None)
-    started = time.monotonic()
-    events.run_started(run.path, settings.max_trials, settings.time_budget_s)
-    trials = Trials(prep, launcher, run, events)
-    try:
+    with hostlock.measuring("autotune run", wait=wait, waiting=events.waiting) as lease:
+        path = settings.run_dir or RunDir.new_path(settings.reports_dir, settings.model, _run_id())
+        launcher = make_launcher(
+            settings.launch, path.name
+        )  # a wrong set-up fails before anything is written
+        run, study = _open(prep, path)
+        lease.name(str(path))
+        room = Room(run.path, RUN_ROOM_BYTES)  # the report's, should the disk fill up meanwhile
+        if study.created:
+            _seed(study, prep)
+        study.interrupted(as_is=prep.baseline)  # measured again first
+        started = time.monotonic() - run.record.searched_s
+        events.run_started(run.path, settings.max_trials, settings.time_budget_s)
+        trials = Trials(prep, launcher, run, events)
         try:
-            while _go_on(settings, study, results := study.results(), time.monotonic() - started):
-                trials.run(study, results)
-        except WorkloadError:
-            _forget_if_empty(prep, run, study)
-            raise
-        stopping.check()
-        run = finals.verify_finalists(prep, trials, run, study)
-        return _finish(prep, trials, run, study)  # written while the last server stops
-    finally:
-        launcher.drain()  # no server outlives the run
+            try:
+                while _go_on(settings, study, results := study.results(), time.monotonic() - started):
+                    trials.run(study, results)
+                    run = trials.run_dir = run.update(searched_s=time.monotonic() - started)
+            except WorkloadError:
+                _forget_if_empty(prep, run, study)
+                raise
+            stopping.check()
+            run = finals.verify_finalists(prep, trials, run, study)
+            room.release()
+            return _finish(prep, trials, run, study)  # written while the last server stops
+        except Exception as exc:
+            if not disk_full(exc):
+                raise
+            room.release()
+            raise _out_of_room(exc, run, study) from exc
+        finally:
+            launcher.drain()  # no server outlives the run
+            trials.close()
+
+
+def _open(prep: Prepared, path: Path) -> tuple[RunDir, Study]:
+    """The run directory (:func:`_open_run`) and its study. A study in a storage of its own
+    (--storage) is opened first: one that cannot be opened leaves no run directory behind (the
+    same command would take it for an unfinished run, and fail on that storage again)."""
+    settings = prep.settings
+    record = RunDir.load(path).record if settings.run_dir is not None else None
+    name = record.study_name if record else settings.study_name or f"{settings.model}-{path.name}"
+
+    def study(url: str) -> Study:
+        return Study.open(url, name, prep.space, settings.sla, seed=settings.seed, scoring=prep.scoring)
+
+    if settings.storage:
+        opened = study(settings.storage)
+        return _open_run(prep, path, name), opened
+    run = _open_run(prep, path, name)
+    try:
+        return run, study(run.study_url())
+    except BaseException:
+        if record is None:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def _out_of_room(exc: Exception, run: RunDir, study: Study) -> DiskFullError:
+    """The disk filled up: the report of what was measured is written in the room the run kept,
+    and the error names the file and the space left (the trial in flight is measured again on
+    --resume: its end never reached the study)."""
+    where = getattr(exc, "filename", None) or run.path / "study.db"
+    try:
+        outcome = Outcome(run.path, run.info(), tuple(study.results()))
+        write_report(outcome.info, outcome.trials, outcome.run_dir)
+        kept = f"the trials so far and their report are kept in {run.path}"
+    except Exception:  # nothing more can be written there
+        kept = f"the trials so far are kept in {run.path}"
+    return DiskFullError(
+        f"no space left on the disk of {where} ({mib(free_bytes(run.path))} free): the run stopped; {kept}"
+    )
 
 
 def _forget_if_empty(prep: Prepared, run: RunDir, study: Study) -> None:
@@ -148,7 +233,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _open_run(prep: Prepared, path: Path) -> RunDir:
+def _open_run(prep: Prepared, path: Path, study_name: str) -> RunDir:
     """The resumed run, or a new one; owned by this process."""
     settings = prep.settings
     if settings.run_dir is not None:
@@ -162,13 +247,14 @@ def _open_run(prep: Prepared, path: Path) -> RunDir:
         protocol=settings.protocol,
         workload=settings.workload,
         traffic=settings.traffic,
-        study_name=settings.study_name or f"{settings.model}-{path.name}",
+        study_name=study_name,
         storage=redact(settings.storage) if settings.storage else None,
         original_config=mcfg.config_text(prep.original),
         original_digest=file_digest(prep.model_dir / mcfg.CONFIG_NAME),
         started=_now(),
         owner=Owner.current(),
         scoring=prep.scoring,
+        options=RunOptions.of(settings),
     )
     return RunDir.create(path, record)
 

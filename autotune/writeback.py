@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from autotune.files import copy_atomic, file_digest, write_text_atomic
 from autotune.launch import Launcher, make_launcher
 from autotune.loadgen import LoadGenerator
 from autotune.rundir import WINNER_CONFIG, RunDir, RunRecord
+from autotune.staging import Stages, mirror
 
 STATE_FILE = "writeback.json"
 
@@ -59,11 +62,13 @@ def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
         current = mcfg.parse_config(backup.read_text(encoding="utf-8"), str(backup))
     else:  # the normal path; also after a stop that came before the replace
         _check_unchanged(target, record)
+        _check_writable(target.parent, run_dir)
         current = mcfg.parse_config(target.read_text(encoding="utf-8"), str(target))
-        copy_atomic(target, backup)
-        copy_atomic(target, run_dir / "original.pbtxt")
-        _save_state(run_dir, target, backup)
-        mcfg.write_config(winner, target)
+        with _named(target):
+            copy_atomic(target, backup)
+            copy_atomic(target, run_dir / "original.pbtxt")
+            _save_state(run_dir, target, backup)
+            mcfg.write_config(winner, target)
     verified_on = ""
     if launcher is not None:
         try:
@@ -90,15 +95,15 @@ def _verifier(record: RunRecord) -> Launcher[Any]:
 
 
 def _load_once(launcher: Launcher[Any], run: RunDir, config: mcfg.ModelConfig) -> str:
-    """Serve the model from its real folder (through a repository that links to it and holds
-    nothing else) until it is ready, and send it the run's workload (LoadGenerator.preflight:
-    each distinct shape, then a spread; the written config must answer what the user sends);
-    the server's description. A ``config`` with TensorRT gets the default engine build time."""
+    """Serve the model from its real folder (a stage that links to each of its files, the
+    written config.pbtxt included: :func:`autotune.staging.mirror`) until it is ready, and send
+    it the run's workload (LoadGenerator.preflight: each distinct shape, then a spread; the
+    written config must answer what the user sends); the server's description. A ``config``
+    with TensorRT gets the default engine build time."""
     model = run.record.model
-    view = run.stage("writeback")
-    shutil.rmtree(view, ignore_errors=True)
-    view.mkdir(parents=True)
-    os.symlink(run.record.repository / model, view / model)
+    stages = Stages.for_run(run.record.run_id)
+    view = stages.path("writeback")
+    mirror(run.record.repository / model, view / model)
     try:
         with trt_build.serving(launcher, view, model, run.log("writeback-verify.log"), config) as server:
             described = server.description or "tritonserver"
@@ -110,7 +115,7 @@ def _load_once(launcher: Launcher[Any], run: RunDir, config: mcfg.ModelConfig) -
             return f"{described}, answering {workload.label}"
     finally:
         launcher.drain()
-        shutil.rmtree(view, ignore_errors=True)
+        stages.remove()
 
 
 def _already_written(
@@ -123,7 +128,9 @@ def _already_written(
     return same and file_digest(backup) == record.original_digest
 
 
-def undo(run_dir: Path) -> Path:
+def undo(run_dir: Path) -> tuple[Path, bool]:
+    """Put back the config the write-back replaced: its path, and whether it had to be (False:
+    it already holds the original, an undo done before)."""
     state_path = run_dir / STATE_FILE
     if not state_path.is_file():
         raise UsageError(f"{run_dir}: nothing was written back from this run")
@@ -131,13 +138,47 @@ def undo(run_dir: Path) -> Path:
     target, backup = Path(state["target"]), Path(state["backup"])
     if not backup.is_file():
         raise WriteBackError(f"backup {backup} is gone; the original is also in {run_dir / 'original.pbtxt'}")
+    if target.is_file() and target.read_bytes() == backup.read_bytes():
+        return target, False
     written = (run_dir / WINNER_CONFIG).read_text(encoding="utf-8")
     if target.exists() and _normal(target.read_text(encoding="utf-8")) != _normal(written):
         raise WriteBackError(
             f"{target} changed after the write-back; restore {backup} by hand if you mean it"
         )
-    copy_atomic(backup, target)
-    return target
+    with _named(target):
+        copy_atomic(backup, target)
+    return target, True
+
+
+def _check_writable(folder: Path, run_dir: Path) -> None:
+    """Files can be made in the model's folder and the run directory (a read-only mount refuses
+    even root, which ``os.access`` would not tell): a WriteBackError naming the one that cannot,
+    before anything is written."""
+    for place in (folder, run_dir):
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".autotune-", dir=place)
+        except OSError as exc:
+            raise WriteBackError(
+                f"cannot write in {place} ({exc.strerror}): nothing was changed",
+                hint="make that folder writable (a read-only mount or permissions), then apply again",
+            ) from exc
+        os.close(fd)
+        os.unlink(probe)
+
+
+@contextmanager
+def _named(target: Path) -> Iterator[None]:
+    """An OSError while writing becomes a WriteBackError that names the file and what was
+    missing (space, permission); every write before the config's own is of a new file, and that
+    one is atomic, so ``target`` keeps its old content."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or target
+        raise WriteBackError(
+            f"could not write {where} ({exc.strerror}); {target} is unchanged",
+            hint="free space or fix permissions on that disk, then apply again",
+        ) from exc
 
 
 def _check_unchanged(target: Path, record: RunRecord) -> None:

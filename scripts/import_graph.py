@@ -28,9 +28,9 @@ TUNER_MAX_LINES = 400
 
 # Lowest first. A module may import modules of its own layer or of a lower one.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # no knowledge of tuning: errors, atomic files, stop requests, processes
+    # no knowledge of tuning: errors, atomic files, stop requests, processes, the machine's lock
     ("foundation", ("autotune", "autotune.errors", "autotune.files", "autotune.stopping",
-                    "autotune.processes", "autotune.guard")),
+                    "autotune.processes", "autotune.guard", "autotune.hostlock")),
     # frozen values and the pure rules over them (no I/O but reading a file given by name)
     ("values", ("autotune.objective", "autotune.search_space", "autotune.model_config",
                 "autotune.measure", "autotune.results", "autotune.decide", "autotune.gpu")),

@@ -3,13 +3,22 @@ the common `autotune run` arguments for the toy model."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 MODELS = Path(__file__).parent / "models"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's runs take a measurement lock of their own (autotune.hostlock), not the
+    machine's: a run of a person beside the suite neither fails its tests nor waits for them.
+    The lock's own tests name theirs."""
+    os.environ.setdefault("AUTOTUNE_LOCK_FILE", str(Path(tempfile.mkdtemp(prefix="autotune-tests-")) / "lock"))
 CLI = [sys.executable, "-m", "autotune.cli"]  # the command line, in a process of its own
 
 
@@ -52,7 +61,22 @@ def small_space(tmp_path: Path) -> Path:
     return path
 
 
-def servers_under(marker: Path) -> list[int]:
+def servers_of(run_dir: Path) -> list[int]:
+    """Pids of the servers (guards and python backend stubs included) of the run ``run_dir``:
+    those whose command line names one of its stages (autotune.staging.Stages.for_run)."""
+    from autotune.staging import stage_root
+
+    return servers_under(f"{stage_root()}/{run_dir.name}.")
+
+
+def staged_servers() -> list[int]:
+    """Pids of every server of this user whose repository is an autotune stage, of any run."""
+    from autotune.staging import stage_root
+
+    return servers_under(f"{stage_root()}/")
+
+
+def servers_under(marker: Path | str) -> list[int]:
     """Pids of tritonserver processes (their guards and python backend stubs included) whose
     command line names a path under ``marker``."""
     found = []

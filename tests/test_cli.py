@@ -205,7 +205,7 @@ def test_launcher_options_are_grouped_by_launcher(capsys: pytest.CaptureFixture[
 
 
 def test_the_gpu_memory_limit_is_part_of_the_sla_and_a_resume_keeps_the_runs_own(tmp_path: Path) -> None:
-    from autotune.cli import build_parser, resumed, settings_from
+    from autotune.cli import build_parser, settings_from
     from autotune.objective import Sla
     from autotune.rundir import RunRecord
     from autotune.settings import Launch
@@ -221,7 +221,7 @@ def test_the_gpu_memory_limit_is_part_of_the_sla_and_a_resume_keeps_the_runs_own
         run_id="r", model="toy", repository=tmp_path, sla=Sla(95, 50.0, 8000.0), launch=Launch(),
         protocol="http", study_name="s", storage=None, original_config="", original_digest="", started="",
     )  # fmt: skip
-    args, given = settings()
-    assert resumed(given, args, record).sla == Sla(95, 50.0, 8000.0)  # not given: the run's own
-    args, given = settings("--max-gpu-memory-mb", "0")
-    assert resumed(given, args, record).sla == Sla(95, 50.0)  # given: the resume is refused as a change
+    args, _ = settings()
+    assert settings_from(args, record).sla == Sla(95, 50.0, 8000.0)  # not given: the run's own
+    args, _ = settings("--max-gpu-memory-mb", "0")
+    assert settings_from(args, record).sla == Sla(95, 50.0)  # given: the resume is refused as a change

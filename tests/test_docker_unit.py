@@ -80,11 +80,12 @@ def test_bad_gpus_fail_before_the_engine_is_asked(toy_repo: Path, monkeypatch: p
 
 def test_mounts_are_read_only_binds_of_the_resolved_files(staged: Path, toy_repo: Path) -> None:
     mounts = {m["Target"]: m for m in dl.model_mounts(staged)}
-    assert set(mounts) == {"/models/toy/config.pbtxt", "/models/toy/1"}
+    assert set(mounts) == {"/models/toy/config.pbtxt", "/models/toy/1/model.py"}
     assert all(m["Type"] == "bind" and m["ReadOnly"] for m in mounts.values())
-    # the candidate's config from the stage; the user's version folder itself, not the symlink
+    # the candidate's config from the stage; the user's file itself, not the symlink (a folder
+    # with Python sources is made anew in the stage, its files linked one by one)
     assert mounts["/models/toy/config.pbtxt"]["Source"] == str((staged / "toy" / "config.pbtxt").resolve())
-    assert mounts["/models/toy/1"]["Source"] == str((toy_repo / "toy" / "1").resolve())
+    assert mounts["/models/toy/1/model.py"]["Source"] == str((toy_repo / "toy" / "1" / "model.py").resolve())
 
 
 def test_a_dangling_model_file_is_refused(staged: Path, toy_repo: Path) -> None:

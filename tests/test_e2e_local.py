@@ -14,7 +14,7 @@ from autotune.cli import main
 from autotune.control import ServerControl
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
-from tests.conftest import servers_under, toy_run_args
+from tests.conftest import servers_of, staged_servers, toy_run_args
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +70,7 @@ def test_tune_write_back_and_undo(toy_repo: Path, tmp_path: Path, small_space: P
     assert len(backups) == 1 and backups[0].read_bytes() == original
     assert main(["apply", "--undo", str(run_dir)]) == 0
     assert config.read_bytes() == original
-    assert servers_under(run_dir) == [] and servers_under(toy_repo) == []
+    assert servers_of(run_dir) == [] and staged_servers() == []
 
 
 def test_failing_candidates_are_recorded_and_the_search_goes_on(
@@ -198,7 +198,7 @@ def test_rate_mode_tunes_for_arrivals_and_writes_back(
     html = (run_dir / "report.html").read_text()
     assert "Latency vs arrival rate" in html and "open loop, poisson arrivals" in html
     assert (run_dir / "winner.pbtxt").read_text() == config.read_text()
-    assert servers_under(run_dir) == []
+    assert servers_of(run_dir) == []
 
 
 def test_a_recorded_arrival_pattern_is_replayed_at_each_rate(

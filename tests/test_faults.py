@@ -16,7 +16,7 @@ from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
 from autotune.study import INTERRUPTED
 from autotune.tuner import prepare, tune
-from tests.conftest import CLI, servers_under, toy_run_args
+from tests.conftest import CLI, servers_of, staged_servers, toy_run_args
 
 pytestmark = pytest.mark.integration
 
@@ -61,11 +61,11 @@ def test_tuner_stopped_mid_trial_then_resumed(
     if sig == signal.SIGKILL:
         # no handler runs on kill -9: the server dies with the tuner (it must not hold its port,
         # CPU and memory until the next autotune start reaps it)
-        _wait_for(lambda: servers_under(run_dir) == [], 5)
+        _wait_for(lambda: servers_of(run_dir) == [], 5)
     else:
         assert proc.returncode == 130, out
         assert "--resume" in out
-        assert servers_under(run_dir) == []
+        assert servers_of(run_dir) == []
     before = {t.number: t for t in reload_outcome(run_dir).trials if t.state == COMPLETE}
     assert 0 in before  # the baseline finished before the stop
 
@@ -74,7 +74,7 @@ def test_tuner_stopped_mid_trial_then_resumed(
     )
     assert again.returncode == 0, again.stderr
     assert "resuming the unfinished run" in again.stderr
-    assert servers_under(run_dir) == []
+    assert servers_of(run_dir) == []
     after = reload_outcome(run_dir)
     for number, trial in before.items():  # nothing finished was lost or measured again
         assert after.trials[number].measurement == trial.measurement
@@ -147,7 +147,7 @@ def test_killed_at_many_points_then_resumed_loses_nothing(
     outcome = reload_outcome(run_dir)
     assert all(_complete(run_dir).get(n) == m for n, m in seen.items())
     assert len([t for t in outcome.trials if not t.interrupted]) == 5
-    assert outcome.info.winner is not None and servers_under(run_dir) == []
+    assert outcome.info.winner is not None and servers_of(run_dir) == []
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.3, 0.8, 1.5])
@@ -179,7 +179,7 @@ def test_write_back_killed_midway_leaves_original_or_winner(
     assert config.read_bytes() == winner
     assert subprocess.run([*apply, "--undo"], env=env, timeout=60).returncode == 0
     assert config.read_bytes() == original
-    assert servers_under(toy_repo) == []
+    assert staged_servers() == []
 
 
 @pytest.mark.parametrize(
@@ -210,7 +210,7 @@ def test_crashing_or_hanging_candidates_fail_and_the_search_goes_on(
     assert failed, "the faulty candidates must fail"
     assert all(reason in t.reason for t in failed), [t.reason for t in failed]
     assert outcome.winner is not None and outcome.winner.state == COMPLETE
-    assert servers_under(run_dir) == []
+    assert servers_of(run_dir) == []
 
 
 def test_a_server_that_dies_under_load_once_is_measured_again_not_failed(
@@ -242,7 +242,7 @@ def test_a_server_that_dies_under_load_once_is_measured_again_not_failed(
     assert trial.state == COMPLETE and trial.candidate is not None and trial.candidate.instance_count > 1
     assert (run_dir / "logs" / f"trial-{number:03d}.log").exists()
     assert "measuring it again on a new server" in done.stdout + done.stderr
-    assert servers_under(run_dir) == []
+    assert servers_of(run_dir) == []
 
 
 class _BreakStaging(Events):
@@ -271,4 +271,4 @@ def test_a_crash_in_a_trial_is_a_failure_with_its_reason_not_an_interruption(
     assert after.trials[0].reason == crashed.reason
     again = [t.number for t in after.trials[1:] if t.params == crashed.params]
     assert again == [], "the crashed candidate was queued again"
-    assert servers_under(run_dir) == []
+    assert servers_of(run_dir) == []

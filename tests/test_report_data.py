@@ -407,7 +407,7 @@ def test_the_csv_has_gpu_columns_when_some_point_has_figures(tmp_path: Path) -> 
     with path.open(newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     header = list(rows[0])
-    at = header.index("avg_batch")
+    at = header.index("error_rate")
     assert header[at + 1 : at + 5] == ["gpu_util_pct", "gpu_memory_mb", "gpu_power_w", "gpu_detail"]
     assert header[: len(CSV_HEAD)] == list(CSV_HEAD) and header[-len(CSV_TAIL) :] == list(CSV_TAIL)
     assert (rows[0]["gpu_util_pct"], rows[0]["gpu_memory_mb"], rows[0]["gpu_power_w"]) == (

@@ -54,7 +54,10 @@ def test_a_trial_another_stands_in_for_keeps_its_reason(tmp_path: Path) -> None:
     assert (stood.reused_from, stood.reason, measured.reason) == (0, why, "")
 
 
-def test_interrupted_trials_are_queued_again_once_with_their_baseline_flag(tmp_path: Path) -> None:
+OTHER = {"instance_count": 2, "kind": "KIND_CPU", "max_batch_size": 8, "dynamic_batching": False}
+
+
+def test_interrupted_trials_are_measured_again_first_once_with_their_baseline_flag(tmp_path: Path) -> None:
     study = _study(tmp_path)
     study.enqueue(
         {
@@ -69,10 +72,19 @@ def test_interrupted_trials_are_queued_again_once_with_their_baseline_flag(tmp_p
     )
     stopped = study.tell_failed(study.ask(), INTERRUPTED, "", 1.0, interrupted=True)
     crashed = study.tell_failed(study.ask(), "internal error: OSError", "", 1.0)
-    again = _study(tmp_path).interrupted()
+    study.enqueue(params_of(SPACE.suggest(FixedTrial(OTHER))))  # a seed still waiting
+    resumed = _study(tmp_path)
+    again = resumed.interrupted()
     assert again == [(stopped.params, True)]  # the crash is not queued again
     assert crashed.params not in [params for params, _ in again]
-    assert _study(tmp_path).interrupted() == []  # once
+    assert _study(tmp_path).interrupted() == again  # not asked yet: still to measure again
+    first = resumed.ask()  # before the seed queued ahead of it
+    assert first.trial.params == stopped.params and first.baseline and first.number > stopped.number
+    second = resumed.ask()
+    assert second.trial.params == OTHER
+    for asked in (first, second):
+        resumed.tell_measured(asked, _measurement(10.0), 1.0)
+    assert _study(tmp_path).interrupted() == []  # measured again once
 
 
 def test_a_trial_left_running_by_a_dead_worker_is_interrupted(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from autotune.cli import main
 from autotune.gpu_probe import local_gpu_count
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL, Outcome
-from tests.conftest import servers_under
+from tests.conftest import servers_of, staged_servers
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("onnxruntime")
@@ -119,7 +119,7 @@ def test_bert_with_variable_lengths_is_tuned_on_the_users_entries(
     points = [p for t in outcome.trials if t.measurement for p in t.measurement.points]
     assert all(p.errors == 0 and p.requests > 0 for p in points)
     assert "workload <b>input.json</b>" in (run_dir / "report.html").read_text()
-    assert servers_under(run_dir) == []
+    assert servers_of(run_dir) == []
 
 
 def test_food_classifier_on_base64_jpegs_tunes_the_cpu_candidates_when_its_gpu_config_cannot_load(
@@ -232,4 +232,4 @@ def test_data_the_model_cannot_take_stops_the_run_at_the_preflight_with_the_serv
     line = next(x for x in err.splitlines() if x.startswith("autotune: error:"))
     assert "answered an error to random data" in line and "INPUT_IMAGE is not a base64-encoded image" in line
     assert not (reports / "food_classifier").exists() or not any((reports / "food_classifier").iterdir())
-    assert servers_under(tmp_path) == []
+    assert staged_servers() == []

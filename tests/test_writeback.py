@@ -17,7 +17,7 @@ from autotune.cli import main
 from autotune.control import ServerControl
 from autotune.launch.local import LocalLauncher
 from autotune.model_config import parse_config
-from tests.conftest import servers_under, toy_run_args
+from tests.conftest import servers_of, staged_servers, toy_run_args
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ def test_a_config_that_does_not_load_is_restored_atomically(
     winner = (run_dir / "winner.pbtxt").read_bytes()
     assert any(winner in contents for contents in seen.values()), "the winner was written, then undone"
     assert all(len(contents) == 1 for contents in seen.values()), "a config was rewritten in place"
-    assert servers_under(toy_repo) == [] and servers_under(run_dir) == []
+    assert staged_servers() == [] and servers_of(run_dir) == []
 
 
 def test_undo_restores_atomically(toy_repo: Path, tmp_path: Path, small_space: Path) -> None:

@@ -4,9 +4,10 @@ Any Docker-compatible engine works: Docker itself, or podman's API service
 (``DOCKER_HOST=unix:///run/podman/podman.sock``). Without DOCKER_HOST the usual sockets of
 Docker and podman are tried.
 
-What the container sees: every entry of the staged model directory, bind-mounted read-only
-at ``/models/<model>/<entry>`` from its resolved target (the candidate's config.pbtxt, and the
-user's own files behind the staging symlinks), so nothing of the user's can be written.
+What the container sees: every linked entry of the staged model directory, bind-mounted
+read-only at its place under ``/models/<model>/`` from its resolved target (the candidate's
+config.pbtxt, and the user's own files behind the staging symlinks), so nothing of the user's
+can be written.
 HTTP, gRPC and Prometheus metrics (the server's GPU figures) are published on free ports of
 127.0.0.1 only.
 
@@ -156,22 +157,33 @@ def gpu_count(gpus: str) -> int:
 
 
 def model_mounts(repository: Path) -> list[Mount]:
-    """Each entry of each staged model directory, read-only at /models/<model>/<entry>."""
-    mounts = []
+    """Each linked entry of each staged model directory, read-only at the same place under
+    /models (a folder the stage made anew, one that holds Python sources, is walked: its
+    files are linked one by one, see :func:`autotune.staging.mirror`)."""
+    mounts: list[Mount] = []
     for model_dir in sorted(p for p in repository.iterdir() if p.is_dir()):
-        for entry in sorted(model_dir.iterdir()):
-            if entry.name.startswith("."):
-                continue
-            try:
-                source = entry.resolve(strict=True)
-            except OSError as exc:
-                raise LaunchError(
-                    f"{entry} points to {os.readlink(entry) if entry.is_symlink() else entry}, "
-                    "which does not exist",
-                    hint="check the model's files",
-                ) from exc
-            target = f"{MODELS_DIR}/{model_dir.name}/{entry.name}"
-            mounts.append(Mount(target=target, source=str(source), type="bind", read_only=True))
+        mounts += _mounts(model_dir, f"{MODELS_DIR}/{model_dir.name}")
+    return mounts
+
+
+def _mounts(folder: Path, inside: str) -> list[Mount]:
+    mounts: list[Mount] = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith(".") or entry.name == "__pycache__":
+            continue
+        target = f"{inside}/{entry.name}"
+        if entry.is_dir() and not entry.is_symlink():
+            mounts += _mounts(entry, target)
+            continue
+        try:
+            source = entry.resolve(strict=True)
+        except OSError as exc:
+            raise LaunchError(
+                f"{entry} points to {os.readlink(entry) if entry.is_symlink() else entry}, "
+                "which does not exist",
+                hint="check the model's files",
+            ) from exc
+        mounts.append(Mount(target=target, source=str(source), type="bind", read_only=True))
     return mounts
 
 

@@ -194,6 +194,7 @@ def read_workload(io: ModelIO, workload: Workload | None = None, seed: int = 0) 
     _check_batch(io, batch_size)
     _check_shapes(io, shapes)
     if input_data in ("random", "zero"):
+        _check_size(io, shapes, batch_size)
         rng = np.random.default_rng(seed)
         zero = input_data == "zero"
         entry: Entry = tuple(
@@ -256,6 +257,40 @@ def _check_shapes(io: ModelIO, shapes: Mapping[str, tuple[int, ...]]) -> None:
                 f"--shape {name}:{','.join(map(str, dims))} does not fit the model's dims "
                 f"{list(spec.shape)} (only -1 dimensions can be chosen)"
             )
+
+
+def _check_size(io: ModelIO, shapes: Mapping[str, tuple[int, ...]], batch_size: int) -> None:
+    """A request of made-up data fits in this machine's memory (a UsageError naming its size
+    else: a --shape with a digit too many would otherwise fail to allocate)."""
+    sizes = {
+        spec.name: int(np.prod(shapes[spec.name])) * batch_size * _itemsize(spec.datatype)
+        for spec in io.inputs
+        if spec.name in shapes
+    }
+    need, have = sum(sizes.values()), _available_memory()
+    if have is not None and need > have:
+        name = max(sizes, key=lambda n: sizes[n])
+        raise UsageError(
+            f"--shape {name}:{','.join(map(str, shapes[name]))}: one request would need "
+            f"{need / 2**30:.1f} GiB of data, and this machine has {have / 2**30:.1f} GiB of memory available"
+        )
+
+
+def _itemsize(datatype: str) -> int:
+    """Bytes one value takes (BYTES: the made-up 8-letter strings)."""
+    kind = NP_TYPES.get(datatype)
+    return 8 if kind is None or kind is np.object_ else int(np.dtype(kind).itemsize)
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (MemAvailable), None where it cannot be told."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _fits(spec: TensorSpec, dims: Sequence[int]) -> bool:

@@ -176,6 +176,7 @@ def summarise(
         send_rate=tally.sent / tally.duration_s if rate else 0.0, send_late_p99_ms=late_p99,
         gpus=gpu.summarise([w.gpus for w in kept]),
         client_stalls=tally.stalls, client_stall_ms=tally.stall_s * 1000,
+        first_error=tally.first_error[:300],
     )  # fmt: skip
 
 

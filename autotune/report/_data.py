@@ -43,8 +43,8 @@ TRIAL_COLUMNS = (
 # (MiB, the most any one GPU used), average power (W); None without figures.
 GPU_COLUMNS = ("gpu_util_pct", "gpu_memory_mb", "gpu_power_w")
 # Columns derived from a point: the latency at the SLA percentile, the server's average batch,
-# its GPU figures.
-DERIVED_COLUMNS = ("latency_ms", "avg_batch", *GPU_COLUMNS)
+# the share of its requests answered with errors, its GPU figures.
+DERIVED_COLUMNS = ("latency_ms", "avg_batch", "error_rate", *GPU_COLUMNS)
 # A trial's columns from the run's scoring: the GPUs its candidate uses, and its throughput and
 # goodput per GPU (the throughput and goodput themselves where the run does not compare per GPU).
 SCORING_COLUMNS = ("gpus_used", "throughput_per_gpu", "goodput_per_gpu")
@@ -108,6 +108,11 @@ class ReportData:
     def has_gpus(self) -> bool:
         """Some trial's reported point has GPU figures (else no GPU column or panel is shown)."""
         return not self.gpus.empty
+
+    @property
+    def has_errors(self) -> bool:
+        """Some trial's reported point got errors (else no error column is shown)."""
+        return bool(self.trials["errors"].fillna(0).astype(float).gt(0).any())
 
     @property
     def goodput_column(self) -> str:
@@ -209,6 +214,7 @@ def measured_columns(point: Point, sla: Sla) -> dict[str, Any]:
     derived = {
         "latency_ms": point.latency_ms(sla.percentile),
         "avg_batch": point.server.avg_batch,
+        "error_rate": point.error_rate,
         **gpu_summary(point.gpus),
     }
     own = asdict(point)  # Point.to_dict(), but batch sizes keep their int keys
@@ -383,16 +389,16 @@ def _verification_row(v: Verification, trials: pd.DataFrame, sla: Sla) -> Verifi
 
 # ---------------------------------------------------------------- trials.csv
 
-# trials.csv's fixed columns; the trial parameters come between "avg_batch" and "label".
+# trials.csv's fixed columns; the trial parameters come between "error_rate" and "label".
 CSV_HEAD = (
     "trial", "state", "baseline", "winner", "feasible", "pareto", "goodput",
     "concurrency", "request_rate", "throughput", "latency_ms", "p50_ms", "p90_ms", "p95_ms",
-    "p99_ms", "avg_ms", "queue_us", "compute_infer_us", "avg_batch",
+    "p99_ms", "avg_ms", "queue_us", "compute_infer_us", "avg_batch", "errors", "error_rate",
 )  # fmt: skip
-CSV_TAIL = ("label", "reused_from", "duration_s", "reason")
+CSV_TAIL = ("label", "reused_from", "duration_s", "first_error", "reason")
 # Only where the run compared goodputs per GPU: after "goodput".
 CSV_PER_GPU = ("gpus_used", "goodput_per_gpu")
-# Only where some trial's point has GPU figures: after "avg_batch" (gpu_detail: each GPU's figures).
+# Only where some trial's point has GPU figures: after "error_rate" (gpu_detail: each GPU's figures).
 CSV_GPU = (*GPU_COLUMNS, "gpu_detail")
 
 

@@ -209,9 +209,11 @@ def _trial_line(r: Row, data: ReportData) -> TrialLine:
 
 def extra_heads(data: ReportData) -> list[str]:
     """The trials table's columns a run has only sometimes: the throughput per GPU (a per-GPU
-    run), the GPU figures (a run whose points have them)."""
+    run), the GPU figures (a run whose points have them), the share of requests answered with
+    errors (a run where some point got them)."""
     heads = ["per GPU /s"] if data.per_gpu else []
-    return heads + (["GPU util %", "GPU MiB peak", "GPU W"] if data.has_gpus else [])
+    heads += ["GPU util %", "GPU MiB peak", "GPU W"] if data.has_gpus else []
+    return heads + (["errors %"] if data.has_errors else [])
 
 
 def extra_cells(r: Row, data: ReportData) -> tuple[tuple[str, float | None], ...]:
@@ -219,6 +221,9 @@ def extra_cells(r: Row, data: ReportData) -> tuple[tuple[str, float | None], ...
     values: list[tuple[float | None, int]] = [(r["throughput_per_gpu"], 1)] if data.per_gpu else []
     if data.has_gpus:
         values += [(r["gpu_util_pct"], 0), (r["gpu_memory_mb"], 0), (r["gpu_power_w"], 0)]
+    if data.has_errors:
+        rate = r["error_rate"]
+        values.append((None if rate is None else 100.0 * rate, 1))
     return tuple((num(v, digits), v) for v, digits in values)
 
 
