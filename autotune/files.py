@@ -80,17 +80,18 @@ def free_bytes(path: Path) -> int:
     return stat.f_bavail * stat.f_frsize
 
 
-def disk_full(exc: BaseException | None) -> bool:
-    """Whether ``exc``, or an exception it was raised from, says the disk is full: an OSError
-    ENOSPC or EDQUOT, or SQLite's "database or disk is full" (which reaches us wrapped)."""
+def disk_full(exc: BaseException | None) -> BaseException | None:
+    """The exception, ``exc`` or one it was raised from, that says the disk is full (an OSError
+    ENOSPC or EDQUOT, or SQLite's "database or disk is full", which reaches us wrapped); None
+    when none does."""
     seen = 0
     while exc is not None and seen < 10:
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
+            return exc
         if "database or disk is full" in str(exc):
-            return True
+            return exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+    return None
 
 
 def mib(size: float) -> str:

@@ -54,6 +54,8 @@ from autotune.traffic import requests_per_s
 if TYPE_CHECKING:
     from autotune.tuner import Prepared
 
+REASON_LINES = 400  # how far back in a server's log a failed trial's reason is looked for
+
 
 class Trials:
     """Runs trials and verifications: stages the candidate, serves it, measures, tells the study."""
@@ -88,13 +90,14 @@ class Trials:
             measurement = self._measure_twice(asked, results)
             return study.tell_measured(asked, measurement, time.monotonic() - start)
         except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed
-            tail = _tail(self.log(asked.number))
-            return study.tell_failed(asked, _reason(exc, tail), tail, time.monotonic() - start)
+            log = self.log(asked.number)
+            why = _reason(exc, _tail(log, REASON_LINES))  # the load error may lie far above the end
+            return study.tell_failed(asked, why, _tail(log), time.monotonic() - start)
         except WorkloadError:  # the data, not the config: the run stops, the trial runs again
             study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
             raise
         except Exception as exc:  # a crash: recorded with its reason, never re-run; the run stops
-            if disk_full(exc):  # not the candidate's fault: measured again on --resume
+            if disk_full(exc) is not None:  # not the candidate's fault: measured again on --resume
                 with contextlib.suppress(Exception):  # the study may be what could not be written
                     study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
                 raise
@@ -218,8 +221,8 @@ def _died(server: Server, settle_s: float = 1.0) -> bool:
     return True
 
 
-def _tail(log: Path) -> str:
-    return read_tail(log, 40) if log.exists() else ""
+def _tail(log: Path, lines: int = 40) -> str:
+    return read_tail(log, lines) if log.exists() else ""
 
 
 def _reason(exc: AutotuneError, tail: str) -> str:

@@ -145,38 +145,46 @@ def tune(prep: Prepared, events: Events | None = None, *, wait: bool = False) ->
     settings = prep.settings
     with hostlock.measuring("autotune run", wait=wait, waiting=events.waiting) as lease:
         path = settings.run_dir or RunDir.new_path(settings.reports_dir, settings.model, _run_id())
-        launcher = make_launcher(
-            settings.launch, path.name
-        )  # a wrong set-up fails before anything is written
+        launcher = make_launcher(settings.launch, path.name)  # a wrong set-up fails before any write
         run, study = _open(prep, path)
         lease.name(str(path))
-        room = Room(run.path, RUN_ROOM_BYTES)  # the report's, should the disk fill up meanwhile
-        if study.created:
-            _seed(study, prep)
-        study.interrupted(as_is=prep.baseline)  # measured again first
-        started = time.monotonic() - run.record.searched_s
-        events.run_started(run.path, settings.max_trials, settings.time_budget_s)
         trials = Trials(prep, launcher, run, events)
         try:
-            try:
-                while _go_on(settings, study, results := study.results(), time.monotonic() - started):
-                    trials.run(study, results)
-                    run = trials.run_dir = run.update(searched_s=time.monotonic() - started)
-            except WorkloadError:
-                _forget_if_empty(prep, run, study)
-                raise
-            stopping.check()
-            run = finals.verify_finalists(prep, trials, run, study)
-            room.release()
-            return _finish(prep, trials, run, study)  # written while the last server stops
-        except Exception as exc:
-            if not disk_full(exc):
-                raise
-            room.release()
-            raise _out_of_room(exc, run, study) from exc
+            return _search(prep, trials, study)
         finally:
             launcher.drain()  # no server outlives the run
             trials.close()
+
+
+def _search(prep: Prepared, trials: Trials, study: Study) -> Outcome:
+    """Trials until the budget or convergence ends them, the finalists verified, the winner
+    written. Room for the report is kept on the disk meanwhile (:class:`Room`): a disk that
+    fills up ends the run with a :class:`DiskFullError`, its trials and report kept."""
+    settings, run = prep.settings, trials.run_dir
+    room = Room(run.path, RUN_ROOM_BYTES)
+    if study.created:
+        _seed(study, prep)
+    study.interrupted(as_is=prep.baseline)  # measured again first
+    started = time.monotonic() - run.record.searched_s  # the time budget counts earlier sessions
+    trials.events.run_started(run.path, settings.max_trials, settings.time_budget_s)
+    try:
+        try:
+            while _go_on(settings, study, results := study.results(), time.monotonic() - started):
+                trials.run(study, results)
+                run = trials.run_dir = run.update(searched_s=time.monotonic() - started)
+        except WorkloadError:
+            _forget_if_empty(prep, run, study)
+            raise
+        stopping.check()
+        run = finals.verify_finalists(prep, trials, run, study)
+        room.release()
+        return _finish(prep, trials, run, study)  # written while the last server stops
+    except Exception as exc:
+        full = disk_full(exc)
+        if full is None:
+            raise
+        room.release()
+        raise _out_of_room(full, run, study) from exc
 
 
 def _open(prep: Prepared, path: Path) -> tuple[RunDir, Study]:
@@ -202,10 +210,10 @@ def _open(prep: Prepared, path: Path) -> tuple[RunDir, Study]:
         raise
 
 
-def _out_of_room(exc: Exception, run: RunDir, study: Study) -> DiskFullError:
-    """The disk filled up: the report of what was measured is written in the room the run kept,
-    and the error names the file and the space left (the trial in flight is measured again on
-    --resume: its end never reached the study)."""
+def _out_of_room(exc: BaseException, run: RunDir, study: Study) -> DiskFullError:
+    """The disk filled up (``exc`` says so): the report of what was measured is written in the
+    room the run kept, and the error names the file and the space left (the trial in flight is
+    measured again on --resume: its end never reached the study)."""
     where = getattr(exc, "filename", None) or run.path / "study.db"
     try:
         outcome = Outcome(run.path, run.info(), tuple(study.results()))

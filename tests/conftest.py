@@ -18,7 +18,10 @@ def pytest_configure(config: pytest.Config) -> None:
     """The suite's runs take a measurement lock of their own (autotune.hostlock), not the
     machine's: a run of a person beside the suite neither fails its tests nor waits for them.
     The lock's own tests name theirs."""
-    os.environ.setdefault("AUTOTUNE_LOCK_FILE", str(Path(tempfile.mkdtemp(prefix="autotune-tests-")) / "lock"))
+    lock = Path(tempfile.mkdtemp(prefix="autotune-tests-")) / "lock"
+    os.environ.setdefault("AUTOTUNE_LOCK_FILE", str(lock))
+
+
 CLI = [sys.executable, "-m", "autotune.cli"]  # the command line, in a process of its own
 
 

@@ -29,6 +29,8 @@ BAD_RUNS = [
     (["--search-space", "{tmp}/empty_range.yaml"], "min 4 > max 1"),
     (["--search-space", "{tmp}/pref.yaml"], "> the largest max_batch_size"),
     (["--margin", "0.9"], "--margin must be in"),
+    (["--margin", "1.5"], "--margin must be in [0, 0.5), got 1.5"),  # not an SLA it tightened below 0
+    (["--model", "{tmp}/toy/"], "--model takes the model's name"),  # a folder that is not there
     (["--window", "0"], "--window must be > 0"),
     (["--trt-build-timeout-s", "0"], "--trt-build-timeout-s must be > 0"),
     (["--protocol", "smtp"], "invalid choice"),
@@ -225,3 +227,91 @@ def test_the_gpu_memory_limit_is_part_of_the_sla_and_a_resume_keeps_the_runs_own
     assert settings_from(args, record).sla == Sla(95, 50.0, 8000.0)  # not given: the run's own
     args, _ = settings("--max-gpu-memory-mb", "0")
     assert settings_from(args, record).sla == Sla(95, 50.0)  # given: the resume is refused as a change
+
+
+def _record(tmp_path: Path, repo: Path) -> Any:
+    """A run directory of a run started with non-default flags; its record."""
+    from autotune.cli import build_parser, settings_from
+    from autotune.rundir import RunDir, RunRecord
+    from autotune.settings import RunOptions
+
+    argv = ["run", "--model", "toy", "--model-repository", str(repo), "--sla-p99-ms", "40",
+            "--max-trials", "3", "--time-budget", "4m", "--window", "0.25", "--margin", "0.2",
+            "--no-open-loop-check", "--batch-size", "2", "--input-data", "zero", "--load", "rate",
+            "--launcher", "docker", "--image", "mine:1", "--write-back"]  # fmt: skip
+    settings = settings_from(build_parser().parse_args(argv))
+    record = RunRecord(
+        run_id="20261127-101010", model="toy", repository=repo.resolve(), sla=settings.sla,
+        launch=settings.launch, protocol="http", study_name="s", storage=None, original_config="",
+        original_digest="", started="",
+        workload=settings.workload, traffic=settings.traffic, options=RunOptions.of(settings),
+    )  # fmt: skip
+    return settings, RunDir.create(tmp_path / "my runs" / "20261127-101010", record)
+
+
+def test_the_printed_resume_line_resumes_the_run_as_it_was(toy_repo: Path, tmp_path: Path) -> None:
+    """Ctrl-C prints `autotune run --resume DIR`: that line alone gives back the run's model,
+    SLA, repository, budget, windows, margin, workload, traffic and launcher."""
+    import shlex
+    from dataclasses import replace
+
+    from autotune.cli import build_parser, resume_line, settings_from
+
+    original, run = _record(tmp_path, toy_repo)
+    typed = shlex.split(resume_line(run.path, None))
+    assert typed[:3] == ["autotune", "run", "--resume"]
+    args = build_parser().parse_args(typed[1:])
+    resumed = settings_from(args, run.load(args.resume).record)
+    assert resumed == replace(original, run_dir=run.path, repository=toy_repo.resolve())
+    assert resumed.max_trials == 3 and resumed.time_budget_s == 240 and resumed.plan.window_s == 0.25
+    again = settings_from(build_parser().parse_args([*typed[1:], "--max-trials", "5"]), run.record)
+    assert again.max_trials == 5 and again.margin == 0.2  # a flag given again wins, the rest is kept
+
+
+def test_a_model_named_by_its_folder(toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--model toy/`, as a shell completes it; `--model repo/toy/` without --model-repository."""
+    from autotune.cli import build_parser, settings_from
+
+    def settings(*argv: str) -> Any:
+        return settings_from(build_parser().parse_args(["run", "--sla-p95-ms", "50", *argv]))
+
+    assert settings("--model", "toy/", "--model-repository", str(toy_repo)).model == "toy"
+    found = settings("--model", f"{toy_repo}/toy/")
+    assert (found.model, found.repository) == ("toy", toy_repo)
+    monkeypatch.chdir(toy_repo)
+    assert settings("--model", "toy/", "--model-repository", ".").model == "toy"
+
+
+def test_a_model_folder_without_a_version_folder_is_refused_in_tritons_words(
+    toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = toy_repo / "toy"
+    (model / "1" / "model.py").rename(model / "model.py")
+    (model / "1").rmdir()
+    assert main(_argv([], toy_repo, tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "no version folder" in err and "No model version was found" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "reports").exists()
+
+
+def test_batch_sizes_all_below_the_requests_are_named(toy_repo: Path, tmp_path: Path) -> None:
+    from autotune.cli import build_parser, settings_from
+    from autotune.tuner import prepare
+
+    space = tmp_path / "space.yaml"
+    space.write_text("max_batch_size: [2, 4]\n")
+    prep = prepare(settings_from(build_parser().parse_args(_argv(["--search-space", str(space), "-b", "8"],
+                                                                  toy_repo, tmp_path))))  # fmt: skip
+    assert prep.space.max_batch_size == (8,)
+    assert prep.notes == ("the search space's max_batch_size 2, 4 cannot take requests of --batch-size 8: "
+                          "trying max_batch_size 8",)  # fmt: skip
+
+
+def test_a_shape_too_large_for_memory_is_bad_input(
+    toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = toy_repo / "toy" / "config.pbtxt"
+    config.write_text(config.read_text().replace("dims: [ 16 ]", "dims: [ -1 ]"))
+    assert main(_argv(["--shape", "x:100000000000"], toy_repo, tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "--shape x:100000000000: one request would need 372.5 GiB of data" in err and "available" in err

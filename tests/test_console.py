@@ -109,3 +109,18 @@ def test_a_trial_another_stood_in_for_says_why() -> None:
     assert _trial_line(reused, 95).endswith(": same as trial 0")
     why = "not measured: 1 instance(s) lost without dynamic batching (trial 0 against 1); scored as trial 0"
     assert _trial_line(replace(reused, reason=why), 95).endswith(f": {why}")
+
+
+def test_a_point_that_got_errors_says_how_many_and_the_first() -> None:
+    erred = replace(point(1, 100, 2), errors=500, first_error='HTTP 400: {"error":"out of memory"}')
+    result = replace(trial(0, erred), measurement=Measurement((erred,), None))
+    assert not SLA.met_by(erred)  # however fast: errors are a verdict
+    line = _trial_line(result, 95)
+    assert "misses the SLA even at concurrency 1 (p95 2.0 ms; 33% of requests answered with errors " in line
+    assert 'at concurrency 1 (first: HTTP 400: {"error":"out of memory"}))' in line
+    clean, worse = point(1, 100, 2), replace(point(8, 400, 9), errors=40, first_error="HTTP 500: busy")
+    feasible = replace(trial(0, clean), measurement=Measurement((clean, worse), clean))
+    assert (
+        "\n    4% of requests answered with errors at concurrency 8 (first: HTTP 500: busy)"
+        in _trial_line(feasible, 95)
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -39,9 +40,12 @@ def test_two_workers_share_one_study(
         extra = ["--max-trials", "4", "--repeats", "1"]
         extra += ["--storage", postgres_url, "--study-name", "toy-shared"]
         argv = [*CLI, *toy_run_args(toy_repo, small_space, reports, *extra)]
+        # workers of one study run on machines of their own: each has its machine's lock
+        env = {**os.environ, "AUTOTUNE_LOCK_FILE": str(tmp_path / f"machine{i}.lock")}
         return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, env=env,
+        )  # fmt: skip
 
     procs = [worker(0), worker(1)]
     outputs = [p.communicate(timeout=600)[0] for p in procs]

@@ -245,12 +245,22 @@ def test_a_server_that_dies_under_load_once_is_measured_again_not_failed(
     assert servers_of(run_dir) == []
 
 
+def _stages_of(run_dir: Path) -> Path:
+    """Where this process stages the run's candidates (autotune.staging.Stages.for_run)."""
+    from autotune.processes import Owner
+    from autotune.staging import stage_root
+
+    me = Owner.current()
+    return stage_root() / f"{run_dir.name}.{me.pid}.{me.started or 0}"
+
+
 class _BreakStaging(Events):
     """Makes the run's staging folder a file once the run directory exists: staging the first
-    trial then fails with an OSError nobody expects (as a full or read-only disk would)."""
+    trial then fails with an OSError nobody expects (as a permission or a broken disk would)."""
 
     def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
-        (run_dir / "stage").write_text("not a folder")
+        _stages_of(run_dir).parent.mkdir(parents=True, exist_ok=True)
+        _stages_of(run_dir).write_text("not a folder")
 
 
 def test_a_crash_in_a_trial_is_a_failure_with_its_reason_not_an_interruption(
@@ -265,7 +275,7 @@ def test_a_crash_in_a_trial_is_a_failure_with_its_reason_not_an_interruption(
     assert crashed.state == FAIL and not crashed.interrupted
     assert crashed.reason.startswith("internal error: ") and "Error" in crashed.reason, crashed.reason
     # resumed, it is not measured again (it would crash again): only a stop request re-queues
-    (run_dir / "stage").unlink()
+    _stages_of(run_dir).unlink()
     assert main([*argv, "--resume", str(run_dir)]) == 0
     after = reload_outcome(run_dir)
     assert after.trials[0].reason == crashed.reason

@@ -214,3 +214,20 @@ def test_tensorrt_warnings_and_other_errors_are_not_tensorrt_errors() -> None:
         "Attempting to cast down to INT32.", "Weights may overflow: errors possible."
     )
     assert failure_line(warned) == ""  # onnxruntime's warnings are no error, whatever they say
+
+
+def test_a_model_that_did_not_load_is_told_in_tritons_words() -> None:
+    """The model's own load error, however far above the log's end (a model folder without a
+    version: Triton says so in a line and in its status table, then 40 lines of shutdown)."""
+    log = "\n".join(
+        [
+            'W1127 04:47:16.563005 1 pinned_memory_manager.cc:273] "Unable to allocate pinned memory"',
+            "E1127 04:47:16.563969 1 model_repository_manager.cc:724] \"failed to load model 'toy': at "
+            "least one version must be available under the version policy of model 'toy'\"",
+            "| toy   | -       | Not loaded: No model version was found |",
+            *["I1127 04:47:16.565503 1 server.cc:321] shutting down"] * 40,
+            "error: creating server: Internal - failed to load all models",
+        ]
+    )
+    assert failure_line(log).startswith("failed to load model 'toy': at least one version must be available")
+    assert failure_line(log.split("\n", 2)[2]) == "model No model version was found"

@@ -228,3 +228,21 @@ def test_bad_tensorrt_and_gpu_settings_are_config_errors() -> None:
         )
     with pytest.raises(ConfigError, match="GPU ids >= 0"):
         mc.apply_candidate(config, Candidate(1, "KIND_GPU", (-1,), 16, False, (), 0, False))
+
+
+def test_a_model_needs_a_version_folder_its_policy_serves(tmp_path: Path) -> None:
+    from autotune.errors import ConfigError
+    from autotune.model_config import check_versions, parse_config
+
+    model = tmp_path / "m"
+    model.mkdir()
+    config = parse_config('name: "m"\nbackend: "python"\n')
+    with pytest.raises(ConfigError, match="No model version was found"):
+        check_versions(model, config)
+    (model / "1").mkdir()
+    check_versions(model, config)
+    specific = parse_config('name: "m"\nversion_policy { specific { versions: [2, 3] } }\n')
+    with pytest.raises(ConfigError, match=r"asks for version\(s\) 2, 3, its folders hold 1"):
+        check_versions(model, specific)
+    (model / "3").mkdir()
+    check_versions(model, specific)

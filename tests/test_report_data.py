@@ -444,3 +444,21 @@ def test_a_per_gpu_run_ranks_and_draws_by_goodput_per_gpu() -> None:
     ]
     raw = report_data(run(), trials)
     assert raw.winner == 2 and "gpus_used" not in trials_frame(raw).columns
+
+
+def test_errors_are_in_the_csv_and_the_page(tmp_path: Path) -> None:
+    """A point with errors does not meet the SLA whatever its latency; trials.csv gives its
+    error count, share and the server's first error, and the page an "errors %" column."""
+    erred = replace(point(1, 100, 5, errors=250), first_error='HTTP 400: {"error":"boom"}')
+    trials = [trial(0, point(1, 100, 5)), trial(1, erred)]
+    data = report_data(run(winner=0), trials)
+    assert data.has_errors and not data.row(1)["feasible"]
+    path = write_csv(data, tmp_path / "trials.csv")
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["errors"], r["error_rate"], r["first_error"]) for r in rows] == [
+        ("0", "0.0", ""), ("250", "0.2", 'HTTP 400: {"error":"boom"}'),
+    ]  # fmt: skip
+    page = render_html(data)
+    assert "errors %" in page and "20.0" in page and "the server answered errors: HTTP 400" in page
+    assert "errors %" not in render_html(report_data(run(winner=0), trials[:1]))

@@ -246,12 +246,14 @@ def failure_line(log_text: str) -> str:
     lines = [line.strip() for line in log_text.splitlines() if line.strip()]
     trt = tensorrt_error(log_text)
     for line in lines:
-        if "failed to load '" in line:
-            load = line[line.index("failed to load '") :].rstrip('"')
-            return _with_cause(load, trt)[:300]
+        for said in ("failed to load '", "failed to load model '"):  # a version's load, the model's
+            if said in line:
+                load = line[line.index(said) :].rstrip('"')
+                return _with_cause(load, trt)[:300]
     for line in lines:
-        if "| UNAVAILABLE: " in line:  # the model status table: | name | version | UNAVAILABLE: why |
-            return _with_cause("model " + line.split("| UNAVAILABLE: ", 1)[1].rstrip("| "), trt)[:300]
+        for state in ("| UNAVAILABLE: ", "| Not loaded: "):  # the status table: | name | version | why |
+            if state in line:
+                return _with_cause("model " + line.split(state, 1)[1].rstrip("| "), trt)[:300]
     if trt:
         return trt[:300]
     noise = ("NVML", "DCGM", "CudaDriverHelper", "GPU metrics", "cuda")

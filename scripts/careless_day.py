@@ -1,0 +1,556 @@
+"""A careless day, probed: each way an ordinary day goes wrong for a user of autotune, tried
+with the real tool on the toy model (tests/models/toy, a real tritonserver), one row each.
+
+    python scripts/careless_day.py                 # every case, a table, exit 1 if a row is wrong
+    python scripts/careless_day.py errors paths    # only these cases (names: --list)
+    python scripts/careless_day.py --keep DIR      # work in DIR and leave it for a look
+
+Each case runs ``python -m autotune.cli`` in processes of its own, as a user would type it,
+and says what it saw; a case that cannot be tried here (a mount needs root) says so. After
+the cases the probe checks that nothing is left: no tritonserver or python backend stub that
+was not running before, no mount under its folder, no stage of its runs. ``tests/test_careless_day.py``
+runs every case, one test each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = ROOT / "tests" / "models" / "toy"
+CLI = [sys.executable, "-m", "autotune.cli"]
+SPACE = """instance_group:
+  count: [1, 2]
+max_batch_size: [8]
+dynamic_batching:
+  enabled: [true, false]
+  max_queue_delay_microseconds: [0]
+load:
+  concurrency: {min: 1, max: 16}
+"""
+
+
+class Wrong(Exception):
+    """The case went wrong: what was seen."""
+
+
+class Skipped(Exception):
+    """The case cannot be tried here: why."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """A finished command: its exit code, output and time."""
+
+    code: int
+    out: str
+    err: str
+    seconds: float
+
+    def line(self, prefix: str = "autotune: error:") -> str:
+        """The first line of stderr that starts with ``prefix`` ("" when none does)."""
+        return next((x for x in self.err.splitlines() if x.startswith(prefix)), "")
+
+
+@dataclass
+class Probe:
+    """One case's folder (a copy of the toy model, a small search space) and its commands."""
+
+    root: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.repo = self.toy(self.root / "repo")
+        self.space = self.root / "space.yaml"
+        self.space.write_text(SPACE, encoding="utf-8")
+        self.env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")),
+            "AUTOTUNE_LOCK_FILE": str(self.root / "measure.lock"),  # this probe's machine lock
+            **self.env,
+        }
+
+    def toy(self, repo: Path, **params: str) -> Path:
+        """A repository at ``repo`` holding the toy model, with extra config parameters."""
+        shutil.copytree(TOY, repo / "toy", ignore=shutil.ignore_patterns("__pycache__"))
+        config = repo / "toy" / "config.pbtxt"
+        extra = "".join(
+            f'parameters {{\n  key: "{k}"\n  value {{ string_value: "{v}" }}\n}}\n' for k, v in params.items()
+        )
+        config.write_text(config.read_text(encoding="utf-8") + extra, encoding="utf-8")
+        return repo
+
+    def run_args(self, *extra: str, repo: Path | None = None, reports: Path | None = None) -> list[str]:
+        """``autotune run`` on the toy model: short windows, one finalist, two trials."""
+        return [
+            "run", "--model", "toy", "--model-repository", str(repo or self.repo), "--sla-p95-ms", "60",
+            "--reports-dir", str(reports or self.root / "reports"), "--search-space", str(self.space),
+            "--window", "0.5", "--finalists", "1", "--repeats", "1", "--no-open-loop-check",
+            "--max-trials", "2", *extra,
+        ]  # fmt: skip
+
+    def autotune(self, *args: str, timeout: float = 600, cwd: Path | None = None) -> Done:
+        start = time.monotonic()
+        done = subprocess.run(
+            [*CLI, *args], env=self.env, cwd=cwd or self.root, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+        return Done(done.returncode, done.stdout, done.stderr, time.monotonic() - start)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [*CLI, *args], env=self.env, cwd=self.root, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+
+    def runs(self, reports: Path | None = None) -> list[Path]:
+        """The run directories under ``reports`` (default the probe's), oldest first."""
+        return sorted((reports or self.root / "reports").glob("toy/*/run.json"), key=lambda p: p.parent.name)
+
+    def finished_run(self, *extra: str) -> Path:
+        """A run that finished with a winner."""
+        done = self.autotune(*self.run_args(*extra))
+        expect(done.code == 0, f"a plain run failed (exit {done.code}): {done.err[-500:]}")
+        return self.runs()[-1].parent
+
+
+def expect(ok: bool, saw: str) -> None:
+    if not ok:
+        raise Wrong(saw)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise Wrong(f"timed out waiting for {what}")
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 600) -> Done:
+    start = time.monotonic()
+    out, err = proc.communicate(timeout=timeout)
+    return Done(proc.returncode, out, err, time.monotonic() - start)
+
+
+def record(run_dir: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    return data
+
+
+def tree_digest(folder: Path) -> str:
+    """Every path under ``folder`` and every file's bytes, as one digest."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(str(path.relative_to(folder)).encode())
+        if path.is_file() and not path.is_symlink():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@contextmanager
+def mounted(where: Path, *options: str, source: str = "tmpfs", kind: str = "tmpfs") -> Iterator[Path]:
+    """A mount at ``where`` for the block, always taken down (root only: else Skipped)."""
+    if os.geteuid() != 0:
+        raise Skipped("needs root to mount")
+    where.mkdir(parents=True, exist_ok=True)
+    command = ["mount", "-t", kind, "-o", ",".join(options), source, str(where)]
+    if kind == "bind":
+        command = ["mount", "--bind", source, str(where)]
+    subprocess.run(command, check=True, capture_output=True)
+    try:
+        if kind == "bind" and "ro" in options:
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], check=True, capture_output=True)
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
+
+
+# ---------------------------------------------------------------- the cases
+
+
+def two_runs(p: Probe) -> str:
+    """A second run while one measures refuses at once, naming the first and its pid."""
+    first = p.start(*p.run_args("--max-trials", "3"))
+    try:
+        wait_for(lambda: p.runs(), 120, "the first run's directory")
+        second = p.autotune(*p.run_args(reports=p.root / "second"))
+    finally:
+        done = finish(first)
+    expect(done.code == 0, f"the first run failed: {done.err[-300:]}")
+    line = second.line()
+    run_dir = str(p.runs()[0].parent)
+    expect(second.code == 2, f"exit {second.code}: {second.err[-300:]}")
+    expect(f"pid {first.pid}" in line and run_dir in line, f"not named: {line}")
+    expect(not (p.root / "second").exists(), "the second run wrote its folder")
+    return f"exit 2 in {second.seconds:.1f} s: {line[:110]}"
+
+
+def two_runs_wait(p: Probe) -> str:
+    """With --wait, the second run waits for the first, then measures alone."""
+    first = p.start(*p.run_args())
+    try:
+        wait_for(lambda: p.runs(), 120, "the first run's directory")
+        second = p.autotune(*p.run_args("--wait", reports=p.root / "second"))
+    finally:
+        done = finish(first)
+    expect(done.code == 0 and second.code == 0, f"exits {done.code}, {second.code}: {second.err[-300:]}")
+    expect("waiting for autotune run (pid" in second.err, "no waiting line")
+    (one,), (two,) = p.runs(), p.runs(p.root / "second")
+    ended, began = str(record(one.parent)["finished"]), str(record(two.parent)["started"])
+    expect(began >= ended, f"overlap: the second started {began}, the first finished {ended}")
+    return f"the second waited {second.seconds:.0f} s, started {began[11:19]} after {ended[11:19]}"
+
+
+def bench_during_run(p: Probe) -> str:
+    """`autotune bench` refuses while a run measures."""
+    first = p.start(*p.run_args())
+    try:
+        wait_for(lambda: p.runs(), 120, "the run's directory")
+        bench = p.autotune("bench", "--model", "toy", "--url", "127.0.0.1:1")
+    finally:
+        finish(first)
+    expect(bench.code == 2 and f"pid {first.pid}" in bench.line(), f"exit {bench.code}: {bench.err[-300:]}")
+    return f"exit 2: {bench.line()[:100]}"
+
+
+def killed_lock(p: Probe) -> str:
+    """A run killed with -9 leaves no lock behind: the next one starts at once."""
+    first = p.start(*p.run_args())
+    wait_for(lambda: p.runs(), 120, "the run's directory")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(30)
+    second = p.autotune(*p.run_args("--fresh", reports=p.root / "second"))
+    expect(second.code == 0, f"exit {second.code}: {second.err[-300:]}")
+    expect("is measuring" not in second.err, "refused by a dead run's lock")
+    return f"the next run ran at once (exit 0, {second.seconds:.0f} s)"
+
+
+def errors(p: Probe) -> str:
+    """A model that answers every third request with an error: no winner, exit 4 naming it;
+    trials.csv gives the error rate and the server's first error; no empty stage/ left."""
+    repo = p.toy(p.root / "erring", error_every="3")
+    done = p.autotune(*p.run_args(repo=repo))
+    line = done.line()
+    expect(done.code == 4, f"exit {done.code}: {done.err[-400:]}")
+    expect("errors" in line and "toy model told to fail" in line, f"the error not named: {line}")
+    run_dir = p.runs()[-1].parent
+    with (run_dir / "trials.csv").open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    expect(
+        all(r["state"] == "FAIL" and "toy model told to fail" in r["reason"] for r in rows), f"rows: {rows}"
+    )
+    expect(not (run_dir / "stage").exists(), "a stage/ folder was left in the run directory")
+    return f"exit 4: {line[16:130]}"
+
+
+def resume_line(p: Probe) -> str:
+    """Ctrl-C prints a line that, pasted as printed, resumes with the run's own budget and
+    workload and measures the interrupted config first."""
+    args = p.run_args("--max-trials", "3", "--patience", "0", "--input-data", "zero", "--batch-size", "2")
+    proc = p.start(*args)
+    wait_for(lambda: list(p.root.glob("reports/toy/*/logs/trial-001.log")), 300, "the second trial")
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    stopped = finish(proc)
+    expect(stopped.code == 130, f"exit {stopped.code} on Ctrl-C")
+    found = re.search(r"continue with: (.+)$", stopped.err, re.MULTILINE)
+    expect(found is not None, f"no resume line: {stopped.err[-300:]}")
+    assert found is not None
+    typed = shlex.split(found.group(1))
+    expect(typed[0] == "autotune", f"not a command: {found.group(1)}")
+    again = p.autotune(*typed[1:])
+    expect(again.code == 0, f"the printed line failed (exit {again.code}): {again.err[-300:]}")
+    trials = _trials(p.runs()[-1].parent)
+    interrupted = [t for t in trials if t["interrupted"]]
+    counted = [t for t in trials if not t["interrupted"]]
+    expect(
+        len(interrupted) == 1 and len(counted) == 3, f"trials: {[(t['number'], t['state']) for t in trials]}"
+    )
+    after = [t for t in trials if t["number"] > interrupted[0]["number"]]
+    expect(after[0]["params"] == interrupted[0]["params"], "the interrupted config was not measured first")
+    options = record(p.runs()[-1].parent)["options"]
+    expect(isinstance(options, dict) and options["max_trials"] == 3, f"options: {options}")
+    return f"`{found.group(1)[:60]}...` resumed: 3 trials, the interrupted one first"
+
+
+def killed_resume(p: Probe) -> str:
+    """After kill -9, a resume measures the interrupted config before the queued seeds."""
+    proc = p.start(*p.run_args("--max-trials", "4", "--patience", "0"))
+    wait_for(lambda: list(p.root.glob("reports/toy/*/logs/trial-001.log")), 300, "the second trial")
+    time.sleep(1.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    run_dir = p.runs()[-1].parent
+    again = p.autotune("run", "--resume", str(run_dir))
+    expect(again.code == 0, f"exit {again.code}: {again.err[-300:]}")
+    trials = _trials(run_dir)
+    (interrupted,) = [t for t in trials if t["interrupted"]]
+    after = [t for t in trials if t["number"] > interrupted["number"]]
+    expect(after and after[0]["params"] == interrupted["params"], "not measured first")
+    return f"trial {interrupted['number']} measured again as trial {after[0]['number']}, first"
+
+
+def storage(p: Probe) -> str:
+    """A bad --storage leaves nothing; the same command without it starts a new run."""
+    bad = p.autotune(*p.run_args("--storage", "foo://bar"))
+    expect(bad.code == 5, f"exit {bad.code}: {bad.err[-300:]}")
+    expect(not p.runs(), "a run directory was left behind")
+    good = p.autotune(*p.run_args("--max-trials", "1"))
+    expect(good.code == 0 and "resuming" not in good.err, f"exit {good.code}: {good.err[-300:]}")
+    return f"exit 5 ({bad.line()[16:80]}), nothing left; then a new run"
+
+
+def paths(p: Probe) -> str:
+    """A space and non-ASCII letters in the repository's and the reports' paths; the user's
+    repository byte for byte as it was (no __pycache__)."""
+    repo = p.toy(p.root / "my models ü")
+    reports = p.root / "my reports é"
+    before = tree_digest(repo)
+    done = p.autotune(*p.run_args(repo=repo, reports=reports))
+    expect(done.code == 0, f"exit {done.code}: {done.err[-400:]}")
+    expect(tree_digest(repo) == before, f"the repository changed: {sorted(str(x) for x in repo.rglob('*'))}")
+    (run,) = p.runs(reports)
+    expect(not (run.parent / "stage").exists(), "a stage/ folder was left in the run directory")
+    return f"exit 0 in {done.seconds:.0f} s; repository unchanged"
+
+
+def model_slash(p: Probe) -> str:
+    """`--model toy/` as a shell completes it."""
+    args = p.run_args("--max-trials", "1")
+    args[args.index("toy")] = "toy/"
+    done = p.autotune(*args)
+    expect(done.code == 0, f"exit {done.code}: {done.err[-300:]}")
+    return f"exit 0 ({done.seconds:.0f} s)"
+
+
+def no_version(p: Probe) -> str:
+    """A model folder without a version folder: refused up front in Triton's words."""
+    repo = p.root / "flat"
+    (repo / "toy").mkdir(parents=True)
+    shutil.copy(TOY / "config.pbtxt", repo / "toy" / "config.pbtxt")
+    shutil.copy(TOY / "1" / "model.py", repo / "toy" / "model.py")
+    done = p.autotune(*p.run_args(repo=repo))
+    expect(
+        done.code == 2 and "No model version was found" in done.line(), f"exit {done.code}: {done.err[-300:]}"
+    )
+    expect(not p.runs(), "a run directory was written")
+    return f"exit 2 in {done.seconds:.1f} s: {done.line()[16:110]}"
+
+
+def readonly_apply(p: Probe) -> str:
+    """`apply` on a read-only repository: exit 6 naming the folder, nothing changed."""
+    run_dir = p.finished_run("--max-trials", "1")
+    config = p.repo / "toy" / "config.pbtxt"
+    before = config.read_bytes()
+    with mounted(p.repo / "toy", "ro", kind="bind", source=str(p.repo / "toy")):
+        done = p.autotune("apply", str(run_dir))
+    expect(done.code == 6 and str(p.repo / "toy") in done.line(), f"exit {done.code}: {done.err[-300:]}")
+    expect(config.read_bytes() == before, "the config changed")
+    return f"exit 6: {done.line()[16:120]}"
+
+
+def second_undo(p: Probe) -> str:
+    """`apply --undo` twice: the second says the original is there already, exit 0."""
+    run_dir = p.finished_run("--max-trials", "1")
+    applied = p.autotune("apply", str(run_dir), "--no-verify")
+    first, second = p.autotune("apply", str(run_dir), "--undo"), p.autotune("apply", str(run_dir), "--undo")
+    expect(applied.code == first.code == second.code == 0, f"exits {applied.code} {first.code} {second.code}")
+    expect("already holds the original" in second.out, f"said: {second.out} {second.err}")
+    return second.out.strip()[:100]
+
+
+def full_disk(p: Probe) -> str:
+    """A disk without room for a run: refused before anything is written, naming the space."""
+    with mounted(p.root / "small", "size=4m") as small:
+        done = p.autotune(*p.run_args(reports=small))
+        left = list(small.iterdir())
+    expect(
+        done.code == 2 and "MiB free" in done.line() and "needs about" in done.line(), f"{done.err[-300:]}"
+    )
+    expect(not left, f"written: {left}")
+    return f"exit 2: {done.line()[16:120]}"
+
+
+def disk_fills(p: Probe) -> str:
+    """The disk fills up during a run: exit 5 naming the file and the space, the report and the
+    study kept; with room again, --resume finishes it."""
+    with mounted(p.root / "disk", "size=40m") as disk:
+        proc = p.start(*p.run_args("--max-trials", "4", "--patience", "0", reports=disk))
+        wait_for(lambda: list(disk.glob("toy/*/logs/trial-000.log")), 300, "the first trial")
+        filler = disk / "filler"
+        _fill(filler)
+        done = finish(proc)
+        run_dir = p.runs(disk)[-1].parent
+        report = (run_dir / "report.html").is_file()
+        filler.unlink()
+        again = p.autotune("run", "--resume", str(run_dir))
+    expect(done.code == 5 and "no space left" in done.line(), f"exit {done.code}: {done.err[-400:]}")
+    expect(report, "no report.html")
+    expect(again.code == 0, f"the resume failed (exit {again.code}): {again.err[-300:]}")
+    return f"exit 5 ({done.line()[16:90]}...), report kept; resumed: exit 0"
+
+
+def huge_shape(p: Probe) -> str:
+    """A --shape too large to allocate is bad input, exit 2."""
+    config = p.repo / "toy" / "config.pbtxt"
+    config.write_text(
+        config.read_text(encoding="utf-8").replace("dims: [ 16 ]", "dims: [ -1 ]"), encoding="utf-8"
+    )
+    done = p.autotune(*p.run_args("--shape", "x:100000000000"))
+    expect(done.code == 2 and "GiB" in done.line(), f"exit {done.code}: {done.err[-300:]}")
+    return f"exit 2: {done.line()[16:120]}"
+
+
+def margin(p: Probe) -> str:
+    """--margin 1.5 is refused as the margin it is."""
+    done = p.autotune(*p.run_args("--margin", "1.5"))
+    expect(done.code == 2 and "--margin" in done.line(), f"exit {done.code}: {done.line()}")
+    return done.line()[16:100]
+
+
+def batch_below(p: Probe) -> str:
+    """A space whose max batch sizes are all below --batch-size says so."""
+    p.space.write_text(SPACE.replace("max_batch_size: [8]", "max_batch_size: [2, 4]"), encoding="utf-8")
+    done = p.autotune(*p.run_args("--batch-size", "8", "--max-trials", "1"))
+    note = next((x for x in done.err.splitlines() if x.startswith("note:")), "")
+    expect(done.code == 0 and "--batch-size 8" in note, f"exit {done.code}: {done.err[-300:]}")
+    return note[:110]
+
+
+CASES: dict[str, Callable[[Probe], str]] = {
+    "two-runs": two_runs,
+    "two-runs-wait": two_runs_wait,
+    "bench-during-run": bench_during_run,
+    "killed-lock": killed_lock,
+    "errors": errors,
+    "resume-line": resume_line,
+    "killed-resume": killed_resume,
+    "storage": storage,
+    "paths": paths,
+    "model-slash": model_slash,
+    "no-version": no_version,
+    "readonly-apply": readonly_apply,
+    "second-undo": second_undo,
+    "full-disk": full_disk,
+    "disk-fills": disk_fills,
+    "huge-shape": huge_shape,
+    "margin": margin,
+    "batch-below": batch_below,
+}
+
+
+def _trials(run_dir: Path) -> list[dict[str, object]]:
+    """The run's trials as plain records (number, state, params, interrupted), by number."""
+    sys.path.insert(0, str(ROOT))
+    from autotune.reload import reload_outcome
+
+    return [
+        {"number": t.number, "state": t.state, "params": t.params, "interrupted": t.interrupted}
+        for t in sorted(reload_outcome(run_dir).trials, key=lambda t: t.number)
+    ]
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` until its disk is full, to the last page."""
+    with path.open("wb", buffering=0) as handle:
+        for size in (1 << 20, 1 << 12):
+            try:
+                while True:
+                    handle.write(bytes(size))
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------- running them
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    verdict: str  # good, WRONG, skipped
+    seconds: float
+    detail: str
+
+
+def run_case(name: str, root: Path) -> Row:
+    start = time.monotonic()
+    try:
+        detail, verdict = CASES[name](Probe(root / name)), "good"
+    except Wrong as exc:
+        detail, verdict = str(exc), "WRONG"
+    except Skipped as exc:
+        detail, verdict = str(exc), "skipped"
+    return Row(name, verdict, time.monotonic() - start, " ".join(detail.split()))
+
+
+def servers() -> set[int]:
+    """Pids of tritonserver processes and python backend stubs running now."""
+    from autotune.processes import cmdline
+
+    pids = (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+    return {pid for pid in pids if any(name in cmdline(pid) for name in ("tritonserver", "backend_stub"))}
+
+
+def leftovers(root: Path, before: set[int]) -> list[str]:
+    """What the probe left: servers that were not running before, mounts under ``root``."""
+    time.sleep(1.0)  # a server stopped in the background finishes
+    left = [f"server pid {pid}" for pid in sorted(servers() - before) if Path(f"/proc/{pid}").exists()]
+    mounts = Path("/proc/mounts").read_text(encoding="utf-8").splitlines()
+    left += [f"mount {m.split()[1]}" for m in mounts if m.split()[1].startswith(str(root))]
+    return left
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", help="cases to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="name the cases and what each checks")
+    parser.add_argument("--keep", type=Path, help="work in this folder and leave it")
+    args = parser.parse_args(argv)
+    if args.list:
+        for name, case in CASES.items():
+            print(f"{name:18} {' '.join((case.__doc__ or '').split())}")
+        return 0
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s): {', '.join(unknown)} (see --list)")
+    root = args.keep or Path(tempfile.mkdtemp(prefix="careless-day-"))
+    before = servers()
+    rows = []
+    for name in args.cases or CASES:
+        rows.append(run_case(name, root))
+        row = rows[-1]
+        print(f"{row.case:18} {row.verdict:8} {row.seconds:6.1f} s  {row.detail}", flush=True)
+    left = leftovers(root, before)
+    print(f"left running or mounted: {', '.join(left) or 'nothing'}")
+    if args.keep is None:
+        shutil.rmtree(root, ignore_errors=True)
+    wrong = [r.case for r in rows if r.verdict == "WRONG"]
+    print(
+        f"{len(rows) - len(wrong)} of {len(rows)} cases good"
+        + (f"; wrong: {', '.join(wrong)}" if wrong else "")
+    )
+    return 1 if wrong or left else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
