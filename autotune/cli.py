@@ -265,7 +265,9 @@ def _add_report(sub: Any) -> None:
 
 
 def _add_clean(sub: Any) -> None:
-    clean = sub.add_parser("clean", help="stop servers and containers left behind by killed runs")
+    clean = sub.add_parser(
+        "clean", help="stop servers and containers, and remove staging folders, left behind by killed runs"
+    )
     clean.set_defaults(handler=_clean)
 
 
@@ -513,10 +515,13 @@ def _report(args: argparse.Namespace) -> int:
 
 def _clean(args: argparse.Namespace) -> int:
     from autotune.launch import reap_leftovers
+    from autotune.staging import reap, stage_root
 
     servers, containers = reap_leftovers()
+    stages = reap(stage_root())
     print(
-        f"stopped {len(servers)} server process(es) and {len(containers)} container(s) left by earlier runs"
+        f"stopped {len(servers)} server process(es) and {len(containers)} container(s), and removed "
+        f"{len(stages)} staging folder(s), left by earlier runs"
     )
     return 0
 

@@ -145,9 +145,9 @@ def tune(prep: Prepared, events: Events | None = None, *, wait: bool = False) ->
     settings = prep.settings
     with hostlock.measuring("autotune run", wait=wait, waiting=events.waiting) as lease:
         path = settings.run_dir or RunDir.new_path(settings.reports_dir, settings.model, _run_id())
+        lease.name(str(path))  # what a run refused meanwhile is told
         launcher = make_launcher(settings.launch, path.name)  # a wrong set-up fails before any write
         run, study = _open(prep, path)
-        lease.name(str(path))
         trials = Trials(prep, launcher, run, events)
         try:
             return _search(prep, trials, study)
