@@ -117,6 +117,8 @@ def _trial_line(
 ) -> str:
     label = result.candidate.label() if result.candidate else "?"
     head = f"trial {result.number:>3} {label}"
+    if result.wrong_outputs:
+        return f"{head}: infeasible, {result.reason}"
     if result.state != COMPLETE:
         return f"{head}: FAILED {result.reason}"
     if result.reused_from is not None:

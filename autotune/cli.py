@@ -214,6 +214,21 @@ def _add_run(sub: Any) -> None:
         "which takes minutes; a build that runs longer fails that trial, saying so "
         f"(default {DEFAULTS.trt_build_timeout_s:.0f})",
     )
+    run.add_argument(
+        "--output-check",
+        choices=("on", "off"),
+        help="before a candidate is measured, send it a sample of the workload and compare its answers "
+        "with your config's: one that answers differently is infeasible (default on; off for models "
+        "whose outputs are random by design)",
+    )
+    run.add_argument(
+        "--output-tolerance",
+        metavar="TOL",
+        help="how far a float output may differ, times max(1, |your config's value|): one number for "
+        "every float type, or TYPE=TOL pairs, e.g. FP16=1e-2,FP32=1e-3 (default FP64=1e-9, FP32=1e-4, "
+        "FP16=1e-2, BF16=5e-2; a candidate that computes in FP16 is held to FP16's at least); integers, "
+        "booleans and strings must match exactly",
+    )
     add_workload_arguments(run)
     add_traffic_arguments(run)
     _add_launcher_options(run)
@@ -358,6 +373,8 @@ def _options(args: argparse.Namespace, record: RunRecord | None) -> RunOptions:
         given["time_budget_s"] = kept.time_budget_s
     if args.search_space is not None:
         given["search_space"] = str(args.search_space)
+    if args.output_check is not None:
+        given["output_check"] = args.output_check == "on"
     return RunOptions(
         **{name: getattr(kept, name) if value is None else value for name, value in given.items()}
     )
@@ -398,6 +415,8 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
         margin=opts.margin,  # checked here, before the SLA is tightened by it
         open_loop_check=opts.open_loop_check,
         trt_build_timeout_s=opts.trt_build_timeout_s,
+        output_check=opts.output_check,
+        output_tolerance=opts.output_tolerance,
     )
     clear_ms, over_ms = verdict_bands(sla.tightened(opts.margin).limit_ms)  # a trial: its own (with_bands)
     plan = WindowPlan(

@@ -19,6 +19,8 @@ optuna, OS) are translated where they enter, with ``raise ... from exc``.
     ├── RestoreError               exit 3   a remote server could not go back to its own config:
     │                                       the run stops (not one trial's failure)
     ├── MeasurementError           exit 4   the load generator could not measure; every trial failed
+    │   └── WrongOutputError                a candidate answered differently from the original
+    │                                       config (autotune.outputs): it is infeasible
     ├── StudyError                 exit 5   the study storage is unusable
     │   └── DiskFullError                   the disk of the run directory filled up: the run
     │                                       stopped, its trials and report kept (--resume)
@@ -98,6 +100,12 @@ class RestoreError(AutotuneError):
 class MeasurementError(AutotuneError):
     exit_code = 4
     hint = "the server answered with errors; look at its log"
+
+
+class WrongOutputError(MeasurementError):
+    """A candidate's answers differ from the original config's on the same requests."""
+
+    hint = "--output-tolerance loosens the check for floats; --output-check off skips it"
 
 
 class StudyError(AutotuneError):

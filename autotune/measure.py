@@ -184,11 +184,14 @@ class Measurement:
 
     ``pruned``: the search stopped early because this candidate could not beat the best one
     found so far (its first SLA-breaking point already had less throughput); ``best`` is then
-    a lower bound of its goodput."""
+    a lower bound of its goodput. ``output_check``: what the check of its answers found before
+    it was measured (autotune.outputs): "passed", "reference" (its answers are the ones the
+    others are held to: your config's), or "" (not checked)."""
 
     points: tuple[Point, ...]
     best: Point | None  # highest throughput meeting the SLA; None if no point met it
     pruned: bool = False
+    output_check: str = ""
 
     @property
     def note(self) -> str:

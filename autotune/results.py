@@ -36,6 +36,16 @@ class TrialResult:
     # FAIL because the tuner was stopped (Ctrl-C, SIGTERM, kill -9) while it ran: it is measured
     # again on --resume and does not count against the budget. A crash is a FAIL with its reason.
     interrupted: bool = False
+    # FAIL because its answers differed from your config's (autotune.outputs): infeasible, however fast
+    wrong_outputs: bool = False
+
+    @property
+    def output_check(self) -> str:
+        """What the check of its answers found: "passed", "reference" (your config's, the ones the
+        others are held to), "differs", or "" (not checked)."""
+        if self.wrong_outputs:
+            return "differs"
+        return self.measurement.output_check if self.measurement is not None else ""
 
     @property
     def best(self) -> Point | None:

@@ -6,6 +6,7 @@
                         keeps, the owner process, the winner and the verifications
       study.db          the Optuna study (unless --storage names another)
       logs/             server logs (candidates are staged elsewhere: autotune.staging)
+      reference.npz     your config's answers to the output check's requests (autotune.outputs)
       winner.pbtxt  winner.diff  report.html  trials.csv
 
 The tuner creates and updates it, ``autotune report`` (:mod:`autotune.reload`) and ``autotune
@@ -21,9 +22,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from autotune.errors import AutotuneError, UsageError
 from autotune.files import write_text_atomic
 from autotune.objective import Scoring, Sla
+from autotune.outputs import Reference
 from autotune.processes import Owner
 from autotune.results import OpenLoopCheck, RunInfo, Verification
 from autotune.settings import Launch, RunOptions, RunSettings, Traffic, Workload
@@ -31,6 +35,7 @@ from autotune.settings import Launch, RunOptions, RunSettings, Traffic, Workload
 RUN_FILE = "run.json"
 WINNER_CONFIG = "winner.pbtxt"
 WINNER_DIFF = "winner.diff"
+REFERENCE_FILE = "reference.npz"  # your config's answers to the output check's requests
 
 
 @dataclass(frozen=True)
@@ -177,6 +182,20 @@ class RunDir:
 
     def log(self, name: str) -> Path:
         return self.path / "logs" / name
+
+    def save_reference(self, reference: Reference) -> None:
+        """Keep your config's answers to the output check's requests (atomically)."""
+        tmp = self.path / f".{REFERENCE_FILE}.tmp.npz"
+        np.savez(tmp, **reference.arrays())
+        tmp.replace(self.path / REFERENCE_FILE)
+
+    def reference(self) -> Reference | None:
+        """The answers :meth:`save_reference` kept; None when there are none (or they cannot be read)."""
+        try:
+            with np.load(self.path / REFERENCE_FILE, allow_pickle=True) as data:
+                return Reference.from_arrays({key: data[key] for key in data.files})
+        except (OSError, ValueError):
+            return None
 
     def study_url(self, storage: str | None = None) -> str:
         """Where the study lives: ``storage`` (the full URL, password included) when given,

@@ -18,6 +18,7 @@ from typing import Any
 from autotune.errors import UsageError
 from autotune.measure import WindowPlan
 from autotune.objective import Sla
+from autotune.outputs import parse_tolerance
 
 LAUNCHERS = ("local", "docker", "remote")
 # How long a config with TensorRT may take to get ready (its engine is built while it loads):
@@ -385,6 +386,8 @@ class RunOptions:
     open_loop_check: bool = True
     trt_build_timeout_s: float = TRT_BUILD_TIMEOUT_S  # autotune.trt_build
     write_back: bool = False
+    output_check: bool = True  # each candidate's answers against your config's (autotune.outputs)
+    output_tolerance: str = ""  # --output-tolerance as given ("": each float type's default)
 
     @classmethod
     def of(cls, settings: RunSettings) -> RunOptions:
@@ -396,7 +399,8 @@ class RunOptions:
             patience=settings.patience, finalists=settings.finalists, repeats=settings.repeats,
             margin=settings.margin, window=settings.plan.window_s, seed=settings.seed,
             open_loop_check=settings.open_loop_check, trt_build_timeout_s=settings.trt_build_timeout_s,
-            write_back=settings.write_back,
+            write_back=settings.write_back, output_check=settings.output_check,
+            output_tolerance=settings.output_tolerance,
         )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
@@ -437,6 +441,8 @@ class RunSettings:
     margin: float = _DEFAULT.margin
     open_loop_check: bool = _DEFAULT.open_loop_check
     trt_build_timeout_s: float = _DEFAULT.trt_build_timeout_s
+    output_check: bool = _DEFAULT.output_check
+    output_tolerance: str = _DEFAULT.output_tolerance  # checked: autotune.outputs.parse_tolerance
 
     def __post_init__(self) -> None:
         if self.max_trials < 1:
@@ -449,5 +455,6 @@ class RunSettings:
             raise UsageError(f"--margin must be in [0, 0.5), got {self.margin}")
         if self.protocol not in ("http", "grpc"):
             raise UsageError(f"--protocol must be http or grpc, got {self.protocol!r}")
+        parse_tolerance(self.output_tolerance)  # a UsageError now, not at the first candidate
         if self.launch.kind == "remote" and not self.launch.remote.url:
             raise UsageError("--launcher remote needs --url HOST:PORT of a running tritonserver")

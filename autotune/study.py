@@ -167,10 +167,18 @@ class Study:
         return _result_of(asked, COMPLETE, told)
 
     def tell_failed(
-        self, asked: Asked, reason: str, log_tail: str, duration_s: float, *, interrupted: bool = False
+        self,
+        asked: Asked,
+        reason: str,
+        log_tail: str,
+        duration_s: float,
+        *,
+        interrupted: bool = False,
+        wrong_outputs: bool = False,
     ) -> TrialResult:
         """Tell the study the trial failed: ``interrupted`` when a stop request ended it (it is
-        measured again on --resume), else for ``reason`` (it is not: it would fail again)."""
+        measured again on --resume), else for ``reason`` (it is not: it would fail again);
+        ``wrong_outputs``: its answers differed from your config's (autotune.outputs)."""
         attrs: dict[str, Any] = {
             "reason": reason[:500],
             "log_tail": log_tail[-4000:],
@@ -178,6 +186,8 @@ class Study:
         }
         if interrupted:
             attrs["interrupted"] = True
+        if wrong_outputs:
+            attrs["output_check"] = "differs"
         told = asked.set(attrs)
         self._study.tell(asked.trial, state=TrialState.FAIL)
         return _result_of(asked, FAIL, told)
@@ -296,14 +306,20 @@ def candidate_from_json(data: dict[str, Any]) -> Candidate:
 
 def _measurement_json(measurement: Measurement) -> dict[str, Any]:
     best = measurement.points.index(measurement.best) if measurement.best else None
-    return {"points": [p.to_dict() for p in measurement.points], "best": best, "pruned": measurement.pruned}
+    return {
+        "points": [p.to_dict() for p in measurement.points],
+        "best": best,
+        "pruned": measurement.pruned,
+        "output_check": measurement.output_check,
+    }
 
 
 def measurement_from_json(data: dict[str, Any]) -> Measurement:
     points = tuple(Point.from_dict(p) for p in data["points"])
     best = data.get("best")
     chosen = points[best] if best is not None else None
-    return Measurement(points=points, best=chosen, pruned=bool(data.get("pruned", False)))
+    pruned, check = bool(data.get("pruned", False)), str(data.get("output_check", ""))
+    return Measurement(points=points, best=chosen, pruned=pruned, output_check=check)
 
 
 def _age_s(trial: FrozenTrial) -> float:
@@ -336,4 +352,5 @@ def _from_attrs(number: int, state: str, params: dict[str, Any], attrs: dict[str
         duration_s=float(attrs.get("duration_s", 0.0)),
         reused_from=attrs.get("reused_from"),
         interrupted=bool(attrs.get("interrupted")),
+        wrong_outputs=attrs.get("output_check") == "differs",
     )

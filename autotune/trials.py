@@ -26,6 +26,7 @@ from autotune.errors import (
     MeasurementError,
     ServerExitedError,
     WorkloadError,
+    WrongOutputError,
 )
 from autotune.events import Events
 from autotune.files import disk_full
@@ -44,6 +45,7 @@ from autotune.measure import (
     with_bands,
 )
 from autotune.objective import Sla
+from autotune.outputs import Reference, compare, parse_tolerance
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate
@@ -67,6 +69,7 @@ class Trials:
         self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
         self.probed = False
         self._stages: Stages | None = None  # made on the first serve, removed by close
+        self._reference: Reference | None = None  # your config's answers (autotune.outputs)
 
     def close(self) -> None:
         """Remove the stages (once every server has stopped: :meth:`Launcher.drain`)."""
@@ -92,7 +95,8 @@ class Trials:
         except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed
             log = self.log(asked.number)
             why = _reason(exc, _tail(log, REASON_LINES))  # the load error may lie far above the end
-            return study.tell_failed(asked, why, _tail(log), time.monotonic() - start)
+            wrong = isinstance(exc, WrongOutputError)
+            return study.tell_failed(asked, why, _tail(log), time.monotonic() - start, wrong_outputs=wrong)
         except WorkloadError:  # the data, not the config: the run stops, the trial runs again
             study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
             raise
@@ -154,8 +158,11 @@ class Trials:
         settings, loader = self.prep.settings, self.prep.loader
         search_sla, batching = self.search_sla(asked.candidate), asked.candidate.dynamic_batching
         plan = with_bands(settings.plan, search_sla.limit_ms)
+        if settings.output_check and self.reference() is None and asked.candidate not in self._sources():
+            self._record_reference()  # on a server of its own, before this candidate's
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
             first = self.generator(server, plan)  # once warm, a new level settles within a few requests
+            checked = self._check_outputs(asked.candidate, first)  # before anything is measured
             later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, finals.RAMP_S)))
             shorter = later.with_plan(pass_plan(later.plan))  # a point's further passes (pass_plan)
             done: list[Point] = []
@@ -191,7 +198,63 @@ class Trials:
                 raise
         if measured.points and all(p.errors for p in measured.points):  # errors are a verdict: it failed
             raise MeasurementError(f"every load measured got errors: {errors_line(measured.points)}")
-        return measured
+        return replace(measured, output_check=checked)
+
+    # ------------------------------------------------------------ the output check
+
+    def reference(self) -> Reference | None:
+        """Your config's answers to the check's requests: recorded by this run (this session or an
+        earlier one), or None yet."""
+        if self._reference is None:
+            self._reference = self.run_dir.reference()
+        return self._reference
+
+    def _sources(self) -> tuple[Candidate, ...]:
+        """The candidates whose answers the others are held to: your config as it is, and (if
+        that cannot run here) its twin in the search space."""
+        return tuple(
+            dict.fromkeys((self.prep.baseline, decide.in_space(self.prep.baseline, self.prep.space)))
+        )
+
+    def _check_outputs(self, candidate: Candidate, gen: LoadGenerator) -> str:
+        """The check of :mod:`autotune.outputs` on the candidate's server, before it is measured:
+        "reference" (its answers become the run's reference), "passed", "" (--output-check off);
+        a WrongOutputError naming the first difference."""
+        settings = self.prep.settings
+        if not settings.output_check:
+            return ""
+        sample = gen.check_sample(settings.workload, settings.seed or 0)
+        answers, datatypes = gen.answers([payload for payload, _ in sample])
+        reference = self.reference()
+        if reference is None:  # a source (_sources): the candidate is your config
+            self._reference = Reference(tuple(answers), datatypes)
+            self.run_dir.save_reference(self._reference)
+            return "reference"
+        tolerance = parse_tolerance(settings.output_tolerance)
+        labels = [label for _, label in sample]
+        found = compare(
+            reference.answers, answers, reference.datatypes, tolerance, candidate.trt_fp16, labels
+        )
+        if found is not None:
+            raise WrongOutputError(found.line)
+        return "passed"
+
+    def _record_reference(self) -> None:
+        """Your config's answers, on a server of its own (this worker did not measure it: another
+        worker of the study did, or it failed here), from the first source that serves."""
+        failures = []
+        for candidate in self._sources():
+            try:
+                with self.serve(candidate, self.run_dir.log("reference.log"), "reference") as server:
+                    self._check_outputs(candidate, self.generator(server, self.prep.settings.plan))
+                return
+            except (LaunchError, MeasurementError) as exc:
+                failures.append(str(exc).splitlines()[0])
+        raise MeasurementError(
+            "your config could not be served to record the answers the output check compares with: "
+            + "; ".join(failures),
+            hint="--output-check off measures candidates without comparing their answers",
+        )
 
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[Server]:

@@ -26,10 +26,11 @@ from typing import Any
 
 from autotune import model_config as mcfg
 from autotune import trt_build
-from autotune.errors import AutotuneError, UsageError, WriteBackError
+from autotune.errors import AutotuneError, UsageError, WriteBackError, WrongOutputError
 from autotune.files import copy_atomic, file_digest, write_text_atomic
 from autotune.launch import Launcher, make_launcher
 from autotune.loadgen import LoadGenerator
+from autotune.outputs import compare, parse_tolerance
 from autotune.rundir import WINNER_CONFIG, RunDir, RunRecord
 from autotune.staging import Stages, mirror
 
@@ -76,7 +77,8 @@ def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
         except AutotuneError as exc:
             copy_atomic(backup, target)
             raise WriteBackError(
-                f"the written config did not load, so the original was restored: {exc}"
+                f"the written config did not load and answer as your config does, so the original was "
+                f"restored: {exc}"
             ) from exc
     return WriteBackResult(target, backup, mcfg.config_diff(current, winner), verified_on)
 
@@ -98,8 +100,9 @@ def _load_once(launcher: Launcher[Any], run: RunDir, config: mcfg.ModelConfig) -
     """Serve the model from its real folder (a stage that links to each of its files, the
     written config.pbtxt included: :func:`autotune.staging.mirror`) until it is ready, and send
     it the run's workload (LoadGenerator.preflight: each distinct shape, then a spread; the
-    written config must answer what the user sends); the server's description. A ``config``
-    with TensorRT gets the default engine build time."""
+    written config must answer what the user sends) and the output check's requests (its answers
+    must be your config's, as the run recorded them: :func:`_check_answers`); the server's
+    description. A ``config`` with TensorRT gets the default engine build time."""
     model = run.record.model
     stages = Stages.for_run(run.record.run_id)
     view = stages.path("writeback")
@@ -110,12 +113,29 @@ def _load_once(launcher: Launcher[Any], run: RunDir, config: mcfg.ModelConfig) -
             workload = run.record.workload
             if workload.path is not None and not workload.path.exists():
                 return f"{described} (loaded; not sent the workload: {workload.path} is gone)"
-            LoadGenerator.connect(server.host, server.http_port, server.grpc_port, model,
-                                  workload=workload, preflight=True)  # fmt: skip
-            return f"{described}, answering {workload.label}"
+            gen = LoadGenerator.connect(server.host, server.http_port, server.grpc_port, model,
+                                        workload=workload, preflight=True)  # fmt: skip
+            return f"{described}, answering {workload.label}{_check_answers(gen, run, config)}"
     finally:
         launcher.drain()
         stages.remove()
+
+
+def _check_answers(gen: LoadGenerator, run: RunDir, config: mcfg.ModelConfig) -> str:
+    """The written config's answers against your config's (:mod:`autotune.outputs`), as the run
+    checked every candidate: a WrongOutputError when they differ; what was checked, for people."""
+    options = run.record.options
+    reference = run.reference() if options.output_check else None
+    if reference is None:
+        return "" if not options.output_check else " (the run kept no answers to check against)"
+    sample = gen.check_sample(run.record.workload, options.seed or 0)
+    answers, _ = gen.answers([payload for payload, _ in sample])
+    fp16 = mcfg.candidate_of(config).trt_fp16
+    tolerance = parse_tolerance(options.output_tolerance)
+    found = compare(reference.answers, answers, reference.datatypes, tolerance, fp16, [s for _, s in sample])
+    if found is not None:
+        raise WrongOutputError(found.line)
+    return f", {len(sample)} answers as your config's"
 
 
 def _already_written(

@@ -26,6 +26,11 @@ Triton's python backend through ``templates/onnx_model.py``.
                      mean of the non-padding tokens' states -> embedding FP32 [128]; its config
                      sets pad_to 8: model.py pads every call to a multiple of 8 rows, as an
                      engine with fixed batch shapes does, so 1 row costs what 8 do
+    sentiment        a bag-of-embeddings sentiment classifier: input_ids INT64 [64] (0 pads) ->
+                     mean of the tokens' embeddings -> probs FP32 [2], served by a model.py
+                     (templates/sentiment_model.py) that buckets a dynamic batch by length and
+                     answers in that order: wrong answers with batching, which is faster (each
+                     call waits call_ms 4); input.json holds 16 sentences of 6 to 64 tokens
 
 For each model it writes ``<out>/<name>/1/model.onnx`` (same arguments, same bytes),
 copies its model.py template to ``<out>/<name>/1/model.py``, writes the workload's
@@ -64,6 +69,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE.parent / "templates" / "onnx_model.py"
 FOOD_TEMPLATE = HERE.parent / "templates" / "food_classifier.py"
+SENTIMENT_TEMPLATE = HERE.parent / "templates" / "sentiment_model.py"
 INPUT_FILE = "input.json"
 DEFAULT_OUT = HERE / "model_repository"
 OPSET = 17
@@ -183,7 +189,24 @@ class EmbedderSpec:
                         vocab=self.vocab, seed=self.seed)  # fmt: skip
 
 
-Spec = BertSpec | CnnSpec | FoodSpec | TextSpec | MobileNetSpec | RecommenderSpec | EmbedderSpec
+@dataclass(frozen=True)
+class SentimentSpec:
+    vocab: int = 30522
+    dim: int = 64
+    seq: int = 64
+    classes: int = 2
+    call_ms: float = 4.0  # what each call of its model.py waits, whatever it carries
+    sentences: int = 16  # input.json's entries
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.vocab, self.dim, self.seq, self.classes, self.sentences) < 1 or self.call_ms < 0:
+            raise ValueError(f"sentiment sizes out of range: {self}")
+
+
+Spec = (
+    BertSpec | CnnSpec | FoodSpec | TextSpec | MobileNetSpec | RecommenderSpec | EmbedderSpec | SentimentSpec
+)
 SpecType = (
     type[BertSpec]
     | type[CnnSpec]
@@ -192,11 +215,12 @@ SpecType = (
     | type[MobileNetSpec]
     | type[RecommenderSpec]
     | type[EmbedderSpec]
+    | type[SentimentSpec]
 )
 SPECS: dict[str, SpecType] = {
     "bertQA": BertSpec, "bertQA_dynamic": BertSpec, "cnn": CnnSpec, "food_classifier": FoodSpec,
     "text_recognition": TextSpec, "mobilenet": MobileNetSpec, "recommender": RecommenderSpec,
-    "embedder": EmbedderSpec,
+    "embedder": EmbedderSpec, "sentiment": SentimentSpec,
 }  # fmt: skip
 TEXT_INPUT, TEXT_OUTPUT = "input.1", "308"  # the names the tutorial's ONNX export gave them
 # sizes a model is built with unless given (the BERT of bertQA_dynamic takes any length up to 256)
@@ -340,6 +364,24 @@ def embedder_model(spec: EmbedderSpec) -> onnx.ModelProto:
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", spec.seq])]
     outputs = [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", spec.hidden])]
     return g.model("embedder", inputs, outputs)
+
+
+def sentiment_model(spec: SentimentSpec) -> onnx.ModelProto:
+    """The mean of the non-padding tokens' embeddings (id 0 pads), a Linear, a Softmax."""
+    g = _Graph(spec.seed)
+    ids = g.op1("Mod", ["input_ids", g.const("vocab", spec.vocab, np.int64)])
+    words = g.op1("Gather", [g.weight("embeddings", [spec.vocab, spec.dim], 0.5), ids])  # [b, s, d]
+    keep = g.op1("Cast", [g.op1("Not", [g.op1("Equal", [ids, g.const("pad_id", 0, np.int64)])])],
+                 to=TensorProto.FLOAT)  # fmt: skip
+    weights = g.op1("Unsqueeze", [keep, g.const("last", [-1], np.int64)])  # [b, s, 1]
+    seq_axis = g.const("seq_axis", [1], np.int64)
+    summed = g.op1("ReduceSum", [g.op1("Mul", [words, weights]), seq_axis], keepdims=0)
+    count = g.op1("Max", [g.op1("ReduceSum", [weights, seq_axis], keepdims=0), g.const("at_least", 1.0)])
+    logits = g.linear(g.op1("Div", [summed, count]), spec.dim, spec.classes, 1.0)
+    g.nodes.append(helper.make_node("Softmax", [logits], ["probs"], name="probs", axis=1))
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", spec.seq])]
+    outputs = [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", spec.classes])]
+    return g.model("sentiment", inputs, outputs)
 
 
 def cnn_model(spec: CnnSpec) -> onnx.ModelProto:
@@ -487,6 +529,10 @@ def model_config(name: str, spec: Spec) -> mc.ModelConfig:
         config.input.append(mc.ModelInput(**_tensor("input_ids", mc.TYPE_INT64, [spec.seq])))
         config.output.append(mc.ModelOutput(**_tensor("embedding", mc.TYPE_FP32, [spec.hidden])))
         config.parameters["pad_to"].string_value = str(spec.pad_to)
+    elif isinstance(spec, SentimentSpec):
+        config.input.append(mc.ModelInput(**_tensor("input_ids", mc.TYPE_INT64, [spec.seq])))
+        config.output.append(mc.ModelOutput(**_tensor("probs", mc.TYPE_FP32, [spec.classes])))
+        config.parameters["call_ms"].string_value = f"{spec.call_ms:g}"
     elif isinstance(spec, TextSpec):
         config.input.append(mc.ModelInput(**_tensor(TEXT_INPUT, mc.TYPE_FP32, [1, spec.height, -1])))
         config.output.append(mc.ModelOutput(**_tensor(TEXT_OUTPUT, mc.TYPE_FP32, [-1, 1, spec.classes])))
@@ -518,6 +564,8 @@ def onnx_model(spec: Spec) -> onnx.ModelProto:
         return recommender_model(spec)
     if isinstance(spec, EmbedderSpec):
         return embedder_model(spec)
+    if isinstance(spec, SentimentSpec):
+        return sentiment_model(spec)
     return text_model(spec) if isinstance(spec, TextSpec) else cnn_model(spec)
 
 
@@ -536,6 +584,12 @@ def input_data(spec: Spec) -> dict[str, Any] | None:
     if isinstance(spec, FoodSpec):
         return {"data": [{"INPUT_IMAGE": [base64.b64encode(_jpeg(spec.seed + i)).decode()]}
                          for i in range(spec.images)]}  # fmt: skip
+    if isinstance(spec, SentimentSpec):
+        rng = np.random.default_rng(spec.seed + 1)
+        lengths = np.linspace(max(1, spec.seq // 10), spec.seq, spec.sentences).astype(int)
+        rng.shuffle(lengths)  # sentences of every length, in no order
+        rows = [rng.integers(1000, spec.vocab, size=n).tolist() + [0] * (spec.seq - n) for n in lengths]
+        return {"data": [{"input_ids": row} for row in rows]}
     return None
 
 
@@ -628,7 +682,8 @@ def build(model: str, out: Path, force: bool = False, **sizes: int) -> Path:
         _check_existing_config(config_path, config)
     else:
         _write_atomic(config_path, text_format.MessageToString(config).encode())
-    template = (FOOD_TEMPLATE if isinstance(spec, FoodSpec) else TEMPLATE).read_bytes()
+    templates = {FoodSpec: FOOD_TEMPLATE, SentimentSpec: SENTIMENT_TEMPLATE}
+    template = templates.get(type(spec), TEMPLATE).read_bytes()
     if not (version_dir / "model.py").is_file() or (version_dir / "model.py").read_bytes() != template:
         _write_atomic(version_dir / "model.py", template)
     data = input_data(spec)

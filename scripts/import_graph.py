@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("autotune", "autotune.errors", "autotune.files", "autotune.stopping",
                     "autotune.processes", "autotune.guard", "autotune.hostlock")),
     # frozen values and the pure rules over them (no I/O but reading a file given by name)
-    ("values", ("autotune.objective", "autotune.search_space", "autotune.model_config",
+    ("values", ("autotune.objective", "autotune.search_space", "autotune.model_config", "autotune.outputs",
                 "autotune.measure", "autotune.results", "autotune.decide", "autotune.gpu")),
     ("settings", ("autotune.settings",)),
     # talking to a server that runs: its control plane, the load generator

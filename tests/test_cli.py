@@ -36,6 +36,11 @@ BAD_RUNS = [
     (["--protocol", "smtp"], "invalid choice"),
     (["--resume", "{tmp}"], "not a run directory"),
     (["--max-gpu-memory-mb", "-1"], "--max-gpu-memory-mb must be >= 0"),
+    # the output check
+    (["--output-check", "maybe"], "invalid choice: 'maybe'"),
+    (["--output-tolerance", "-1"], "--output-tolerance '-1': expected a number >= 0"),
+    (["--output-tolerance", "loose"], "--output-tolerance 'loose': expected a number >= 0"),
+    (["--output-tolerance", "INT8=1"], "'INT8' is not a float type"),
     # the workload: checked against the inputs config.pbtxt declares, before anything starts
     (["--input-data", "{tmp}/missing.json"], "--input-data: no such file or directory"),
     (["--input-data", "{tmp}/malformed.json"], "not perf_analyzer input data"),

@@ -216,7 +216,7 @@ def test_serve_gives_a_ready_server_and_leaves_nothing(client: Any, staged_toy: 
         (container,) = _ours(client)
         assert container.status == "running"
         mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
-        assert {"/models/toy/config.pbtxt", "/models/toy/1"} <= set(mounts)
+        assert {"/models/toy/config.pbtxt", "/models/toy/1/model.py"} <= set(mounts)  # staging.mirror
         assert not any(m["RW"] for m in mounts.values())
         metrics = scrape(server.metrics_url)  # published on a port of 127.0.0.1; no GPU lines here
         assert metrics is not None and "nv_inference_count" in metrics and parse_metrics(metrics) == ()

@@ -37,6 +37,7 @@ MODELS = [
     "mobilenet",
     "recommender",
     "embedder",
+    "sentiment",
 ]
 
 
@@ -375,6 +376,30 @@ def test_embedder_embeds_each_row_as_alone_and_its_model_py_pads_to_8(
     assert model.pad_to == 8  # config parameter pad_to
     (served,) = wrapper.run_batched(model._run, [{"input_ids": ids}], model.pad_to)
     np.testing.assert_allclose(served[0], embedding, rtol=1e-4, atol=1e-6)
+
+
+def test_sentiment_classifies_each_sentence_as_alone_and_its_data_has_every_length(
+    builder: ModuleType, tmp_path: Path
+) -> None:
+    """The graph is right (a batch classifies each row as it would alone; padding is left out);
+    only its model.py's batched path is wrong (tests/test_output_check.py serves it)."""
+    model_dir = builder.build("sentiment", tmp_path)
+    data = json.loads((model_dir / "input.json").read_text())["data"]
+    ids = np.array([entry["input_ids"] for entry in data], dtype=np.int64)
+    lengths = np.count_nonzero(ids, axis=1)
+    assert ids.shape == (16, 64) and len(set(lengths.tolist())) == 16 and lengths.min() >= 6
+    session = _session(model_dir / "1/model.onnx")
+    (probs,) = session.run(["probs"], {"input_ids": ids})
+    assert probs.shape == (16, 2) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+    for row in range(16):
+        (alone,) = session.run(["probs"], {"input_ids": ids[row : row + 1]})
+        np.testing.assert_allclose(probs[row : row + 1], alone, rtol=1e-5, atol=1e-6)
+    shorter = ids[:1].copy()
+    shorter[0, lengths[0] // 2 :] = 0  # half the tokens: another mean, another answer
+    (cut,) = session.run(["probs"], {"input_ids": shorter})
+    assert not np.allclose(cut, probs[:1])
+    template = ROOT / "templates" / "sentiment_model.py"
+    assert (model_dir / "1" / "model.py").read_bytes() == template.read_bytes()
 
 
 def test_text_recognition_gives_probabilities_per_column_of_any_width(

@@ -67,7 +67,8 @@ def test_a_config_that_does_not_load_is_restored_atomically(
     with _versions(config) as seen:
         assert main(["apply", str(run_dir)]) == 6
         time.sleep(0.05)  # the poller sees what the restore left
-    assert "did not load, so the original was restored" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "did not load and answer as your config does, so the original was restored" in err
     assert config.read_bytes() == original
     winner = (run_dir / "winner.pbtxt").read_bytes()
     assert any(winner in contents for contents in seen.values()), "the winner was written, then undone"

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import queue
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +34,7 @@ from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule, read_intervals
 from autotune.loadgen._stats import StatsSnapshot, breakdown
 from autotune.loadgen._windows import Source, run_windows, summarise
 from autotune.measure import Point, WindowPlan
+from autotune.outputs import CHECK_REQUESTS
 from autotune.settings import Workload
 
 __all__ = [
@@ -177,14 +181,9 @@ class LoadGenerator:
         from tritonclient.utils import InferenceServerException
 
         client = httpclient.InferenceServerClient(f"{self.host}:{self.http_port}", network_timeout=120.0)
-        inputs = []
-        for spec, array in payload.tensors:
-            item = httpclient.InferInput(spec.name, list(array.shape), spec.datatype)
-            item.set_data_from_numpy(array, binary_data=True)
-            inputs.append(item)
         where = f" to {what}" if what else ""
         try:
-            result = client.infer(self.io.name, inputs)
+            result = client.infer(self.io.name, _infer_inputs(payload))
         except InferenceServerException as exc:
             raise MeasurementError(
                 f"model {self.io.name!r} answered an error{where}: {exc.message()}"
@@ -196,6 +195,60 @@ class LoadGenerator:
             if out is None or np.size(out) == 0:
                 raise MeasurementError(f"model {self.io.name!r} returned an empty output {name!r}{where}")
 
+    def answers(self, payloads: Sequence[Payload]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Each request's outputs, by name, with each output's data type: the requests sent all
+        at once over gRPC, each answer awaited in its own callback (a config with dynamic
+        batching batches them). An error answer, or none within a minute, is a MeasurementError."""
+        import tritonclient.grpc as grpcclient
+
+        done: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
+        client = grpcclient.InferenceServerClient(f"{self.host}:{self.grpc_port}")
+        try:
+            for index, payload in enumerate(payloads):
+                inputs = [
+                    grpcclient.InferInput(spec.name, list(array.shape), spec.datatype).set_data_from_numpy(
+                        array
+                    )
+                    for spec, array in payload.tensors
+                ]
+                client.async_infer(self.io.name, inputs, partial(_answered, done, index))
+            results = [done.get(timeout=60.0) for _ in payloads]
+        except queue.Empty as exc:
+            raise MeasurementError(
+                f"model {self.io.name!r} did not answer the output check's requests"
+            ) from exc
+        finally:
+            client.close()
+        failed = next((error for _, _, error in results if error is not None), None)
+        if failed is not None:
+            raise MeasurementError(f"model {self.io.name!r} answered an error: {failed.message()}")
+        ordered = [result for _, result, _ in sorted(results, key=lambda r: r[0])]
+        names = [o.name for o in self.io.outputs]
+        answers = [{name: result.as_numpy(name) for name in names} for result in ordered]
+        types = {name: str(ordered[0].get_output(name).datatype) for name in names} if ordered else {}
+        return answers, types
+
+    def check_sample(
+        self, workload: Workload, seed: int = 0, count: int = CHECK_REQUESTS
+    ) -> list[tuple[Payload, str]]:
+        """The requests of the output check (:mod:`autotune.outputs`), each with its name for
+        people: ``count`` requests of ``workload``, the same every time for the same workload and
+        seed. Random data: ``count`` requests of their own values (seeds ``seed`` on); data of a
+        file: its distinct requests as the preflight picks them (every distinct shape first),
+        over again until there are ``count``."""
+        if workload.input_data == "random":
+            return [
+                (
+                    read_workload(self.io, workload, seed + i).payloads()[0],
+                    f"request {i} (random data, seed {seed + i})",
+                )
+                for i in range(count)
+            ]
+        payloads, data = self.payloads, self.data
+        picks = preflight_requests(payloads, count)
+        chosen = [picks[i % len(picks)] for i in range(count)]
+        return [(payloads[k], f"request {i} ({_entries(data, k, short=True)})") for i, k in enumerate(chosen)]
+
     def preflight(self, most: int = PREFLIGHT_MOST) -> int:
         """Requests of the workload sent once each before anything is measured, so that data
         the model cannot take fails here, naming its entries, instead of in every trial: one of
@@ -203,13 +256,36 @@ class LoadGenerator:
         100 MB holds tens of thousands of entries: sending each would take longer than tuning).
         Returns how many requests were sent."""
         data = self.data
-        payloads, n, b = data.payloads(), len(data.entries), data.batch_size
+        payloads, n = data.payloads(), len(data.entries)
         chosen = preflight_requests(payloads, most)
         for number in chosen:
-            picks = sorted({(number * b + i) % n for i in range(b)})
-            what = f"entr{'y' if len(picks) == 1 else 'ies'} {', '.join(map(str, picks))} of {data.source}"
-            self.check_answer(payloads[number], what if n > 1 else data.source)
+            self.check_answer(payloads[number], _entries(data, number) if n > 1 else data.source)
         return len(chosen)
+
+
+def _entries(data: WorkloadData, number: int, short: bool = False) -> str:
+    """Which entries request ``number`` of the workload carries, for people: ``entry 3 of
+    input.json`` (``short``: the file's name, not its path)."""
+    n, b = len(data.entries), data.batch_size
+    picks = sorted({(number * b + i) % n for i in range(b)})
+    source = Path(data.source).name if short else data.source
+    return f"entr{'y' if len(picks) == 1 else 'ies'} {', '.join(map(str, picks))} of {source}"
+
+
+def _answered(done: queue.Queue[tuple[int, Any, Any]], index: int, result: Any, error: Any) -> None:
+    done.put((index, result, error))
+
+
+def _infer_inputs(payload: Payload) -> list[Any]:
+    """A request's tensors as tritonclient's HTTP inputs (binary data)."""
+    import tritonclient.http as httpclient
+
+    inputs = []
+    for spec, array in payload.tensors:
+        item = httpclient.InferInput(spec.name, list(array.shape), spec.datatype)
+        item.set_data_from_numpy(array, binary_data=True)
+        inputs.append(item)
+    return inputs
 
 
 def preflight_requests(payloads: Sequence[Payload], most: int = PREFLIGHT_MOST) -> list[int]:

@@ -230,6 +230,8 @@ def extra_cells(r: Row, data: ReportData) -> tuple[tuple[str, float | None], ...
 def _row_class(r: Row, data: ReportData) -> str:
     if r["trial"] == data.winner:
         return "winner"
+    if r["output_check"] == "differs":
+        return "infeasible"
     if r["state"] == FAIL:
         return "failed"
     if r["baseline"]:
@@ -239,7 +241,8 @@ def _row_class(r: Row, data: ReportData) -> str:
 
 def marks(r: Row, data: ReportData) -> tuple[tuple[str, str, str], ...]:
     """What marks a trial out, as badges (text, class, tooltip): winner, baseline, Pareto,
-    over the SLA, and each measurement warning with the text that says what to do about it."""
+    over the SLA, wrong answers (the output check), and each measurement warning with the text
+    that says what to do about it."""
     badges = []
     if r["trial"] == data.winner:
         badges.append(("winner", "win", ""))
@@ -249,6 +252,10 @@ def marks(r: Row, data: ReportData) -> tuple[tuple[str, str, str], ...]:
         badges.append(("pareto", "front", "no other trial has both more throughput and less latency"))
     if r["state"] == COMPLETE and not r["feasible"]:
         badges.append(("over SLA", "infeasible", "no operating point met the SLA"))
+    if r["output_check"] == "differs":
+        badges.append(
+            ("wrong answers", "infeasible", "its answers differ from your config's (the reason says where)")
+        )
     badges.extend((w, "warn", WARNING_TEXT.get(w, "")) for w in r["warnings"] or ())
     return tuple(badges)
 
