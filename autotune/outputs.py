@@ -104,9 +104,12 @@ def compare(
     """The first difference beyond the tolerance between each request's answers (``datatypes``:
     each output's, as the server names them: FP32, INT64, BYTES...); None when they agree.
     ``fp16``: the candidate computes in half precision (held to FP16's tolerance at least);
-    ``labels``: each request's name for people."""
+    ``labels``: each request's name for people. A request answered with an error on either side
+    (an empty answer) is left out: errors are the measurement's verdict, not this one's."""
     limits = dict(TOLERANCE if tolerance is None else tolerance)
     for request, (want, have) in enumerate(zip(expected, got, strict=True)):
+        if not want or not have:
+            continue
         label = labels[request] if request < len(labels) else f"request {request}"
         for name, reference in want.items():
             found = _differs(name, label, reference, have.get(name), datatypes.get(name, ""), limits, fp16)
@@ -153,18 +156,20 @@ class Reference:
     datatypes: dict[str, str]
 
     def arrays(self) -> dict[str, NDArray[Any]]:
-        """As named arrays (``<request>/<output>``, ``datatype/<output>``), for a .npz file."""
+        """As named arrays (``<request>/<output>``, ``datatype/<output>``, ``requests``), for a
+        .npz file."""
         arrays = {
             f"{i}/{name}": array for i, answer in enumerate(self.answers) for name, array in answer.items()
         }
+        arrays["requests"] = np.array(len(self.answers))
         return arrays | {f"datatype/{name}": np.array(kind) for name, kind in self.datatypes.items()}
 
     @classmethod
     def from_arrays(cls, stored: Mapping[str, NDArray[Any]]) -> Reference:
         """Read :meth:`arrays` back."""
         datatypes = {k.split("/", 1)[1]: str(v) for k, v in stored.items() if k.startswith("datatype/")}
-        numbered = [k for k in stored if not k.startswith("datatype/")]
-        count = 1 + max((int(k.split("/", 1)[0]) for k in numbered), default=-1)
+        numbered = [k for k in stored if "/" in k and not k.startswith("datatype/")]
+        count = int(stored["requests"])
         answers = tuple(
             {k.split("/", 1)[1]: stored[k] for k in numbered if k.split("/", 1)[0] == str(i)}
             for i in range(count)

@@ -79,3 +79,11 @@ def test_a_reference_reads_back_as_it_was_written() -> None:
     again = Reference.from_arrays(reference.arrays())
     assert again.datatypes == TYPES and compare(reference.answers, again.answers, TYPES) is None
     assert len(again.answers) == 2 and again.answers[1]["label"][0, 0] == b"dog"
+
+
+def test_a_request_answered_with_an_error_is_left_to_the_measurement() -> None:
+    expected = [_answer([0.25, 0.75]), {}]  # your config answered request 1 with an error
+    assert compare(expected, [_answer([0.25, 0.75]), _answer([0.9, 0.1])], TYPES) is None
+    assert compare([_answer([0.25, 0.75])], [{}], TYPES) is None  # the candidate's error: measured
+    stored = Reference.from_arrays(Reference((expected[0], {}), TYPES).arrays())
+    assert len(stored.answers) == 2 and stored.answers[1] == {}

@@ -196,9 +196,10 @@ class LoadGenerator:
                 raise MeasurementError(f"model {self.io.name!r} returned an empty output {name!r}{where}")
 
     def answers(self, payloads: Sequence[Payload]) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        """Each request's outputs, by name, with each output's data type: the requests sent all
-        at once over gRPC, each answer awaited in its own callback (a config with dynamic
-        batching batches them). An error answer, or none within a minute, is a MeasurementError."""
+        """Each request's outputs, by name ({} for a request answered with an error: errors are
+        the measurement's to judge), with each output's data type: the requests sent all at
+        once over gRPC, each answer awaited in its own callback (a config with dynamic batching
+        batches them). No answer within a minute is a MeasurementError."""
         import tritonclient.grpc as grpcclient
 
         done: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
@@ -219,13 +220,11 @@ class LoadGenerator:
             ) from exc
         finally:
             client.close()
-        failed = next((error for _, _, error in results if error is not None), None)
-        if failed is not None:
-            raise MeasurementError(f"model {self.io.name!r} answered an error: {failed.message()}")
-        ordered = [result for _, result, _ in sorted(results, key=lambda r: r[0])]
+        ordered = [result for _, result, error in sorted(results, key=lambda r: r[0])]
         names = [o.name for o in self.io.outputs]
-        answers = [{name: result.as_numpy(name) for name in names} for result in ordered]
-        types = {name: str(ordered[0].get_output(name).datatype) for name in names} if ordered else {}
+        answers = [{} if result is None else {n: result.as_numpy(n) for n in names} for result in ordered]
+        answered = next((result for result in ordered if result is not None), None)
+        types = {} if answered is None else {n: str(answered.get_output(n).datatype) for n in names}
         return answers, types
 
     def check_sample(
@@ -273,7 +272,7 @@ def _entries(data: WorkloadData, number: int, short: bool = False) -> str:
 
 
 def _answered(done: queue.Queue[tuple[int, Any, Any]], index: int, result: Any, error: Any) -> None:
-    done.put((index, result, error))
+    done.put((index, None if error is not None else result, error))
 
 
 def _infer_inputs(payload: Payload) -> list[Any]:
