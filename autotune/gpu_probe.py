@@ -15,7 +15,7 @@ from __future__ import annotations
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.client import HTTPException
 from types import ModuleType
 
@@ -96,6 +96,14 @@ def choose_probe(metrics_url: str, launcher: str) -> GpuProbe | None:
     if kind == "metrics":
         return MetricsProbe(metrics_url)
     return NvmlProbe() if kind == "nvml" else None
+
+
+def at_server(probe: GpuProbe | None, metrics_url: str) -> GpuProbe | None:
+    """``probe`` for another server of the same run: a metrics probe reads that server's own
+    ``/metrics`` (each server a run starts has its metrics on a port of its own)."""
+    if isinstance(probe, MetricsProbe) and metrics_url:
+        return replace(probe, url=metrics_url)
+    return probe
 
 
 @contextmanager

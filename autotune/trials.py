@@ -31,7 +31,7 @@ from autotune.errors import (
 from autotune.events import Events
 from autotune.files import disk_full
 from autotune.gpu import GpuProbe
-from autotune.gpu_probe import choose_probe
+from autotune.gpu_probe import at_server, choose_probe
 from autotune.launch import Launcher, Server, failure_line, read_tail
 from autotune.loadgen import LoadGenerator
 from autotune.measure import (
@@ -135,7 +135,8 @@ class Trials:
     def generator(self, server: Server, plan: WindowPlan) -> LoadGenerator:
         """The load for this server; the first server that answers also gets the preflight
         (LoadGenerator.preflight: each distinct shape of the workload, then a spread of its
-        requests; a WorkloadError stops the run) and chooses the run's GPU probe (none: no sampling)."""
+        requests; a WorkloadError stops the run) and chooses the run's GPU probe (none: no sampling),
+        which then reads each server at its own metrics (:func:`autotune.gpu_probe.at_server`)."""
         settings = self.prep.settings
         gen = LoadGenerator.connect(
             server.host, server.http_port, server.grpc_port, settings.model, protocol=settings.protocol,
@@ -144,7 +145,7 @@ class Trials:
         self.data, self.checked = gen.data, True  # as the server serves the model, encoded once
         if not self.probed:
             self.probe, self.probed = choose_probe(server.metrics_url, settings.launch.kind), True
-        return gen.with_gpu_probe(self.probe)
+        return gen.with_gpu_probe(at_server(self.probe, server.metrics_url))  # this server's metrics
 
     def search_sla(self, candidate: Candidate) -> Sla:
         """The SLA its search holds points to: its verification's headroom (:func:`decide.headroom`)."""

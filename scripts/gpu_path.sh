@@ -10,8 +10,10 @@ export PYTHONUNBUFFERED=1
 SITE=/tmp/autotune-site
 mkdir -p "$SITE"
 tar -xJf .gpu/tritonserver.tar.xz -C "$SITE" || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .gpu/wheels/*.whl || exit 1
-export PYTHONPATH="$SITE:$PWD"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/wheels/*.whl || exit 1
+# autotune itself, installed as a user installs it (its templates and search spaces inside)
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target "$SITE" . || exit 1
+export PYTHONPATH="$SITE"
 # the 3.12 stub embeds this Python's shared library: where it lies
 LIBDIR=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')
 export LD_LIBRARY_PATH="$LIBDIR:${LD_LIBRARY_PATH:-}"

@@ -3,8 +3,9 @@ passes, and the choice of how a run samples its GPUs.
 
 tests/data/metrics_cpu.txt is a real /metrics of the CPU tritonserver of the nvidia-pytriton
 wheel (2.51), taken by curl after a few requests to the toy model, served by the local launcher
-with metrics on. tests/data/metrics_two_gpus.txt is written by hand in the same format (its first
-line says so): no GPU was available to capture one.
+with metrics on. tests/data/metrics_h200.txt is the same server's on a GPU machine (one NVIDIA
+H200), captured by scripts/gpu_path.py; a server with two GPUs is that capture with its GPU lines
+given again under a second GPU's uuid (:func:`_two_gpus`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,20 @@ from autotune.gpu import (
 )
 
 DATA = Path(__file__).parent / "data"
-GPU0, GPU1 = "GPU-0a0a0a0a-0000-4000-8000-000000000001", "GPU-0b0b0b0b-0000-4000-8000-000000000002"
+GPU0, GPU1 = "GPU-0fe227cb-b22d-7149-144f-6a99ca763fc4", "GPU-0b0b0b0b-0000-4000-8000-000000000002"
+
+
+def _two_gpus() -> str:
+    """The H200 capture with a second GPU: each GPU line again under GPU1's uuid, its
+    utilisation and power halved."""
+    text = (DATA / "metrics_h200.txt").read_text()
+    extra = []
+    for line in text.splitlines():
+        if line.startswith("nv_gpu_") and GPU0 in line:
+            name, value = line.rsplit(" ", 1)
+            half = "utilization" in name or "power_usage" in name
+            extra.append(f"{name.replace(GPU0, GPU1)} {float(value) / 2 if half else float(value)}")
+    return text + "\n".join(extra) + "\n"
 
 
 def test_a_cpu_server_s_metrics_have_no_gpus() -> None:
@@ -34,10 +48,13 @@ def test_a_cpu_server_s_metrics_have_no_gpus() -> None:
     assert parse_metrics(text) == ()
 
 
-def test_each_gpu_of_the_metrics_in_the_order_they_appear() -> None:
-    assert parse_metrics((DATA / "metrics_two_gpus.txt").read_text()) == (
-        GpuSample(GPU0, 0.63, 2147483648.0, 212.5),
-        GpuSample(GPU1, 0.0, 524288000.0, 61.25),
+def test_a_gpu_server_s_metrics_give_each_gpu_in_the_order_they_appear() -> None:
+    real = (DATA / "metrics_h200.txt").read_text()
+    assert "nv_inference_count" in real and "nv_energy_consumption" in real  # a real capture
+    assert parse_metrics(real) == (GpuSample(GPU0, 0.0, 1390411776.0, 120.92),)
+    assert parse_metrics(_two_gpus()) == (
+        GpuSample(GPU0, 0.0, 1390411776.0, 120.92),
+        GpuSample(GPU1, 0.0, 1390411776.0, 60.46),
     )
 
 

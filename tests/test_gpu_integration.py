@@ -6,7 +6,11 @@ without a GPU) measures a local server on one.
 
 from __future__ import annotations
 
+import csv
+import importlib.util
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,3 +81,21 @@ def test_a_gpu_server_s_point_has_gpu_figures(server: Server) -> None:
     point = _generator(server).with_gpu_probe(probe).at_concurrency(2)
     assert len(point.gpus) >= 1
     assert all(g.uuid and g.memory_mb > 0 and 0.0 <= g.utilization <= 1.0 for g in point.gpus)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(local_gpu_count() == 0, reason="needs an NVIDIA GPU on this machine")
+def test_the_gpu_path_end_to_end(tmp_path: Path) -> None:
+    """scripts/gpu_path.py (a KIND_GPU torch model: its metrics, the FP16 output check, a tuning
+    run with every trial's GPU figures); it needs torch in the Python that runs the stub."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("needs torch")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_path.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    with (tmp_path / "trials.csv").open(encoding="utf-8") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["state"] == "COMPLETE"]
+    assert rows and all(r["gpu_memory_mb"] for r in rows), "every measured trial has its GPU figures"

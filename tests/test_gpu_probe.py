@@ -42,3 +42,15 @@ def test_a_run_without_metrics_samples_only_a_local_server_s_gpus(dead_url: str)
         assert choose_probe("", launcher) is None
     local = choose_probe(dead_url, "local")
     assert local == (NvmlProbe() if local_gpu_count() else None)
+
+
+def test_a_metrics_probe_follows_each_server_of_the_run() -> None:
+    """Each server a run starts serves its metrics on a port of its own: the probe chosen on the
+    first reads the later ones at theirs (a real H200 run filled only trial 0's GPU figures)."""
+    from autotune.gpu_probe import MetricsProbe, NvmlProbe, at_server
+
+    first = MetricsProbe("http://127.0.0.1:40001/metrics")
+    assert at_server(first, "http://127.0.0.1:40002/metrics") == MetricsProbe("http://127.0.0.1:40002/metrics")
+    assert at_server(first, "") == first  # a server without metrics of its own
+    assert at_server(NvmlProbe(), "http://127.0.0.1:40002/metrics") == NvmlProbe()
+    assert at_server(None, "http://127.0.0.1:40002/metrics") is None

@@ -1,6 +1,7 @@
-"""A torch model for the GPU path (tests/test_gpu_path.py, scripts/gpu_path.sh): an MLP classifier
-(x FP32 [256] -> 2 layers of 2048 -> probs FP32 [16]) run with torch on the instance's device
-(KIND_GPU: its CUDA device; KIND_CPU: the CPU), seeded weights, a whole dynamic batch in one call.
+"""A torch model for the GPU path (scripts/gpu_path.py): an MLP classifier (x FP32 [256] -> 2
+ReLU layers of 2048 -> logits FP32 [16], of a few units each) run with torch on the instance's
+device (KIND_GPU: its CUDA device; KIND_CPU: the CPU), seeded weights, a whole dynamic batch in
+one call.
 
 Tensors cross the python backend through DLPack, never numpy: the backend of tritonserver 2.51
 returned empty outputs with numpy 2, which the GPU machines carry. Parameter ``precision``:
@@ -37,11 +38,11 @@ class TritonPythonModel:
         with torch.inference_mode():
             for w in self.weights[:-1]:
                 x = torch.relu(x @ w)
-            probs = torch.softmax((x @ self.weights[-1]).float(), dim=1).cpu().contiguous()
+            logits = (x @ self.weights[-1]).float().cpu().contiguous()
         responses, start = [], 0
         for part in parts:
             rows = part.shape[0]
-            out = pb_utils.Tensor.from_dlpack("probs", to_dlpack(probs[start : start + rows].contiguous()))
+            out = pb_utils.Tensor.from_dlpack("logits", to_dlpack(logits[start : start + rows].contiguous()))
             responses.append(pb_utils.InferenceResponse([out]))
             start += rows
         return responses
