@@ -192,6 +192,7 @@ class Measurement:
     best: Point | None  # highest throughput meeting the SLA; None if no point met it
     pruned: bool = False
     output_check: str = ""
+    output_check_s: float = 0.0  # what the check of its answers took (seconds)
 
     @property
     def note(self) -> str:

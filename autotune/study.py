@@ -311,6 +311,7 @@ def _measurement_json(measurement: Measurement) -> dict[str, Any]:
         "best": best,
         "pruned": measurement.pruned,
         "output_check": measurement.output_check,
+        "output_check_s": round(measurement.output_check_s, 3),
     }
 
 
@@ -319,7 +320,8 @@ def measurement_from_json(data: dict[str, Any]) -> Measurement:
     best = data.get("best")
     chosen = points[best] if best is not None else None
     pruned, check = bool(data.get("pruned", False)), str(data.get("output_check", ""))
-    return Measurement(points=points, best=chosen, pruned=pruned, output_check=check)
+    check_s = float(data.get("output_check_s", 0.0))
+    return Measurement(points=points, best=chosen, pruned=pruned, output_check=check, output_check_s=check_s)
 
 
 def _age_s(trial: FrozenTrial) -> float:

@@ -163,7 +163,9 @@ class Trials:
             self._record_reference()  # on a server of its own, before this candidate's
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
             first = self.generator(server, plan)  # once warm, a new level settles within a few requests
+            check_start = time.monotonic()
             checked = self._check_outputs(asked.candidate, first)  # before anything is measured
+            check_s = time.monotonic() - check_start
             later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, finals.RAMP_S)))
             shorter = later.with_plan(pass_plan(later.plan))  # a point's further passes (pass_plan)
             done: list[Point] = []
@@ -199,7 +201,7 @@ class Trials:
                 raise
         if measured.points and all(p.errors for p in measured.points):  # errors are a verdict: it failed
             raise MeasurementError(f"every load measured got errors: {errors_line(measured.points)}")
-        return replace(measured, output_check=checked)
+        return replace(measured, output_check=checked, output_check_s=check_s)
 
     # ------------------------------------------------------------ the output check
 

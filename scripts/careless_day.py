@@ -523,9 +523,14 @@ def servers() -> set[int]:
 
 
 def leftovers(root: Path, before: set[int]) -> list[str]:
-    """What the probe left: servers that were not running before, mounts under ``root``."""
+    """What the probe left: servers of its runs (their stages name the runs' ids) that were not
+    running before, and mounts under ``root``. Another program's servers are not the probe's."""
+    from autotune.processes import cmdline
+
     time.sleep(1.0)  # a server stopped in the background finishes
-    left = [f"server pid {pid}" for pid in sorted(servers() - before) if Path(f"/proc/{pid}").exists()]
+    ids = {run.parent.name for run in root.rglob("run.json")}
+    ours = [pid for pid in sorted(servers() - before) if any(f"/{i}." in cmdline(pid) for i in ids)]
+    left = [f"server pid {pid}" for pid in ours if Path(f"/proc/{pid}").exists()]
     mounts = Path("/proc/mounts").read_text(encoding="utf-8").splitlines()
     left += [f"mount {m.split()[1]}" for m in mounts if m.split()[1].startswith(str(root))]
     return left

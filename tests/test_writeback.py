@@ -107,7 +107,8 @@ def test_apply_verifies_on_the_remote_server_of_the_run(
                      "--grpc-url", grpc)
     capsys.readouterr()
     assert main(["apply", str(run_dir)]) == 0
-    assert f"loaded it in Triton (remote server {http}, answering random data)" in capsys.readouterr().out
+    said = f"loaded it in Triton (remote server {http}, answering random data, 16 answers as your config's)"
+    assert said in capsys.readouterr().out
     log = (run_dir / "logs" / "writeback-verify.log").read_text()
     assert "load toy with the candidate config: ok" in log
     assert "load toy from the server's repository: ok" in log
