@@ -3,11 +3,13 @@ the common `autotune run` arguments for the toy model."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -32,6 +34,21 @@ def toy_run_args(repo: Path, space: Path, reports: Path, *extra: str) -> list[st
     return ["run", "--model", "toy", "--model-repository", str(repo), "--sla-p95-ms", "60",
             "--reports-dir", str(reports), "--search-space", str(space),
             "--window", "0.5", "--finalists", "1", "--no-open-loop-check", *extra]  # fmt: skip
+
+
+def examples_builder() -> ModuleType:
+    """examples/build_models.py, imported by path (it is a script, not a package module)."""
+    name = "autotune_examples_builder"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).parents[1] / "examples/build_models.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def fast_toy_repo(root: Path) -> Path:

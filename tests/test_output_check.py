@@ -4,15 +4,13 @@ wrongly with dynamic batching, which is faster; the run must not choose it, and 
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from autotune.cli import main
 from autotune.reload import reload_outcome
+from tests.conftest import examples_builder
 
 pytestmark = pytest.mark.integration
 
@@ -28,21 +26,10 @@ load:
 """
 
 
-def _builder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "autotune_examples_build_models", ROOT / "examples/build_models.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _run(tmp_path: Path, name: str, *extra: str) -> Path:
     repo = tmp_path / "repo"
     if not (repo / "sentiment").exists():
-        _builder().build("sentiment", repo)
+        examples_builder().build("sentiment", repo)
     space = tmp_path / "space.yaml"
     space.write_text(SPACE, encoding="utf-8")
     reports = tmp_path / name

@@ -8,14 +8,11 @@ and neighbours), and a model that refuses the data it is sent."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
-import sys
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -24,7 +21,7 @@ from autotune.cli import main
 from autotune.gpu_probe import local_gpu_count
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL, Outcome
-from tests.conftest import servers_of, staged_servers
+from tests.conftest import examples_builder, servers_of, staged_servers
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("onnxruntime")
@@ -34,22 +31,11 @@ SMALL_BERT = {"layers": 1, "hidden": 64, "heads": 2, "vocab": 1000}
 FAST = ["--window", "0.4", "--finalists", "1", "--repeats", "2", "--seed", "1", "--time-budget", "4m"]
 
 
-def _builder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "autotune_examples_builder", ROOT / "examples/build_models.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example models, built once (a small BERT), copied by each test that changes them."""
     out = tmp_path_factory.mktemp("examples")
-    builder = _builder()
+    builder = examples_builder()
     builder.build("bertQA_dynamic", out, **SMALL_BERT)
     builder.build("food_classifier", out)
     builder.build("text_recognition", out)
