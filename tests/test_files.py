@@ -59,7 +59,10 @@ def test_room_is_kept_on_a_real_small_disk_until_released(tmp_path: Path) -> Non
         pytest.skip("needs root to mount a tmpfs")
     disk = tmp_path / "disk"
     disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], check=True)
+    command = ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)]
+    mounting = subprocess.run(command, capture_output=True)
+    if mounting.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounting.stderr.decode(errors='replace').strip()}")
     try:
         room = Room(disk, 4 * 2**20)
         assert free_bytes(disk) <= 4 * 2**20 + 2**16
