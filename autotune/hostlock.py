@@ -117,20 +117,6 @@ def waiting(holder: Holder | None) -> str:
     return f"waiting for {who} to finish measuring on this machine (Ctrl-C gives up)"
 
 
-def holder() -> Holder | None:
-    """Who holds the lock now (None: nobody, or it cannot be told)."""
-    try:
-        fd = os.open(lock_path(), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        if _try_lock(fd, fcntl.LOCK_SH):
-            return None
-        return _read(fd)
-    finally:
-        os.close(fd)
-
-
 def _open(path: Path) -> int:
     """The lock file, opened for writing; made (readable and writable by every user, so that
     one user's run and another's see each other) when it is not there. Opened first without

@@ -365,7 +365,7 @@ def errors_line(points: Sequence[Point]) -> str:
     if not erred:
         return ""
     worst = max(erred, key=lambda p: p.error_rate)
-    text = next(p.first_error for p in erred if p.first_error) if any(p.first_error for p in erred) else ""
+    text = next((p.first_error for p in erred if p.first_error), "")
     first = f" (first: {text})" if text else ""
     return f"{worst.error_rate:.0%} of requests answered with errors at {worst.where}{first}"
 

@@ -3,8 +3,9 @@
 A faster config that answers differently is no winner: TensorRT FP16 changes a model's outputs,
 and so can dynamic batching or a larger max batch size when a model handles a batch wrongly. So
 before a candidate is measured, a fixed sample of the workload's requests goes to it, all at
-once (so that a batching config batches them), and each answer is compared with the answer the
-original config gave to the same request (:class:`Reference`, recorded once per run).
+once (:func:`check_requests` of them, so that a batching config batches them), and each answer
+is compared with the answer the original config gave to the same request (:class:`Reference`,
+recorded once per run).
 
 The rule (:func:`compare`): integer, boolean and string outputs must match exactly; a float
 output may differ by its data type's tolerance (:data:`TOLERANCE`, ``--output-tolerance``) times
@@ -29,9 +30,15 @@ from autotune.errors import UsageError
 # for a batched kernel that sums in another order (a few ulps over a long sum), FP16 for TensorRT's
 # half precision (10 bits of mantissa), BF16 for its 7.
 TOLERANCE: dict[str, float] = {"FP64": 1e-9, "FP32": 1e-4, "FP16": 1e-2, "BF16": 5e-2}
-CHECK_REQUESTS = 16  # requests in the sample, sent at once
 
 Answer = dict[str, NDArray[Any]]  # one request's outputs by name
+
+
+def check_requests(max_batch_sizes: Sequence[int]) -> int:
+    """How many requests the check sends at once: as many as the largest batch the search space
+    allows (a candidate at that batch size can then fill one), and at least 2 (a model that does
+    not batch still runs requests side by side in its instances)."""
+    return max(2, *max_batch_sizes)
 
 
 def parse_tolerance(text: str) -> dict[str, float]:

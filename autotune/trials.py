@@ -33,7 +33,7 @@ from autotune.files import disk_full
 from autotune.gpu import GpuProbe
 from autotune.gpu_probe import at_server, choose_probe
 from autotune.launch import Launcher, Server, failure_line, read_tail
-from autotune.loadgen import LoadGenerator
+from autotune.loadgen import LoadGenerator, Payload
 from autotune.measure import (
     Measurement,
     Point,
@@ -45,7 +45,7 @@ from autotune.measure import (
     with_bands,
 )
 from autotune.objective import Sla
-from autotune.outputs import Reference, compare, parse_tolerance
+from autotune.outputs import Reference, check_requests, compare, parse_tolerance
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate
@@ -55,8 +55,6 @@ from autotune.traffic import requests_per_s
 
 if TYPE_CHECKING:
     from autotune.tuner import Prepared
-
-REASON_LINES = 400  # how far back in a server's log a failed trial's reason is looked for
 
 
 class Trials:
@@ -70,6 +68,7 @@ class Trials:
         self.probed = False
         self._stages: Stages | None = None  # made on the first serve, removed by close
         self._reference: Reference | None = None  # your config's answers (autotune.outputs)
+        self._sample: list[tuple[Payload, str]] = []  # the check's requests, made on the first server
 
     def close(self) -> None:
         """Remove the stages (once every server has stopped: :meth:`Launcher.drain`)."""
@@ -94,7 +93,7 @@ class Trials:
             return study.tell_measured(asked, measurement, time.monotonic() - start)
         except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed
             log = self.log(asked.number)
-            why = _reason(exc, _tail(log, REASON_LINES))  # the load error may lie far above the end
+            why = _reason(exc, _tail(log, None))  # the load error may lie far above the log's end
             wrong = isinstance(exc, WrongOutputError)
             return study.tell_failed(asked, why, _tail(log), time.monotonic() - start, wrong_outputs=wrong)
         except WorkloadError:  # the data, not the config: the run stops, the trial runs again
@@ -226,15 +225,17 @@ class Trials:
         settings = self.prep.settings
         if not settings.output_check:
             return ""
-        sample = gen.check_sample(settings.workload, settings.seed or 0)
-        answers, datatypes = gen.answers([payload for payload, _ in sample])
+        if not self._sample:
+            count = check_requests(self.prep.space.max_batch_size)
+            self._sample = gen.check_sample(settings.workload, settings.seed or 0, count)
+        answers, datatypes = gen.answers([payload for payload, _ in self._sample])
         reference = self.reference()
         if reference is None:  # a source (_sources): the candidate is your config
             self._reference = Reference(tuple(answers), datatypes)
             self.run_dir.save_reference(self._reference)
             return "reference"
         tolerance = parse_tolerance(settings.output_tolerance)
-        labels = [label for _, label in sample]
+        labels = [label for _, label in self._sample]
         found = compare(
             reference.answers, answers, reference.datatypes, tolerance, candidate.trt_fp16, labels
         )
@@ -287,7 +288,7 @@ def _died(server: Server, settle_s: float = 1.0) -> bool:
     return True
 
 
-def _tail(log: Path, lines: int = 40) -> str:
+def _tail(log: Path, lines: int | None = 40) -> str:
     return read_tail(log, lines) if log.exists() else ""
 
 

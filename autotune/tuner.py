@@ -192,20 +192,20 @@ def _open(prep: Prepared, path: Path) -> tuple[RunDir, Study]:
     (--storage) is opened first: one that cannot be opened leaves no run directory behind (the
     same command would take it for an unfinished run, and fail on that storage again)."""
     settings = prep.settings
-    record = RunDir.load(path).record if settings.run_dir is not None else None
-    name = record.study_name if record else settings.study_name or f"{settings.model}-{path.name}"
+    resumed = RunDir.load(path) if settings.run_dir is not None else None
+    name = resumed.record.study_name if resumed else settings.study_name or f"{settings.model}-{path.name}"
 
     def study(url: str) -> Study:
         return Study.open(url, name, prep.space, settings.sla, seed=settings.seed, scoring=prep.scoring)
 
     if settings.storage:
         opened = study(settings.storage)
-        return _open_run(prep, path, name), opened
-    run = _open_run(prep, path, name)
+        return _open_run(prep, path, name, resumed), opened
+    run = _open_run(prep, path, name, resumed)
     try:
         return run, study(run.study_url())
     except BaseException:
-        if record is None:
+        if resumed is None:
             shutil.rmtree(path, ignore_errors=True)
         raise
 
@@ -241,11 +241,11 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _open_run(prep: Prepared, path: Path, study_name: str) -> RunDir:
+def _open_run(prep: Prepared, path: Path, study_name: str, resumed: RunDir | None) -> RunDir:
     """The resumed run, or a new one; owned by this process."""
     settings = prep.settings
-    if settings.run_dir is not None:
-        return RunDir.load(path).update(owner=Owner.current())
+    if resumed is not None:
+        return resumed.update(owner=Owner.current())
     record = RunRecord(
         run_id=path.name,
         model=settings.model,

@@ -128,7 +128,7 @@ def _check_answers(gen: LoadGenerator, run: RunDir, config: mcfg.ModelConfig) ->
     reference = run.reference() if options.output_check else None
     if reference is None:
         return "" if not options.output_check else " (the run kept no answers to check against)"
-    sample = gen.check_sample(run.record.workload, options.seed or 0)
+    sample = gen.check_sample(run.record.workload, options.seed or 0, len(reference.answers))
     answers, _ = gen.answers([payload for payload, _ in sample])
     fp16 = mcfg.candidate_of(config).trt_fp16
     tolerance = parse_tolerance(options.output_tolerance)

@@ -73,7 +73,7 @@ def served_answers(
                 text = scrape(server.metrics_url) or ""
                 (out / "metrics_gpu.txt").write_text(text, encoding="utf-8")
                 print(f"  metrics: {sum(line.startswith('nv_gpu_') for line in text.splitlines())} GPU lines")
-            sample = gen.check_sample(Workload(), 0)
+            sample = gen.check_sample(Workload(), 0, 16)
             answers, types = gen.answers([payload for payload, _ in sample])
             return list(answers), types
     finally:

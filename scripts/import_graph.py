@@ -29,11 +29,32 @@ TUNER_MAX_LINES = 400
 # Lowest first. A module may import modules of its own layer or of a lower one.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # no knowledge of tuning: errors, atomic files, stop requests, processes, the machine's lock
-    ("foundation", ("autotune", "autotune.errors", "autotune.files", "autotune.stopping",
-                    "autotune.processes", "autotune.guard", "autotune.hostlock")),
+    (
+        "foundation",
+        (
+            "autotune",
+            "autotune.errors",
+            "autotune.files",
+            "autotune.stopping",
+            "autotune.processes",
+            "autotune.guard",
+            "autotune.hostlock",
+        ),
+    ),
     # frozen values and the pure rules over them (no I/O but reading a file given by name)
-    ("values", ("autotune.objective", "autotune.search_space", "autotune.model_config", "autotune.outputs",
-                "autotune.measure", "autotune.results", "autotune.decide", "autotune.gpu")),
+    (
+        "values",
+        (
+            "autotune.objective",
+            "autotune.search_space",
+            "autotune.model_config",
+            "autotune.outputs",
+            "autotune.measure",
+            "autotune.results",
+            "autotune.decide",
+            "autotune.gpu",
+        ),
+    ),
     ("settings", ("autotune.settings",)),
     # talking to a server that runs: its control plane, the load generator
     ("io", ("autotune.control", "autotune.loadgen", "autotune.gpu_probe", "autotune.traffic")),
@@ -42,8 +63,19 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # what persists: the study, the run directory
     ("record", ("autotune.study", "autotune.rundir")),
     # the jobs: tune, re-read a run, report, write back, bench
-    ("tune", ("autotune.events", "autotune.tuner", "autotune.trials", "autotune.finals",
-              "autotune.reload", "autotune.report", "autotune.writeback", "autotune.bench")),
+    (
+        "tune",
+        (
+            "autotune.events",
+            "autotune.tuner",
+            "autotune.trials",
+            "autotune.finals",
+            "autotune.reload",
+            "autotune.report",
+            "autotune.writeback",
+            "autotune.bench",
+        ),
+    ),
     # people: progress and summaries, the command line
     ("people", ("autotune._console", "autotune.cli")),
 )
@@ -142,8 +174,10 @@ def problems(root: Path = ROOT) -> list[str]:
                     f"{module} ({LAYERS[own][0]}) imports {target} ({LAYERS[theirs][0]}), a layer above it"
                 )
             private = [p for p in target.split(".") if p.startswith("_") and not p.startswith("__")]
-            if private and not module.startswith(_package(target, root) + ".") and module != _package(
-                target, root
+            if (
+                private
+                and not module.startswith(_package(target, root) + ".")
+                and module != _package(target, root)
             ):
                 found.append(f"{module} imports the private module {target} from outside its package")
     tuner = root / PACKAGE / "tuner.py"
@@ -166,6 +200,7 @@ def as_text(edges: dict[str, set[str]]) -> str:
 
 def as_mermaid(edges: dict[str, set[str]]) -> str:
     """A top-down flowchart, a subgraph per layer (highest first), packages folded into one node."""
+
     def node(module: str) -> str:
         parts = module.split(".")
         return ".".join(parts[:2]) if len(parts) > 2 else module

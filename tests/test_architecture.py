@@ -39,9 +39,22 @@ def test_the_check_finds_an_import_that_goes_up(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("package", "names"),
     [
-        ("autotune.launch", {"Launcher", "Server", "ServerGpus", "failure_line", "free_ports",
-                             "make_launcher", "read_tail", "reap_leftovers", "server_gpus",
-                             "tensorrt_error", "wait_model_ready"}),
+        (
+            "autotune.launch",
+            {
+                "Launcher",
+                "Server",
+                "ServerGpus",
+                "failure_line",
+                "free_ports",
+                "make_launcher",
+                "read_tail",
+                "reap_leftovers",
+                "server_gpus",
+                "tensorrt_error",
+                "wait_model_ready",
+            },
+        ),
     ],
 )
 def test_exported_names(package: str, names: set[str]) -> None:

@@ -45,8 +45,9 @@ BAD = [
 
 
 @pytest.mark.parametrize(("extra", "message"), BAD)
-def test_bad_input_is_one_line_and_exit_2(extra: list[str], message: str, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_one_line_and_exit_2(
+    extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "empty.txt").write_text("\n")
     (tmp_path / "words.txt").write_text("soon\n")
     extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
@@ -75,16 +76,32 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def _bench(server: Server, *extra: str) -> int:
-    return main(["bench", "--model", "toy", "--url", server.http_url, "--grpc-url", server.grpc_url,
-                 "--window", "0.5", "--max-windows", "4", *extra])
+    return main(
+        [
+            "bench",
+            "--model",
+            "toy",
+            "--url",
+            server.http_url,
+            "--grpc-url",
+            server.grpc_url,
+            "--window",
+            "0.5",
+            "--max-windows",
+            "4",
+            *extra,
+        ]
+    )
 
 
 @pytest.mark.integration
-def test_bench_closed_loop_table_csv_json(server: Server, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_closed_loop_table_csv_json(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out_csv, out_json = tmp_path / "levels.csv", tmp_path / "levels.json"
-    code = _bench(server, "--protocol", "grpc", "--concurrency", "1:3:2", "--csv", str(out_csv),
-                  "--json", str(out_json))
+    code = _bench(
+        server, "--protocol", "grpc", "--concurrency", "1:3:2", "--csv", str(out_csv), "--json", str(out_json)
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "toy over grpc" in captured.out and "p95 ms" in captured.out and "c.infer us" in captured.out
@@ -97,13 +114,25 @@ def test_bench_closed_loop_table_csv_json(server: Server, tmp_path: Path,
 
 
 @pytest.mark.integration
-def test_bench_request_rate_with_input_data(server: Server, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_request_rate_with_input_data(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = tmp_path / "data.json"
     data.write_text(json.dumps({"data": [{"x": {"content": list(range(16)), "shape": [16]}}]}))
     out_json = tmp_path / "rate.json"
-    code = _bench(server, "--request-rate", "40:80:40", "--distribution", "poisson", "--input-data",
-                  str(data), "--batch-size", "2", "--json", str(out_json))
+    code = _bench(
+        server,
+        "--request-rate",
+        "40:80:40",
+        "--distribution",
+        "poisson",
+        "--input-data",
+        str(data),
+        "--batch-size",
+        "2",
+        "--json",
+        str(out_json),
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "req/s asked" in captured.out and "sent/s" in captured.out
@@ -114,8 +143,9 @@ def test_bench_request_rate_with_input_data(server: Server, tmp_path: Path,
 
 
 @pytest.mark.integration
-def test_bench_replays_a_recorded_arrival_pattern(server: Server, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_replays_a_recorded_arrival_pattern(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     intervals = tmp_path / "intervals.txt"
     intervals.write_text("5000\n0\n15000\n")  # 3 requests per 20 ms: 150/s, in pairs
     out_json = tmp_path / "replay.json"

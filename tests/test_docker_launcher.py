@@ -41,18 +41,43 @@ docker = pytest.importorskip("docker")
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGE = (os.environ.get("AUTOTUNE_TEST_IMAGE") or os.environ.get("AUTOTUNE_TRITON_IMAGE")
-         or "localhost/autotune-triton:test")
+IMAGE = (
+    os.environ.get("AUTOTUNE_TEST_IMAGE")
+    or os.environ.get("AUTOTUNE_TRITON_IMAGE")
+    or "localhost/autotune-triton:test"
+)
 PODMAN_SOCKET = "unix:///run/podman/podman.sock"
-BUILD_SCRIPTS = [Path(p) for p in (os.environ.get("AUTOTUNE_BUILD_TRITON_IMAGE", ""),
-                                   ROOT / "shared" / "tools" / "build-triton-image.sh",
-                                   ROOT.parent / "shared" / "tools" / "build-triton-image.sh") if p]
+BUILD_SCRIPTS = [
+    Path(p)
+    for p in (
+        os.environ.get("AUTOTUNE_BUILD_TRITON_IMAGE", ""),
+        ROOT / "shared" / "tools" / "build-triton-image.sh",
+        ROOT.parent / "shared" / "tools" / "build-triton-image.sh",
+    )
+    if p
+]
 MISSING_IMAGE = "localhost/autotune-no-such-image:never-built"
-TINY_SPACE = ("instance_group:\n  count: [1, 2]\nmax_batch_size: [8]\n"
-              "dynamic_batching:\n  enabled: [true, false]\n  max_queue_delay_microseconds: [0]\n"
-              "load:\n  concurrency: {min: 1, max: 4}\n")
-FAST = ["--sla-p95-ms", "200", "--max-trials", "3", "--finalists", "1", "--repeats", "1",
-        "--window", "0.5", "--time-budget", "5m", "--seed", "1"]
+TINY_SPACE = (
+    "instance_group:\n  count: [1, 2]\nmax_batch_size: [8]\n"
+    "dynamic_batching:\n  enabled: [true, false]\n  max_queue_delay_microseconds: [0]\n"
+    "load:\n  concurrency: {min: 1, max: 4}\n"
+)
+FAST = [
+    "--sla-p95-ms",
+    "200",
+    "--max-trials",
+    "3",
+    "--finalists",
+    "1",
+    "--repeats",
+    "1",
+    "--window",
+    "0.5",
+    "--time-budget",
+    "5m",
+    "--seed",
+    "1",
+]
 
 
 # ---------------------------------------------------------------- the engine
@@ -79,8 +104,10 @@ def _build() -> str:
     """Run the build script; the DOCKER_HOST it prints."""
     script = next((s for s in BUILD_SCRIPTS if s.is_file()), None)
     if script is None or os.environ.get("AUTOTUNE_SKIP_DOCKER") == "1":
-        pytest.skip("no container engine (DOCKER_HOST / podman socket) with the test image, and no "
-                    "build-triton-image.sh to set one up (AUTOTUNE_BUILD_TRITON_IMAGE)")
+        pytest.skip(
+            "no container engine (DOCKER_HOST / podman socket) with the test image, and no "
+            "build-triton-image.sh to set one up (AUTOTUNE_BUILD_TRITON_IMAGE)"
+        )
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=1200, check=False)
     assert done.returncode == 0, f"{script} failed:\n{done.stderr[-3000:]}"
     return done.stdout.strip().splitlines()[-1].split("=", 1)[1]
@@ -127,9 +154,25 @@ def _space(tmp_path: Path) -> Path:
 
 
 def _run_argv(repo: Path, tmp_path: Path, *extra: str) -> list[str]:
-    return ["run", "--model", "toy", "--model-repository", str(repo), "--launcher", "docker",
-            "--image", IMAGE, "--shm-size", "256m", "--reports-dir", str(tmp_path / "reports"),
-            "--search-space", str(_space(tmp_path)), *FAST, *extra]
+    return [
+        "run",
+        "--model",
+        "toy",
+        "--model-repository",
+        str(repo),
+        "--launcher",
+        "docker",
+        "--image",
+        IMAGE,
+        "--shm-size",
+        "256m",
+        "--reports-dir",
+        str(tmp_path / "reports"),
+        "--search-space",
+        str(_space(tmp_path)),
+        *FAST,
+        *extra,
+    ]
 
 
 # ---------------------------------------------------------------- 1. a whole run
@@ -184,8 +227,10 @@ def test_a_model_that_fails_to_load_ends_the_container_with_its_reason(
     config.write_text(config.read_text() + crash)
     stage = stage_model(toy_repo / "toy", load_config(toy_repo, "toy"), tmp_path / "stage")
     log = tmp_path / "logs" / "trial.log"
-    with pytest.raises((ServerExitedError, ModelNotReadyError)) as info, \
-            _launcher(client, ready_timeout_s=60).serve(stage, "toy", log):
+    with (
+        pytest.raises((ServerExitedError, ModelNotReadyError)) as info,
+        _launcher(client, ready_timeout_s=60).serve(stage, "toy", log),
+    ):
         pytest.fail("the model must not become ready")
     message = str(info.value)
     assert "exited with exit code 1" in message and "failed to load all models" in message, message
@@ -195,8 +240,13 @@ def test_a_model_that_fails_to_load_ends_the_container_with_its_reason(
 
 
 def test_a_failed_start_removes_the_created_container(client: Any, staged_toy: Path) -> None:
-    request = dl.container_request(DockerOptions(image=IMAGE), staged_toy, Ports(0, 0, 0),
-                                   dl.owner_labels("t", "toy"), f"autotune-badstart-{os.getpid()}")
+    request = dl.container_request(
+        DockerOptions(image=IMAGE),
+        staged_toy,
+        Ports(0, 0, 0),
+        dl.owner_labels("t", "toy"),
+        f"autotune-badstart-{os.getpid()}",
+    )
     request["command"] = ["/no/such/tritonserver"]
     with pytest.raises(LaunchError, match="did not start"):
         dl._create_started(client, request)
@@ -224,8 +274,9 @@ def test_serve_gives_a_ready_server_and_leaves_nothing(client: Any, staged_toy: 
     assert "successfully unloaded 'toy'" in log.read_text()  # a graceful stop, and its log kept
 
 
-def test_a_port_taken_at_start_is_retried_on_others(client: Any, staged_toy: Path, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_port_taken_at_start_is_retried_on_others(
+    client: Any, staged_toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A failed start (the port is taken) leaves a "created" container: it is removed, and new
     ports are tried."""
     with socket.socket() as taken:
@@ -251,8 +302,9 @@ def test_a_port_taken_at_start_is_retried_on_others(client: Any, staged_toy: Pat
                 client.containers.get(names[0])
 
 
-def test_an_exception_in_the_block_still_removes_the_container(client: Any, staged_toy: Path,
-                                                                tmp_path: Path) -> None:
+def test_an_exception_in_the_block_still_removes_the_container(
+    client: Any, staged_toy: Path, tmp_path: Path
+) -> None:
     with pytest.raises(KeyboardInterrupt), _launcher(client).serve(staged_toy, "toy", tmp_path / "t.log"):
         assert len(_ours(client)) == 1
         raise KeyboardInterrupt
@@ -261,8 +313,9 @@ def test_an_exception_in_the_block_still_removes_the_container(client: Any, stag
 # ---------------------------------------------------------------- 3. a missing image
 
 
-def test_a_missing_image_is_one_clear_error_and_no_pull(client: Any, toy_repo: Path, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_image_is_one_clear_error_and_no_pull(
+    client: Any, toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     argv = _run_argv(toy_repo, tmp_path)
     argv[argv.index(IMAGE)] = MISSING_IMAGE
     assert main(argv) == 3
@@ -280,8 +333,9 @@ def test_a_missing_image_is_one_clear_error_and_no_pull(client: Any, toy_repo: P
 
 def _leftover(client: Any, owner_pid: int, run: str) -> Any:
     labels = {**dl.owner_labels(run, "toy"), dl.LABEL_PID: str(owner_pid), dl.LABEL_STARTED: ""}
-    container = client.containers.create(IMAGE, ["sleep", "600"], labels=labels, detach=True,
-                                         name=f"autotune-leftover-{run}-{owner_pid}")
+    container = client.containers.create(
+        IMAGE, ["sleep", "600"], labels=labels, detach=True, name=f"autotune-leftover-{run}-{owner_pid}"
+    )
     container.start()
     return container
 
@@ -335,8 +389,13 @@ def test_ctrl_c_mid_trial_stops_and_removes_the_container(
     argv = _run_argv(toy_repo, tmp_path)
     argv[argv.index("--max-trials") + 1] = "50"
     out = (tmp_path / "out.txt").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", *argv], stdout=out,
-                            stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", *argv],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         _wait_for_a_running_container(client, proc, timeout_s=90)
         time.sleep(1.0)  # into the readiness wait or the measurement

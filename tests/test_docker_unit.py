@@ -47,8 +47,10 @@ def test_all_gpus_is_count_minus_one() -> None:
     assert not request["DeviceIDs"]
 
 
-@pytest.mark.parametrize(("gpus", "ids"), [("0", ["0"]), ("0,1", ["0", "1"]), (" 2, 3 ", ["2", "3"]),
-                                           ("GPU-8f2a1c", ["GPU-8f2a1c"])])
+@pytest.mark.parametrize(
+    ("gpus", "ids"),
+    [("0", ["0"]), ("0,1", ["0", "1"]), (" 2, 3 ", ["2", "3"]), ("GPU-8f2a1c", ["GPU-8f2a1c"])],
+)
 def test_gpu_ids_are_device_ids(gpus: str, ids: list[str]) -> None:
     (request,) = dl.device_requests(gpus)
     assert request["DeviceIDs"] == ids and request["Capabilities"] == [["gpu"]]
@@ -135,8 +137,9 @@ def test_a_reused_pid_is_not_the_owner() -> None:
     assert dl.owner_gone(labels)
 
 
-@pytest.mark.parametrize("change", [{dl.LABEL_HOST: "another-host"}, {dl.LABEL_PID: "not-a-pid"},
-                                    {dl.LABEL_HOST: ""}])
+@pytest.mark.parametrize(
+    "change", [{dl.LABEL_HOST: "another-host"}, {dl.LABEL_PID: "not-a-pid"}, {dl.LABEL_HOST: ""}]
+)
 def test_containers_of_other_hosts_are_never_judged(change: dict[str, str]) -> None:
     labels = {**dl.owner_labels("r", "toy"), dl.LABEL_PID: str(_dead_pid()), **change}
     assert not dl.owner_gone(labels)
@@ -146,7 +149,10 @@ def test_containers_of_other_hosts_are_never_judged(change: dict[str, str]) -> N
 
 
 def test_docker_host_wins(tmp_path: Path) -> None:
-    assert dl.engine_url({"DOCKER_HOST": "tcp://10.0.0.1:2375"}, [str(tmp_path / "x.sock")]) == "tcp://10.0.0.1:2375"
+    assert (
+        dl.engine_url({"DOCKER_HOST": "tcp://10.0.0.1:2375"}, [str(tmp_path / "x.sock")])
+        == "tcp://10.0.0.1:2375"
+    )
 
 
 def test_the_first_existing_socket_is_used(tmp_path: Path) -> None:

@@ -50,7 +50,9 @@ def test_a_metrics_probe_follows_each_server_of_the_run() -> None:
     from autotune.gpu_probe import MetricsProbe, NvmlProbe, at_server
 
     first = MetricsProbe("http://127.0.0.1:40001/metrics")
-    assert at_server(first, "http://127.0.0.1:40002/metrics") == MetricsProbe("http://127.0.0.1:40002/metrics")
+    assert at_server(first, "http://127.0.0.1:40002/metrics") == MetricsProbe(
+        "http://127.0.0.1:40002/metrics"
+    )
     assert at_server(first, "") == first  # a server without metrics of its own
     assert at_server(NvmlProbe(), "http://127.0.0.1:40002/metrics") == NvmlProbe()
     assert at_server(None, "http://127.0.0.1:40002/metrics") is None

@@ -50,8 +50,6 @@ def test_a_second_measurement_is_refused_naming_the_first(lock: Path) -> None:
         message = str(refused.value)
         assert f"autotune run (pid {other.pid}, reports/toy/20261127-101010)" in message
         assert refused.value.exit_code == 2 and "--wait" in refused.value.hint
-        found = hostlock.holder()
-        assert found is not None and found.owner.pid == other.pid
     finally:
         other.kill()
         other.wait()
@@ -66,7 +64,8 @@ def test_a_waiting_measurement_starts_when_the_first_ends(lock: Path) -> None:
         assert lease.holder.owner.pid == os.getpid()
         assert other.wait(10) == 0  # it held the lock to its end
     assert waited > 1.0 and len(told) == 1 and told[0] is not None and told[0].owner.pid == other.pid
-    assert hostlock.holder() is None  # released
+    with measuring("autotune run"):  # released: taken again at once
+        pass
 
 
 def test_kill_9_leaves_no_lock_behind(lock: Path) -> None:

@@ -36,7 +36,7 @@ from autotune.measure import Point, WindowPlan
 
 def test_exported_names() -> None:
     assert set(loadgen.__all__) == {
-        "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Schedule",
+        "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Payload", "Schedule",
         "StatsSnapshot", "WindowPlan", "WorkloadData", "breakdown", "model_io", "read_intervals",
         "read_workload",
     }  # fmt: skip
@@ -175,8 +175,9 @@ def test_histograms_merge_across_processes() -> None:
     """Two real processes record, ship their histograms as arrays, the parent adds counts:
     the same figures as one histogram that saw every value."""
     parts = [
-        pickle.loads(subprocess.run([sys.executable, "-c", _CHILD, str(seed)], check=True,
-                                    capture_output=True).stdout)
+        pickle.loads(
+            subprocess.run([sys.executable, "-c", _CHILD, str(seed)], check=True, capture_output=True).stdout
+        )
         for seed in (1, 2)
     ]
     merged = LatencyHistogram.merged(parts)
@@ -686,6 +687,7 @@ def test_due_timer_never_fires_early() -> None:
 
     assert all(late >= 0 for late in asyncio.run(scenario()))
     if sys.platform.startswith("linux"):
+
         async def precise() -> bool:
             timer = DueTimer()
             try:

@@ -39,7 +39,7 @@ output [ { name: "LENGTH" data_type: TYPE_INT32 dims: [ 2 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
-STRINGS_MODEL = '''
+STRINGS_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -58,7 +58,7 @@ class TritonPythonModel:
                 continue
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("LENGTH", lengths)]))
         return responses
-'''
+"""
 
 
 @pytest.fixture(scope="module")

@@ -87,3 +87,10 @@ def test_a_request_answered_with_an_error_is_left_to_the_measurement() -> None:
     assert compare([_answer([0.25, 0.75])], [{}], TYPES) is None  # the candidate's error: measured
     stored = Reference.from_arrays(Reference((expected[0], {}), TYPES).arrays())
     assert len(stored.answers) == 2 and stored.answers[1] == {}
+
+
+def test_the_check_sends_as_many_requests_as_the_largest_batch() -> None:
+    from autotune.outputs import check_requests
+
+    assert check_requests((1, 2, 4, 8, 16)) == 16 and check_requests((4, 64)) == 64
+    assert check_requests((0,)) == 2  # a model that does not batch: still two side by side

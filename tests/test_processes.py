@@ -90,12 +90,24 @@ def test_kill_9_of_autotune_takes_the_whole_server_group_with_it() -> None:
 
 
 def test_the_guard_passes_on_a_graceful_stop_and_the_exit_code() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "autotune.guard", str(os.getpid()), "--", "sh", "-c",
-                             "trap 'exit 7' TERM; sleep 60 & wait"], start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "autotune.guard",
+            str(os.getpid()),
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 7' TERM; sleep 60 & wait",
+        ],
+        start_new_session=True,
+    )
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGTERM)  # what the launcher's stop does
     assert proc.wait(10) == 7
-    crashed = subprocess.run([sys.executable, "-m", "autotune.guard", str(os.getpid()), "--", "sh", "-c",
-                              "kill -9 $$"], timeout=10)
+    crashed = subprocess.run(
+        [sys.executable, "-m", "autotune.guard", str(os.getpid()), "--", "sh", "-c", "kill -9 $$"], timeout=10
+    )
     assert crashed.returncode == 128 + 9
     assert subprocess.run([sys.executable, "-m", "autotune.guard", "x"], capture_output=True).returncode == 2

@@ -99,15 +99,20 @@ def remote_server(toy_repo: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 
 def test_apply_verifies_on_the_remote_server_of_the_run(
-    remote_server: tuple[str, str], toy_repo: Path, tmp_path: Path, small_space: Path,
+    remote_server: tuple[str, str],
+    toy_repo: Path,
+    tmp_path: Path,
+    small_space: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     http, grpc = remote_server
-    run_dir = _tuned(toy_repo, small_space, tmp_path / "reports", "--launcher", "remote", "--url", http,
-                     "--grpc-url", grpc)
+    run_dir = _tuned(
+        toy_repo, small_space, tmp_path / "reports", "--launcher", "remote", "--url", http, "--grpc-url", grpc
+    )
     capsys.readouterr()
     assert main(["apply", str(run_dir)]) == 0
-    said = f"loaded it in Triton (remote server {http}, answering random data, 16 answers as your config's)"
+    # the check's requests: as many as the space's largest batch (small_space: 8)
+    said = f"loaded it in Triton (remote server {http}, answering random data, 8 answers as your config's)"
     assert said in capsys.readouterr().out
     log = (run_dir / "logs" / "writeback-verify.log").read_text()
     assert "load toy with the candidate config: ok" in log
@@ -124,7 +129,10 @@ def test_apply_verifies_on_the_remote_server_of_the_run(
 
 
 def test_a_remote_server_that_cannot_go_back_to_its_config_stops_the_run(
-    remote_server: tuple[str, str], toy_repo: Path, tmp_path: Path, small_space: Path,
+    remote_server: tuple[str, str],
+    toy_repo: Path,
+    tmp_path: Path,
+    small_space: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The restore after a trial reloads the server's own config from its repository; when that
@@ -133,8 +141,21 @@ def test_a_remote_server_that_cannot_go_back_to_its_config_stops_the_run(
     tuned = tmp_path / "tuned"  # the model as the user has it; the server's own copy then breaks
     shutil.copytree(toy_repo, tuned)
     (toy_repo / "toy" / "config.pbtxt").write_text("this is not a model config {{{")
-    argv = toy_run_args(tuned, small_space, tmp_path / "reports", "--max-trials", "2", "--repeats", "0",
-                        "--launcher", "remote", "--url", http, "--grpc-url", grpc)
+    argv = toy_run_args(
+        tuned,
+        small_space,
+        tmp_path / "reports",
+        "--max-trials",
+        "2",
+        "--repeats",
+        "0",
+        "--launcher",
+        "remote",
+        "--url",
+        http,
+        "--grpc-url",
+        grpc,
+    )
     assert main(argv) == 3
     err = capsys.readouterr().err
     assert f"the server at {http} could not go back to its own config of model 'toy'" in err, err

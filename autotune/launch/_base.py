@@ -174,7 +174,8 @@ def port_clash(log_text: str) -> bool:
     return any(s in text for s in ("already in use", "failed to bind", "port is already allocated"))
 
 
-def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+def read_tail(path: Path, lines: int | None = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of the log's last 64 KiB (None: all of them)."""
     try:
         with path.open("rb") as handle:
             handle.seek(0, 2)
@@ -183,7 +184,7 @@ def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
             data = handle.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    return "\n".join(data.splitlines()[-lines:])
+    return "\n".join(data.splitlines()[-lines:] if lines is not None else data.splitlines())
 
 
 def wait_model_ready(

@@ -34,7 +34,6 @@ from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule, read_intervals
 from autotune.loadgen._stats import StatsSnapshot, breakdown
 from autotune.loadgen._windows import Source, run_windows, summarise
 from autotune.measure import Point, WindowPlan
-from autotune.outputs import CHECK_REQUESTS
 from autotune.settings import Workload
 
 __all__ = [
@@ -43,6 +42,7 @@ __all__ = [
     "LatencyHistogram",
     "LoadGenerator",
     "ModelIO",
+    "Payload",
     "Schedule",
     "StatsSnapshot",
     "WindowPlan",
@@ -202,7 +202,7 @@ class LoadGenerator:
         batches them). No answer within a minute is a MeasurementError."""
         import tritonclient.grpc as grpcclient
 
-        done: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
+        done: queue.Queue[tuple[int, Any]] = queue.Queue()
         client = grpcclient.InferenceServerClient(f"{self.host}:{self.grpc_port}")
         try:
             for index, payload in enumerate(payloads):
@@ -220,21 +220,19 @@ class LoadGenerator:
             ) from exc
         finally:
             client.close()
-        ordered = [result for _, result, error in sorted(results, key=lambda r: r[0])]
+        ordered = [result for _, result in sorted(results, key=lambda r: r[0])]
         names = [o.name for o in self.io.outputs]
         answers = [{} if result is None else {n: result.as_numpy(n) for n in names} for result in ordered]
         answered = next((result for result in ordered if result is not None), None)
         types = {} if answered is None else {n: str(answered.get_output(n).datatype) for n in names}
         return answers, types
 
-    def check_sample(
-        self, workload: Workload, seed: int = 0, count: int = CHECK_REQUESTS
-    ) -> list[tuple[Payload, str]]:
+    def check_sample(self, workload: Workload, seed: int, count: int) -> list[tuple[Payload, str]]:
         """The requests of the output check (:mod:`autotune.outputs`), each with its name for
-        people: ``count`` requests of ``workload``, the same every time for the same workload and
-        seed. Random data: ``count`` requests of their own values (seeds ``seed`` on); data of a
-        file: its distinct requests as the preflight picks them (every distinct shape first),
-        over again until there are ``count``."""
+        people: ``count`` requests of ``workload`` (:func:`autotune.outputs.check_requests`), the
+        same every time for the same workload and seed. Random data: ``count`` requests of their
+        own values (seeds ``seed`` on); data of a file: its distinct requests as the preflight
+        picks them (every distinct shape first), over again until there are ``count``."""
         if workload.input_data == "random":
             return [
                 (
@@ -271,8 +269,8 @@ def _entries(data: WorkloadData, number: int, short: bool = False) -> str:
     return f"entr{'y' if len(picks) == 1 else 'ies'} {', '.join(map(str, picks))} of {source}"
 
 
-def _answered(done: queue.Queue[tuple[int, Any, Any]], index: int, result: Any, error: Any) -> None:
-    done.put((index, None if error is not None else result, error))
+def _answered(done: queue.Queue[tuple[int, Any]], index: int, result: Any, error: Any) -> None:
+    done.put((index, None if error is not None else result))
 
 
 def _infer_inputs(payload: Payload) -> list[Any]:
