@@ -42,10 +42,15 @@ def safe_path(path: Path | str) -> bool:
 
 
 def stage_root() -> Path:
-    """Where stages go: ``autotune-stage-<uid>`` in the temporary folder (``/tmp`` when that
-    folder's path is not :func:`safe_path`); a UsageError if neither is."""
+    """Where stages go: ``autotune-stage-<uid>`` in the temporary folder (:func:`safe_temp`)."""
+    return safe_temp(f"autotune-stage-{os.getuid()}")
+
+
+def safe_temp(name: str) -> Path:
+    """``name`` in the temporary folder, or in ``/tmp`` when that folder's path is not
+    :func:`safe_path`; a UsageError if neither is."""
     for base in (Path(tempfile.gettempdir()), Path("/tmp")):
-        root = base / f"autotune-stage-{os.getuid()}"
+        root = base / name
         if safe_path(root.resolve() if base.exists() else root):
             return root
     raise UsageError(

@@ -324,8 +324,9 @@ def storage(p: Probe) -> str:
 
 
 def paths(p: Probe) -> str:
-    """A space and non-ASCII letters in the repository's and the reports' paths; the user's
-    repository byte for byte as it was (no __pycache__)."""
+    """A space and non-ASCII letters in the repository's, the reports' and the cache's paths;
+    the user's repository byte for byte as it was (no __pycache__)."""
+    p.env["XDG_CACHE_HOME"] = str(p.root / "my cache ö")
     repo = p.toy(p.root / "my models ü")
     reports = p.root / "my reports é"
     before = tree_digest(repo)

@@ -61,3 +61,14 @@ def test_the_folders_of_dead_processes_are_removed(tmp_path: Path, monkeypatch: 
     assert mine.folder.is_dir() and mine.folder.name.startswith(f"my-run.{os.getpid()}.")
     mine.remove()
     assert not mine.folder.exists()
+
+
+def test_the_python_backend_is_copied_where_its_stub_can_be_started(tmp_path: Path) -> None:
+    """A cache folder (XDG_CACHE_HOME, ~/.cache) with a space or a non-ASCII letter: the backend
+    folder, whose stub the python backend starts through a shell line, goes to a plain one."""
+    pytest.importorskip("pytriton")
+    from autotune.launch.local import find_installation
+
+    installation = find_installation(cache_dir=tmp_path / "my cache é")
+    assert safe_path(installation.backend_dir) and (installation.backend_dir / "python").is_dir()
+    assert find_installation(cache_dir=tmp_path / "plain").backend_dir.is_relative_to(tmp_path / "plain")

@@ -33,6 +33,7 @@ from autotune.errors import LaunchError
 from autotune.launch import _pids
 from autotune.launch._base import READY_TIMEOUT_S, Launcher, Ports, Server, Started, metrics_args
 from autotune.settings import LocalOptions
+from autotune.staging import safe_path, safe_temp
 
 STOP_TIMEOUT_S = 15.0
 GUARD = (sys.executable, "-m", "autotune.guard")  # see autotune/guard.py
@@ -55,7 +56,7 @@ def find_installation(binary: Path | None = None, cache_dir: Path | None = None)
     on_path = shutil.which("tritonserver")
     if on_path:
         return Installation(Path(on_path), _ngc_backends(Path(on_path)))
-    wheel = _pytriton_installation(cache_dir or _default_cache())
+    wheel = _pytriton_installation(_safe_cache(cache_dir or _default_cache()))
     if wheel is None:
         raise LaunchError(
             "no tritonserver found: not on PATH and the nvidia-pytriton wheel is not installed",
@@ -70,6 +71,13 @@ def _ngc_backends(binary: Path) -> Path:
 
 def _default_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autotune"
+
+
+def _safe_cache(cache_dir: Path) -> Path:
+    """Where the python backend's folder is copied: the cache, unless its path has characters
+    the backend's stub cannot take (it is started through a shell line that carries its path
+    unquoted: :mod:`autotune.staging`), then a folder of the temporary folder."""
+    return cache_dir if safe_path(cache_dir.resolve()) else safe_temp(f"autotune-cache-{os.getuid()}")
 
 
 def _pytriton_installation(cache_dir: Path) -> Installation | None:
