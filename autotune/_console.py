@@ -18,7 +18,7 @@ from autotune.hostlock import Holder
 from autotune.measure import Point, errors_line
 from autotune.objective import RAW, Scoring
 from autotune.report import gpu_summary
-from autotune.results import COMPLETE, Outcome, Recommendation, TrialResult, recommendation
+from autotune.results import COMPLETE, PRUNED, Outcome, Recommendation, TrialResult, recommendation
 from autotune.search_space import Candidate
 
 console = Console(stderr=True, highlight=False)
@@ -119,10 +119,10 @@ def _trial_line(
     head = f"trial {result.number:>3} {label}"
     if result.wrong_outputs:
         return f"{head}: infeasible, {result.reason}"
+    if result.state == PRUNED:
+        return f"{head}: not measured, {result.reason}"
     if result.state != COMPLETE:
         return f"{head}: FAILED {result.reason}"
-    if result.reused_from is not None:
-        return f"{head}: {result.reason or f'same as trial {result.reused_from}'}"
     assert result.measurement is not None
     best = result.best
     if best is None:

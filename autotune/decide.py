@@ -27,7 +27,7 @@ from typing import Any
 
 from autotune.measure import Point
 from autotune.objective import RAW, Scoring, Sla
-from autotune.results import COMPLETE, FAIL, TrialResult, Verification
+from autotune.results import COMPLETE, FAIL, PRUNED, TrialResult, Verification
 from autotune.search_space import (
     Candidate,
     SearchSpace,
@@ -65,8 +65,9 @@ def heuristic_seeds(
     space: SearchSpace, cores: int, baseline: Candidate | None = None
 ) -> list[dict[str, Any]]:
     """Sound first guesses after the baseline, each changing one thing at a time: the baseline
-    with "many" instances (its batching kept: a model where batching buys nothing is then
-    measured with more instances and without batching, early), then dynamic batching at the
+    with "many" instances (its batching kept where ``space`` holds it: a model where batching
+    buys nothing is then measured with more instances and without batching, early; every seed
+    lies in ``space``, the user's: :meth:`SearchSpace.nearest`), then dynamic batching at the
     largest batch size, with many instances and with one (capped by the space). Many is one
     per core for KIND_CPU, and ``GPU_SEED_COUNTS``' largest per GPU for KIND_GPU (a GPU is
     not a core: a second instance lets one copy its data while the other computes; the
@@ -82,8 +83,8 @@ def heuristic_seeds(
     seeds: list[dict[str, Any]] = []
     if baseline is not None and baseline.kind in space.kind:
         many = seed_counts(space, baseline.kind, cores)[-1]
-        if baseline.instance_count != many:
-            seeds.append(params_of(replace(baseline, instance_count=many)))
+        if baseline.instance_count != many:  # in the space: your batching, where the space has it
+            seeds.append(params_of(space.nearest(replace(baseline, instance_count=many))))
     mbs = max(space.max_batch_size)
     if mbs == 0 or True not in space.dynamic_batching:
         return seeds
@@ -264,13 +265,14 @@ def instance_losses(
 
 
 def out_of_ideas(results: Sequence[TrialResult]) -> bool:
-    """Whether the sampler's latest proposal was a config measured before (a reused trial): in
+    """Whether the sampler's latest proposal was not worth measuring (pruned: a config measured
+    before, or one outside the space): in
     a small space it goes on proposing them, and each uses a trial of the budget, so the
     incumbent's :func:`unexplored` neighbours are measured next, before the budget runs out
     (mobilenet runs spent 11 and 14 of their 20 trials on repeats and never tried 2 instances
     with max batch 4: benchmarks/results/vs_model_analyzer-20261124-2244.txt)."""
-    told = [r for r in results if r.state in (COMPLETE, FAIL) and not r.interrupted]
-    return bool(told) and max(told, key=lambda r: r.number).reused_from is not None
+    told = [r for r in results if r.state in TOLD and not r.interrupted]
+    return bool(told) and max(told, key=lambda r: r.number).state == PRUNED
 
 
 def in_space(baseline: Candidate, space: SearchSpace) -> Candidate:
@@ -304,13 +306,16 @@ def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = 
     return best > 0 and since >= patience
 
 
+TOLD = (COMPLETE, FAIL, PRUNED)  # the states of a trial that has ended
+
+
 def finished(results: Sequence[TrialResult]) -> int:
-    """Trials that count against the budget: measured, reused or failed; not interrupted ones
+    """Trials that count against the budget: measured, pruned or failed; not interrupted ones
     (they are measured again). Reused ones count: a sampler that keeps proposing configs
     measured before has run out of ideas. Not counting them was tried: runs went on to measure
     up to every config of a 12-config space, 0.36-0.69 of Model Analyzer brute's wall time on
     embedder and bertQA (benchmarks/results/vs_model_analyzer-20261124-1843.txt)."""
-    return sum(r.state in (COMPLETE, FAIL) and not r.interrupted for r in results)
+    return sum(r.state in TOLD and not r.interrupted for r in results)
 
 
 def time_left(budget_s: float | None, elapsed_s: float, finished: int) -> bool:
@@ -337,15 +342,30 @@ def measured_before(results: Sequence[TrialResult], candidate: Candidate) -> Tri
 
 
 def stand_in(
-    results: Sequence[TrialResult], candidate: Candidate, scoring: Scoring = RAW, baseline: bool = False
-) -> tuple[TrialResult | None, str]:
-    """The trial whose figures a proposal is told instead of a server's, and why: an earlier
-    trial of it, or of an :func:`equivalent` config (:func:`measured_before`; why: ""), else,
-    but for the baseline, one of a config with its instance count (:func:`dominated`)."""
+    results: Sequence[TrialResult],
+    candidate: Candidate,
+    space: SearchSpace,
+    scoring: Scoring = RAW,
+    baseline: bool = False,
+) -> tuple[int | None, str] | None:
+    """Why a proposal is not measured, and the trial that stands in for it (None: none does),
+    or None when it is to be measured: it lies outside the user's ``space`` (the sampler's
+    holds your config too), an earlier trial measured it or an :func:`equivalent` config
+    (:func:`measured_before`), or, but for the baseline, its instance count lost clearly
+    (:func:`dominated`). The study is told it was pruned, for that reason, never that trial's
+    figures as its own (:meth:`autotune.study.Study.tell_pruned`)."""
+    if baseline:
+        earlier = measured_before(results, candidate)
+        return None if earlier is None else (earlier.number, f"same as trial {earlier.number}")
+    if not space.holds(candidate):
+        return None, "outside your search space (your config is measured there, nothing else)"
     earlier = measured_before(results, candidate)
-    if earlier is not None or baseline:
-        return earlier, ""
-    return dominated(results, candidate, scoring) or (None, "")
+    if earlier is not None:
+        same = earlier.candidate == candidate
+        why = "same as" if same else "without dynamic batching the server runs it as"
+        return earlier.number, f"{why} trial {earlier.number}"
+    found = dominated(results, candidate, scoring)
+    return None if found is None else (found[0].number, found[1])
 
 
 def dominated(
@@ -371,9 +391,9 @@ def dominated(
     nearest = min(lost[candidate.dynamic_batching], key=lambda x: abs(x[0][1].max_batch_size - mbs))[0][0]
     ((off, _), off_by), ((on, _), on_by) = lost[False][0], lost[True][0]
     why = (
-        f"not measured: {n} instance(s) lost without dynamic batching (trial {off.number} against "
-        f"{off_by.number}) and with it (trial {on.number} against {on_by.number}); scored as trial "
-        f"{nearest.number}"
+        f"{n} instance(s) lost without dynamic batching (trial {off.number} against "
+        f"{off_by.number}) and with it (trial {on.number} against {on_by.number}); trial "
+        f"{nearest.number} is the nearest measured"
     )
     return nearest, why
 

@@ -16,22 +16,25 @@ from autotune.search_space import Candidate
 
 COMPLETE = "COMPLETE"
 FAIL = "FAIL"
+PRUNED = (
+    "PRUNED"  # not measured: another trial stands in for it (its reused_from), or it lies outside the space
+)
 RUNNING = "RUNNING"
 
 
 @dataclass(frozen=True)
 class TrialResult:
     number: int
-    state: str  # COMPLETE, FAIL or RUNNING
+    state: str  # COMPLETE, FAIL, PRUNED or RUNNING
     candidate: Candidate | None
     params: dict[str, object]
     baseline: bool
-    measurement: Measurement | None  # None for failed trials
-    reason: str = ""  # one line, for failed trials, and for a reused one that is not the same config
+    measurement: Measurement | None  # None for failed and pruned trials: only what was measured for it
+    reason: str = ""  # one line, for failed and pruned trials
     log_tail: str = ""  # the server log's last lines, for failed trials
     duration_s: float = 0.0
-    # a repeat of an earlier trial's candidate, not re-measured; or (with a reason) a config
-    # another trial stands in for (autotune.decide.dominated): its figures are that trial's
+    # PRUNED, not measured: a repeat of an earlier trial's candidate, or a config that trial
+    # stands in for (autotune.decide.dominated); its figures are that trial's, never its own
     reused_from: int | None = None
     # FAIL because the tuner was stopped (Ctrl-C, SIGTERM, kill -9) while it ran: it is measured
     # again on --resume and does not count against the budget. A crash is a FAIL with its reason.

@@ -145,6 +145,12 @@ class SearchSpace:
         except KeyError:
             return False
 
+    def nearest(self, candidate: Candidate) -> Candidate:
+        """``candidate`` with each parameter the space lacks replaced by its nearest choice (a
+        number's closest, the smaller on a tie; otherwise the first choice): a seed made from
+        your config stays inside the space."""
+        return self.suggest(_Nearest(params_of(candidate)))
+
     def including(self, candidate: Candidate) -> SearchSpace:
         """A space that also holds ``candidate`` (so the baseline can be a trial)."""
         params = params_of(candidate)
@@ -206,6 +212,23 @@ class _Fixed:
         if value not in choices:
             raise KeyError(name)
         return value
+
+
+class _Nearest:
+    """A :class:`Suggester` answering from parameters, each one the choices lack (or a missing
+    one) replaced by the nearest choice (:meth:`SearchSpace.nearest`)."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        value = self.params.get(name)
+        if value in choices:
+            return value
+        numbers = [c for c in choices if isinstance(c, int) and not isinstance(c, bool)]
+        if isinstance(value, int) and not isinstance(value, bool) and numbers:
+            return min(numbers, key=lambda c: (abs(c - value), c))
+        return choices[0]
 
 
 def _pick(trial: Suggester, name: str, choices: tuple[Any, ...]) -> Any:

@@ -2,8 +2,10 @@
 
 Two objectives (goodput up, per GPU used where the run's :class:`~autotune.objective.Scoring`
 says so; latency at the SLA percentile down) with the SLA as a constraint the sampler uses
-while it searches. Every asked trial is told: COMPLETE with its measurement, or FAIL with a
-one-line reason and the server log's tail in user attributes. Storage is any Optuna RDB URL:
+while it searches. Every asked trial is told: COMPLETE with its own measurement, FAIL with a
+one-line reason and the server log's tail in user attributes, or PRUNED (not measured: another
+trial stands in for it, or it lies outside the user's space) with its reason. The study is told
+only what was measured for the trial itself: a pruned trial carries no values. Storage is any Optuna RDB URL:
 SQLite in the run directory by default, PostgreSQL for several workers on one study.
 """
 
@@ -24,7 +26,7 @@ from autotune.errors import StudyError
 from autotune.measure import Measurement, Point
 from autotune.objective import RAW, Scoring, Sla, scores
 from autotune.processes import Owner
-from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult, Verification
+from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING, TrialResult, Verification
 from autotune.search_space import Candidate, SearchSpace, params_of
 
 DIRECTIONS: list[Any] = ["maximize", "minimize"]
@@ -137,17 +139,8 @@ class Study:
         trial.set_user_attr("worker", Owner.current().text())
         return Asked(trial.number, candidate, trial, baseline=bool(trial.user_attrs.get("baseline")))
 
-    def tell_measured(
-        self,
-        asked: Asked,
-        measurement: Measurement,
-        duration_s: float,
-        reused_from: int | None = None,
-        reason: str = "",
-    ) -> TrialResult:
-        """Tell the study what the trial measured, or (``reused_from``) the figures of the trial
-        that stands in for it (``reason``: why, when it is not the same config); the trial's
-        result, as :meth:`results` reads it."""
+    def tell_measured(self, asked: Asked, measurement: Measurement, duration_s: float) -> TrialResult:
+        """Tell the study what the trial measured; the trial's result, as :meth:`results` reads it."""
         point = measurement.closest(self.sla)
         violation = 0.0 if measurement.feasible else self.sla.violation(point)
         attrs: dict[str, Any] = {
@@ -155,16 +148,24 @@ class Study:
             "constraint": violation,
             "duration_s": round(duration_s, 3),
         }
-        if reused_from is not None:
-            attrs["reused_from"] = reused_from
-        if reason:
-            attrs["reason"] = reason[:500]
         told = asked.set(attrs)
         if _TRIAL_CONSTRAINTS:
             asked.trial.set_constraint("sla", violation)
         share = self.scoring.share(asked.candidate)  # per GPU: what the objective divides by
         self._study.tell(asked.trial, list(scores(point, self.sla, share)))
         return _result_of(asked, COMPLETE, told)
+
+    def tell_pruned(self, asked: Asked, reason: str, source: int | None = None) -> TrialResult:
+        """Tell the study the trial was not measured, for ``reason``; ``source``: the trial that
+        stands in for it (the same config measured before, or one that settles it: see
+        :func:`autotune.decide.stand_in`). Optuna gets no values: the sampler counts a pruned
+        trial among the worse ones, and never another trial's figures as this config's."""
+        attrs: dict[str, Any] = {"reason": reason[:500], "duration_s": 0.0}
+        if source is not None:
+            attrs["reused_from"] = source
+        told = asked.set(attrs)
+        self._study.tell(asked.trial, state=TrialState.PRUNED)
+        return _result_of(asked, PRUNED, told)
 
     def tell_failed(
         self,
@@ -242,7 +243,7 @@ class Study:
 
     def results(self) -> list[TrialResult]:
         """Every trial asked so far (queued ones that no worker asked yet are not trials)."""
-        asked = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+        asked = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING)
         return [_result(t) for t in self._study.get_trials(deepcopy=False, states=asked)]
 
     def verifications(self) -> list[Verification]:
@@ -330,7 +331,9 @@ def _age_s(trial: FrozenTrial) -> float:
 
 
 def _result(trial: FrozenTrial) -> TrialResult:
-    state = {TrialState.COMPLETE: COMPLETE, TrialState.FAIL: FAIL}.get(trial.state, RUNNING)
+    state = {TrialState.COMPLETE: COMPLETE, TrialState.FAIL: FAIL, TrialState.PRUNED: PRUNED}.get(
+        trial.state, RUNNING
+    )
     return _from_attrs(trial.number, state, dict(trial.params), trial.user_attrs)
 
 

@@ -85,10 +85,13 @@ class Trials:
     def _measure_and_tell(
         self, study: Study, asked: Asked, results: list[TrialResult], start: float
     ) -> TrialResult:
-        earlier, why = decide.stand_in(results, asked.candidate, self.prep.scoring, asked.baseline)
+        pruned = decide.stand_in(
+            results, asked.candidate, self.prep.user_space, self.prep.scoring, asked.baseline
+        )
         try:
-            if earlier is not None and earlier.measurement is not None:
-                return study.tell_measured(asked, earlier.measurement, 0.0, earlier.number, why)
+            if pruned is not None:
+                source, why = pruned
+                return study.tell_pruned(asked, why, source)
             measurement = self._measure_twice(asked, results)
             return study.tell_measured(asked, measurement, time.monotonic() - start)
         except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed

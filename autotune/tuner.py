@@ -50,7 +50,10 @@ class Prepared:
     settings: RunSettings
     original: mcfg.ModelConfig
     model_dir: Path
-    space: SearchSpace
+    space: SearchSpace  # the sampler's: the user's space, holding your config too
+    # the user's space as this model, machine and workload allow it: seeds, neighbours and the
+    # sampler's proposals stay in it (a proposal outside it is pruned, not measured)
+    user_space: SearchSpace
     baseline: Candidate
     data: WorkloadData | None  # the workload read and checked; None: the config declares no inputs
     loader: Loader  # the traffic, its arrival pattern read and checked
@@ -76,7 +79,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
         min_batch=settings.workload.batch_size,
         gpu_count=server_gpus,
     )
-    space = space.including(decide.in_space(baseline, space))
+    searched, space = space, space.including(decide.in_space(baseline, space))
     io = ModelIO.from_config(settings.model, original)  # None: it declares no inputs, the server will
     data = None if io is None else read_workload(io, settings.workload, settings.seed or 0)  # read once
     loader = Loader.read(settings.traffic)
@@ -85,7 +88,9 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     model_dir = mcfg.model_dir(settings.repository, settings.model)
     scoring = resumed.scoring if resumed is not None else scoring_for(space, server_gpus)
     notes = narrowed(given, space, settings.workload.batch_size)
-    return Prepared(settings, original, model_dir, space, baseline, data, loader, server_gpus, scoring, notes)
+    return Prepared(
+        settings, original, model_dir, space, searched, baseline, data, loader, server_gpus, scoring, notes
+    )
 
 
 def narrowed(given: SearchSpace, space: SearchSpace, batch_size: int) -> tuple[str, ...]:
@@ -169,7 +174,7 @@ def _search(prep: Prepared, trials: Trials, study: Study) -> Outcome:
     trials.events.run_started(run.path, settings.max_trials, settings.time_budget_s)
     try:
         try:
-            while _go_on(settings, study, results := study.results(), time.monotonic() - started):
+            while _go_on(prep, study, results := study.results(), time.monotonic() - started):
                 trials.run(study, results)
                 run = trials.run_dir = run.update(searched_s=time.monotonic() - started)
         except WorkloadError:
@@ -273,22 +278,23 @@ def _seed(study: Study, prep: Prepared) -> None:
     study.enqueue(params_of(twin), baseline=True, as_is=prep.baseline)
     if twin != prep.baseline:  # your config cannot run here: its CPU twin is measured next
         study.enqueue(params_of(twin), again=True)
-    for params in decide.heuristic_seeds(prep.space, os.cpu_count() or 1, twin):
+    for params in decide.heuristic_seeds(prep.user_space, os.cpu_count() or 1, twin):
         study.enqueue(params)
 
 
-def _go_on(settings: RunSettings, study: Study, results: list[TrialResult], elapsed_s: float) -> bool:
+def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: float) -> bool:
     """Whether to run another trial: within the budget (trials, time), and not converged. Once
     converged, or once the sampler proposes a config measured before (:func:`decide.out_of_ideas`),
     the untried one-step neighbours of the incumbent and of its ties (:func:`decide.unexplored`)
     are queued and measured first; a converged search ends when none is left."""
+    settings = prep.settings
     finished = decide.finished(results)
     if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
         return False
     converged = decide.converged(results, settings.patience, study.scoring)
     if not converged and not decide.out_of_ideas(results):
         return True
-    untried = decide.unexplored(results, study.space, study.scoring)
+    untried = decide.unexplored(results, prep.user_space, study.scoring)
     for candidate in untried:  # a neighbour queued before is not queued twice
         study.enqueue(params_of(candidate))
     return bool(untried) or not converged

@@ -11,7 +11,7 @@ from autotune._console import _trial_line, print_summary
 from autotune.gpu import GpuFigures
 from autotune.measure import Measurement, Point
 from autotune.objective import RAW, Scoring, Sla
-from autotune.results import COMPLETE, Outcome, RunInfo, TrialResult, Verification
+from autotune.results import COMPLETE, PRUNED, Outcome, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, params_of
 
 SLA = Sla(95, 20.0)
@@ -105,10 +105,10 @@ def test_a_trial_that_broke_the_gpu_memory_limit_says_so() -> None:
 
 def test_a_trial_another_stood_in_for_says_why() -> None:
     t = trial(0, point(4, 300, 9))
-    reused = replace(t, number=2, reused_from=0)
-    assert _trial_line(reused, 95).endswith(": same as trial 0")
-    why = "not measured: 1 instance(s) lost without dynamic batching (trial 0 against 1); scored as trial 0"
-    assert _trial_line(replace(reused, reason=why), 95).endswith(f": {why}")
+    reused = replace(t, number=2, state=PRUNED, measurement=None, reused_from=0, reason="same as trial 0")
+    assert _trial_line(reused, 95).endswith(": not measured, same as trial 0")
+    why = "1 instance(s) lost without dynamic batching (trial 0 against 1); trial 0 is the nearest measured"
+    assert _trial_line(replace(reused, reason=why), 95).endswith(f": not measured, {why}")
 
 
 def test_a_point_that_got_errors_says_how_many_and_the_first() -> None:

@@ -36,7 +36,7 @@ from autotune.decide import (
 )
 from autotune.measure import Measurement, Point
 from autotune.objective import Scoring, Sla
-from autotune.results import COMPLETE, FAIL, RUNNING, TrialResult, Verification
+from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING, TrialResult, Verification
 from autotune.search_space import Candidate, params_of, parse_search_space
 
 
@@ -47,10 +47,16 @@ def point(concurrency: int, throughput: float, p95: float = 12.0) -> Point:
 def measured(
     number: int, goodput: float, reused_from: int | None = None, candidate: Candidate | None = None
 ) -> TrialResult:
+    """A measured trial; with ``reused_from``, a pruned one (not measured: no figures of its own)."""
     p = point(4, goodput)
+    if reused_from is not None:
+        return TrialResult(
+            number=number, state=PRUNED, candidate=candidate, params={}, baseline=False,
+            measurement=None, reused_from=reused_from, reason=f"same as trial {reused_from}",
+        )  # fmt: skip
     return TrialResult(
         number=number, state=COMPLETE, candidate=candidate, params={}, baseline=False,
-        measurement=Measurement((p,), p if goodput else None), reused_from=reused_from,
+        measurement=Measurement((p,), p if goodput else None),
     )  # fmt: skip
 
 
@@ -219,6 +225,21 @@ def test_the_first_seed_changes_only_the_baselines_instance_count() -> None:
     assert len(heuristic_seeds(space, cores=2, baseline=gpu)) == 2
 
 
+def test_every_seed_lies_in_the_users_space() -> None:
+    """A space allowing only dynamic batching, and a baseline without it: the first seed (your
+    config with one instance per core) batches too, at your max batch size where the space has it."""
+    space = parse_search_space(
+        {"instance_group": {"count": {"min": 1, "max": 4}}, "max_batch_size": [4, 16],
+         "dynamic_batching": {"enabled": [True]}}
+    )  # fmt: skip
+    baseline = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)
+    seeds = heuristic_seeds(space, cores=2, baseline=baseline)
+    assert len(seeds) == 3 and all(s["dynamic_batching"] for s in seeds)
+    assert seeds[0] == params_of(replace(baseline, instance_count=2, dynamic_batching=True))
+    odd = replace(baseline, max_batch_size=12, instance_count=3)  # 12: none; 16 is the nearest choice
+    assert space.nearest(odd) == replace(odd, max_batch_size=16, dynamic_batching=True)
+
+
 DEFAULT_LIKE = {
     "instance_group": {"count": {"min": 1, "max": 4}},
     "max_batch_size": [1, 2, 4, 8, 16],
@@ -350,10 +371,27 @@ def test_an_instance_count_that_lost_clearly_with_and_without_batching_is_not_me
     assert dominated(results[:3], proposal) is None  # with batching, one instance was never measured
     close = [*results[:3], measured(3, 700.0, candidate=one_on)]  # 700 is not under 3/4 of 836
     assert dominated(close, proposal) is None
-    stood, why = stand_in(results, proposal)
-    assert stood is results[3] and why.startswith("not measured")
-    assert stand_in(results, proposal, baseline=True) == (None, "")  # the baseline is always measured
-    assert stand_in(results, one) == (results[0], "")  # measured before: reused, no reason
+    space = parse_search_space({"instance_group": {"count": {"min": 1, "max": 2}}, "max_batch_size": [4, 16]})
+    assert stand_in(results, proposal, space) == (3, found[1])  # pruned, trial 3 the nearest measured
+    assert found[1].startswith("1 instance(s) lost without dynamic batching")
+    assert stand_in(results, proposal, space, baseline=True) is None  # the baseline is always measured
+    assert stand_in(results, one, space) == (0, "same as trial 0")  # measured before: pruned
+    twin = replace(one, max_batch_size=4)  # without batching the max batch size changes nothing
+    assert stand_in(results, twin, space) == (0, "without dynamic batching the server runs it as trial 0")
+
+
+def test_a_proposal_outside_the_users_space_is_pruned_but_the_baseline_is_measured() -> None:
+    """A space allowing only dynamic batching holds your config without it for the sampler (the
+    baseline is a trial), never for the search: the sampler's proposal of it is not measured."""
+    space = parse_search_space(
+        {"instance_group": {"count": {"min": 1, "max": 2}}, "dynamic_batching": {"enabled": [True]}}
+    )
+    off = Candidate(2, "KIND_CPU", (), 16, False, (), 0, False)
+    assert not space.holds(off)
+    source, why = stand_in([], off, space) or (None, "")
+    assert source is None and why.startswith("outside your search space")
+    assert stand_in([], off, space, baseline=True) is None
+    assert stand_in([], replace(off, dynamic_batching=True, max_batch_size=8), space) is None
 
 
 def test_a_repeat_proposal_means_the_sampler_is_out_of_ideas() -> None:

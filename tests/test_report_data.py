@@ -16,7 +16,7 @@ from autotune.measure import Measurement, Point, ServerBreakdown
 from autotune.objective import Scoring, Sla
 from autotune.report import gpu_summary, pareto_front, render_html, report_data, trials_frame, write_csv
 from autotune.report._data import CSV_HEAD, CSV_TAIL, POINT_COLUMNS, records
-from autotune.results import COMPLETE, FAIL, RUNNING, Outcome, RunInfo, TrialResult, Verification
+from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING, Outcome, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, params_of
 
 SLA = Sla(percentile=95, limit_ms=20.0)
@@ -183,8 +183,8 @@ def test_failed_trial_row_keeps_reason_and_log_tail() -> None:
 def test_operating_points_cover_every_measured_point_once() -> None:
     t0 = trial(0, point(1, 100, 5), point(2, 180, 9), point(4, 220, 25))
     t1 = trial(1, point(1, 90, 4))
-    reused = TrialResult(number=2, state=COMPLETE, candidate=t1.candidate, params=t1.params, baseline=False,
-                         measurement=t1.measurement, reused_from=1)  # fmt: skip
+    reused = TrialResult(number=2, state=PRUNED, candidate=t1.candidate, params=t1.params, baseline=False,
+                         measurement=None, reused_from=1, reason="same as trial 1")  # fmt: skip
     data = report_data(run(), [reused, t1, failed(3), t0])  # order does not matter
     assert list(data.trials["trial"]) == [0, 1, 2, 3] == list(data.trials.index)
     assert [(p["trial"], p["concurrency"], p["meets_sla"], p["best"]) for p in records(data.points)] == [

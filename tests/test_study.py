@@ -6,10 +6,12 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from optuna.trial import FixedTrial
+import optuna
+from optuna.trial import FixedTrial, TrialState
 
 from autotune.measure import Measurement, Point
 from autotune.objective import Sla, scoring_for
+from autotune.results import PRUNED
 from autotune.search_space import Candidate, params_of, parse_search_space
 from autotune.study import INTERRUPTED, Study, _candidate_json, candidate_from_json
 
@@ -45,13 +47,19 @@ def test_a_tell_returns_the_result_the_study_reads_back(tmp_path: Path) -> None:
     assert not failed.interrupted and failed.reason == "server exited"
 
 
-def test_a_trial_another_stands_in_for_keeps_its_reason(tmp_path: Path) -> None:
+def test_a_pruned_trial_carries_its_reason_and_no_figures(tmp_path: Path) -> None:
+    """The study is told only what was measured for a trial: one another trial stands in for is
+    PRUNED, with no values (the sampler never takes that trial's figures for this config)."""
     study = _study(tmp_path)
     measured = study.tell_measured(study.ask(), _measurement(120.0), 3.5)
-    why = "not measured: 1 instance(s) lost without dynamic batching (trial 0 against 1)"
-    stood = study.tell_measured(study.ask(), _measurement(120.0), 0.0, measured.number, why)
-    assert study.results() == [measured, stood]
-    assert (stood.reused_from, stood.reason, measured.reason) == (0, why, "")
+    why = "1 instance(s) lost without dynamic batching (trial 0 against 1)"
+    stood = study.tell_pruned(study.ask(), why, measured.number)
+    outside = study.tell_pruned(study.ask(), "outside your search space")
+    assert study.results() == [measured, stood, outside]
+    assert (stood.state, stood.reused_from, stood.reason, measured.reason) == (PRUNED, 0, why, "")
+    assert stood.measurement is None and not stood.feasible and outside.reused_from is None
+    frozen = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'study.db'}").get_trials()
+    assert [(t.state, t.values) for t in frozen[1:]] == [(TrialState.PRUNED, None)] * 2  # told no values
 
 
 OTHER = {"instance_count": 2, "kind": "KIND_CPU", "max_batch_size": 8, "dynamic_batching": False}

@@ -29,11 +29,11 @@ from autotune import __version__
 from autotune.measure import WARNING_TEXT
 from autotune.report._data import ReportData, Row, records
 from autotune.report._figures import figures, num, sla_text
-from autotune.results import COMPLETE, FAIL, RUNNING
+from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING
 
 TEMPLATE = "report.html"
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-STATE_BADGES = {COMPLETE: "ok", FAIL: "fail"}  # any other state (RUNNING): "run"
+STATE_BADGES = {COMPLETE: "ok", FAIL: "fail", PRUNED: "infeasible"}  # any other state (RUNNING): "run"
 
 
 @dataclass(frozen=True)
@@ -157,8 +157,9 @@ def percentiles(data: ReportData) -> list[int]:
 
 def _counts(data: ReportData) -> str:
     running = f", {data.count(RUNNING)} running" if data.count(RUNNING) else ""
+    pruned = f", {data.count(PRUNED)} not measured" if data.count(PRUNED) else ""
     return (
-        f"{len(data.trials)} ({data.count(COMPLETE)} complete, {data.count(FAIL)} failed{running}, "
+        f"{len(data.trials)} ({data.count(COMPLETE)} complete, {data.count(FAIL)} failed{pruned}{running}, "
         f"{data.feasible_count} within the SLA)"
     )
 
