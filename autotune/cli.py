@@ -383,7 +383,7 @@ def _options(args: argparse.Namespace, record: RunRecord | None) -> RunOptions:
 def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> RunSettings:
     """The run's settings: each flag as given, else (``record``: a run to resume) the run's
     own, else its default."""
-    from autotune.measure import DECIDED, WindowPlan, verdict_bands
+    from autotune.measure import search_plan
 
     opts = _options(args, record)
     model, repository = _model(args, record)
@@ -418,15 +418,7 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
         output_check=opts.output_check,
         output_tolerance=opts.output_tolerance,
     )
-    clear_ms, over_ms = verdict_bands(sla.tightened(opts.margin).limit_ms)  # a trial: its own (with_bands)
-    plan = WindowPlan(
-        window_s=opts.window,
-        warmup_s=max(opts.window, 1.0),
-        percentile=sla.percentile,
-        fail_ms=DECIDED * sla.limit_ms,
-        clear_ms=clear_ms,
-        over_ms=over_ms,
-    )
+    plan = search_plan(sla, opts.margin, opts.window)  # a trial draws its own bands (with_bands)
     return replace(settings, plan=plan)
 
 

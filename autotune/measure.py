@@ -651,6 +651,29 @@ def is_stable(
     return _within(throughputs[-3:], tolerance) and (_within(last, tolerance) or one_side)
 
 
+def decided(latencies_ms: Sequence[float], plan: WindowPlan) -> bool:
+    """Whether a point's windows so far (each one's latency at the plan's percentile) break the
+    SLA clearly: the last :data:`DECIDED_WINDOWS` each above ``plan.fail_ms`` (a percentile of
+    the windows merged is at least the smallest of theirs)."""
+    last = latencies_ms[-DECIDED_WINDOWS:]
+    return plan.fail_ms > 0 and len(last) == DECIDED_WINDOWS and all(v > plan.fail_ms for v in last)
+
+
+def search_plan(sla: Sla, margin: float, window_s: float) -> WindowPlan:
+    """A run's plan for its search's points: windows of ``window_s`` after a warm-up of at least
+    a second, stopped early past :data:`DECIDED` times the limit, with the close-call bands of
+    the search's limit (the SLA tightened by ``margin``; a candidate draws its own: :func:`with_bands`)."""
+    clear_ms, over_ms = verdict_bands(sla.tightened(margin).limit_ms)
+    return WindowPlan(
+        window_s=window_s,
+        warmup_s=max(window_s, 1.0),
+        percentile=sla.percentile,
+        fail_ms=DECIDED * sla.limit_ms,
+        clear_ms=clear_ms,
+        over_ms=over_ms,
+    )
+
+
 def _within(values: Sequence[float], tolerance: float) -> bool:
     mean = sum(values) / len(values)
     if mean <= 0:

@@ -5,8 +5,9 @@ says so; latency at the SLA percentile down) with the SLA as a constraint the sa
 while it searches. Every asked trial is told: COMPLETE with its own measurement, FAIL with a
 one-line reason and the server log's tail in user attributes, or PRUNED (not measured: another
 trial stands in for it, or it lies outside the user's space) with its reason. The study is told
-only what was measured for the trial itself: a pruned trial carries no values. Storage is any Optuna RDB URL:
-SQLite in the run directory by default, PostgreSQL for several workers on one study.
+only what was measured for the trial itself: a pruned trial carries no values. Storage is any
+Optuna RDB URL: SQLite in the run directory by default, PostgreSQL for several workers on one
+study (None: in memory, for the simulator).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class Study:
     @classmethod
     def open(
         cls,
-        storage: str,
+        storage: str | None,
         name: str,
         space: SearchSpace,
         sla: Sla,
@@ -92,20 +93,22 @@ class Study:
         scoring: Scoring = RAW,
     ) -> Study:
         sampler = _sampler(seed, startup_trials)
+        store = storage if storage is not None else optuna.storages.InMemoryStorage()
         created = False
         for attempt in range(3):  # workers starting together race to create the study
             try:
                 try:
                     study = optuna.create_study(
-                        storage=storage, study_name=name, directions=list(DIRECTIONS), sampler=sampler
+                        storage=store, study_name=name, directions=list(DIRECTIONS), sampler=sampler
                     )
                     created = True
                 except optuna.exceptions.DuplicatedStudyError:
-                    study = optuna.load_study(storage=storage, study_name=name, sampler=sampler)
+                    study = optuna.load_study(storage=store, study_name=name, sampler=sampler)
                 break
             except Exception as exc:  # optuna/sqlalchemy raise many kinds here
                 if attempt == 2 or isinstance(exc, ImportError):
-                    raise StudyError(f"cannot open study {name!r} at {redact(storage)}: {exc}") from exc
+                    where = redact(storage) if storage else "memory"
+                    raise StudyError(f"cannot open study {name!r} at {where}: {exc}") from exc
                 time.sleep(0.5 + attempt)
         return cls(study, space, sla, created, scoring)
 
@@ -245,6 +248,10 @@ class Study:
         """Every trial asked so far (queued ones that no worker asked yet are not trials)."""
         asked = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING)
         return [_result(t) for t in self._study.get_trials(deepcopy=False, states=asked)]
+
+    def told_values(self) -> dict[int, list[float] | None]:
+        """Each trial's values as Optuna holds them (None: told none), by trial number."""
+        return {t.number: t.values for t in self._study.get_trials(deepcopy=False)}
 
     def verifications(self) -> list[Verification]:
         """The finalists verified so far, by any worker of the study (one server each: a

@@ -69,6 +69,7 @@ class Trials:
         self._stages: Stages | None = None  # made on the first serve, removed by close
         self._reference: Reference | None = None  # your config's answers (autotune.outputs)
         self._sample: list[tuple[Payload, str]] = []  # the check's requests, made on the first server
+        self.clock = time.monotonic  # what trial durations and the time budget are read from
 
     def close(self) -> None:
         """Remove the stages (once every server has stopped: :meth:`Launcher.drain`)."""
@@ -80,7 +81,7 @@ class Trials:
         stopping.check()
         asked = study.ask()
         self.events.trial_started(asked.number, asked.candidate, asked.baseline)
-        self.events.trial_finished(self._measure_and_tell(study, asked, results, time.monotonic()))
+        self.events.trial_finished(self._measure_and_tell(study, asked, results, self.clock()))
 
     def _measure_and_tell(
         self, study: Study, asked: Asked, results: list[TrialResult], start: float
@@ -93,25 +94,25 @@ class Trials:
                 source, why = pruned
                 return study.tell_pruned(asked, why, source)
             measurement = self._measure_twice(asked, results)
-            return study.tell_measured(asked, measurement, time.monotonic() - start)
+            return study.tell_measured(asked, measurement, self.clock() - start)
         except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed
             log = self.log(asked.number)
             why = _reason(exc, _tail(log, None))  # the load error may lie far above the log's end
             wrong = isinstance(exc, WrongOutputError)
-            return study.tell_failed(asked, why, _tail(log), time.monotonic() - start, wrong_outputs=wrong)
+            return study.tell_failed(asked, why, _tail(log), self.clock() - start, wrong_outputs=wrong)
         except WorkloadError:  # the data, not the config: the run stops, the trial runs again
-            study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
+            study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
             raise
         except Exception as exc:  # a crash: recorded with its reason, never re-run; the run stops
             if disk_full(exc) is not None:  # not the candidate's fault: measured again on --resume
                 with contextlib.suppress(Exception):  # the study may be what could not be written
-                    study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
+                    study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
                 raise
             tail = _tail(self.log(asked.number))
-            study.tell_failed(asked, _crash_reason(exc), tail, time.monotonic() - start)
+            study.tell_failed(asked, _crash_reason(exc), tail, self.clock() - start)
             raise
         except BaseException:  # a stop request: measured again on --resume
-            study.tell_failed(asked, INTERRUPTED, "", time.monotonic() - start, interrupted=True)
+            study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
             raise
 
     def log(self, number: int) -> Path:
@@ -165,9 +166,9 @@ class Trials:
             self._record_reference()  # on a server of its own, before this candidate's
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
             first = self.generator(server, plan)  # once warm, a new level settles within a few requests
-            check_start = time.monotonic()
+            check_start = self.clock()
             checked = self._check_outputs(asked.candidate, first)  # before anything is measured
-            check_s = time.monotonic() - check_start
+            check_s = self.clock() - check_start
             later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, finals.RAMP_S)))
             shorter = later.with_plan(pass_plan(later.plan))  # a point's further passes (pass_plan)
             done: list[Point] = []

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -60,6 +59,7 @@ class Prepared:
     server_gpus: int = 0  # GPUs the server side has (asked of the launcher, not of this machine)
     scoring: Scoring = RAW  # goodput, or goodput per GPU (objective.scoring_for); a resumed run's own
     notes: tuple[str, ...] = ()  # what people should know before the run: the space was narrowed
+    cores: int = 0  # the cores the server's instances share (the seeds' "many"); 0: this machine's
 
 
 def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
@@ -165,23 +165,10 @@ def _search(prep: Prepared, trials: Trials, study: Study) -> Outcome:
     """Trials until the budget or convergence ends them, the finalists verified, the winner
     written. Room for the report is kept on the disk meanwhile (:class:`Room`): a disk that
     fills up ends the run with a :class:`DiskFullError`, its trials and report kept."""
-    settings, run = prep.settings, trials.run_dir
+    run = trials.run_dir
     room = Room(run.path, RUN_ROOM_BYTES)
-    if study.created:
-        _seed(study, prep)
-    study.interrupted(as_is=prep.baseline)  # measured again first
-    started = time.monotonic() - run.record.searched_s  # the time budget counts earlier sessions
-    trials.events.run_started(run.path, settings.max_trials, settings.time_budget_s)
     try:
-        try:
-            while _go_on(prep, study, results := study.results(), time.monotonic() - started):
-                trials.run(study, results)
-                run = trials.run_dir = run.update(searched_s=time.monotonic() - started)
-        except WorkloadError:
-            _forget_if_empty(prep, run, study)
-            raise
-        stopping.check()
-        run = finals.verify_finalists(prep, trials, run, study)
+        run = search(prep, trials, study)
         room.release()
         return _finish(prep, trials, run, study)  # written while the last server stops
     except Exception as exc:
@@ -190,6 +177,26 @@ def _search(prep: Prepared, trials: Trials, study: Study) -> Outcome:
             raise
         room.release()
         raise _out_of_room(full, run, study) from exc
+
+
+def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
+    """The seeds queued (a new study), trials until the budget or convergence ends them, and the
+    finalists verified: the run directory that records them (the winner is chosen from it)."""
+    settings, run = prep.settings, trials.run_dir
+    if study.created:
+        _seed(study, prep)
+    study.interrupted(as_is=prep.baseline)  # measured again first
+    started = trials.clock() - run.record.searched_s  # the time budget counts earlier sessions
+    trials.events.run_started(run.path, settings.max_trials, settings.time_budget_s)
+    try:
+        while _go_on(prep, study, results := study.results(), trials.clock() - started):
+            trials.run(study, results)
+            run = trials.run_dir = run.update(searched_s=trials.clock() - started)
+    except WorkloadError:
+        _forget_if_empty(prep, run, study)
+        raise
+    stopping.check()
+    return finals.verify_finalists(prep, trials, run, study)
 
 
 def _open(prep: Prepared, path: Path) -> tuple[RunDir, Study]:
@@ -278,7 +285,7 @@ def _seed(study: Study, prep: Prepared) -> None:
     study.enqueue(params_of(twin), baseline=True, as_is=prep.baseline)
     if twin != prep.baseline:  # your config cannot run here: its CPU twin is measured next
         study.enqueue(params_of(twin), again=True)
-    for params in decide.heuristic_seeds(prep.user_space, os.cpu_count() or 1, twin):
+    for params in decide.heuristic_seeds(prep.user_space, prep.cores or os.cpu_count() or 1, twin):
         study.enqueue(params)
 
 

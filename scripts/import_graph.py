@@ -74,6 +74,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "autotune.report",
             "autotune.writeback",
             "autotune.bench",
+            "autotune.sim",
         ),
     ),
     # people: progress and summaries, the command line

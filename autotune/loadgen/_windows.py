@@ -37,13 +37,13 @@ from autotune.loadgen._load import Tally
 from autotune.loadgen._stats import StatsSnapshot, breakdown
 from autotune.measure import (
     BEHIND_SCHEDULE,
-    DECIDED_WINDOWS,
     ERRORS,
     FEW_SAMPLES,
     LATE_SENDS,
     UNSTABLE,
     Point,
     WindowPlan,
+    decided,
     is_stable,
 )
 
@@ -117,14 +117,8 @@ def _stable(windows: list[Window], plan: WindowPlan) -> bool:
 
 
 def _decided(windows: list[Window], plan: WindowPlan) -> bool:
-    """The point clearly breaks the SLA: its last windows are all above ``plan.fail_ms``
-    (a percentile of the windows merged is at least the smallest of theirs)."""
-    last = windows[-DECIDED_WINDOWS:]
-    return (
-        plan.fail_ms > 0
-        and len(last) == DECIDED_WINDOWS
-        and all(w.tally.latency.percentile_ns(plan.percentile) > plan.fail_ms * 1e6 for w in last)
-    )
+    """The point clearly breaks the SLA (:func:`autotune.measure.decided`)."""
+    return decided([w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in windows], plan)
 
 
 def tolerance(windows: list[Window], plan: WindowPlan) -> float:

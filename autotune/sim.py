@@ -1,0 +1,430 @@
+"""The simulator: the tuner's whole decision logic run against response surfaces, without a server.
+
+A :class:`Surface` maps a candidate at a level (a concurrency) to the distribution of one
+window's readings; its noise-free figures are the ground truth. :func:`simulate` runs the real
+search (:func:`autotune.tuner.search`: seeds, the sampler, stand-ins, every goodput search,
+convergence, the finalists' verification) and the real winner's choice against it, on a
+:class:`SimTrials`: servers that start in :attr:`Surface.start_s` and load generators whose
+windows are drawn from the surface and stopped by the load generator's own rule
+(:func:`autotune.measure.is_stable`, :func:`autotune.measure.decided`). Time is the simulated
+time those windows and starts take. :func:`judge` says how good the run's answer truly was:
+the winner's true goodput against the surface's best, and whether its operating point truly
+meets the SLA.
+
+:class:`Synthetic` is a family of surfaces: instances that share a machine's cores, batches
+that cost less per inference the larger they are, a batcher that waits for its queue delay
+at low load, a knee, window noise with a coefficient of variation, a server that reads a
+little off each time it starts, and rare stalls that fatten a window's tail.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from autotune import decide, tuner
+from autotune import model_config as mcfg
+from autotune.events import Events
+from autotune.measure import UNSTABLE, Point, WindowPlan, decided, is_stable, search_plan
+from autotune.objective import Sla, scores
+from autotune.results import TrialResult, Verification, recommendation
+from autotune.rundir import RunDir, RunRecord
+from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space
+from autotune.settings import Launch, RunSettings, Traffic
+from autotune.study import Study
+from autotune.traffic import Loader
+from autotune.trials import Trials
+
+QUIET_WINDOW_S = 0.5  # a surface's noise (cv) is that of a window this long; longer ones are quieter
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One window's figures (or a surface's noise-free ones)."""
+
+    throughput: float  # inferences per second
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+
+    def latency_ms(self, percentile: int) -> float:
+        return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[percentile]
+
+
+class Surface(Protocol):
+    """What a simulated server serves: the truth of a candidate at a concurrency, and a window."""
+
+    name: str
+    sla: Sla  # the SLA the surface is tuned for
+    cores: int  # the machine's (the seeds' "many instances")
+    start_s: float  # a server's start, in simulated seconds
+
+    def truth(self, candidate: Candidate, level: int) -> Reading: ...
+
+    def window(
+        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: float
+    ) -> Reading:
+        """One window's readings; ``bias``: the server's own offset (:meth:`server_bias`)."""
+        ...
+
+    def server_bias(self, rng: random.Random) -> float:
+        """How much a freshly started server's throughput reads off the truth (a factor)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Synthetic:
+    """A closed loop on ``cores`` cores: an instance serves a batch of B in
+    ``(1 + alpha (B - 1)) / mu`` seconds; instances beyond the cores slow every one by
+    ``contention``; with dynamic batching, a queue of ``c / n`` requests per instance forms
+    batches of up to the max batch size, and at low load the batcher waits for its queue delay.
+    Throughput bends from the clients' own pace (``c / R0``) to the capacity with sharpness
+    ``knee``; latency follows by Little's law, with a tail that grows with utilisation. Each
+    window's throughput varies by ``cv`` (for a :data:`QUIET_WINDOW_S` window), its tail by
+    ``1.5 cv``, a server by ``cv / 2``; with probability ``stall``, a window's tail is 1.5-3x
+    (a stall of the machine)."""
+
+    name: str
+    sla: Sla
+    mu: float = 400.0
+    cores: int = 2
+    alpha: float = 0.5
+    contention: float = 0.06
+    client_ms: float = 0.3
+    knee: float = 3.0
+    cv: float = 0.05
+    stall: float = 0.0
+    start_s: float = 3.0
+
+    def truth(self, candidate: Candidate, level: int) -> Reading:
+        c = float(level)
+        n = candidate.instance_count
+        share = min(n, self.cores) * max(0.2, 1 - self.contention * max(0, n - self.cores))
+        batch = 1.0
+        wait_ms = 0.0
+        if candidate.dynamic_batching and candidate.max_batch_size > 1:
+            batch = min(float(candidate.max_batch_size), max(1.0, c / n))
+            full = min(1.0, batch / candidate.max_batch_size)
+            wait_ms = candidate.max_queue_delay_us / 1000 * (1 - full)
+            if candidate.preferred_batch_sizes:  # waits for a full batch: longer at low load
+                wait_ms *= 1.5
+        single_ms = 1000 / self.mu
+        capacity = share * batch / ((1 + self.alpha * (batch - 1)) * single_ms / 1000)
+        r0_ms = single_ms + self.client_ms + wait_ms
+        throughput = 1 / ((r0_ms / 1000 / c) ** self.knee + (1 / capacity) ** self.knee) ** (1 / self.knee)
+        mean_ms = c / throughput * 1000
+        rho = min(1.0, throughput / capacity)
+        spread = 0.3 if batch > 1 else 0.0
+        return Reading(
+            throughput,
+            mean_ms * (0.95 + 0.05 * rho),
+            mean_ms * (1.10 + 0.30 * rho + spread / 2),
+            mean_ms * (1.15 + 0.50 * rho + spread),
+            mean_ms * (1.30 + 0.90 * rho + spread * 1.5),
+        )
+
+    def window(
+        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: float
+    ) -> Reading:
+        true = self.truth(candidate, level)
+        cv = self.cv * math.sqrt(QUIET_WINDOW_S / window_s)
+        throughput = true.throughput * bias * max(0.3, 1 + rng.gauss(0, cv))
+        tail = max(0.3, 1 + rng.gauss(0, 1.5 * cv)) * true.throughput / throughput
+        if rng.random() < self.stall:
+            tail *= rng.uniform(1.5, 3.0)
+            throughput *= rng.uniform(0.85, 0.98)
+        body = true.throughput / throughput
+        return Reading(
+            throughput, true.p50_ms * body, true.p90_ms * tail, true.p95_ms * tail, true.p99_ms * tail
+        )
+
+    def server_bias(self, rng: random.Random) -> float:
+        return max(0.5, 1 + rng.gauss(0, self.cv / 2))
+
+
+# the config a synthetic surface's SLA is drawn around: two instances batching up to 8
+REFERENCE = Candidate(2, "KIND_CPU", (), 8, True, (), 100, False)
+
+
+def synthetic_family(count: int, cv: float, seed: int = 0, stall: float = 0.0) -> list[Synthetic]:
+    """``count`` synthetic surfaces of window noise ``cv`` (and ``stall``): models from fast to
+    slow, batching from worthless (alpha near 1) to strong, 2 to 8 cores, instances that
+    contend for them, and an SLA at the latency :data:`REFERENCE` has at 3 to 24 clients (so it
+    bites inside the search's concurrency range)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        surface = Synthetic(
+            name=f"synthetic-cv{cv:.0%}{'-stalls' if stall else ''}-{i}",
+            sla=Sla(rng.choice((95, 99)), 1.0),
+            mu=math.exp(rng.uniform(math.log(50), math.log(2000))),
+            cores=rng.choice((2, 2, 4, 8)),
+            alpha=rng.uniform(0.1, 0.95),
+            contention=rng.uniform(0.0, 0.15),
+            client_ms=rng.uniform(0.1, 1.0),
+            knee=rng.uniform(2.0, 5.0),
+            cv=cv,
+            stall=stall,
+        )
+        at = surface.truth(REFERENCE, rng.randint(3, 24)).latency_ms(surface.sla.percentile)
+        out.append(replace(surface, sla=Sla(surface.sla.percentile, float(f"{at:.3g}"))))
+    return out
+
+
+# ---------------------------------------------------------------- the truth
+
+
+def true_goodput(surface: Surface, candidate: Candidate, space: SearchSpace) -> tuple[float, int]:
+    """A candidate's true goodput under the surface's SLA, and its level (0, 0: none meets it)."""
+    sla = surface.sla
+    best = (0.0, 0)
+    for level in range(space.concurrency_min, space.concurrency_max + 1):
+        true = surface.truth(candidate, level)
+        if true.latency_ms(sla.percentile) <= sla.limit_ms and true.throughput > best[0]:
+            best = (true.throughput, level)
+    return best
+
+
+def candidates(space: SearchSpace) -> list[Candidate]:
+    """Every candidate the space holds, one of each :func:`autotune.decide.equivalent` class."""
+    out: list[Candidate] = []
+    pending: list[dict[str, Any]] = [{}]
+    names = ("instance_count", "kind", "gpus", "max_batch_size", "dynamic_batching",
+             "preferred_batch_size", "max_queue_delay_us", "trt_fp16", "trt_workspace_mb")  # fmt: skip
+    for name in names:
+        choices = getattr(space, name)
+        pending = [{**p, name: c} for p in pending for c in choices]
+    for params in pending:
+        made = space.suggest(_Params(params))
+        if not any(decide.equivalent(made, c) for c in out):
+            out.append(made)
+    return out
+
+
+class _Params:
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        return self.params[name]
+
+
+@dataclass(frozen=True)
+class Judged:
+    """How good one simulated run's answer truly was."""
+
+    surface: str
+    seed: int
+    winner: Candidate | None
+    level: int  # the operating point recommended (0: no winner)
+    ratio: float  # the winner's true goodput over the surface's best (0.0: none)
+    meets: bool  # the operating point truly meets the SLA
+    sim_s: float  # the simulated tuning time
+    trials: int  # trials measured (not pruned, not failed)
+    honest: bool  # every trial the study was told of carries only what was measured for it
+
+
+def judge(surface: Surface, space: SearchSpace, outcome: SimOutcome, best: float) -> Judged:
+    """``outcome`` against the surface's truth (``best``: its best true goodput in ``space``)."""
+    winner = next((r for r in outcome.results if r.number == outcome.winner), None)
+    if winner is None or winner.candidate is None:
+        return Judged(
+            surface.name, outcome.seed, None, 0, 0.0, False, outcome.sim_s, outcome.measured, outcome.honest
+        )
+    rec = recommendation(winner, outcome.verifications, surface.sla.percentile)
+    level = rec.concurrency if rec is not None else 0
+    goodput, _ = true_goodput(surface, winner.candidate, space)
+    true = surface.truth(winner.candidate, level) if level else None
+    meets = true is not None and true.latency_ms(surface.sla.percentile) <= surface.sla.limit_ms
+    ratio = goodput / best if best > 0 else 0.0
+    return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, meets, outcome.sim_s,
+                  outcome.measured, outcome.honest)  # fmt: skip
+
+
+# ---------------------------------------------------------------- simulated servers and load
+
+
+@dataclass
+class SimServer:
+    """A simulated server serving one candidate; its readings carry its own bias."""
+
+    candidate: Candidate
+    bias: float
+    description: str = "simulated server"
+    metrics_url: str = ""
+
+    def alive(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class SimGenerator:
+    """A load generator over a surface: windows until the plan's stability rule stops them."""
+
+    trials: SimTrials
+    server: SimServer
+    plan: WindowPlan
+    seed: int = 0
+
+    def with_plan(self, plan: WindowPlan) -> SimGenerator:
+        return replace(self, plan=plan)
+
+    def at_concurrency(self, concurrency: int) -> Point:
+        return self.trials.point(self.server, concurrency, self.plan)
+
+    def at_rate(self, rate: float, distribution: str = "constant") -> Point:
+        raise NotImplementedError("the simulator has closed loops only")
+
+
+class SimTrials(Trials):
+    """:class:`autotune.trials.Trials` on a surface: a server start and a window cost their
+    simulated time, read by :attr:`clock`."""
+
+    def __init__(self, prep: tuner.Prepared, run: RunDir, surface: Surface, rng: random.Random) -> None:
+        super().__init__(prep, None, run, Events())  # type: ignore[arg-type]  # serves no real server
+        self.surface, self.rng, self.now = surface, rng, 0.0
+        self.clock = lambda: self.now
+
+    @contextmanager
+    def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[SimServer]:  # type: ignore[override]
+        self.now += self.surface.start_s
+        yield SimServer(candidate, self.surface.server_bias(self.rng))
+
+    def generator(self, server: SimServer, plan: WindowPlan) -> SimGenerator:  # type: ignore[override]
+        return SimGenerator(self, server, plan)
+
+    def point(self, server: SimServer, level: int, plan: WindowPlan) -> Point:
+        """One point, as :func:`autotune.loadgen._windows.run_windows` measures it: windows until
+        the last ``stable_windows`` agree, or the point breaks the SLA clearly, or at most
+        ``max_windows``; its figures the kept windows' means."""
+        self.now += plan.warmup_s
+        readings: list[Reading] = []
+        stable = False
+        while len(readings) < plan.max_windows:
+            readings.append(
+                self.surface.window(server.candidate, level, self.rng, plan.window_s, server.bias)
+            )
+            self.now += plan.window_s
+            throughputs = [r.throughput for r in readings]
+            latencies = [r.latency_ms(plan.percentile) for r in readings]
+            stable = is_stable(throughputs, latencies, plan.tolerance, plan.clear_ms, plan.over_ms)
+            if stable or decided(latencies, plan):
+                break
+        kept = readings[-plan.stable_windows :]
+
+        def mean(name: str) -> float:
+            return sum(float(getattr(r, name)) for r in kept) / len(kept)
+
+        duration = plan.window_s * len(kept)
+        throughput = mean("throughput")
+        requests = max(1, int(throughput * duration))
+        return Point(
+            concurrency=level, request_rate=0.0, throughput=throughput, avg_ms=mean("p50_ms"),
+            p50_ms=mean("p50_ms"), p90_ms=mean("p90_ms"), p95_ms=mean("p95_ms"), p99_ms=mean("p99_ms"),
+            requests=requests, errors=0, duration_s=duration, windows=len(readings), stable=stable,
+            warnings=() if stable else (UNSTABLE,),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SimOutcome:
+    seed: int
+    results: tuple[TrialResult, ...]
+    verifications: tuple[Verification, ...]
+    winner: int | None
+    sim_s: float
+    measured: int
+    honest: bool
+
+
+def default_space() -> SearchSpace:
+    """The default search space as a CPU model that batches sees it."""
+    space = load_search_space(bundled("default"))
+    return space.restricted(batching=True, gpu=False, tensorrt=False)
+
+
+BASELINE = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)  # the examples' committed config
+
+
+def simulate(
+    surface: Surface,
+    seed: int,
+    space: SearchSpace | None = None,
+    baseline: Candidate = BASELINE,
+    workdir: Path | None = None,
+    **options: Any,
+) -> SimOutcome:
+    """One tuning run against ``surface``, with the CLI's defaults (``options``: RunSettings
+    fields to change, such as ``max_trials``) and the sampler seeded with ``seed``."""
+    user = space or default_space()
+    settings = RunSettings(
+        model="sim", repository=Path("."), sla=surface.sla, seed=seed, output_check=False,
+        open_loop_check=False, **options,
+    )  # fmt: skip
+    settings = replace(settings, plan=search_plan(surface.sla, settings.margin, 0.5))
+    prep = tuner.Prepared(
+        settings, mcfg.ModelConfig(name="sim"), Path("."), user.including(baseline), user, baseline, None,
+        Loader(Traffic()), cores=surface.cores,
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        record = RunRecord(
+            run_id="sim", model="sim", repository=Path(tmp), sla=surface.sla, launch=Launch(),
+            protocol="http", study_name="sim", storage=None, original_config="", original_digest="",
+            started="",
+        )  # fmt: skip
+        run = RunDir.create(Path(tmp) / "run", record)
+        study = Study.open(None, "sim", prep.space, surface.sla, seed=seed, scoring=prep.scoring)
+        trials = SimTrials(prep, run, surface, random.Random(seed))
+        run = tuner.search(prep, trials, study)
+        results = tuple(study.results())
+        verifications = run.record.verifications
+        winner = decide.choose_winner(results, verifications, surface.sla.percentile, prep.scoring)
+        told = study.told_values()
+    measured = sum(r.measurement is not None for r in results)
+    return SimOutcome(seed, results, verifications, winner, trials.now, measured, honest(results, told, prep))
+
+
+def honest(results: Sequence[TrialResult], told: dict[int, list[float] | None], prep: tuner.Prepared) -> bool:
+    """Whether the study was told only what was measured for each trial: a measured trial the
+    scores of its own measurement, any other none."""
+    sla = prep.settings.sla
+    for r in results:
+        if r.measurement is None:
+            if told.get(r.number) is not None:
+                return False
+            continue
+        share = prep.scoring.share(r.candidate)
+        if told.get(r.number) != list(scores(r.measurement.closest(sla), sla, share)):
+            return False
+    return True
+
+
+@dataclass
+class Tally:
+    """Runs on one surface, summarised as the acceptance reads them."""
+
+    judged: list[Judged] = field(default_factory=list)
+
+    def share(self, test: Any) -> float:
+        return sum(bool(test(j)) for j in self.judged) / len(self.judged) if self.judged else 0.0
+
+    @property
+    def good(self) -> float:
+        """Runs whose winner's true goodput is at least 0.95 of the best."""
+        return self.share(lambda j: j.ratio >= 0.95)
+
+    @property
+    def meets(self) -> float:
+        return self.share(lambda j: j.meets)
+
+    @property
+    def median_s(self) -> float:
+        times = sorted(j.sim_s for j in self.judged)
+        return times[len(times) // 2] if times else 0.0

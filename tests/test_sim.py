@@ -1,0 +1,56 @@
+"""The simulator (autotune.sim): the tuner's decisions against response surfaces, no server.
+
+Pure logic: the surfaces are fakes of a server by design, and what is checked is what the real
+search, the real sampler and the real verification decide on them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autotune import sim
+from autotune.objective import Sla
+from autotune.search_space import Candidate
+
+SPACE = sim.default_space()
+QUIET = sim.Synthetic("quiet", Sla(95, 12.0), mu=400.0, cores=2, alpha=0.4, cv=0.0)
+
+
+def test_the_default_space_holds_164_distinct_servers() -> None:
+    """4 instance counts x (one without batching + 5 max batch sizes x 2 preferred x 4 delays)."""
+    found = sim.candidates(SPACE)
+    assert len(found) == 164 and len(set(found)) == 164
+    assert all(SPACE.holds(c) for c in found)
+
+
+def test_a_surface_has_a_knee_and_batching_pays_where_it_should() -> None:
+    one = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)
+    batching = replace(one, instance_count=2, dynamic_batching=True, max_batch_size=8)
+    low, high = QUIET.truth(one, 1), QUIET.truth(one, 32)
+    assert low.throughput < high.throughput < 1.05 * QUIET.truth(one, 16).throughput  # saturated
+    assert high.p95_ms > 10 * low.p95_ms  # the queue grows past the knee
+    assert QUIET.truth(batching, 32).throughput > 2 * high.throughput
+    goodput, level = sim.true_goodput(QUIET, batching, SPACE)
+    assert goodput > 0 and QUIET.truth(batching, level).p95_ms <= 12.0
+
+
+def test_on_a_noise_free_surface_every_run_finds_the_best_and_tells_only_what_it_measured() -> None:
+    best = max(sim.true_goodput(QUIET, c, SPACE)[0] for c in sim.candidates(SPACE))
+    judged = [sim.judge(QUIET, SPACE, sim.simulate(QUIET, seed), best) for seed in range(5)]
+    assert all(j.honest and j.meets and j.ratio >= 0.95 for j in judged), judged
+    assert all(0 < j.sim_s < 12 * 60 and j.trials >= 6 for j in judged)
+
+
+def test_the_simulated_clock_is_what_servers_and_windows_take() -> None:
+    outcome = sim.simulate(QUIET, seed=0, max_trials=3, finalists=0)
+    measured = [r for r in outcome.results if r.measurement is not None]
+    windows = sum(p.windows for r in measured for p in r.measurement.points)  # type: ignore[union-attr]
+    assert len(measured) == 3 and outcome.verifications == ()
+    assert outcome.sim_s >= 3 * QUIET.start_s + windows * 0.5
+
+
+def test_a_family_spans_its_noise_and_each_sla_bites_inside_the_concurrency_range() -> None:
+    family = sim.synthetic_family(4, 0.1, seed=3)
+    assert len({s.name for s in family}) == 4 and all(s.cv == 0.1 for s in family)
+    for surface in family:
+        goodput, level = sim.true_goodput(surface, sim.REFERENCE, SPACE)
+        assert goodput > 0 and 1 < level < SPACE.concurrency_max
