@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from autotune.measure import Point
+from autotune.measure import RULES_INTERVALS, RULES_STABILITY, Point
 from autotune.objective import RAW, Scoring, Sla
 from autotune.results import COMPLETE, FAIL, PRUNED, TrialResult, Verification
+from autotune.rules import better_trial, race_winner
 from autotune.search_space import (
     Candidate,
     SearchSpace,
@@ -49,6 +50,16 @@ GPU_SEED_COUNTS = (1, 2)  # instances per GPU the seeds of a KIND_GPU space try
 def score(result: TrialResult, scoring: Scoring = RAW) -> float:
     """A trial's goodput as the objective counts it (per GPU used, where the run compares so)."""
     return scoring.score(result.goodput(), result.candidate)
+
+
+def ahead(
+    a: TrialResult, b: TrialResult, ratio: float, scoring: Scoring = RAW, rules: str = RULES_STABILITY
+) -> bool:
+    """Whether ``a``'s goodput is ahead of ``b``'s: by more than ``ratio`` times it, or under
+    :data:`RULES_INTERVALS` better across servers (:func:`autotune.rules.better_trial`)."""
+    if rules == RULES_INTERVALS:
+        return better_trial(a, b, scoring)
+    return score(a, scoring) > score(b, scoring) * ratio
 
 
 def verified_score(v: Verification, results: Sequence[TrialResult], scoring: Scoring = RAW) -> float:
@@ -192,7 +203,9 @@ def _steps(choices: Sequence[int], value: int) -> list[int]:
     return ([max(below)] if below else []) + ([min(above)] if above else [])
 
 
-def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW) -> list[Candidate]:
+def unexplored(
+    results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW, rules: str = RULES_STABILITY
+) -> list[Candidate]:
     """The one-step :func:`neighbours` that no trial has tried (measured, failed or under way)
     of the incumbent, then of each config that measured within ``IMPROVEMENT`` of it: the
     search does not call itself converged while one is left, so that an obvious change of the
@@ -210,9 +223,9 @@ def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scor
     )
     if not ranked:
         return []
-    tied = [r for r in ranked if score(r, scoring) * (1 + IMPROVEMENT) >= score(ranked[0], scoring)]
+    tied = [r for r in ranked if not ahead(ranked[0], r, 1 + IMPROVEMENT, scoring, rules)]
     tried = [r.candidate for r in results if r.candidate is not None]
-    lost = losing_steps(results, scoring)
+    lost = losing_steps(results, scoring, rules)
     out: list[Candidate] = []
     for result in tied:
         assert result.candidate is not None
@@ -223,7 +236,9 @@ def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scor
     return out
 
 
-def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[tuple[int, int]]:
+def losing_steps(
+    results: Sequence[TrialResult], scoring: Scoring = RAW, rules: str = RULES_STABILITY
+) -> set[tuple[int, int]]:
     """The instance-count steps (from, to) that lost where the search measured both sides
     without dynamic batching: a config with ``to`` instances scored below the same config with
     ``from`` by more than ``IMPROVEMENT`` (or had no feasible point). :func:`unexplored` does
@@ -239,17 +254,17 @@ def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[
     best config, and scored 0.66 of it (benchmarks/results/vs_model_analyzer-20261126-0659.txt)."""
     return {
         (winner.instance_count, loser.instance_count)
-        for (_, loser), (_, winner) in instance_losses(results, 1 + IMPROVEMENT, scoring)
+        for (_, loser), (_, winner) in instance_losses(results, 1 + IMPROVEMENT, scoring, rules)
         if not loser.dynamic_batching
     }
 
 
 def instance_losses(
-    results: Sequence[TrialResult], by: float, scoring: Scoring = RAW
+    results: Sequence[TrialResult], by: float, scoring: Scoring = RAW, rules: str = RULES_STABILITY
 ) -> list[tuple[tuple[TrialResult, Candidate], tuple[TrialResult, Candidate]]]:
     """Every (loser, winner) pair of measured trials (each with its candidate) whose configs
-    differ in their instance count alone (:func:`equivalent`) and where the loser's goodput
-    times ``by`` is still under the winner's (:func:`losing_steps`, :func:`dominated`)."""
+    differ in their instance count alone (:func:`equivalent`) and where the winner is
+    :func:`ahead` of the loser by ``by`` (:func:`losing_steps`, :func:`dominated`)."""
     done = [
         (r, r.candidate) for r in results
         if r.state == COMPLETE and r.reused_from is None and r.candidate is not None
@@ -260,7 +275,7 @@ def instance_losses(
         for winner, theirs in done
         if mine.instance_count != theirs.instance_count
         and equivalent(replace(theirs, instance_count=mine.instance_count), mine)
-        and score(loser, scoring) * by < score(winner, scoring)
+        and ahead(winner, loser, by, scoring, rules)
     ]
 
 
@@ -289,21 +304,24 @@ def closest(choices: Sequence[int], target: int) -> int:
     return min(choices, key=lambda c: (abs(c - target), c))
 
 
-def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = RAW) -> bool:
-    """Whether the last ``patience`` configs measured (reused ones are free and do not count,
-    nor do interrupted ones) brought no goodput (:func:`score`) ``IMPROVEMENT`` better than the
-    best before them."""
+def converged(
+    results: Sequence[TrialResult], patience: int, scoring: Scoring = RAW, rules: str = RULES_STABILITY
+) -> bool:
+    """Whether the last ``patience`` configs measured (pruned ones are free and do not count,
+    nor do interrupted ones) brought no goodput :func:`ahead` of the best before them (by
+    ``IMPROVEMENT``, or under :data:`RULES_INTERVALS` better across servers)."""
     if patience < 1:
         return False
-    best, since = 0.0, 0
+    best: TrialResult | None = None
+    since = 0
     for result in sorted(results, key=lambda r: r.number):
         if result.reused_from is not None or result.interrupted or result.state not in (COMPLETE, FAIL):
             continue
-        if score(result, scoring) > best * (1 + IMPROVEMENT):
-            best, since = score(result, scoring), 0
+        if result.feasible and (best is None or ahead(result, best, 1 + IMPROVEMENT, scoring, rules)):
+            best, since = result, 0
         else:
             since += 1
-    return best > 0 and since >= patience
+    return best is not None and since >= patience
 
 
 TOLD = (COMPLETE, FAIL, PRUNED)  # the states of a trial that has ended
@@ -347,6 +365,7 @@ def stand_in(
     space: SearchSpace,
     scoring: Scoring = RAW,
     baseline: bool = False,
+    rules: str = RULES_STABILITY,
 ) -> tuple[int | None, str] | None:
     """Why a proposal is not measured, and the trial that stands in for it (None: none does),
     or None when it is to be measured: it lies outside the user's ``space`` (the sampler's
@@ -364,12 +383,12 @@ def stand_in(
         same = earlier.candidate == candidate
         why = "same as" if same else "without dynamic batching the server runs it as"
         return earlier.number, f"{why} trial {earlier.number}"
-    found = dominated(results, candidate, scoring)
+    found = dominated(results, candidate, scoring, rules)
     return None if found is None else (found[0].number, found[1])
 
 
 def dominated(
-    results: Sequence[TrialResult], candidate: Candidate, scoring: Scoring = RAW
+    results: Sequence[TrialResult], candidate: Candidate, scoring: Scoring = RAW, rules: str = RULES_STABILITY
 ) -> tuple[TrialResult, str] | None:
     """A trial to stand in for ``candidate``, and why, when its instance count lost clearly (a
     goodput under ``1 - CLEAR_LOSS`` of the other's, or no feasible point) to another count both
@@ -382,7 +401,7 @@ def dominated(
     the instances share the batches out, and a loss is that batch size's (:func:`losing_steps`)."""
     n = candidate.instance_count
     lost: dict[bool, list[tuple[tuple[TrialResult, Candidate], TrialResult]]] = {False: [], True: []}
-    for (loser, mine), (winner, _) in instance_losses(results, 1 / (1 - CLEAR_LOSS), scoring):
+    for (loser, mine), (winner, _) in instance_losses(results, 1 / (1 - CLEAR_LOSS), scoring, rules):
         if mine.instance_count == n:
             lost[mine.dynamic_batching].append(((loser, mine), winner))
     if not lost[False] or not lost[True]:
@@ -616,6 +635,8 @@ def choose_winner(
     verifications: Sequence[Verification],
     percentile: int = 95,
     scoring: Scoring = RAW,
+    sla: Sla | None = None,
+    rules: str = RULES_STABILITY,
 ) -> int | None:
     """Verified finalists that met the SLA in every repeat (else in most), by median
     throughput (per GPU where ``scoring`` says so: :func:`verified_score`), a tie going to the
@@ -623,6 +644,8 @@ def choose_winner(
     its search measurement (:func:`score`). A finalist that could not
     beat a passed one by ``IMPROVEMENT`` is not verified (:func:`could_beat`), so such
     near-ties are settled by the search ranking."""
+    if rules == RULES_INTERVALS and sla is not None:
+        return race_winner(verifications, results, sla, scoring)
     every = [v for v in verifications if v.passed]
     most = [v for v in verifications if v.sla_met * 2 > len(v.points)]
     for passing in (every, most):

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from autotune import decide, stopping
+from autotune import decide, rules, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.loadgen import LoadGenerator
-from autotune.measure import Point, with_bands
+from autotune.measure import RULES_INTERVALS, Point, WindowPlan, with_bands
 from autotune.results import OpenLoopCheck, TrialResult, Verification, recommendation
 from autotune.rundir import RunDir
 from autotune.study import Study
@@ -39,6 +39,8 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
     the study, does not repeat it) and in the run's record, which ends up holding exactly the
     ones the winner is chosen from, each with the levels it measured besides the one it stands
     on (:attr:`Verification.others`)."""
+    if prep.settings.plan.rules == RULES_INTERVALS:
+        return race(prep, trials, run, study)
     out: list[Verification] = []
     if prep.settings.repeats >= 1:
         done = {v.trial: v for v in study.verifications()}
@@ -71,6 +73,80 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
                 run = run.update(verifications=tuple(out))
                 run = run if check is None else run.update(open_loop=check)
     return run.update(verifications=tuple(out))
+
+
+def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
+    """The finalists (:func:`rules.finalists`) raced: round after round (``--repeats`` rounds
+    at most), each contender is measured once more on a fresh server at its level (its search's
+    operating point). A round that does not meet the SLA sends it one level down
+    (:func:`decide.verify_levels`; none left: it leaves the race); after each round those worse
+    than the leader leave (:func:`rules.outraced`); the race ends when one is left that has run
+    two rounds, or after the last round. Each contender's rounds at the level it ended on are
+    its verification (the levels it left, with theirs, its ``others``); the winner is
+    :func:`rules.race_winner`'s. A race already recorded in the study (a resumed run, another
+    worker) is not run again."""
+    settings, scoring = prep.settings, prep.scoring
+    results = study.results()
+    ranked = rules.finalists(results, settings.finalists, scoring) if settings.repeats >= 1 else []
+    done = {v.trial: v for v in study.verifications()}
+    if not ranked or all(r.number in done for r in ranked):
+        return run.update(verifications=tuple(done[r.number] for r in ranked if r.number in done))
+    search_sla = settings.sla.tightened(settings.margin)
+    plan = with_bands(settings.plan, search_sla.limit_ms)
+    shares = {r.number: scoring.share(r.candidate) for r in ranked}
+    levels = {r.number: decide.verify_levels(r) for r in ranked}
+    depth = dict.fromkeys(shares, 0)
+    rounds: dict[int, list[Point]] = {n: [] for n in shares}
+    others: dict[int, list[tuple[float, tuple[Point, ...]]]] = {n: [] for n in shares}
+    alive = list(ranked)
+    for i in range(settings.repeats):
+        for result in list(alive):
+            n = result.number
+            level = levels[n][depth[n]]
+            point = _round(prep, trials, result, level, plan, i)
+            if point is not None and search_sla.met_by(point):
+                rounds[n].append(point)
+                continue
+            if point is not None:
+                others[n].append((level, (*rounds[n], point)))
+            rounds[n], depth[n] = [], depth[n] + 1
+            if point is None or depth[n] >= len(levels[n]):
+                alive.remove(result)
+        left = rules.outraced({r.number: rounds[r.number] for r in alive}, shares)
+        alive = [r for r in alive if r.number not in left]
+        if len(alive) <= 1 and all(len(rounds[r.number]) >= 2 for r in alive):
+            break
+    out = []
+    for result in ranked:
+        n = result.number
+        at = min(depth[n], len(levels[n]) - 1)
+        level, points = levels[n][at], tuple(rounds[n])
+        concurrency, rate = (0, level) if prep.loader.open_loop else (int(level), 0.0)
+        kept = tuple(o for o in others[n] if o[0] != level or points)
+        out.append(Verification(n, concurrency, points, len(points), rate, kept))
+    study.record_verifications(out)
+    return run.update(verifications=tuple(out))
+
+
+def _round(
+    prep: Prepared, trials: Trials, result: TrialResult, level: float, plan: WindowPlan, i: int
+) -> Point | None:
+    """One round of the race: the finalist at ``level`` on a fresh server (None: it could not be
+    served or measured, and leaves the race)."""
+    assert result.candidate is not None
+    name = f"race-{result.number:03d}-{i + 1}"
+    loader = prep.loader
+    where = f"{level:.4g} req/s" if loader.open_loop else f"concurrency {level:.0f}"
+    trials.events.verifying(result.number, where, i + 1, prep.settings.repeats)
+    try:
+        with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
+            gen = trials.generator(server, plan)
+            point = loader.point(replace(gen, seed=i + 1) if loader.open_loop else gen, level)
+    except (LaunchError, MeasurementError) as exc:
+        trials.events.verification_failed(result, str(exc).splitlines()[0])
+        return None
+    stopping.check()
+    return point
 
 
 def verify(

@@ -15,6 +15,7 @@ from typing import Any
 
 from autotune import gpu
 from autotune.gpu import GpuFigures
+from autotune.noise import MIN_WINDOWS, Estimate, Noise, breaks, meets
 from autotune.objective import Sla
 
 # Named warnings, each with text a person can act on.
@@ -56,6 +57,16 @@ class WindowPlan:
     # nor do windows whose latencies are all above this many ms: the point breaks the SLA
     # whatever their spread (0: latency must settle too)
     over_ms: float = 0.0
+    # RULES_INTERVALS: windows until the latency's interval lies on one side of this limit
+    # (autotune.noise: meets or breaks), at least noise.MIN_WINDOWS, at most max_windows; the
+    # point's figures are every window's. 0, or RULES_STABILITY: the stability rule above.
+    limit_ms: float = 0.0
+    rules: str = "stability"
+
+
+RULES_STABILITY = "stability"  # perf_analyzer's stability rule and the search's rules fitted around it
+RULES_INTERVALS = "intervals"  # the noise model's (autotune.noise) intervals decide
+RULES = (RULES_STABILITY, RULES_INTERVALS)
 
 
 # A tuning run's points stop early once they break the SLA by this factor in two windows
@@ -83,7 +94,9 @@ def verdict_bands(search_limit_ms: float) -> tuple[float, float]:
 def with_bands(plan: WindowPlan, search_limit_ms: float) -> WindowPlan:
     """``plan`` with its close-call bands (:func:`verdict_bands`) drawn around this search limit
     (a candidate's own: with dynamic batching the search keeps twice the margin); a plan
-    without bands keeps none."""
+    without bands keeps none. A plan of :data:`RULES_INTERVALS` gets the limit itself."""
+    if plan.rules == RULES_INTERVALS:
+        return replace(plan, limit_ms=search_limit_ms)
     if not plan.clear_ms:
         return plan
     clear_ms, over_ms = verdict_bands(search_limit_ms)
@@ -136,6 +149,30 @@ class Point:
     client_stalls: int = 0
     client_stall_ms: float = 0.0
     first_error: str = ""  # the first error the server answered over the kept windows ("" none)
+    # RULES_INTERVALS: each window's throughput, and its latency at ``window_percentile``: the
+    # sample the point's intervals come from (autotune.noise); none under the stability rule
+    window_throughputs: tuple[float, ...] = ()
+    window_latencies_ms: tuple[float, ...] = ()
+    window_percentile: int = 0
+
+    def throughput_estimate(self, noise: Noise | None = None) -> Estimate:
+        """Its throughput with the standard error of its windows (none recorded: an infinite
+        one), or of ``noise``, pooled over more points (:meth:`Noise.estimate`)."""
+        return (noise or Noise()).estimate(self.throughput, self.window_throughputs)
+
+    def latency_estimate(self, percentile: int) -> Estimate:
+        """Its latency at ``percentile`` with the standard error of its windows' (none recorded,
+        or another percentile's: a standard error of 0, the figure as it is)."""
+        if percentile != self.window_percentile or not self.window_latencies_ms:
+            return Estimate(self.latency_ms(percentile), 0.0, 0)
+        found = Estimate.of(self.window_latencies_ms)
+        return Estimate(self.latency_ms(percentile), found.se, found.n)
+
+    def latency_bound(self, percentile: int) -> float:
+        """What the SLA holds it to: the upper bound of its latency at ``percentile`` (the figure
+        itself for a point without windows recorded: :meth:`latency_estimate`)."""
+        estimate = self.latency_estimate(percentile)
+        return estimate.high if estimate.n else estimate.mean
 
     @property
     def error_rate(self) -> float:
@@ -175,7 +212,10 @@ class Point:
         server["batch_sizes"] = {int(k): int(v) for k, v in server.get("batch_sizes", {}).items()}
         gpus = tuple(GpuFigures.from_dict(g) for g in data.get("gpus", ()))
         warnings = tuple(data["warnings"])
-        return cls(**{**data, "server": ServerBreakdown(**server), "warnings": warnings, "gpus": gpus})
+        windows = {k: tuple(data.get(k, ())) for k in ("window_throughputs", "window_latencies_ms")}
+        return cls(
+            **{**data, "server": ServerBreakdown(**server), "warnings": warnings, "gpus": gpus, **windows}
+        )
 
 
 @dataclass(frozen=True)
@@ -651,6 +691,23 @@ def is_stable(
     return _within(throughputs[-3:], tolerance) and (_within(last, tolerance) or one_side)
 
 
+def windows_done(
+    throughputs: Sequence[float], latencies_ms: Sequence[float], plan: WindowPlan, tolerance: float
+) -> tuple[bool, bool]:
+    """Whether a point's windows so far may stop, and whether they are stable. Under
+    :data:`RULES_INTERVALS` with a limit: once at least :data:`autotune.noise.MIN_WINDOWS` put
+    the latency's interval on one side of it (they are then "stable"); else perf_analyzer's
+    stability (:func:`is_stable`, ``tolerance``) or a clear break (:func:`decided`)."""
+    if plan.rules == RULES_INTERVALS and plan.limit_ms > 0:
+        if len(latencies_ms) < MIN_WINDOWS:
+            return False, False
+        latency = Estimate.of(latencies_ms)
+        settled = meets(latency, plan.limit_ms) or breaks(latency, plan.limit_ms)
+        return settled, settled
+    stable = is_stable(throughputs, latencies_ms, tolerance, plan.clear_ms, plan.over_ms)
+    return stable or decided(latencies_ms, plan), stable
+
+
 def decided(latencies_ms: Sequence[float], plan: WindowPlan) -> bool:
     """Whether a point's windows so far (each one's latency at the plan's percentile) break the
     SLA clearly: the last :data:`DECIDED_WINDOWS` each above ``plan.fail_ms`` (a percentile of
@@ -659,7 +716,7 @@ def decided(latencies_ms: Sequence[float], plan: WindowPlan) -> bool:
     return plan.fail_ms > 0 and len(last) == DECIDED_WINDOWS and all(v > plan.fail_ms for v in last)
 
 
-def search_plan(sla: Sla, margin: float, window_s: float) -> WindowPlan:
+def search_plan(sla: Sla, margin: float, window_s: float, rules: str = RULES_STABILITY) -> WindowPlan:
     """A run's plan for its search's points: windows of ``window_s`` after a warm-up of at least
     a second, stopped early past :data:`DECIDED` times the limit, with the close-call bands of
     the search's limit (the SLA tightened by ``margin``; a candidate draws its own: :func:`with_bands`)."""
@@ -671,6 +728,7 @@ def search_plan(sla: Sla, margin: float, window_s: float) -> WindowPlan:
         fail_ms=DECIDED * sla.limit_ms,
         clear_ms=clear_ms,
         over_ms=over_ms,
+        rules=rules,
     )
 
 

@@ -67,12 +67,13 @@ class Sla:
         return max(peak_memory_mb(point.gpus) - self.max_gpu_memory_mb, 0.0)
 
     def met_by(self, point: Point) -> bool:
-        """No errors, a trusted point (:attr:`Point.trusted`), its latency within the limit and
+        """No errors, a trusted point (:attr:`Point.trusted`), its latency within the limit (the
+        upper bound of its interval, where its windows were recorded: :meth:`Point.latency_bound`) and
         its peak GPU memory within the memory limit (:meth:`memory_over_mb`)."""
         return (
             point.errors == 0
             and point.trusted
-            and point.latency_ms(self.percentile) <= self.limit_ms
+            and point.latency_bound(self.percentile) <= self.limit_ms
             and self.memory_over_mb(point) == 0.0
         )
 

@@ -31,7 +31,16 @@ from typing import Any, Protocol
 from autotune import decide, tuner
 from autotune import model_config as mcfg
 from autotune.events import Events
-from autotune.measure import UNSTABLE, Point, WindowPlan, decided, is_stable, search_plan
+from autotune.measure import (
+    RULES_INTERVALS,
+    RULES_STABILITY,
+    UNSTABLE,
+    Point,
+    WindowPlan,
+    decided,
+    search_plan,
+    windows_done,
+)
 from autotune.objective import Sla, scores
 from autotune.results import TrialResult, Verification, recommendation
 from autotune.rundir import RunDir, RunRecord
@@ -306,18 +315,24 @@ class SimTrials(Trials):
         ``max_windows``; its figures the kept windows' means."""
         self.now += plan.warmup_s
         readings: list[Reading] = []
+        intervals = plan.rules == RULES_INTERVALS
         stable = False
         while len(readings) < plan.max_windows:
             readings.append(
                 self.surface.window(server.candidate, level, self.rng, plan.window_s, server.bias)
             )
             self.now += plan.window_s
-            throughputs = [r.throughput for r in readings]
-            latencies = [r.latency_ms(plan.percentile) for r in readings]
-            stable = is_stable(throughputs, latencies, plan.tolerance, plan.clear_ms, plan.over_ms)
-            if stable or decided(latencies, plan):
+            kept = readings if intervals else readings[-plan.stable_windows :]
+            throughputs = [r.throughput for r in kept]
+            done, stable = windows_done(
+                throughputs, [r.latency_ms(plan.percentile) for r in kept], plan, plan.tolerance
+            )
+            if not intervals:
+                done = stable or decided([r.latency_ms(plan.percentile) for r in readings], plan)
+            if done:
+                stable = True
                 break
-        kept = readings[-plan.stable_windows :]
+        kept = readings if intervals else readings[-plan.stable_windows :]
 
         def mean(name: str) -> float:
             return sum(float(getattr(r, name)) for r in kept) / len(kept)
@@ -330,6 +345,9 @@ class SimTrials(Trials):
             p50_ms=mean("p50_ms"), p90_ms=mean("p90_ms"), p95_ms=mean("p95_ms"), p99_ms=mean("p99_ms"),
             requests=requests, errors=0, duration_s=duration, windows=len(readings), stable=stable,
             warnings=() if stable else (UNSTABLE,),
+            window_throughputs=tuple(r.throughput for r in kept) if intervals else (),
+            window_latencies_ms=tuple(r.latency_ms(plan.percentile) for r in kept) if intervals else (),
+            window_percentile=plan.percentile if intervals else 0,
         )  # fmt: skip
 
 
@@ -359,6 +377,7 @@ def simulate(
     space: SearchSpace | None = None,
     baseline: Candidate = BASELINE,
     workdir: Path | None = None,
+    rules: str = RULES_STABILITY,
     **options: Any,
 ) -> SimOutcome:
     """One tuning run against ``surface``, with the CLI's defaults (``options``: RunSettings
@@ -368,7 +387,7 @@ def simulate(
         model="sim", repository=Path("."), sla=surface.sla, seed=seed, output_check=False,
         open_loop_check=False, **options,
     )  # fmt: skip
-    settings = replace(settings, plan=search_plan(surface.sla, settings.margin, 0.5))
+    settings = replace(settings, plan=search_plan(surface.sla, settings.margin, 0.5, rules))
     prep = tuner.Prepared(
         settings, mcfg.ModelConfig(name="sim"), Path("."), user.including(baseline), user, baseline, None,
         Loader(Traffic()), cores=surface.cores,
@@ -385,7 +404,10 @@ def simulate(
         run = tuner.search(prep, trials, study)
         results = tuple(study.results())
         verifications = run.record.verifications
-        winner = decide.choose_winner(results, verifications, surface.sla.percentile, prep.scoring)
+        s = prep.settings
+        winner = decide.choose_winner(
+            results, verifications, s.sla.percentile, prep.scoring, s.sla.tightened(s.margin), s.plan.rules
+        )
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
     return SimOutcome(seed, results, verifications, winner, trials.now, measured, honest(results, told, prep))

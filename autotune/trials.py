@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune import decide, finals, stopping, trt_build
+from autotune import decide, finals, rules, stopping, trt_build
 from autotune import model_config as mcfg
 from autotune.errors import (
     AutotuneError,
@@ -35,6 +35,7 @@ from autotune.gpu_probe import at_server, choose_probe
 from autotune.launch import Launcher, Server, failure_line, read_tail
 from autotune.loadgen import LoadGenerator, Payload
 from autotune.measure import (
+    RULES_INTERVALS,
     Measurement,
     Point,
     WindowPlan,
@@ -44,6 +45,7 @@ from autotune.measure import (
     settled,
     with_bands,
 )
+from autotune.noise import Estimate
 from autotune.objective import Sla
 from autotune.outputs import Reference, check_requests, compare, parse_tolerance
 from autotune.results import TrialResult
@@ -86,8 +88,9 @@ class Trials:
     def _measure_and_tell(
         self, study: Study, asked: Asked, results: list[TrialResult], start: float
     ) -> TrialResult:
+        policy = self.prep.settings.plan.rules
         pruned = decide.stand_in(
-            results, asked.candidate, self.prep.user_space, self.prep.scoring, asked.baseline
+            results, asked.candidate, self.prep.user_space, self.prep.scoring, asked.baseline, policy
         )
         try:
             if pruned is not None:
@@ -126,14 +129,15 @@ class Trials:
         a mobilenet run lost its best config so and stopped after 5 trials at 1198 infer/s, where
         the others found 1680-1760. The first server's log is kept (``trial-NNN.1.log``)."""
         start, beat = decide.incumbent(results, self.prep.scoring, asked.candidate)
+        rival = rules.incumbent(results, self.prep.scoring, asked.candidate)
         try:
-            return self.measure(asked, start, beat)
+            return self.measure(asked, start, beat, rival)
         except ServerExitedError as exc:
             log = self.log(asked.number)
             if log.exists():
                 log.replace(log.with_suffix(".1.log"))
             self.events.trial_retried(asked.number, str(exc).splitlines()[0])
-            return self.measure(asked, start, beat)
+            return self.measure(asked, start, beat, rival)
 
     def generator(self, server: Server, plan: WindowPlan) -> LoadGenerator:
         """The load for this server; the first server that answers also gets the preflight
@@ -151,10 +155,16 @@ class Trials:
         return gen.with_gpu_probe(at_server(self.probe, server.metrics_url))  # this server's metrics
 
     def search_sla(self, candidate: Candidate) -> Sla:
-        """The SLA its search holds points to: its verification's headroom (:func:`decide.headroom`)."""
-        return decide.headroom(self.prep.settings.sla, self.prep.settings.margin, candidate)
+        """The SLA its search holds points to: its verification's headroom (:func:`decide.headroom`;
+        under :data:`RULES_INTERVALS` the SLA tightened by the margin, batching or not)."""
+        settings = self.prep.settings
+        if settings.plan.rules == RULES_INTERVALS:
+            return settings.sla.tightened(settings.margin)
+        return decide.headroom(settings.sla, settings.margin, candidate)
 
-    def measure(self, asked: Asked, start: float | None = None, beat: float = 0.0) -> Measurement:
+    def measure(
+        self, asked: Asked, start: float | None = None, beat: float = 0.0, rival: Estimate | None = None
+    ) -> Measurement:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
         candidate's level, on a server of its own, within :meth:`search_sla` (:func:`with_bands`).
         Errors are a verdict: a point with any breaks the SLA (:meth:`Sla.met_by`), and a
@@ -196,8 +206,17 @@ class Trials:
                 return requests_per_s(note(first.at_concurrency(1)))
 
             try:
-                searched = loader.search(at, search_sla, self.prep.space, start, beat, first_guess, batching)
-                measured = second_look(searched, lambda lv: once(lv, shorter), search_sla, beat)  # read low?
+                if plan.rules == RULES_INTERVALS and not loader.open_loop:  # the noise model decides
+                    space = self.prep.space
+                    measured = rules.find_goodput(
+                        lambda c: once(float(c)), search_sla, space.concurrency_min, space.concurrency_max,
+                        start=None if start is None else int(start), beat=rival,
+                    )  # fmt: skip
+                else:
+                    searched = loader.search(
+                        at, search_sla, self.prep.space, start, beat, first_guess, batching
+                    )
+                    measured = second_look(searched, lambda lv: once(lv, shorter), search_sla, beat)  # low?
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc

@@ -298,10 +298,10 @@ def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: 
     finished = decide.finished(results)
     if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
         return False
-    converged = decide.converged(results, settings.patience, study.scoring)
+    converged = decide.converged(results, settings.patience, study.scoring, settings.plan.rules)
     if not converged and not decide.out_of_ideas(results):
         return True
-    untried = decide.unexplored(results, prep.user_space, study.scoring)
+    untried = decide.unexplored(results, prep.user_space, study.scoring, settings.plan.rules)
     for candidate in untried:  # a neighbour queued before is not queued twice
         study.enqueue(params_of(candidate))
     return bool(untried) or not converged
@@ -315,7 +315,10 @@ def _finish(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> Outcom
     winner is measured under arrivals at a rate too (:func:`finals.check_open_loop`)."""
     results = study.results()
     pct = prep.settings.sla.percentile
-    winner = decide.choose_winner(results, run.record.verifications, pct, prep.scoring)
+    s = prep.settings
+    winner = decide.choose_winner(
+        results, run.record.verifications, pct, prep.scoring, s.sla.tightened(s.margin), s.plan.rules
+    )
     if winner is not None:
         chosen = next(r for r in results if r.number == winner)
         run = finals.check_open_loop(prep, trials, run, chosen)

@@ -1,6 +1,7 @@
 """The search's decisions against simulated response surfaces (autotune.sim): no server.
 
-Per surface, ``--runs`` tuning runs (the sampler seeded 0, 1, ...) with the CLI's defaults;
+Per surface and per set of rules (today's stability rules and the noise model's intervals,
+side by side), ``--runs`` tuning runs (the sampler seeded 0, 1, ...) with the CLI's defaults;
 per surface it prints the share of runs whose winner's true goodput is at least 0.95 of the
 surface's best (``good``), the share whose recommended operating point truly meets the SLA
 (``meets``), the median simulated tuning time, the median trials measured, and whether every
@@ -23,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune import sim
+from autotune.measure import RULES
 
 CVS = (0.02, 0.05, 0.10, 0.15, 0.20)
 
@@ -36,13 +38,13 @@ def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
     return out
 
 
-def run_surface(surface: sim.Surface, runs: int) -> tuple[sim.Surface, sim.Tally, float]:
+def run_surface(surface: sim.Surface, runs: int, rules: str) -> tuple[sim.Surface, str, sim.Tally]:
     space = sim.default_space()
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
     tally = sim.Tally()
     for seed in range(runs):
-        tally.judged.append(sim.judge(surface, space, sim.simulate(surface, seed), best))
-    return surface, tally, best
+        tally.judged.append(sim.judge(surface, space, sim.simulate(surface, seed, rules=rules), best))
+    return surface, rules, tally
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,33 +57,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stalls", type=float, default=0.05, help="a 5%% family with this stall rate (0: none)"
     )
+    parser.add_argument("--rules", action="append", choices=RULES, help="the rules to run (default both)")
     parser.add_argument("--family-seed", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     started = time.monotonic()
+    rules = args.rules or list(RULES)
     print(
-        f"{'surface':<30} {'SLA':<16} {'good':>6} {'meets':>6} {'worst':>6} {'sim s':>6} {'trials':>6} honest"
+        f"{'surface':<28} {'SLA':<15} {'rules':<9} {'good':>6} {'meets':>6} {'worst':>5} {'sim s':>6} "
+        "trials honest"
     )
-    rows = []
+    rows: list[tuple[sim.Surface, str, sim.Tally]] = []
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_surface, s, args.runs) for s in surfaces(args)]
+        futures = [pool.submit(run_surface, s, args.runs, r) for s in surfaces(args) for r in rules]
         for future in futures:
-            surface, tally, _ = future.result()
-            rows.append((surface, tally))
+            surface, rule, tally = future.result()
+            rows.append((surface, rule, tally))
             trials = statistics.median(j.trials for j in tally.judged)
             worst = min(j.ratio for j in tally.judged)
             print(
-                f"{surface.name:<30} {surface.sla.label:<16} {tally.good:>6.1%} {tally.meets:>6.1%} "
-                f"{worst:>6.2f} {tally.median_s:>6.0f} {trials:>6.0f} {tally.share(lambda j: j.honest):.0%}",
+                f"{surface.name:<28} {surface.sla.label:<15} {rule:<9} {tally.good:>6.1%} "
+                f"{tally.meets:>6.1%} {worst:>5.2f} {tally.median_s:>6.0f} {trials:>6.0f} "
+                f"{tally.share(lambda j: j.honest):.0%}",
                 flush=True,
             )
-    print(f"\n{len(rows)} surfaces x {args.runs} runs in {time.monotonic() - started:.0f} s")
-    for label, test in (
-        ("good >= 95%", lambda t: t.good >= 0.95),
-        ("meets >= 95%", lambda t: t.meets >= 0.95),
-    ):
-        low = [t for s, t in rows if s.cv <= 0.10]  # type: ignore[attr-defined]
-        print(f"{label}: {sum(map(test, low))}/{len(low)} surfaces up to CV 10%")
+    print(f"\n{len(rows)} surface-rules x {args.runs} runs in {time.monotonic() - started:.0f} s")
+    for rule in rules:
+        for quiet in (True, False):
+            mine = [(s, t) for s, r, t in rows if r == rule and (s.cv <= 0.10) == quiet]  # type: ignore[attr-defined]
+            if not mine:
+                continue
+            where = "up to CV 10%" if quiet else "above CV 10%"
+            good = sum(t.good >= 0.95 for _, t in mine)
+            meets = sum(t.meets >= 0.95 for _, t in mine)
+            times = statistics.median(t.median_s for _, t in mine)
+            print(
+                f"{rule:<9} {where}: good >= 95% on {good}/{len(mine)} surfaces, meets >= 95% on "
+                f"{meets}/{len(mine)}, median of the surfaces' median simulated time {times:.0f} s"
+            )
     return 0
 
 

@@ -45,12 +45,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "values",
         (
+            "autotune.noise",
             "autotune.objective",
             "autotune.search_space",
             "autotune.model_config",
             "autotune.outputs",
             "autotune.measure",
             "autotune.results",
+            "autotune.rules",
             "autotune.decide",
             "autotune.gpu",
         ),

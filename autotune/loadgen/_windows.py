@@ -40,11 +40,12 @@ from autotune.measure import (
     ERRORS,
     FEW_SAMPLES,
     LATE_SENDS,
+    RULES_INTERVALS,
     UNSTABLE,
     Point,
     WindowPlan,
     decided,
-    is_stable,
+    windows_done,
 )
 
 STATS_TIMEOUT_S = 10.0
@@ -90,7 +91,7 @@ async def run_windows(
             tally, waited = tally.then(await source.collect()), waited + plan.window_s / 4
         snapshot, gpus = await asyncio.gather(_stats(stats), _sample(probe))
         windows.append(Window(tally, snapshot, gpus))
-        if _stable(windows, plan) or _decided(windows, plan):
+        if _done(windows, plan)[0]:
             break
     return before, windows
 
@@ -109,16 +110,17 @@ async def _sample(probe: GpuProbe | None) -> tuple[GpuSample, ...]:
     return await asyncio.to_thread(probe.sample) if probe is not None else ()
 
 
-def _stable(windows: list[Window], plan: WindowPlan) -> bool:
-    kept = windows[-plan.stable_windows :]
+def _done(windows: list[Window], plan: WindowPlan) -> tuple[bool, bool]:
+    """Whether the windows may stop, and whether they are stable (:func:`autotune.measure.windows_done`):
+    the stability rule looks at the last ``stable_windows``, the intervals at every one."""
+    kept = windows if plan.rules == RULES_INTERVALS else windows[-plan.stable_windows :]
     throughputs = [w.tally.completions / w.tally.duration_s for w in kept if w.tally.duration_s > 0]
-    latencies = [w.tally.latency.percentile_ns(plan.percentile) for w in kept]
-    return is_stable(throughputs, latencies, tolerance(kept, plan), plan.clear_ms * 1e6, plan.over_ms * 1e6)
-
-
-def _decided(windows: list[Window], plan: WindowPlan) -> bool:
-    """The point clearly breaks the SLA (:func:`autotune.measure.decided`)."""
-    return decided([w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in windows], plan)
+    latencies = [w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in kept]
+    if plan.rules == RULES_INTERVALS:
+        return windows_done(throughputs, latencies, plan, tolerance(kept, plan))
+    stable = windows_done(throughputs, latencies, plan, tolerance(kept, plan))[1]
+    every = [w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in windows]
+    return stable or decided(every, plan), stable
 
 
 def tolerance(windows: list[Window], plan: WindowPlan) -> float:
@@ -138,8 +140,10 @@ def summarise(
     rate: float,
     batch: int,
 ) -> Point:
-    """A Point from the last ``stable_windows`` windows."""
-    kept = windows[-plan.stable_windows :]
+    """A Point from the last ``stable_windows`` windows (:data:`RULES_INTERVALS`: from every
+    window, each one's throughput and latency kept as the point's sample)."""
+    intervals = plan.rules == RULES_INTERVALS
+    kept = windows if intervals else windows[-plan.stable_windows :]
     start = windows[len(windows) - len(kept) - 1].stats if len(windows) > len(kept) else before
     tally = kept[0].tally
     for window in kept[1:]:
@@ -150,7 +154,9 @@ def summarise(
         reason = tally.first_error or hung
         level = f"request rate {rate:g}/s" if rate else f"concurrency {concurrency}"
         raise MeasurementError(f"no successful request at {level}: {reason}")
-    stable = _stable(windows, plan) or _decided(windows, plan)
+    done, stable = _done(windows, plan)
+    stable = stable or done  # a clear break counts as stable
+    samples = [w.tally for w in kept if w.tally.duration_s > 0] if intervals else []
 
     def ms(q: float) -> float:
         return hist.percentile_ns(q) / 1e6
@@ -171,6 +177,9 @@ def summarise(
         gpus=gpu.summarise([w.gpus for w in kept]),
         client_stalls=tally.stalls, client_stall_ms=tally.stall_s * 1000,
         first_error=tally.first_error[:300],
+        window_throughputs=tuple(t.completions * batch / t.duration_s for t in samples),
+        window_latencies_ms=tuple(t.latency.percentile_ns(plan.percentile) / 1e6 for t in samples),
+        window_percentile=plan.percentile if intervals else 0,
     )  # fmt: skip
 
 

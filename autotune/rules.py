@@ -1,0 +1,221 @@
+"""The search's rules on intervals (:data:`autotune.measure.RULES_INTERVALS`), in one place.
+
+Every rule here is a verdict of :mod:`autotune.noise` on measured intervals; its only knobs
+are the noise model's (:data:`~autotune.noise.CONFIDENCE`, :data:`~autotune.noise.SERVER_CV`,
+:data:`~autotune.noise.MIN_WINDOWS`) and the run's settings (the SLA and its margin, the
+budget, ``--finalists`` and ``--repeats``).
+
+- **A point** meets the SLA when its latency's upper bound is within the limit
+  (:meth:`autotune.objective.Sla.met_by`); its windows go on until that or the opposite is
+  known, or the budget ends them (then it does not meet it: undecided).
+- **A candidate's goodput search** (:func:`find_goodput`) doubles the clients while the SLA
+  holds and the throughput is better than the last level's, halves while it breaks, then
+  bisects between the last level that met it and the first that broke it while the broken
+  one is better than the met one; it stops early (pruned) where the broken level, which
+  bounds every level below it, cannot win against the best so far. Its operating point
+  (:func:`best_point`) is the highest level of those that meet the SLA and are not worse
+  than the best of them.
+- **Trials** compare by their operating points' throughputs across servers
+  (:meth:`~autotune.noise.Estimate.across_servers`): :func:`better_trial`.
+- **The finalists** are the trials that are not worse than the best (at most ``--finalists``),
+  raced on fresh servers (:mod:`autotune.finals`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from autotune.measure import Measurement, Point
+from autotune.noise import Estimate, Noise, better
+from autotune.objective import RAW, Scoring, Sla
+from autotune.results import TrialResult, Verification
+from autotune.search_space import Candidate
+
+
+def noise_of(points: Iterable[Point]) -> Noise:
+    """The window noise of throughput pooled over ``points`` (:class:`autotune.noise.Noise`)."""
+    return Noise.pooled(p.window_throughputs for p in points)
+
+
+def cannot_win(point: Point, beat: Estimate | None, noise: Noise) -> bool:
+    """Whether ``point``'s throughput, measured on its own server, is worse than ``beat`` (the
+    best trial's, on another): a level at or above it that breaks the SLA bounds every level
+    below it, so its candidate cannot win."""
+    return beat is not None and better(beat, point.throughput_estimate(noise).across_servers())
+
+
+def grew(point: Point, before: Point, noise: Noise) -> bool:
+    """Whether ``point`` (a higher level, on the same server) serves more than ``before``."""
+    return better(point.throughput_estimate(noise), before.throughput_estimate(noise))
+
+
+def find_goodput(
+    measure_at: Callable[[int], Point],
+    sla: Sla,
+    low: int = 1,
+    high: int = 32,
+    *,
+    start: int | None = None,
+    beat: Estimate | None = None,
+) -> Measurement:
+    """A closed loop's goodput search (see the module docstring), from ``start`` (default
+    ``low``: the tuner passes the best candidate's level); ``beat``: the best trial's
+    throughput so far."""
+    points: dict[int, Point] = {}
+
+    def at(c: int) -> Point:
+        if c not in points:
+            points[c] = measure_at(c)
+        return points[c]
+
+    def pooled() -> Noise:
+        return noise_of(points.values())
+
+    first = min(max(start if start is not None else low, low), high)
+    good: int | None = None
+    bad: int | None = None
+    pruned = False
+    if sla.met_by(at(first)):
+        good = c = first
+        while c < high:  # grow
+            c = min(c * 2, high)
+            if not sla.met_by(at(c)):
+                bad = c
+                break
+            if not grew(at(c), at(good), pooled()):
+                good = c if at(c).throughput > at(good).throughput else good
+                break  # saturated: more clients only add latency
+            good = c
+    else:
+        bad = c = first
+        while c > low:  # descend
+            if cannot_win(at(bad), beat, pooled()):
+                pruned = True
+                break
+            c = max(low, c // 2)
+            if sla.met_by(at(c)):
+                good = c
+                break
+            bad = c
+    while good is not None and bad is not None and bad - good > 1 and not pruned:  # bisect
+        if cannot_win(at(bad), beat, pooled()):
+            pruned = True
+            break
+        if not grew(at(bad), at(good), pooled()):
+            break  # the levels between serve no more than the one that met the SLA
+        mid = (good + bad) // 2
+        if sla.met_by(at(mid)):
+            good = mid
+        else:
+            bad = mid
+    ordered = tuple(points[c] for c in sorted(points))
+    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
+
+
+def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
+    """The operating point: of the points that meet the SLA and are not worse than the one
+    with the most throughput (on its server: :func:`autotune.noise.better`), the highest level
+    (a closed loop serves no less with more clients; within the noise, the most it can)."""
+    feasible = [p for p in points if sla.met_by(p)]
+    if not feasible:
+        return None
+    top = max(feasible, key=lambda p: p.throughput)
+    noise = noise_of(points)
+    tied = [p for p in feasible if not better(top.throughput_estimate(noise), p.throughput_estimate(noise))]
+    return max(tied, key=lambda p: p.level)
+
+
+# ---------------------------------------------------------------- trials
+
+
+def trial_estimate(result: TrialResult, scoring: Scoring = RAW) -> Estimate | None:
+    """A trial's goodput as the objective counts it (per GPU where ``scoring`` says so), with
+    its operating point's error (the noise pooled over its search's points) and the error
+    between servers; None when it has none."""
+    best = result.best
+    if best is None or result.measurement is None:
+        return None
+    found = best.throughput_estimate(noise_of(result.measurement.points)).across_servers()
+    return found.scaled(1 / scoring.share(result.candidate))
+
+
+def better_trial(a: TrialResult, b: TrialResult, scoring: Scoring = RAW) -> bool:
+    """Whether ``a``'s goodput is better than ``b``'s across servers (a trial without a
+    feasible point has none: any is better than it)."""
+    mine, theirs = trial_estimate(a, scoring), trial_estimate(b, scoring)
+    if mine is None:
+        return False
+    return theirs is None or better(mine, theirs)
+
+
+def incumbent(
+    results: Sequence[TrialResult], scoring: Scoring = RAW, candidate: Candidate | None = None
+) -> Estimate | None:
+    """The best trial's goodput (its figure, its errors across servers) in ``candidate``'s own
+    throughput (per GPU: times the GPUs it uses): what its search must beat; None before any
+    trial met the SLA."""
+    feasible = [r for r in results if r.feasible and r.reused_from is None]
+    if not feasible:
+        return None
+    best = max(feasible, key=lambda r: scoring.score(r.goodput(), r.candidate))
+    found = trial_estimate(best, scoring)
+    if found is None:
+        return None
+    return found.scaled(scoring.share(candidate))
+
+
+# ---------------------------------------------------------------- the race of the finalists
+
+
+def finalists(results: Sequence[TrialResult], count: int, scoring: Scoring = RAW) -> list[TrialResult]:
+    """The contenders, best first: the measured trials that met the SLA and are not worse than
+    the best one (:func:`better_trial`), at most ``count``."""
+    ranked = sorted(
+        (r for r in results if r.feasible and r.reused_from is None),
+        key=lambda r: scoring.score(r.goodput(), r.candidate),
+        reverse=True,
+    )
+    return [r for r in ranked if not better_trial(ranked[0], r, scoring)][:count]
+
+
+def raced(points: Sequence[Point], share: int = 1) -> Estimate:
+    """A contender's throughput over its race's rounds, each on a fresh server: the rounds' own
+    spread once there are two (it holds the servers' differences), else the one round's windows
+    with :data:`autotune.noise.SERVER_CV`."""
+    if len(points) >= 2:
+        found = Estimate.of([p.throughput for p in points])
+    elif points:
+        found = points[0].throughput_estimate().across_servers()
+    else:
+        return Estimate(0.0, float("inf"), 0)
+    return found.scaled(1 / share)
+
+
+def outraced(rounds: dict[int, Sequence[Point]], shares: dict[int, int]) -> set[int]:
+    """The contenders (by trial number, each with the rounds it met the SLA in) worse than the
+    leader, the one with the most throughput: they leave the race."""
+    found = {n: raced(points, shares.get(n, 1)) for n, points in rounds.items() if points}
+    if not found:
+        return set()
+    leader = max(found.values(), key=lambda e: e.mean)
+    return {n for n, e in found.items() if better(leader, e)}
+
+
+def race_winner(
+    verifications: Sequence[Verification], results: Sequence[TrialResult], sla: Sla, scoring: Scoring = RAW
+) -> int | None:
+    """The race's winner: of the contenders that met the SLA in every round at their level, the
+    ones not worse than the leader, the lowest latency (at the SLA's percentile, their rounds'
+    median) among them; with none such, the trial of the best goodput not raced."""
+    shares = {r.number: scoring.share(r.candidate) for r in results}
+    passed = [v for v in verifications if v.passed]
+    if passed:
+        found = {v.trial: raced(v.points, shares.get(v.trial, 1)) for v in passed}
+        leader = max(found.values(), key=lambda e: e.mean)
+        tied = [v for v in passed if not better(leader, found[v.trial])]
+        return min(tied, key=lambda v: v.median_latency_ms(sla.percentile)).trial
+    raced_trials = {v.trial for v in verifications}
+    rest = [r for r in results if r.feasible and r.reused_from is None and r.number not in raced_trials]
+    if not rest:
+        return None
+    return max(rest, key=lambda r: scoring.score(r.goodput(), r.candidate)).number
