@@ -207,6 +207,14 @@ def _add_run(sub: Any) -> None:
         f"windows twice as long (default {DEFAULTS.window:g})",
     )
     run.add_argument(
+        "--rules",
+        choices=("stability", "intervals"),
+        help="what decides: 'stability' (the default: perf_analyzer's stable windows and the "
+        "search's rules fitted around them) or 'intervals' (the noise model: each point's windows "
+        "go on until the interval of its latency lies on one side of the SLA; configs compare by "
+        "intervals; the finalists race on fresh servers; see docs/search.md)",
+    )
+    run.add_argument(
         "--trt-build-timeout-s",
         type=float,
         metavar="S",
@@ -418,7 +426,7 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
         output_check=opts.output_check,
         output_tolerance=opts.output_tolerance,
     )
-    plan = search_plan(sla, opts.margin, opts.window)  # a trial draws its own bands (with_bands)
+    plan = search_plan(sla, opts.margin, opts.window, opts.rules)  # a trial draws its own bands (with_bands)
     return replace(settings, plan=plan)
 
 

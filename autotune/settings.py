@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import UsageError
-from autotune.measure import WindowPlan
+from autotune.measure import RULES_STABILITY, WindowPlan
 from autotune.objective import Sla
 from autotune.outputs import parse_tolerance
 
@@ -388,6 +388,9 @@ class RunOptions:
     write_back: bool = False
     output_check: bool = True  # each candidate's answers against your config's (autotune.outputs)
     output_tolerance: str = ""  # --output-tolerance as given ("": each float type's default)
+    # what decides: perf_analyzer's stability and the rules fitted around it, or the noise
+    # model's intervals (autotune.noise, autotune.rules); a resumed run keeps its own
+    rules: str = RULES_STABILITY
 
     @classmethod
     def of(cls, settings: RunSettings) -> RunOptions:
@@ -400,7 +403,7 @@ class RunOptions:
             margin=settings.margin, window=settings.plan.window_s, seed=settings.seed,
             open_loop_check=settings.open_loop_check, trt_build_timeout_s=settings.trt_build_timeout_s,
             write_back=settings.write_back, output_check=settings.output_check,
-            output_tolerance=settings.output_tolerance,
+            output_tolerance=settings.output_tolerance, rules=settings.plan.rules,
         )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:

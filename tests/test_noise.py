@@ -1,0 +1,151 @@
+"""The noise model (autotune.noise) and the rules on intervals (autotune.rules): pure logic.
+
+Each verdict's error rate is checked where it is stated, by drawing samples whose truth is
+known; the goodput search and the race are checked on simulated surfaces (autotune.sim)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from functools import partial
+
+import pytest
+
+from autotune import noise, rules, sim
+from autotune.measure import RULES_INTERVALS, Point, WindowPlan, windows_done
+from autotune.noise import Estimate, Noise
+from autotune.objective import Sla
+from autotune.results import COMPLETE, TrialResult, Verification
+from autotune.search_space import Candidate
+
+SLA = Sla(95, 20.0)
+
+
+def windowed(level: int, throughput: float, p95: float, spread: float = 0.02, n: int = 3) -> Point:
+    """A point whose ``n`` windows spread by ``spread`` (relative) about its figures."""
+    steps = [(i - (n - 1) / 2) * spread for i in range(n)]
+    return Point(
+        level, 0.0, throughput, p95 * 0.8, p95 * 0.7, p95 * 0.9, p95, p95 * 1.2, 100, 0, 1.5, n, True,
+        window_throughputs=tuple(throughput * (1 + s) for s in steps),
+        window_latencies_ms=tuple(p95 * (1 + s) for s in steps), window_percentile=95,
+    )  # fmt: skip
+
+
+def test_a_verdict_is_wrong_at_most_as_often_as_its_confidence_says() -> None:
+    """Normal windows about a known mean: 'meets' is claimed of a latency truly over the limit,
+    and 'better' of two equal throughputs, in at most 5% of draws (plus sampling slack)."""
+    rng = random.Random(7)
+    wrong_meets = wrong_better = 0
+    draws = 4000
+    for _ in range(draws):
+        over = [20.4 + rng.gauss(0, 1.0) for _ in range(rng.randint(2, 8))]  # truly 2% over 20 ms
+        wrong_meets += noise.meets(Estimate.of(over), 20.0)
+        a = Estimate.of([100 + rng.gauss(0, 5) for _ in range(4)])
+        b = Estimate.of([100 + rng.gauss(0, 5) for _ in range(4)])
+        wrong_better += noise.better(a, b)
+    assert wrong_meets / draws <= 0.06 and wrong_better / draws <= 0.06
+
+
+def test_the_window_noise_pools_over_points_and_a_point_alone_knows_little() -> None:
+    pooled = Noise.pooled([[100, 110, 90], [200, 220, 180, 200], [50]])  # the single window adds nothing
+    assert pooled.df == 5 and pooled.cv == pytest.approx(0.0894, abs=0.0001)  # sqrt((2*.01 + 3*.0067)/5)
+    own = Estimate.of([100, 110])
+    assert own.df == 1 and noise.t95(own.df) > 6  # two windows alone: a wide interval
+    shared = pooled.estimate(105.0, [100, 110])
+    assert shared.df == 5 and shared.high - shared.low < own.high - own.low
+    assert Estimate.of([100]).se == float("inf") and not noise.better(Estimate.of([1e9]), Estimate.of([1, 2]))
+
+
+def test_a_points_windows_stop_once_the_latency_interval_lies_on_one_side_of_the_limit() -> None:
+    plan = WindowPlan(rules=RULES_INTERVALS, limit_ms=20.0, max_windows=8)
+    assert windows_done([100], [10.0], plan, 0.1) == (False, False)  # one window: no spread yet
+    assert windows_done([100, 101], [10.0, 10.4], plan, 0.1) == (True, True)  # far below: meets
+    assert windows_done([100, 101], [40.0, 43.0], plan, 0.1) == (True, True)  # far above: breaks
+    assert windows_done([100, 101, 99], [19.0, 21.0, 20.5], plan, 0.1) == (False, False)  # undecided
+    stability = replace(plan, rules="stability", tolerance=0.1)
+    assert windows_done([100, 101, 99], [19.0, 21.0, 20.5], stability, 0.1)[0]  # within 10%: stable
+
+
+def test_an_undecided_point_does_not_meet_the_sla() -> None:
+    near = windowed(8, 500.0, 19.5, spread=0.05)  # p95 19.5 ms, its windows 18.5-20.5
+    assert near.latency_bound(95) > 20.0 and not SLA.met_by(near)
+    assert SLA.met_by(windowed(8, 500.0, 12.0))
+    assert SLA.met_by(replace(near, window_latencies_ms=(), window_percentile=0))  # no windows: its figure
+
+
+def test_the_operating_point_is_the_highest_level_not_worse_than_the_best() -> None:
+    points = [
+        windowed(4, 500.0, 8.0),
+        windowed(6, 560.0, 11.0),
+        windowed(8, 570.0, 15.0),
+        windowed(12, 580.0, 25.0),
+    ]
+    assert rules.best_point(points, SLA) is points[2]  # 8: feasible, tied with the most
+    assert rules.best_point(points[:1], SLA) is points[0]
+    assert rules.best_point(points[3:], SLA) is None
+
+
+def test_the_goodput_search_finds_each_surfaces_knee_within_the_noise() -> None:
+    """On noisy synthetic surfaces, one search of a config, from one client, finds a level whose
+    true throughput is within 10% of the config's true goodput (or one client below its level)
+    in nearly every draw, and never one that truly breaks the SLA by more than 10%."""
+    space = sim.default_space()
+    config = sim.REFERENCE
+    for surface in sim.synthetic_family(4, 0.05, seed=5):
+        truth, _ = sim.true_goodput(surface, config, space)
+        rng = random.Random(1)
+        plan = WindowPlan(window_s=0.5, rules=RULES_INTERVALS, limit_ms=surface.sla.limit_ms, percentile=95)
+        plan = replace(plan, percentile=surface.sla.percentile)
+        _, top = sim.true_goodput(surface, config, space)
+        step_below = surface.truth(config, top - 1).throughput / truth  # one client fewer
+        found = []
+        for _ in range(40):
+            server = sim.SimServer(config, surface.server_bias(rng))
+            trials = _Meter(surface, rng)
+            m = rules.find_goodput(partial(trials.point, server, plan=plan), surface.sla, 1, 32)
+            assert m.best is not None
+            level = int(m.best.level)
+            found.append(surface.truth(config, level).throughput / truth)
+            assert (
+                surface.truth(config, level).latency_ms(surface.sla.percentile) <= surface.sla.limit_ms * 1.1
+            )
+        near = min(0.9, step_below * 0.98)  # a level in the interval's reach of the limit is undecided
+        assert sum(r >= near for r in found) >= 36, (surface.name, top, sorted(found)[:5])
+
+
+class _Meter:
+    """:meth:`autotune.sim.SimTrials.point` without a run: one surface, one random stream."""
+
+    def __init__(self, surface: sim.Surface, rng: random.Random) -> None:
+        self.surface, self.rng, self.now = surface, rng, 0.0
+
+    point = sim.SimTrials.point
+
+
+def _trial(number: int, points: list[Point], candidate: Candidate | None = None) -> TrialResult:
+    from autotune.measure import Measurement
+
+    best = rules.best_point(points, SLA)
+    return TrialResult(number, COMPLETE, candidate, {}, False, Measurement(tuple(points), best))
+
+
+def test_trials_compare_across_servers_and_a_tie_is_no_progress() -> None:
+    a = _trial(0, [windowed(4, 500.0, 8.0), windowed(8, 900.0, 12.0)])
+    b = _trial(1, [windowed(4, 510.0, 8.0), windowed(8, 930.0, 12.0)])  # 3% more: within the servers' noise
+    c = _trial(2, [windowed(4, 800.0, 8.0), windowed(8, 1400.0, 12.0)])
+    assert not rules.better_trial(b, a) and not rules.better_trial(a, b)
+    assert rules.better_trial(c, a) and not rules.better_trial(a, c)
+    assert rules.finalists([a, b, c], 3) == [c]  # a and b are worse than c
+    assert [r.number for r in rules.finalists([a, b], 3)] == [1, 0]
+
+
+def test_the_race_keeps_those_not_worse_than_the_leader_and_the_lowest_latency_wins() -> None:
+    fast = [windowed(8, v, 15.0) for v in (1000.0, 1010.0, 990.0)]
+    close = [windowed(8, v, 11.0) for v in (995.0, 1005.0, 1000.0)]
+    slow = [windowed(8, v, 9.0) for v in (700.0, 710.0, 690.0)]
+    assert rules.outraced({0: fast, 1: close, 2: slow}, {}) == {2}
+    verifications = [Verification(n, 8, tuple(p), len(p)) for n, p in enumerate((fast, close, slow))]
+    assert rules.race_winner(verifications, [], SLA) == 1  # tied with the leader, less latency
+    failed = [replace(verifications[0], sla_met=2), replace(verifications[1], sla_met=1)]
+    one = _trial(5, [windowed(8, 400.0, 10.0)])
+    assert rules.race_winner(failed, [one], SLA) == 5  # none passed every round: the best not raced
