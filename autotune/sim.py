@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -450,3 +451,99 @@ class Tally:
     def median_s(self) -> float:
         times = sorted(j.sim_s for j in self.judged)
         return times[len(times) // 2] if times else 0.0
+
+
+# ---------------------------------------------------------------- surveyed surfaces
+
+
+SURVEY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Surveyed:
+    """A surface measured on a real server (``benchmarks/survey.py``): for each config of a space
+    (one of each :func:`autotune.decide.equivalent` class), at each surveyed level, its windows'
+    throughputs and latencies at the survey's percentile. The truth at a level is its windows'
+    mean (between surveyed levels, the line between the nearest two); a window is one of the
+    nearest surveyed level's, drawn at random and scaled to the level. A server's bias is drawn
+    with half the windows' spread (one server per config was surveyed: it cannot say more)."""
+
+    name: str
+    sla: Sla
+    cores: int
+    windows: dict[str, dict[int, tuple[tuple[float, float], ...]]]  # label -> level -> (thr, ms)
+    start_s: float = 3.0
+
+    @classmethod
+    def load(cls, path: Path, sla: Sla | None = None) -> Surveyed:
+        """A survey file (JSON, gzipped when it ends in .gz); ``sla``: another limit at the
+        survey's percentile (default the survey's)."""
+        import gzip
+        import json
+
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        data = json.loads(raw)
+        if data.get("version") != SURVEY_VERSION:
+            raise ValueError(f"{path}: survey version {data.get('version')}, this reads {SURVEY_VERSION}")
+        windows = {
+            label: {
+                int(level): tuple((float(t), float(ms)) for t, ms in pairs) for level, pairs in levels.items()
+            }
+            for label, levels in data["windows"].items()
+        }
+        chosen = sla or Sla(int(data["percentile"]), float(data["limit_ms"]))
+        return cls(str(data["model"]), chosen, int(data["cores"]), windows)
+
+    @property
+    def cv(self) -> float:
+        """The windows' throughput spread, pooled over every surveyed point."""
+        from autotune.noise import Noise
+
+        return Noise.pooled(
+            [t for t, _ in pairs] for levels in self.windows.values() for pairs in levels.values()
+        ).cv
+
+    def _levels(self, candidate: Candidate) -> dict[int, tuple[tuple[float, float], ...]]:
+        for label, levels in self.windows.items():
+            if label == survey_label(candidate):
+                return levels
+        raise KeyError(f"{self.name}: {candidate.label()} was not surveyed")
+
+    def truth(self, candidate: Candidate, level: int) -> Reading:
+        levels = self._levels(candidate)
+        below = max((lv for lv in levels if lv <= level), default=min(levels))
+        above = min((lv for lv in levels if lv >= level), default=max(levels))
+
+        def mean(lv: int, i: int) -> float:
+            return statistics.fmean(pair[i] for pair in levels[lv])
+
+        share = 0.0 if above == below else (level - below) / (above - below)
+        throughput = mean(below, 0) * (1 - share) + mean(above, 0) * share
+        latency = mean(below, 1) * (1 - share) + mean(above, 1) * share
+        return Reading(throughput, latency, latency, latency, latency)
+
+    def window(
+        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: float
+    ) -> Reading:
+        levels = self._levels(candidate)
+        nearest = min(levels, key=lambda lv: (abs(lv - level), lv))
+        true, there = self.truth(candidate, level), self.truth(candidate, nearest)
+        throughput, latency = rng.choice(levels[nearest])
+        scale = math.sqrt(QUIET_WINDOW_S / window_s)  # a longer window is quieter about its mean
+        throughput = (
+            (there.throughput + (throughput - there.throughput) * scale) * true.throughput / there.throughput
+        )
+        latency = (there.p95_ms + (latency - there.p95_ms) * scale) * true.p95_ms / there.p95_ms
+        latency /= bias
+        return Reading(throughput * bias, latency, latency, latency, latency)
+
+    def server_bias(self, rng: random.Random) -> float:
+        return max(0.5, 1 + rng.gauss(0, self.cv / 2))
+
+
+def survey_label(candidate: Candidate) -> str:
+    """How a survey names a config: its label, the max batch size left out without batching
+    (:func:`autotune.decide.equivalent` configs share one entry)."""
+    if not candidate.dynamic_batching and candidate.max_batch_size > 0:
+        candidate = replace(candidate, max_batch_size=1)
+    return candidate.label()

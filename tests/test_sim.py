@@ -5,7 +5,13 @@ search, the real sampler and the real verification decide on them."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import random
 from dataclasses import replace
+from pathlib import Path
+
+import pytest
 
 from autotune import sim
 from autotune.objective import Sla
@@ -54,3 +60,30 @@ def test_a_family_spans_its_noise_and_each_sla_bites_inside_the_concurrency_rang
     for surface in family:
         goodput, level = sim.true_goodput(surface, sim.REFERENCE, SPACE)
         assert goodput > 0 and 1 < level < SPACE.concurrency_max
+
+
+def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tmp_path: Path) -> None:
+    """A survey file as benchmarks/survey.py writes it: the truth is the windows' mean, between
+    surveyed levels the line between them; a window is one of the nearest level's."""
+    on = Candidate(2, "KIND_CPU", (), 8, True, (), 0, False)
+    off = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)
+    windows = {
+        sim.survey_label(on): {"1": [[100, 2.0], [110, 2.2]], "4": [[380, 4.0], [400, 4.4]]},
+        sim.survey_label(off): {"1": [[90, 2.5], [90, 2.5]], "4": [[200, 9.0], [220, 11.0]]},
+    }
+    data = {"version": sim.SURVEY_VERSION, "model": "toy", "percentile": 95, "limit_ms": 8.0, "cores": 2,
+            "window_s": 0.5, "windows": windows}  # fmt: skip
+    path = tmp_path / "toy.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    surface = sim.Surveyed.load(path)
+    assert surface.sla == Sla(95, 8.0) and surface.cores == 2
+    assert surface.truth(on, 1).throughput == 105 and surface.truth(on, 4).p95_ms == pytest.approx(4.2)
+    assert surface.truth(on, 2).throughput == pytest.approx(105 + (390 - 105) / 3)  # a third of the way
+    assert surface.truth(replace(off, max_batch_size=4), 4).throughput == 210  # no batching: one entry
+    rng = random.Random(1)
+    drawn = {surface.window(on, 4, rng, 0.5, 1.0).throughput for _ in range(50)}
+    assert drawn == {380.0, 400.0}
+    assert sim.true_goodput(surface, on, replace(SPACE, concurrency_max=4)) == (390.0, 4)
+    assert sim.true_goodput(surface, off, replace(SPACE, concurrency_max=4))[1] < 4  # 4 breaks 8 ms
+    with pytest.raises(KeyError, match="was not surveyed"):
+        surface.truth(replace(on, instance_count=3), 1)

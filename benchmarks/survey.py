@@ -1,0 +1,132 @@
+"""Survey a model on a real server: every config of a space, at every surveyed level, in windows.
+
+For the simulator (``autotune.sim.Surveyed``): each config of the space (one of each class of
+configs that make the server do the same), served on a fresh local tritonserver, measured at each
+of ``--levels`` (client concurrencies) in ``--windows`` windows of ``--window`` seconds, each
+window's throughput and latency at the SLA's percentile kept. The file (JSON, gzipped) is small:
+about 10 numbers per point. A survey that stops (Ctrl-C, a crash) is resumed by the same command:
+configs already in the file are not measured again.
+
+    python benchmarks/survey.py --model cnn --sla-p95-ms 20 --out benchmarks/surveys/cnn.json.gz
+    python benchmarks/survey.py --model toy --model-repository tests/models --sla-p95-ms 60 \\
+        --search-space small.yaml --levels 1 2 4 8 --windows 4 --out /tmp/toy.json.gz
+
+It costs, per config, a server start and ``levels x (warm-up + windows x window)`` seconds: the
+default space's 164 configs at the default 10 levels and 10 windows of 0.5 s take about 2.5 hours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autotune import hostlock, sim, tuner
+from autotune.events import Events
+from autotune.launch import make_launcher
+from autotune.measure import RULES_INTERVALS, WindowPlan
+from autotune.objective import Sla
+from autotune.rundir import RunDir, RunRecord
+from autotune.settings import Launch, RunSettings
+from autotune.trials import Trials
+
+LEVELS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--model-repository", type=Path, help="default: examples/model_repository")
+    parser.add_argument("--sla-p95-ms", type=float)
+    parser.add_argument("--sla-p99-ms", type=float)
+    parser.add_argument("--search-space", type=Path, help="default: the bundled default space")
+    parser.add_argument("--levels", type=int, nargs="+", default=list(LEVELS))
+    parser.add_argument("--windows", type=int, default=10, help="windows per level (default 10)")
+    parser.add_argument("--window", type=float, default=0.5, help="seconds a window lasts (default 0.5)")
+    parser.add_argument("--configs", type=int, default=0, help="survey at most this many configs (0: all)")
+    parser.add_argument("--out", type=Path, required=True, help="the survey file (.json.gz)")
+    args = parser.parse_args(argv)
+    if (args.sla_p95_ms is None) == (args.sla_p99_ms is None):
+        parser.error("give one of --sla-p95-ms and --sla-p99-ms")
+    sla = Sla(95, args.sla_p95_ms) if args.sla_p95_ms else Sla(99, args.sla_p99_ms)
+    repository = (
+        args.model_repository or Path(__file__).resolve().parent.parent / "examples" / "model_repository"
+    )
+    settings = RunSettings(
+        model=args.model, repository=repository, sla=sla, search_space=args.search_space, output_check=False
+    )
+    prep = tuner.prepare(settings)
+    data = _read(args.out) or {
+        "version": sim.SURVEY_VERSION, "model": args.model, "percentile": sla.percentile,
+        "limit_ms": sla.limit_ms, "cores": os.cpu_count() or 1, "window_s": args.window, "windows": {},
+    }  # fmt: skip
+    configs = sim.candidates(prep.user_space)
+    if args.configs:
+        configs = configs[: args.configs]
+    plan = WindowPlan(
+        window_s=args.window, warmup_s=1.0, tolerance=0.0, stable_windows=args.windows,
+        max_windows=args.windows, min_requests=1, percentile=sla.percentile, rules=RULES_INTERVALS,
+    )  # fmt: skip
+    ramp = replace(plan, warmup_s=0.3)
+    started = time.monotonic()
+    with (
+        hostlock.measuring("benchmarks/survey.py", wait=True),
+        tempfile.TemporaryDirectory(prefix="survey-") as tmp,
+    ):
+        record = RunRecord(
+            run_id="survey", model=args.model, repository=repository, sla=sla, launch=Launch(),
+            protocol="http", study_name="survey", storage=None, original_config="", original_digest="",
+            started="",
+        )  # fmt: skip
+        run = RunDir.create(Path(tmp) / "survey", record)
+        launcher = make_launcher(settings.launch, "survey")
+        trials = Trials(prep, launcher, run, Events())
+        try:
+            for i, config in enumerate(configs):
+                label = sim.survey_label(config)
+                if label in data["windows"]:
+                    continue
+                with trials.serve(config, run.log(f"{i:03d}.log"), f"survey-{i:03d}") as server:
+                    gen = trials.generator(server, plan)
+                    levels = {}
+                    for level in args.levels:
+                        point = gen.at_concurrency(level)
+                        gen = gen.with_plan(ramp)
+                        pairs = zip(point.window_throughputs, point.window_latencies_ms, strict=True)
+                        levels[str(level)] = [[float(f"{t:.4g}"), float(f"{ms:.4g}")] for t, ms in pairs]
+                data["windows"][label] = levels
+                _write(args.out, data)
+                done = len(data["windows"])
+                print(f"{done}/{len(configs)} {label} ({time.monotonic() - started:.0f} s)", flush=True)
+        finally:
+            launcher.drain()
+            trials.close()
+    return 0
+
+
+def _read(path: Path) -> dict | None:  # type: ignore[type-arg]
+    if not path.exists():
+        return None
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    return data if isinstance(data, dict) else None
+
+
+def _write(path: Path, data: dict) -> None:  # type: ignore[type-arg]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(gzip.compress(json.dumps(data, separators=(",", ":")).encode(), mtime=0))
+    tmp.replace(path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,45 @@
+"""benchmarks/survey.py on a real tritonserver: the toy model surveyed, read back as a surface."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from autotune import sim
+from autotune.search_space import load_search_space
+from tests.conftest import staged_servers
+
+pytestmark = pytest.mark.integration
+
+
+def _survey_main():  # type: ignore[no-untyped-def]
+    path = Path(__file__).parents[1] / "benchmarks" / "survey.py"
+    spec = importlib.util.spec_from_file_location("autotune_survey", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def test_a_survey_measures_every_config_at_every_level_and_resumes(
+    toy_repo: Path, small_space: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "toy.json.gz"
+    argv = ["--model", "toy", "--model-repository", str(toy_repo), "--sla-p95-ms", "60",
+            "--search-space", str(small_space), "--levels", "1", "4", "--windows", "3",
+            "--out", str(out)]  # fmt: skip
+    main = _survey_main()
+    assert main([*argv, "--configs", "1"]) == 0  # stopped after one config: resumed below
+    assert len(sim.Surveyed.load(out).windows) == 1
+    assert main(argv) == 0
+    surface = sim.Surveyed.load(out)
+    space = load_search_space(small_space)
+    configs = sim.candidates(space)
+    assert len(configs) >= 3 and set(surface.windows) == {sim.survey_label(c) for c in configs}
+    for config in configs:
+        levels = surface.windows[sim.survey_label(config)]
+        assert set(levels) == {1, 4} and all(len(pairs) == 3 for pairs in levels.values())
+        assert surface.truth(config, 4).throughput > surface.truth(config, 1).throughput > 0
+    assert staged_servers() == []
