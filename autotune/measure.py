@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from autotune import gpu
@@ -233,6 +234,11 @@ class Measurement:
     pruned: bool = False
     output_check: str = ""
     output_check_s: float = 0.0  # what the check of its answers took (seconds)
+
+    @cached_property
+    def noise(self) -> Noise:
+        """The window noise of throughput pooled over its points (:class:`autotune.noise.Noise`)."""
+        return Noise.pooled(p.window_throughputs for p in self.points)
 
     @property
     def note(self) -> str:

@@ -62,7 +62,7 @@ class Estimate:
         mean = statistics.fmean(values)
         if len(values) < 2:
             return cls(mean, math.inf, 1)
-        return cls(mean, statistics.stdev(values) / math.sqrt(len(values)), len(values))
+        return cls(mean, _stdev(values, mean) / math.sqrt(len(values)), len(values))
 
     @property
     def df(self) -> int:
@@ -104,7 +104,7 @@ class Noise:
         for values in samples:
             mean = statistics.fmean(values) if values else 0.0
             if len(values) >= 2 and mean > 0:
-                squares += (len(values) - 1) * (statistics.stdev(values) / mean) ** 2
+                squares += (len(values) - 1) * (_stdev(values, mean) / mean) ** 2
                 df += len(values) - 1
         return cls(math.sqrt(squares / df), df) if df else cls()
 
@@ -132,3 +132,8 @@ def better(a: Estimate, b: Estimate) -> bool:
     of freedom of the two) is above zero."""
     se = math.hypot(a.se, b.se)
     return a.mean - b.mean - t95(min(a.df, b.df)) * se > 0
+
+
+def _stdev(values: Sequence[float], mean: float) -> float:
+    """The sample standard deviation of ``values`` about their ``mean`` (floats, fast)."""
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))

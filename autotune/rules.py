@@ -135,7 +135,7 @@ def trial_estimate(result: TrialResult, scoring: Scoring = RAW) -> Estimate | No
     best = result.best
     if best is None or result.measurement is None:
         return None
-    found = best.throughput_estimate(noise_of(result.measurement.points)).across_servers()
+    found = best.throughput_estimate(result.measurement.noise).across_servers()
     return found.scaled(1 / scoring.share(result.candidate))
 
 
