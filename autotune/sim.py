@@ -390,7 +390,7 @@ def simulate(
     )  # fmt: skip
     settings = replace(settings, plan=search_plan(surface.sla, settings.margin, 0.5, rules))
     prep = tuner.Prepared(
-        settings, mcfg.ModelConfig(name="sim"), Path("."), user.including(baseline), user, baseline, None,
+        settings, mcfg.ModelConfig(name="sim"), Path("."), user, baseline, None,
         Loader(Traffic()), cores=surface.cores,
     )  # fmt: skip
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:

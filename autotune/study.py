@@ -123,11 +123,14 @@ class Study:
     ) -> None:
         """Queue params for the next ask (only those the candidate they make uses: the space
         asks for the others only where they apply); ``again`` re-queues a candidate tried before;
-        ``as_is``: the candidate the trial runs, when the space cannot hold it (the baseline's
-        GPU config on a machine without one)."""
+        ``as_is``: the candidate the trial runs instead, one the space does not hold (your config,
+        outside your search space or asking for a GPU this machine lacks): the trial then has no
+        params at all, so the sampler never takes its figures for a config of the space."""
         attrs: dict[str, Any] = {"baseline": True} if baseline else {}
-        if as_is is not None:
+        if as_is is not None and not self.space.holds(as_is):
             attrs["as_is"] = _candidate_json(as_is)
+            self._study.enqueue_trial({}, user_attrs=attrs, skip_if_exists=False)
+            return
         used = params_of(self.space.suggest(_Queued(params)))
         self._study.enqueue_trial(used, user_attrs=attrs, skip_if_exists=not again)
 
@@ -135,9 +138,10 @@ class Study:
         """The next trial: an interrupted one to measure again (:meth:`interrupted`), else the
         first queued, else the sampler's."""
         trial = self._ask_again() or self._study.ask()
-        candidate = self.space.suggest(trial)
-        if "as_is" in trial.user_attrs:
+        if "as_is" in trial.user_attrs:  # no params: see enqueue
             candidate = candidate_from_json(trial.user_attrs["as_is"])
+        else:
+            candidate = self.space.suggest(trial)
         trial.set_user_attr("candidate", _candidate_json(candidate))
         trial.set_user_attr("worker", Owner.current().text())
         return Asked(trial.number, candidate, trial, baseline=bool(trial.user_attrs.get("baseline")))
@@ -196,12 +200,12 @@ class Study:
         self._study.tell(asked.trial, state=TrialState.FAIL)
         return _result_of(asked, FAIL, told)
 
-    def interrupted(self, as_is: Candidate | None = None) -> list[tuple[dict[str, Any], bool]]:
+    def interrupted(self) -> list[tuple[dict[str, Any], bool]]:
         """Trials a stopped tuner left behind (RUNNING after kill -9, FAIL and interrupted after
         Ctrl-C): the RUNNING ones are told FAIL. Each one's params, and whether it was the
-        baseline (``as_is``: the candidate the baseline runs, see :meth:`enqueue`), are returned,
-        and this process's next asks measure them again, before anything queued (a trial is
-        measured again once: the one that asks it marks it)."""
+        baseline, are returned, and this process's next asks measure them again (a trial run
+        as it is, without params, as it is again: see :meth:`enqueue`), before anything queued
+        (a trial is measured again once: the one that asks it marks it)."""
         for trial in self._study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = Owner.parse(str(trial.user_attrs.get("worker", "")))
             if owner is not None and not owner.is_me() and not owner.gone():
@@ -215,10 +219,13 @@ class Study:
         found = [
             t
             for t in self._study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-            if t.user_attrs.get("interrupted") and t.number not in done and t.params
+            if t.user_attrs.get("interrupted")
+            and t.number not in done
+            and (t.params or "as_is" in t.user_attrs)
         ]
         self._first = [
-            _Again(t.number, dict(t.params), bool(t.user_attrs.get("baseline")), as_is) for t in found
+            _Again(t.number, dict(t.params), bool(t.user_attrs.get("baseline")), t.user_attrs.get("as_is"))
+            for t in found
         ]
         return [(again.params, again.baseline) for again in self._first]
 
@@ -232,9 +239,11 @@ class Study:
                 continue  # another worker took it
             self.set_attr("requeued", sorted(done | {again.number}))
             attrs: dict[str, Any] = {"baseline": True} if again.baseline else {}
-            if again.baseline and again.as_is is not None:
-                attrs["as_is"] = _candidate_json(again.as_is)
-            used = params_of(self.space.suggest(_Queued(again.params)))
+            used: dict[str, Any] = {}
+            if again.as_is is not None:
+                attrs["as_is"] = again.as_is
+            else:
+                used = params_of(self.space.suggest(_Queued(again.params)))
             template = optuna.trial.create_trial(
                 state=TrialState.RUNNING, system_attrs={"fixed_params": used}, user_attrs=attrs
             )
@@ -275,7 +284,7 @@ class _Again:
     number: int
     params: dict[str, Any]
     baseline: bool
-    as_is: Candidate | None = None
+    as_is: dict[str, Any] | None = None  # the candidate it ran as it is (JSON), without params
 
 
 class _Queued:

@@ -90,7 +90,7 @@ class Trials:
     ) -> TrialResult:
         policy = self.prep.settings.plan.rules
         pruned = decide.stand_in(
-            results, asked.candidate, self.prep.user_space, self.prep.scoring, asked.baseline, policy
+            results, asked.candidate, self.prep.space, self.prep.scoring, asked.baseline, policy
         )
         try:
             if pruned is not None:

@@ -49,10 +49,9 @@ class Prepared:
     settings: RunSettings
     original: mcfg.ModelConfig
     model_dir: Path
-    space: SearchSpace  # the sampler's: the user's space, holding your config too
-    # the user's space as this model, machine and workload allow it: seeds, neighbours and the
-    # sampler's proposals stay in it (a proposal outside it is pruned, not measured)
-    user_space: SearchSpace
+    # the user's space as this model, machine and workload allow it: the sampler, the seeds and
+    # the neighbours stay in it; your config is measured whether it holds it or not
+    space: SearchSpace
     baseline: Candidate
     data: WorkloadData | None  # the workload read and checked; None: the config declares no inputs
     loader: Loader  # the traffic, its arrival pattern read and checked
@@ -79,7 +78,6 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
         min_batch=settings.workload.batch_size,
         gpu_count=server_gpus,
     )
-    searched, space = space, space.including(decide.in_space(baseline, space))
     io = ModelIO.from_config(settings.model, original)  # None: it declares no inputs, the server will
     data = None if io is None else read_workload(io, settings.workload, settings.seed or 0)  # read once
     loader = Loader.read(settings.traffic)
@@ -88,9 +86,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     model_dir = mcfg.model_dir(settings.repository, settings.model)
     scoring = resumed.scoring if resumed is not None else scoring_for(space, server_gpus)
     notes = narrowed(given, space, settings.workload.batch_size)
-    return Prepared(
-        settings, original, model_dir, space, searched, baseline, data, loader, server_gpus, scoring, notes
-    )
+    return Prepared(settings, original, model_dir, space, baseline, data, loader, server_gpus, scoring, notes)
 
 
 def narrowed(given: SearchSpace, space: SearchSpace, batch_size: int) -> tuple[str, ...]:
@@ -185,7 +181,7 @@ def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
     settings, run = prep.settings, trials.run_dir
     if study.created:
         _seed(study, prep)
-    study.interrupted(as_is=prep.baseline)  # measured again first
+    study.interrupted()  # measured again first
     started = trials.clock() - run.record.searched_s  # the time budget counts earlier sessions
     trials.events.run_started(run.path, settings.max_trials, settings.time_budget_s)
     try:
@@ -282,10 +278,10 @@ def _open_run(prep: Prepared, path: Path, study_name: str, resumed: RunDir | Non
 def _seed(study: Study, prep: Prepared) -> None:
     """The original config first, then the heuristic seeds of :func:`decide.heuristic_seeds`."""
     twin = decide.in_space(prep.baseline, prep.space)
-    study.enqueue(params_of(twin), baseline=True, as_is=prep.baseline)
-    if twin != prep.baseline:  # your config cannot run here: its CPU twin is measured next
+    study.enqueue(params_of(prep.baseline), baseline=True, as_is=prep.baseline)
+    if twin != prep.baseline and prep.space.holds(twin):  # yours cannot run here: its CPU twin next
         study.enqueue(params_of(twin), again=True)
-    for params in decide.heuristic_seeds(prep.user_space, prep.cores or os.cpu_count() or 1, twin):
+    for params in decide.heuristic_seeds(prep.space, prep.cores or os.cpu_count() or 1, twin):
         study.enqueue(params)
 
 
@@ -301,7 +297,7 @@ def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: 
     converged = decide.converged(results, settings.patience, study.scoring, settings.plan.rules)
     if not converged and not decide.out_of_ideas(results):
         return True
-    untried = decide.unexplored(results, prep.user_space, study.scoring, settings.plan.rules)
+    untried = decide.unexplored(results, prep.space, study.scoring, settings.plan.rules)
     for candidate in untried:  # a neighbour queued before is not queued twice
         study.enqueue(params_of(candidate))
     return bool(untried) or not converged

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "version": sim.SURVEY_VERSION, "model": args.model, "percentile": sla.percentile,
         "limit_ms": sla.limit_ms, "cores": os.cpu_count() or 1, "window_s": args.window, "windows": {},
     }  # fmt: skip
-    configs = sim.candidates(prep.user_space)
+    configs = sim.candidates(prep.space)
     if args.configs:
         configs = configs[: args.configs]
     plan = WindowPlan(

@@ -87,3 +87,21 @@ def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tm
     assert sim.true_goodput(surface, off, replace(SPACE, concurrency_max=4))[1] < 4  # 4 breaks 8 ms
     with pytest.raises(KeyError, match="was not surveyed"):
         surface.truth(replace(on, instance_count=3), 1)
+
+
+def test_a_space_that_only_batches_never_measures_a_config_without_batching_but_yours() -> None:
+    """The issue's new user: dynamic_batching.enabled [true] only, your config without it. Your
+    config is measured (as it is: its trial has no params, the sampler never takes its figures
+    for a config of the space); no seed, neighbour or proposal leaves the space."""
+    only = replace(SPACE, dynamic_batching=(True,))
+    surface = sim.synthetic_family(1, 0.05, seed=2)[0]
+    for seed in range(3):
+        outcome = sim.simulate(surface, seed, space=only)
+        measured = [r for r in outcome.results if r.measurement is not None]
+        baseline = [r for r in measured if r.baseline]
+        assert len(baseline) == 1 and baseline[0].params == {} and baseline[0].candidate == sim.BASELINE
+        assert all(
+            r.candidate is not None and r.candidate.dynamic_batching for r in measured if not r.baseline
+        )
+        assert not any(r.reason.startswith("outside") for r in outcome.results)
+        assert outcome.honest

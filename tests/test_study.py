@@ -140,6 +140,28 @@ def test_a_gpu_baseline_on_a_machine_without_one_runs_as_is_while_the_space_hold
     assert told.candidate == gpu and study.results()[0].candidate == gpu
 
 
+def test_your_config_outside_the_space_runs_as_it_is_without_params_and_again_after_a_stop(
+    tmp_path: Path,
+) -> None:
+    """Your config with a max batch size the space lacks: its trial has no params (the sampler
+    never takes its figures for a config of the space), and a stop measures it again as it is."""
+    from dataclasses import replace
+
+    yours = replace(SPACE.suggest(FixedTrial(OTHER)), max_batch_size=16)
+    assert not SPACE.holds(yours)
+    study = _study(tmp_path)
+    study.enqueue(params_of(yours), baseline=True, as_is=yours)
+    asked = study.ask()
+    assert asked.baseline and asked.candidate == yours and asked.trial.params == {}
+    study.tell_failed(asked, INTERRUPTED, "", 1.0, interrupted=True)
+    resumed = _study(tmp_path)
+    assert resumed.interrupted() == [({}, True)]
+    again = resumed.ask()
+    assert again.baseline and again.candidate == yours and again.trial.params == {}
+    told = resumed.tell_measured(again, _measurement(50.0), 1.0)
+    assert told.params == {} and told.goodput() == 50.0
+
+
 def test_a_trial_another_worker_is_asking_is_not_taken_for_an_interrupted_one(tmp_path: Path) -> None:
     """Optuna starts a trial before its asker can write its owner: a second worker starting at
     that moment must not fail it (two workers sharing a study crashed on that race)."""
