@@ -15,8 +15,8 @@ from autotune import hostlock
 from autotune.events import Events
 from autotune.gpu import GpuFigures, peak_memory_mb
 from autotune.hostlock import Holder
-from autotune.measure import Point, errors_line
 from autotune.objective import RAW, Scoring
+from autotune.points import Point, errors_line
 from autotune.report import gpu_summary
 from autotune.results import COMPLETE, PRUNED, Outcome, Recommendation, TrialResult, recommendation
 from autotune.search_space import Candidate

@@ -24,7 +24,7 @@ from typing import Any
 
 from autotune import hostlock
 from autotune.errors import UsageError
-from autotune.measure import WARNING_TEXT, Point
+from autotune.points import WARNING_TEXT, Point
 from autotune.settings import Workload, add_workload_arguments, workload_from_args
 
 EPILOG = """examples:

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from autotune.measure import RULES_INTERVALS, RULES_STABILITY, Point
 from autotune.objective import RAW, Scoring, Sla
+from autotune.points import RULES_INTERVALS, RULES_STABILITY, Point
 from autotune.results import COMPLETE, FAIL, PRUNED, TrialResult, Verification
 from autotune.rules import better_trial, race_winner
 from autotune.search_space import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.hostlock import Holder
-from autotune.measure import Point
+from autotune.points import Point
 from autotune.results import TrialResult
 from autotune.search_space import Candidate
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from autotune import decide, rules, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.loadgen import LoadGenerator
-from autotune.measure import RULES_INTERVALS, Point, WindowPlan, with_bands
+from autotune.measure import with_bands
+from autotune.points import RULES_INTERVALS, Point, WindowPlan
 from autotune.results import OpenLoopCheck, TrialResult, Verification, recommendation
 from autotune.rundir import RunDir
 from autotune.study import Study

@@ -1,80 +1,31 @@
-"""Measurements: what one operating point gave, whether it was stable, and the goodput search.
+"""The stability rules (:data:`RULES_STABILITY`): a candidate's goodput search, the close calls
+and second looks fitted around perf_analyzer's stability rule.
 
-A :class:`Point` is one concurrency level measured to stability; a :class:`Measurement` is
-a candidate's search over concurrency for the best throughput that meets the SLA.
-:func:`find_goodput` decides which concurrency to measure next; it takes the measuring
-function as an argument, so the decision logic is pure and tested without a server.
+:func:`find_goodput` decides which concurrency to measure next; it takes the measuring function
+as an argument, so the decision logic is pure and tested without a server. The records it makes
+are :mod:`autotune.points`'; the rules on intervals are :mod:`autotune.rules`'.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from functools import cached_property
-from typing import Any
+from dataclasses import replace
 
 from autotune import gpu
-from autotune.gpu import GpuFigures
-from autotune.noise import MIN_WINDOWS, Estimate, Noise, breaks, meets
 from autotune.objective import Sla
-
-# Named warnings, each with text a person can act on.
-UNSTABLE = "unstable"
-ERRORS = "errors"
-FEW_SAMPLES = "few-samples"
-BEHIND_SCHEDULE = "behind-schedule"
-LATE_SENDS = "late-sends"
-
-WARNING_TEXT = {
-    UNSTABLE: "throughput or latency never settled within the stability tolerance; "
-    "the figures are from the last windows (raise --max-windows or quiet the machine)",
-    ERRORS: "the server answered some requests with errors (see the server log)",
-    FEW_SAMPLES: "fewer than 100 requests were measured; percentiles are rough",
-    BEHIND_SCHEDULE: "the load generator did not send the requested rate (the server saw less load "
-    "than asked): the point is not trusted and never meets the SLA",
-    LATE_SENDS: "the load generator sent some requests late; their latency counts from the "
-    "scheduled send, so the figures are if anything pessimistic",
-}
-
-
-@dataclass(frozen=True)
-class WindowPlan:
-    """How one operating point is measured: perf_analyzer's windows (autotune.loadgen runs them)."""
-
-    window_s: float = 1.0
-    warmup_s: float = 1.0
-    tolerance: float = 0.10
-    stable_windows: int = 3
-    max_windows: int = 8
-    min_requests: int = 50  # a window is extended (up to 4x) until it has this many
-    percentile: int = 95  # the latency the stability rule watches
-    # a point whose last DECIDED_WINDOWS windows each have a latency (at ``percentile``) above
-    # this many ms is decided: it breaks the SLA whatever more windows say (0: never)
-    fail_ms: float = 0.0
-    # windows whose latencies are all below this many ms need only a stable throughput: the
-    # point meets the SLA whatever their latencies' spread (0: latency must settle too)
-    clear_ms: float = 0.0
-    # nor do windows whose latencies are all above this many ms: the point breaks the SLA
-    # whatever their spread (0: latency must settle too)
-    over_ms: float = 0.0
-    # RULES_INTERVALS: windows until the latency's interval lies on one side of this limit
-    # (autotune.noise: meets or breaks), at least noise.MIN_WINDOWS, at most max_windows; the
-    # point's figures are every window's. 0, or RULES_STABILITY: the stability rule above.
-    limit_ms: float = 0.0
-    rules: str = "stability"
-
-
-RULES_STABILITY = "stability"  # perf_analyzer's stability rule and the search's rules fitted around it
-RULES_INTERVALS = "intervals"  # the noise model's (autotune.noise) intervals decide
-RULES = (RULES_STABILITY, RULES_INTERVALS)
-
+from autotune.points import (
+    RULES_INTERVALS,
+    RULES_STABILITY,
+    Measurement,
+    Point,
+    WindowPlan,
+)
 
 # A tuning run's points stop early once they break the SLA by this factor in two windows
 # running (WindowPlan.fail_ms): the latency of a clearly failing point is not worth settling,
 # and points past the knee are the slowest to settle (an open loop's backlog keeps growing).
 DECIDED = 1.5
-DECIDED_WINDOWS = 2
 # Nor is the latency of a point whose windows all lie on one side of the search's limit, out of
 # the band that makes a close call (CLOSE: WindowPlan.clear_ms below it, WindowPlan.over_ms above
 # it): its verdict is known, and whether it is a close call (a p99 of the windows merged lies
@@ -102,168 +53,6 @@ def with_bands(plan: WindowPlan, search_limit_ms: float) -> WindowPlan:
         return plan
     clear_ms, over_ms = verdict_bands(search_limit_ms)
     return replace(plan, clear_ms=clear_ms, over_ms=over_ms)
-
-
-@dataclass(frozen=True)
-class ServerBreakdown:
-    """Per-request averages from Triton's statistics over the measured windows (microseconds)."""
-
-    queue_us: float = 0.0
-    compute_input_us: float = 0.0
-    compute_infer_us: float = 0.0
-    compute_output_us: float = 0.0
-    requests: int = 0
-    executions: int = 0
-    batch_sizes: dict[int, int] = field(default_factory=dict)  # batch size -> executions
-
-    @property
-    def avg_batch(self) -> float:
-        total = sum(self.batch_sizes.values())
-        return sum(b * n for b, n in self.batch_sizes.items()) / total if total else 0.0
-
-
-@dataclass(frozen=True)
-class Point:
-    """One operating point, measured to stability (or flagged)."""
-
-    concurrency: int  # closed loop; 0 for open loop
-    request_rate: float  # open loop; 0.0 for closed loop
-    throughput: float  # completed inferences per second
-    avg_ms: float
-    p50_ms: float
-    p90_ms: float
-    p95_ms: float
-    p99_ms: float
-    requests: int
-    errors: int
-    duration_s: float
-    windows: int
-    stable: bool
-    server: ServerBreakdown = field(default_factory=ServerBreakdown)
-    warnings: tuple[str, ...] = ()
-    send_rate: float = 0.0  # open loop: requests actually sent per second
-    send_late_p99_ms: float = 0.0  # open loop: p99 of (actual send - scheduled send)
-    gpus: tuple[GpuFigures, ...] = ()  # the server's GPUs over the kept windows (none on a CPU server)
-    passes: int = 1  # measurements merged into it (:func:`merged`: a close call, a second look)
-    # the load generator's loop stalled (woken over 15 ms late) this often, and this long in all,
-    # over the kept windows: every answer in flight waited for it (autotune.loadgen._load)
-    client_stalls: int = 0
-    client_stall_ms: float = 0.0
-    first_error: str = ""  # the first error the server answered over the kept windows ("" none)
-    # RULES_INTERVALS: each window's throughput, and its latency at ``window_percentile``: the
-    # sample the point's intervals come from (autotune.noise); none under the stability rule
-    window_throughputs: tuple[float, ...] = ()
-    window_latencies_ms: tuple[float, ...] = ()
-    window_percentile: int = 0
-
-    def throughput_estimate(self, noise: Noise | None = None) -> Estimate:
-        """Its throughput with the standard error of its windows (none recorded: an infinite
-        one), or of ``noise``, pooled over more points (:meth:`Noise.estimate`)."""
-        return (noise or Noise()).estimate(self.throughput, self.window_throughputs)
-
-    def latency_estimate(self, percentile: int) -> Estimate:
-        """Its latency at ``percentile`` with the standard error of its windows' (none recorded,
-        or another percentile's: a standard error of 0, the figure as it is)."""
-        if percentile != self.window_percentile or not self.window_latencies_ms:
-            return Estimate(self.latency_ms(percentile), 0.0, 0)
-        found = Estimate.of(self.window_latencies_ms)
-        return Estimate(self.latency_ms(percentile), found.se, found.n)
-
-    def latency_bound(self, percentile: int) -> float:
-        """What the SLA holds it to: the upper bound of its latency at ``percentile`` (the figure
-        itself for a point without windows recorded: :meth:`latency_estimate`)."""
-        estimate = self.latency_estimate(percentile)
-        return estimate.high if estimate.n else estimate.mean
-
-    @property
-    def error_rate(self) -> float:
-        """The share of the requests answered that were errors (0.0 without any)."""
-        answered = self.requests + self.errors
-        return self.errors / answered if answered else 0.0
-
-    @property
-    def trusted(self) -> bool:
-        """Whether its latency can be believed: an open loop that fell behind its schedule
-        measured its own backlog too (BEHIND_SCHEDULE), so the point never meets an SLA."""
-        return BEHIND_SCHEDULE not in self.warnings
-
-    @property
-    def level(self) -> float:
-        """The load it was measured at: the concurrency (closed loop) or the request rate (open)."""
-        return float(self.concurrency) if self.concurrency else self.request_rate
-
-    @property
-    def where(self) -> str:
-        """``concurrency 8`` or ``420 req/s``."""
-        return f"concurrency {self.concurrency}" if self.concurrency else f"{self.request_rate:.4g} req/s"
-
-    def latency_ms(self, percentile: int) -> float:
-        return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[percentile]
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["server"]["batch_sizes"] = {str(k): v for k, v in self.server.batch_sizes.items()}
-        data["warnings"] = list(self.warnings)
-        data["gpus"] = [g.to_dict() for g in self.gpus]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Point:
-        server = dict(data.get("server", {}))
-        server["batch_sizes"] = {int(k): int(v) for k, v in server.get("batch_sizes", {}).items()}
-        gpus = tuple(GpuFigures.from_dict(g) for g in data.get("gpus", ()))
-        warnings = tuple(data["warnings"])
-        windows = {k: tuple(data.get(k, ())) for k in ("window_throughputs", "window_latencies_ms")}
-        return cls(
-            **{**data, "server": ServerBreakdown(**server), "warnings": warnings, "gpus": gpus, **windows}
-        )
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """A candidate's goodput search: every point measured and the best one within the SLA.
-
-    ``pruned``: the search stopped early because this candidate could not beat the best one
-    found so far (its first SLA-breaking point already had less throughput); ``best`` is then
-    a lower bound of its goodput. ``output_check``: what the check of its answers found before
-    it was measured (autotune.outputs): "passed", "reference" (its answers are the ones the
-    others are held to: your config's), or "" (not checked)."""
-
-    points: tuple[Point, ...]
-    best: Point | None  # highest throughput meeting the SLA; None if no point met it
-    pruned: bool = False
-    output_check: str = ""
-    output_check_s: float = 0.0  # what the check of its answers took (seconds)
-
-    @cached_property
-    def noise(self) -> Noise:
-        """The window noise of throughput pooled over its points (:class:`autotune.noise.Noise`)."""
-        return Noise.pooled(p.window_throughputs for p in self.points)
-
-    @property
-    def note(self) -> str:
-        """Why a figure is not the whole story, one line ("" when it is): the load generator
-        could not keep a rate the search needed (that point is not trusted, and the goodput may
-        be a lower bound)."""
-        behind = [p for p in self.points if not p.trusted]
-        if not behind:
-            return ""
-        low = min(behind, key=lambda p: p.request_rate)
-        return (
-            f"not trusted: the load generator fell behind its schedule at {low.where} "
-            f"(sent {low.send_rate:.4g} req/s, p99 {low.send_late_p99_ms:.1f} ms late); "
-            "rates from there on were not measured truly"
-        )
-
-    @property
-    def feasible(self) -> bool:
-        return self.best is not None
-
-    def closest(self, sla: Sla) -> Point:
-        """The point to report when none is feasible: the lowest latency one."""
-        if self.best is not None:
-            return self.best
-        return min(self.points, key=lambda p: p.latency_ms(sla.percentile))
 
 
 # A point whose latency lies within this fraction of the SLA's limit is a close call: one pass
@@ -402,18 +191,6 @@ def second_look(
     )
     points = tuple(looked if p is first else p for p in found.points)
     return replace(found, points=points, best=best_point(points, sla))
-
-
-def errors_line(points: Sequence[Point]) -> str:
-    """The errors of some points in a line: the worst share of requests answered with errors,
-    where, and the server's first error text ("" when none erred)."""
-    erred = [p for p in points if p.errors]
-    if not erred:
-        return ""
-    worst = max(erred, key=lambda p: p.error_rate)
-    text = next((p.first_error for p in erred if p.first_error), "")
-    first = f" (first: {text})" if text else ""
-    return f"{worst.error_rate:.0%} of requests answered with errors at {worst.where}{first}"
 
 
 def merged(points: Sequence[Point]) -> Point:
@@ -677,51 +454,6 @@ def best_point(points: Sequence[Point], sla: Sla, knee: float = KNEE, close: flo
     return max(roomy, key=lambda p: p.level) if roomy else min(near, key=lambda p: p.level)
 
 
-# ---------------------------------------------------------------- stability (pure)
-
-
-def is_stable(
-    throughputs: Sequence[float],
-    latencies: Sequence[float],
-    tolerance: float,
-    clear: float = 0.0,
-    over: float = 0.0,
-) -> bool:
-    """perf_analyzer's rule: the last 3 windows each within ``tolerance`` of their mean; their
-    latencies need not be when each is below ``clear`` or each above ``over`` (> 0: clearly on one
-    side of the search's limit, see :func:`verdict_bands`)."""
-    if len(throughputs) < 3 or len(latencies) < 3:
-        return False
-    last = latencies[-3:]
-    one_side = (clear > 0 and max(last) < clear) or (over > 0 and min(last) > over)
-    return _within(throughputs[-3:], tolerance) and (_within(last, tolerance) or one_side)
-
-
-def windows_done(
-    throughputs: Sequence[float], latencies_ms: Sequence[float], plan: WindowPlan, tolerance: float
-) -> tuple[bool, bool]:
-    """Whether a point's windows so far may stop, and whether they are stable. Under
-    :data:`RULES_INTERVALS` with a limit: once at least :data:`autotune.noise.MIN_WINDOWS` put
-    the latency's interval on one side of it (they are then "stable"); else perf_analyzer's
-    stability (:func:`is_stable`, ``tolerance``) or a clear break (:func:`decided`)."""
-    if plan.rules == RULES_INTERVALS and plan.limit_ms > 0:
-        if len(latencies_ms) < MIN_WINDOWS:
-            return False, False
-        latency = Estimate.of(latencies_ms)
-        settled = meets(latency, plan.limit_ms) or breaks(latency, plan.limit_ms)
-        return settled, settled
-    stable = is_stable(throughputs, latencies_ms, tolerance, plan.clear_ms, plan.over_ms)
-    return stable or decided(latencies_ms, plan), stable
-
-
-def decided(latencies_ms: Sequence[float], plan: WindowPlan) -> bool:
-    """Whether a point's windows so far (each one's latency at the plan's percentile) break the
-    SLA clearly: the last :data:`DECIDED_WINDOWS` each above ``plan.fail_ms`` (a percentile of
-    the windows merged is at least the smallest of theirs)."""
-    last = latencies_ms[-DECIDED_WINDOWS:]
-    return plan.fail_ms > 0 and len(last) == DECIDED_WINDOWS and all(v > plan.fail_ms for v in last)
-
-
 def search_plan(sla: Sla, margin: float, window_s: float, rules: str = RULES_STABILITY) -> WindowPlan:
     """A run's plan for its search's points: windows of ``window_s`` after a warm-up of at least
     a second, stopped early past :data:`DECIDED` times the limit, with the close-call bands of
@@ -736,10 +468,3 @@ def search_plan(sla: Sla, margin: float, window_s: float, rules: str = RULES_STA
         over_ms=over_ms,
         rules=rules,
     )
-
-
-def _within(values: Sequence[float], tolerance: float) -> bool:
-    mean = sum(values) / len(values)
-    if mean <= 0:
-        return False
-    return all(abs(v - mean) <= tolerance * mean for v in values)

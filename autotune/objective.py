@@ -23,7 +23,7 @@ from autotune.gpu import peak_memory_mb
 from autotune.search_space import decode_gpus
 
 if TYPE_CHECKING:
-    from autotune.measure import Point
+    from autotune.points import Point
     from autotune.search_space import Candidate, SearchSpace
 
 PERCENTILES = (50, 90, 95, 99)

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.measure import Measurement, Point
 from autotune.objective import Scoring, Sla
+from autotune.points import Measurement, Point
 from autotune.search_space import Candidate
 
 COMPLETE = "COMPLETE"

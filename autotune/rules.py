@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from autotune.measure import Measurement, Point
 from autotune.noise import Estimate, Noise, better
 from autotune.objective import RAW, Scoring, Sla
+from autotune.points import Measurement, Point
 from autotune.results import TrialResult, Verification
 from autotune.search_space import Candidate
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import UsageError
-from autotune.measure import RULES_STABILITY, WindowPlan
 from autotune.objective import Sla
 from autotune.outputs import parse_tolerance
+from autotune.points import RULES_STABILITY, WindowPlan
 
 LAUNCHERS = ("local", "docker", "remote")
 # How long a config with TensorRT may take to get ready (its engine is built while it loads):

@@ -32,17 +32,17 @@ from typing import Any, Protocol
 from autotune import decide, tuner
 from autotune import model_config as mcfg
 from autotune.events import Events
-from autotune.measure import (
+from autotune.measure import search_plan
+from autotune.objective import Sla, scores
+from autotune.points import (
     RULES_INTERVALS,
     RULES_STABILITY,
     UNSTABLE,
     Point,
     WindowPlan,
     decided,
-    search_plan,
     windows_done,
 )
-from autotune.objective import Sla, scores
 from autotune.results import TrialResult, Verification, recommendation
 from autotune.rundir import RunDir, RunRecord
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space

@@ -24,8 +24,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
-from autotune.measure import Measurement, Point
 from autotune.objective import RAW, Scoring, Sla, scores
+from autotune.points import Measurement, Point
 from autotune.processes import Owner
 from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING, TrialResult, Verification
 from autotune.search_space import Candidate, SearchSpace, params_of

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.loadgen import LoadGenerator, read_intervals
-from autotune.measure import Measurement, Point, find_goodput, find_rate_goodput
+from autotune.measure import find_goodput, find_rate_goodput
 from autotune.objective import Sla
+from autotune.points import Measurement, Point
 from autotune.search_space import SearchSpace
 from autotune.settings import Traffic
 

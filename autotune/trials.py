@@ -34,20 +34,11 @@ from autotune.gpu import GpuProbe
 from autotune.gpu_probe import at_server, choose_probe
 from autotune.launch import Launcher, Server, failure_line, read_tail
 from autotune.loadgen import LoadGenerator, Payload
-from autotune.measure import (
-    RULES_INTERVALS,
-    Measurement,
-    Point,
-    WindowPlan,
-    errors_line,
-    pass_plan,
-    second_look,
-    settled,
-    with_bands,
-)
+from autotune.measure import pass_plan, second_look, settled, with_bands
 from autotune.noise import Estimate
 from autotune.objective import Sla
 from autotune.outputs import Reference, check_requests, compare, parse_tolerance
+from autotune.points import RULES_INTERVALS, Measurement, Point, WindowPlan, errors_line
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate

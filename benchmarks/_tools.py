@@ -70,8 +70,9 @@ def run_checked(cmd: Sequence[str], what: str, env: dict[str, str] | None = None
 def apt_missing(packages: Sequence[str]) -> list[str]:
     missing = []
     for package in packages:
-        proc = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package],
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
+        )
         if "install ok installed" not in proc.stdout:
             missing.append(package)
     return missing
@@ -82,13 +83,16 @@ def ensure_apt(packages: Sequence[str]) -> None:
     if not missing:
         return
     if os.geteuid() != 0:
-        raise SetupError(f"Debian packages {missing} are missing and this is not root: "
-                         f"sudo apt-get install -y {' '.join(missing)}")
+        raise SetupError(
+            f"Debian packages {missing} are missing and this is not root: "
+            f"sudo apt-get install -y {' '.join(missing)}"
+        )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     log(f"apt-get install {' '.join(missing)}")
     run_checked(["apt-get", "update", "-q"], "apt-get update", env)
-    run_checked(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
-                "apt-get install", env)
+    run_checked(
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], "apt-get install", env
+    )
 
 
 def ensure_venv(name: str, requirements: Sequence[str]) -> Path:
@@ -152,8 +156,18 @@ class PerfAnalyzer:
         env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, env.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
         return env
 
-    def command(self, model: str, url: str, protocol: str, level: str, window_s: float, stability: float,
-                max_windows: int, out: Path, *extra: str) -> list[str]:
+    def command(
+        self,
+        model: str,
+        url: str,
+        protocol: str,
+        level: str,
+        window_s: float,
+        stability: float,
+        max_windows: int,
+        out: Path,
+        *extra: str,
+    ) -> list[str]:
         """One p95-stabilized measurement of ``level`` (``--concurrency-range=N`` or
         ``--request-rate-range=R``), its CSV written to ``out``; ``extra`` flags last."""
         return [str(self.binary), "-m", model, "-u", url, "-i", protocol, level, "--percentile=95",
@@ -163,10 +177,13 @@ class PerfAnalyzer:
     def wrapper(self, path: Path) -> Path:
         """A script that runs this perf_analyzer with its libraries (for tools that take a path)."""
         libs = os.pathsep.join(str(p) for p in self.library_path)
-        return write_script(path, [
-            _prepend_library_path(libs),
-            f'exec {shlex.quote(str(self.binary))} "$@"',
-        ])
+        return write_script(
+            path,
+            [
+                _prepend_library_path(libs),
+                f'exec {shlex.quote(str(self.binary))} "$@"',
+            ],
+        )
 
 
 def ensure_perf_analyzer() -> PerfAnalyzer:
@@ -178,8 +195,11 @@ def ensure_perf_analyzer() -> PerfAnalyzer:
         raise SetupError(f"{binary} is missing: the tritonclient wheel no longer carries perf_analyzer?")
     cudart = site_packages(venv) / "nvidia" / "cuda_runtime" / "lib"
     pa = PerfAnalyzer(binary, (cudart,))
-    missing = [line.strip() for line in run_checked(["ldd", str(binary)], "ldd perf_analyzer", pa.env())
-               .splitlines() if "not found" in line]
+    missing = [
+        line.strip()
+        for line in run_checked(["ldd", str(binary)], "ldd perf_analyzer", pa.env()).splitlines()
+        if "not found" in line
+    ]
     if missing:
         raise SetupError(f"perf_analyzer cannot load: {missing}")
     return pa
@@ -213,8 +233,10 @@ class Tritonserver:
         lines = [f'export PATH={shlex.quote(str(self.stub_bin))}:"$PATH"']
         if libs:
             lines.append(_prepend_library_path(libs))
-        lines.append(f'exec {shlex.quote(str(self.binary))} '
-                     f'--backend-directory={shlex.quote(str(self.backend_dir))} "$@"')
+        lines.append(
+            f"exec {shlex.quote(str(self.binary))} "
+            f'--backend-directory={shlex.quote(str(self.backend_dir))} "$@"'
+        )
         return write_script(path, lines)
 
 
@@ -236,8 +258,10 @@ def find_tritonserver() -> Tritonserver:
 def example_models(models: Sequence[str]) -> Path:
     """A repository of freshly built example models (original configs) in the cache."""
     repo = cache_dir() / "models"
-    run_checked([sys.executable, str(ROOT / "examples" / "build_models.py"), "--out", str(repo),
-                 "--models", *models], "examples/build_models.py")
+    run_checked(
+        [sys.executable, str(ROOT / "examples" / "build_models.py"), "--out", str(repo), "--models", *models],
+        "examples/build_models.py",
+    )
     return repo
 
 

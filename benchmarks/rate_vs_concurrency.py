@@ -36,7 +36,7 @@ import _tools
 from autotune import model_config as mcfg
 from autotune.launch.local import LocalLauncher
 from autotune.loadgen import LoadGenerator
-from autotune.measure import WindowPlan
+from autotune.points import WindowPlan
 from autotune.reload import reload_outcome
 from autotune.results import recommendation
 from autotune.staging import stage_model

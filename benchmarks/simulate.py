@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune import sim
-from autotune.measure import RULES
+from autotune.points import RULES
 
 CVS = (0.02, 0.05, 0.10, 0.15, 0.20)
 

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from autotune import hostlock, sim, tuner
 from autotune.events import Events
 from autotune.launch import make_launcher
-from autotune.measure import RULES_INTERVALS, WindowPlan
 from autotune.objective import Sla
+from autotune.points import RULES_INTERVALS, WindowPlan
 from autotune.rundir import RunDir, RunRecord
 from autotune.settings import Launch, RunSettings
 from autotune.trials import Trials

@@ -112,8 +112,9 @@ def full_budget(args: argparse.Namespace) -> Budget:
     space = yaml.safe_load(SPACE_FILE.read_text(encoding="utf-8"))
     if args.max_instances:
         space["instance_group"]["count"]["max"] = args.max_instances
-    return Budget(space, {}, args.ma_timeout_s, args.quick_watchdog_s, (), args.repeats, args.window_ms,
-                  args.stability)
+    return Budget(
+        space, {}, args.ma_timeout_s, args.quick_watchdog_s, (), args.repeats, args.window_ms, args.stability
+    )
 
 
 def smoke_budget(args: argparse.Namespace) -> Budget:
@@ -121,10 +122,28 @@ def smoke_budget(args: argparse.Namespace) -> Budget:
     space["instance_group"]["count"] = {"min": 1, "max": 1}
     space["max_batch_size"] = [1, 2]
     space["load"]["concurrency"] = {"min": 1, "max": 2}
-    autotune = ("--max-trials", "2", "--time-budget", "60s", "--finalists", "1", "--repeats", "1",
-                "--window", "0.5")
-    return Budget(space, {"optuna_min_trials": 2, "optuna_max_trials": 2}, 300.0,
-                  min(args.quick_watchdog_s, 60.0), autotune, 1, 1000, args.stability)
+    autotune = (
+        "--max-trials",
+        "2",
+        "--time-budget",
+        "60s",
+        "--finalists",
+        "1",
+        "--repeats",
+        "1",
+        "--window",
+        "0.5",
+    )
+    return Budget(
+        space,
+        {"optuna_min_trials": 2, "optuna_max_trials": 2},
+        300.0,
+        min(args.quick_watchdog_s, 60.0),
+        autotune,
+        1,
+        1000,
+        args.stability,
+    )
 
 
 # ---------------------------------------------------------------- records
@@ -260,8 +279,9 @@ class Watch:
             self.last_new_s = time.monotonic() - self.started
 
 
-def supervise(cmd: Sequence[str], cwd: Path, log_path: Path, limit_s: float,
-              env: dict[str, str] | None = None) -> tuple[str, float, Watch]:
+def supervise(
+    cmd: Sequence[str], cwd: Path, log_path: Path, limit_s: float, env: dict[str, str] | None = None
+) -> tuple[str, float, Watch]:
     """Run ``cmd`` to the end, or stop it (SIGINT, then SIGKILL to its group) when it loops or
     runs out of time; returns (finished | failed | looped | timeout, wall seconds, what it printed)."""
     started = time.monotonic()
@@ -269,8 +289,17 @@ def supervise(cmd: Sequence[str], cwd: Path, log_path: Path, limit_s: float,
     with log_path.open("w", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, bufsize=1, start_new_session=True)
+        proc = subprocess.Popen(
+            list(cmd),
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
         reader = threading.Thread(target=_copy_lines, args=(proc, log, watch), daemon=True)
         reader.start()
         try:
@@ -293,8 +322,13 @@ def _copy_lines(proc: subprocess.Popen[str], log: Any, watch: Watch) -> None:
 
 def _wait(proc: subprocess.Popen[str], started: float, limit_s: float, watch: Watch) -> str:
     while proc.poll() is None:
-        status = ("looped" if watch.repeats >= LOOP_REPEATS
-                  else "timeout" if time.monotonic() - started > limit_s else "")
+        status = (
+            "looped"
+            if watch.repeats >= LOOP_REPEATS
+            else "timeout"
+            if time.monotonic() - started > limit_s
+            else ""
+        )
         if status:
             _interrupt(proc, STOP_GRACE_S)
             return status
@@ -343,9 +377,15 @@ def install(work: Path, models: Sequence[str], worktree: bool, revisions: Sequen
     srcs: dict[str, Path | None] = {rev: autotune_snapshot(work, rev) for rev in revisions}
     if not srcs:
         srcs[""] = None if worktree else autotune_snapshot(work)
-    return Peers(pa, _tools.ensure_model_analyzer(), server, _tools.example_models(models),
-                 server.wrapper(work / "bin" / "tritonserver"), pa.wrapper(work / "bin" / "perf_analyzer"),
-                 srcs)
+    return Peers(
+        pa,
+        _tools.ensure_model_analyzer(),
+        server,
+        _tools.example_models(models),
+        server.wrapper(work / "bin" / "tritonserver"),
+        pa.wrapper(work / "bin" / "perf_analyzer"),
+        srcs,
+    )
 
 
 def ma_bounds(space: SearchSpace) -> dict[str, int]:
@@ -360,8 +400,16 @@ def ma_bounds(space: SearchSpace) -> dict[str, int]:
     }
 
 
-def ma_config(model: str, sla_ms: float, mode: str, repo: Path, out: Path, peers: Peers,
-              bounds: dict[str, int], extra: dict[str, Any]) -> dict[str, Any]:
+def ma_config(
+    model: str,
+    sla_ms: float,
+    mode: str,
+    repo: Path,
+    out: Path,
+    peers: Peers,
+    bounds: dict[str, int],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
     http, grpc, metrics = free_ports(3)
     path = os.pathsep.join([str(peers.server.stub_bin), os.environ.get("PATH", "")])
     return {
@@ -384,8 +432,16 @@ def ma_config(model: str, sla_ms: float, mode: str, repo: Path, out: Path, peers
     }
 
 
-def run_model_analyzer(model: str, sla_ms: float, mode: str, folder: Path, peers: Peers, budget: Budget,
-                       space: SearchSpace, monitor: LoadMonitor) -> ToolRun:
+def run_model_analyzer(
+    model: str,
+    sla_ms: float,
+    mode: str,
+    folder: Path,
+    peers: Peers,
+    budget: Budget,
+    space: SearchSpace,
+    monitor: LoadMonitor,
+) -> ToolRun:
     tool = f"MA {mode}"
     repo, out = folder / "repo", folder / "out"
     (out / "export").mkdir(parents=True)
@@ -396,16 +452,27 @@ def run_model_analyzer(model: str, sla_ms: float, mode: str, folder: Path, peers
     limit = budget.quick_watchdog_s if mode == "quick" else budget.ma_timeout_s
     _tools.log(f"{model}: Model Analyzer {mode} (limit {limit:.0f} s; log {folder / 'ma.log'})")
     start = time.monotonic()
-    status, wall, watch = supervise([str(peers.model_analyzer), "profile", "-f", str(config_path)],
-                                    folder, folder / "ma.log", limit)
+    status, wall, watch = supervise(
+        [str(peers.model_analyzer), "profile", "-f", str(config_path)], folder, folder / "ma.log", limit
+    )
     points = ma_points(out / "checkpoints", model)
     winner = ma_winner(points, sla_ms, out / "models")
     reported = ma_reported_winner(out / "export" / "results" / "metrics-model-inference.csv", sla_ms)
     note = _ma_note(status, watch, points, winner, reported, folder / "ma.log")
-    return ToolRun(model, tool, status, wall, len({p.variant for p in points}), len(points), winner, note,
-                   watch.last_new_s, monitor.between(start, time.monotonic()), str(folder / "ma.log"),
-                   {"config": config, "measurements": [asdict(p) for p in points],
-                    "reported_winner": reported})
+    return ToolRun(
+        model,
+        tool,
+        status,
+        wall,
+        len({p.variant for p in points}),
+        len(points),
+        winner,
+        note,
+        watch.last_new_s,
+        monitor.between(start, time.monotonic()),
+        str(folder / "ma.log"),
+        {"config": config, "measurements": [asdict(p) for p in points], "reported_winner": reported},
+    )
 
 
 @dataclass(frozen=True)
@@ -432,8 +499,14 @@ def ma_points(checkpoints: Path, model: str) -> list[MaPoint]:
                 concurrency = mcm.get("_model_specific_pa_params", {}).get("concurrency-range")
                 if concurrency is None or "perf_throughput" not in metrics:
                     continue
-                points.append(MaPoint(variant, int(concurrency), float(metrics["perf_throughput"]),
-                                      float(metrics.get("perf_latency_p99", float("inf")))))
+                points.append(
+                    MaPoint(
+                        variant,
+                        int(concurrency),
+                        float(metrics["perf_throughput"]),
+                        float(metrics.get("perf_latency_p99", float("inf"))),
+                    )
+                )
     return points
 
 
@@ -444,8 +517,13 @@ def ma_winner(points: Sequence[MaPoint], sla_ms: float, output_repo: Path) -> Wi
         return None
     best = max(feasible, key=lambda p: p.throughput)
     config_path = output_repo / best.variant / "config.pbtxt"
-    return Winner(config_path.read_text(encoding="utf-8"), best.concurrency, best.throughput, best.p99_ms,
-                  f"{best.variant} (checkpoint)")
+    return Winner(
+        config_path.read_text(encoding="utf-8"),
+        best.concurrency,
+        best.throughput,
+        best.p99_ms,
+        f"{best.variant} (checkpoint)",
+    )
 
 
 def ma_reported_winner(results_csv: Path, sla_ms: float) -> dict[str, Any] | None:
@@ -457,16 +535,28 @@ def ma_reported_winner(results_csv: Path, sla_ms: float) -> dict[str, Any] | Non
     if not rows:
         return {"variant": None}
     best = max(rows, key=lambda r: float(r["Throughput (infer/sec)"]))
-    return {"variant": best["Model Config Path"], "concurrency": int(best["Concurrency"]),
-            "throughput": float(best["Throughput (infer/sec)"]), "p99_ms": float(best["p99 Latency (ms)"])}
+    return {
+        "variant": best["Model Config Path"],
+        "concurrency": int(best["Concurrency"]),
+        "throughput": float(best["Throughput (infer/sec)"]),
+        "p99_ms": float(best["p99 Latency (ms)"]),
+    }
 
 
-def _ma_note(status: str, watch: Watch, points: Sequence[MaPoint], winner: Winner | None,
-             reported: dict[str, Any] | None, log: Path) -> str:
+def _ma_note(
+    status: str,
+    watch: Watch,
+    points: Sequence[MaPoint],
+    winner: Winner | None,
+    reported: dict[str, Any] | None,
+    log: Path,
+) -> str:
     notes = []
     if status == "looped":
-        notes.append(f"stopped after {LOOP_REPEATS} repeats of 'Existing measurement found' "
-                     f"(no new measurement since {watch.last_new_s or 0:.0f} s)")
+        notes.append(
+            f"stopped after {LOOP_REPEATS} repeats of 'Existing measurement found' "
+            f"(no new measurement since {watch.last_new_s or 0:.0f} s)"
+        )
     elif status == "timeout":
         notes.append("stopped by the watchdog")
     elif status == "failed":
@@ -497,8 +587,11 @@ def autotune_snapshot(work: Path, rev: str = "HEAD") -> Path:
     package, as pyproject.toml maps them.)"""
     src = work / ("autotune-src" if rev == "HEAD" else f"autotune-src-{rev}")
     shutil.rmtree(src, ignore_errors=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, "autotune",
-                              "templates", "search_spaces"], capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, "autotune", "templates", "search_spaces"],
+        capture_output=True,
+        check=True,
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(src)  # our own repository's archive
     for folder in ("templates", "search_spaces"):
@@ -506,13 +599,39 @@ def autotune_snapshot(work: Path, rev: str = "HEAD") -> Path:
     return src
 
 
-def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: Budget, space_file: Path,
-                 monitor: LoadMonitor, tool: str = "autotune", src: Path | None = None) -> ToolRun:
+def run_autotune(
+    model: str,
+    sla_ms: float,
+    folder: Path,
+    peers: Peers,
+    budget: Budget,
+    space_file: Path,
+    monitor: LoadMonitor,
+    tool: str = "autotune",
+    src: Path | None = None,
+) -> ToolRun:
     repo, reports = folder / "repo", folder / "reports"
     _tools.copy_model(peers.models, model, repo)
-    cmd = [sys.executable, "-m", "autotune.cli", "run", "--model", model, "--model-repository", str(repo),
-           "--sla-p99-ms", f"{sla_ms:g}", "--search-space", str(space_file), "--reports-dir", str(reports),
-           "--protocol", "grpc", "--fresh", *budget.autotune_args]  # gRPC: what MA and the re-measurement use
+    cmd = [
+        sys.executable,
+        "-m",
+        "autotune.cli",
+        "run",
+        "--model",
+        model,
+        "--model-repository",
+        str(repo),
+        "--sla-p99-ms",
+        f"{sla_ms:g}",
+        "--search-space",
+        str(space_file),
+        "--reports-dir",
+        str(reports),
+        "--protocol",
+        "grpc",
+        "--fresh",
+        *budget.autotune_args,
+    ]  # gRPC: what MA and the re-measurement use
     _tools.log(f"{model}: {shlex.join(cmd[1:])} (log {folder / 'autotune.log'})")
     start = time.monotonic()
     env = _plain_terminal()
@@ -522,8 +641,18 @@ def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: 
     load = monitor.between(start, time.monotonic())
     run_dirs = sorted((reports / model).glob("*/run.json"))
     if not run_dirs:
-        return ToolRun(model, tool, "failed", wall, 0, 0, None, _last_error(folder / "autotune.log"),
-                       load1=load, log=str(folder / "autotune.log"))
+        return ToolRun(
+            model,
+            tool,
+            "failed",
+            wall,
+            0,
+            0,
+            None,
+            _last_error(folder / "autotune.log"),
+            load1=load,
+            log=str(folder / "autotune.log"),
+        )
     failed = status != "finished"
     status_note = f"{status}: {_last_error(folder / 'autotune.log')}; " if failed else ""
     outcome = reload_outcome(run_dirs[-1].parent)
@@ -535,30 +664,71 @@ def run_autotune(model: str, sla_ms: float, folder: Path, peers: Peers, budget: 
         # the operating point autotune recommends: the verified one where the winner was verified
         chosen = recommendation(outcome.winner, outcome.info.verifications, 99)
         assert chosen is not None
-        winner = Winner(outcome.info.winner_config, chosen.concurrency, chosen.throughput, chosen.latency_ms,
-                        f"trial {outcome.winner.number} ({run_dirs[-1].parent.name})")
+        winner = Winner(
+            outcome.info.winner_config,
+            chosen.concurrency,
+            chosen.throughput,
+            chosen.latency_ms,
+            f"trial {outcome.winner.number} ({run_dirs[-1].parent.name})",
+        )
     trials_s = sum(t.duration_s for t in outcome.trials)
-    details = {"run_dir": str(run_dirs[-1].parent), "trials": len(outcome.trials),
-               "trials_s": round(trials_s, 1), "other_s": round(wall - trials_s, 1),
-               "verifications": [{"trial": v.trial, "concurrency": v.concurrency, "sla_met": v.sla_met,
-                                  "median_throughput": v.median_throughput,
-                                  "p99_ms": [p.p99_ms for p in v.points]}  # each repeat's
-                                 for v in outcome.info.verifications],
-               "measured": [_trial_detail(t) for t in measured]}  # wall time per trial, from results/ alone
-    note = f"{status_note}{len(outcome.trials)} trials ({len(outcome.trials) - len(measured)} reused), " \
-           f"{trials_s:.0f} s in trials, {wall - trials_s:.0f} s start-up/verification/report"
-    return ToolRun(model, tool, status, wall, len(measured), points, winner, note, None, load,
-                   str(folder / "autotune.log"), details)
+    details = {
+        "run_dir": str(run_dirs[-1].parent),
+        "trials": len(outcome.trials),
+        "trials_s": round(trials_s, 1),
+        "other_s": round(wall - trials_s, 1),
+        "verifications": [
+            {
+                "trial": v.trial,
+                "concurrency": v.concurrency,
+                "sla_met": v.sla_met,
+                "median_throughput": v.median_throughput,
+                "p99_ms": [p.p99_ms for p in v.points],
+            }  # each repeat's
+            for v in outcome.info.verifications
+        ],
+        "measured": [_trial_detail(t) for t in measured],
+    }  # wall time per trial, from results/ alone
+    note = (
+        f"{status_note}{len(outcome.trials)} trials ({len(outcome.trials) - len(measured)} reused), "
+        f"{trials_s:.0f} s in trials, {wall - trials_s:.0f} s start-up/verification/report"
+    )
+    return ToolRun(
+        model,
+        tool,
+        status,
+        wall,
+        len(measured),
+        points,
+        winner,
+        note,
+        None,
+        load,
+        str(folder / "autotune.log"),
+        details,
+    )
 
 
 def _trial_detail(trial: Any) -> dict[str, Any]:
     """One measured trial as the benchmark's JSON keeps it: its config, seconds, and each point's
     level, passes and windows (what the run's wall time went on)."""
     points = trial.measurement.points if trial.measurement else ()
-    return {"trial": trial.number, "config": trial.candidate.label() if trial.candidate else None,
-            "duration_s": round(trial.duration_s, 2), "state": trial.state,
-            "points": [{"level": p.level, "passes": p.passes, "windows": p.windows,
-                        "throughput": round(p.throughput, 1), "p99_ms": round(p.p99_ms, 2)} for p in points]}
+    return {
+        "trial": trial.number,
+        "config": trial.candidate.label() if trial.candidate else None,
+        "duration_s": round(trial.duration_s, 2),
+        "state": trial.state,
+        "points": [
+            {
+                "level": p.level,
+                "passes": p.passes,
+                "windows": p.windows,
+                "throughput": round(p.throughput, 1),
+                "p99_ms": round(p.p99_ms, 2),
+            }
+            for p in points
+        ],
+    }
 
 
 def _plain_terminal() -> dict[str, str]:
@@ -568,8 +738,9 @@ def _plain_terminal() -> dict[str, str]:
 # ---------------------------------------------------------------- the common instrument
 
 
-def remeasure(runs: Sequence[ToolRun], sla_ms: float, work: Path, peers: Peers,
-              budget: Budget) -> list[Remeasured]:
+def remeasure(
+    runs: Sequence[ToolRun], sla_ms: float, work: Path, peers: Peers, budget: Budget
+) -> list[Remeasured]:
     """Each distinct winner at its concurrency, ``repeats`` times, round-robin so that a change in
     the machine's load touches them all alike; a fresh server and a warm-up each time. Winners
     that make the server do the same at the same concurrency (:func:`behaviour`) are one point,
@@ -585,8 +756,10 @@ def remeasure(runs: Sequence[ToolRun], sla_ms: float, work: Path, peers: Peers,
             first = members[0]
             assert first.winner is not None
             tools = ", ".join(r.tool for r in members)
-            _tools.log(f"{first.model}: perf_analyzer on the winner of {tools} at concurrency "
-                       f"{first.winner.concurrency}, repeat {repeat + 1}/{budget.repeats}")
+            _tools.log(
+                f"{first.model}: perf_analyzer on the winner of {tools} at concurrency "
+                f"{first.winner.concurrency}, repeat {repeat + 1}/{budget.repeats}"
+            )
             folder = work / first.model / "remeasure" / _slug(first.tool)
             try:
                 point = measure_winner(first.model, first.winner, folder, peers, budget)
@@ -595,9 +768,11 @@ def remeasure(runs: Sequence[ToolRun], sla_ms: float, work: Path, peers: Peers,
                 continue
             if point is not None:
                 points[key].append(point)
-    return [Remeasured(r.tool, key[1], tuple(points[key]), sla_ms,
-                       tuple(m.tool for m in members if m is not r))
-            for key, members in groups.items() for r in members]
+    return [
+        Remeasured(r.tool, key[1], tuple(points[key]), sla_ms, tuple(m.tool for m in members if m is not r))
+        for key, members in groups.items()
+        for r in members
+    ]
 
 
 def behaviour(config_text: str) -> str:
@@ -613,12 +788,29 @@ def _slug(tool: str) -> str:
 
 
 def measure_winner(model: str, winner: Winner, folder: Path, peers: Peers, budget: Budget) -> PaPoint | None:
-    return measure_fresh(peers.pa, peers.models, model, winner.config, winner.concurrency, folder,
-                         budget.window_ms, budget.stability)
+    return measure_fresh(
+        peers.pa,
+        peers.models,
+        model,
+        winner.config,
+        winner.concurrency,
+        folder,
+        budget.window_ms,
+        budget.stability,
+    )
 
 
-def measure_fresh(pa: _tools.PerfAnalyzer, models: Path, model: str, config_text: str, concurrency: int,
-                  folder: Path, window_ms: int, stability: int, warmup_ms: int = 1000) -> PaPoint | None:
+def measure_fresh(
+    pa: _tools.PerfAnalyzer,
+    models: Path,
+    model: str,
+    config_text: str,
+    concurrency: int,
+    folder: Path,
+    window_ms: int,
+    stability: int,
+    warmup_ms: int = 1000,
+) -> PaPoint | None:
     """One re-measurement: ``config_text`` staged in ``folder`` on a fresh server, perf_analyzer
     for ``warmup_ms`` (discarded), then :func:`perf_analyzer` at ``concurrency``."""
     config = mcfg.parse_config(config_text)
@@ -632,16 +824,36 @@ def measure_fresh(pa: _tools.PerfAnalyzer, models: Path, model: str, config_text
         return perf_analyzer(pa, model, port, concurrency, window_ms, folder / "measure.csv", stability)
 
 
-def perf_analyzer(pa: _tools.PerfAnalyzer, model: str, grpc_port: int, concurrency: int, window_ms: int,
-                  out_csv: Path, stability: int) -> PaPoint | None:
+def perf_analyzer(
+    pa: _tools.PerfAnalyzer,
+    model: str,
+    grpc_port: int,
+    concurrency: int,
+    window_ms: int,
+    out_csv: Path,
+    stability: int,
+) -> PaPoint | None:
     """One perf_analyzer measurement: its stability rule on p99 with ``stability`` percent (100
     takes the first 3 windows: a fixed length); one that never settles is taken again with
     the rule relaxed and marked unstable."""
     for attempt_stability in (stability, 100):
         out_csv.unlink(missing_ok=True)
-        cmd = [str(pa.binary), "-m", model, "-u", f"127.0.0.1:{grpc_port}", "-i", "grpc",
-               f"--concurrency-range={concurrency}", "--percentile=99", f"--measurement-interval={window_ms}",
-               f"--stability-percentage={attempt_stability}", "--max-trials=10", "-f", str(out_csv)]
+        cmd = [
+            str(pa.binary),
+            "-m",
+            model,
+            "-u",
+            f"127.0.0.1:{grpc_port}",
+            "-i",
+            "grpc",
+            f"--concurrency-range={concurrency}",
+            "--percentile=99",
+            f"--measurement-interval={window_ms}",
+            f"--stability-percentage={attempt_stability}",
+            "--max-trials=10",
+            "-f",
+            str(out_csv),
+        ]
         proc = subprocess.run(cmd, env=pa.env(), capture_output=True, text=True, check=False, timeout=600)
         if proc.returncode == 0 and out_csv.is_file():
             return _pa_point(out_csv, stable=attempt_stability == stability)
@@ -654,8 +866,13 @@ def perf_analyzer(pa: _tools.PerfAnalyzer, model: str, grpc_port: int, concurren
 def _pa_point(path: Path, stable: bool) -> PaPoint:
     with path.open(encoding="utf-8") as f:
         row = next(csv.DictReader(f))
-    return PaPoint(float(row["Inferences/Second"]), float(row["p99 latency"]) / 1000,
-                   float(row["p95 latency"]) / 1000, float(row["p50 latency"]) / 1000, stable)
+    return PaPoint(
+        float(row["Inferences/Second"]),
+        float(row["p99 latency"]) / 1000,
+        float(row["p95 latency"]) / 1000,
+        float(row["p50 latency"]) / 1000,
+        stable,
+    )
 
 
 # ---------------------------------------------------------------- the table
@@ -675,22 +892,30 @@ def describe(config_text: str) -> str:
     return f"{count}x{kind} mbs {config.max_batch_size} {batching}"
 
 
-def table(model: str, sla_ms: float, runs: Sequence[ToolRun], measured: Sequence[Remeasured],
-          budget: Budget) -> str:
+def table(
+    model: str, sla_ms: float, runs: Sequence[ToolRun], measured: Sequence[Remeasured], budget: Budget
+) -> str:
     by_tool = {m.tool: m for m in measured}
-    head = (f"{model}: p99 <= {sla_ms:g} ms. Winners re-measured by perf_analyzer (gRPC, --percentile=99, "
-            f"{budget.window_ms} ms windows, stability {budget.stability}%), {budget.repeats} repeats "
-            "round-robin; medians.")
-    cols = f"{'tool/mode':<12} {'status':<8} {'wall':>7} {'load':>9} {'configs':>7} {'points':>6}  " \
-           f"{'winner':<22} {'conc':>4} {'own thr':>8} {'thr':>8} {'spread':>6} {'p99 ms':>7} {'met':>5} " \
-           f"{'goodput':>8}"
+    head = (
+        f"{model}: p99 <= {sla_ms:g} ms. Winners re-measured by perf_analyzer (gRPC, --percentile=99, "
+        f"{budget.window_ms} ms windows, stability {budget.stability}%), {budget.repeats} repeats "
+        "round-robin; medians."
+    )
+    cols = (
+        f"{'tool/mode':<12} {'status':<8} {'wall':>7} {'load':>9} {'configs':>7} {'points':>6}  "
+        f"{'winner':<22} {'conc':>4} {'own thr':>8} {'thr':>8} {'spread':>6} {'p99 ms':>7} {'met':>5} "
+        f"{'goodput':>8}"
+    )
     lines = [head, cols, "-" * len(cols)]
     for run in runs:
         lines.append(_row(run, by_tool.get(run.tool)))
     lines += ["", *ratios(runs, by_tool), *revisions(runs, by_tool), *against_best(runs, by_tool)]
     lines += [""] + [f"  {r.tool}: {r.note}" for r in runs if r.note]
-    lines += [f"  {m.tool}: the same point as {', '.join(m.shared_with)} (measured once, shared)"
-              for m in measured if m.shared_with]
+    lines += [
+        f"  {m.tool}: the same point as {', '.join(m.shared_with)} (measured once, shared)"
+        for m in measured
+        if m.shared_with
+    ]
     return "\n".join(lines)
 
 
@@ -713,8 +938,10 @@ def revisions(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> list[s
         goodputs = [_goodput(by_tool.get(r.tool)) for r in mine]
         met = [f"{m.met}/{len(m.points)}" if (m := by_tool.get(r.tool)) and m.points else "-" for r in mine]
         walls = [r.wall_s for r in mine]
-        line = (f"{rev:<22} goodput {' '.join(f'{g:.1f}' if g else 'MISS' for g in goodputs)} (median "
-                f"{med(goodputs):.1f}), met {' '.join(met)}, wall {' '.join(f'{w:.0f}s' for w in walls)}")
+        line = (
+            f"{rev:<22} goodput {' '.join(f'{g:.1f}' if g else 'MISS' for g in goodputs)} (median "
+            f"{med(goodputs):.1f}), met {' '.join(met)}, wall {' '.join(f'{w:.0f}s' for w in walls)}"
+        )
         if base is None:
             base = (med(goodputs), med(walls))
         elif base[0] and base[1]:
@@ -747,19 +974,24 @@ def against_best(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> lis
     ours = [r for r in runs if r.tool.startswith("autotune")]
     if not best or not ours:
         return []
-    out = ["", f"best known goodput {best:.1f} (the best re-measured winner of any tool that met the SLA in "
-               f"at least {SLA_BAR:.0%} of its repeats"
-               + (f"; {loose:.1f} counting those that met it in most)" if loose > best else ")")]
+    out = [
+        "",
+        f"best known goodput {best:.1f} (the best re-measured winner of any tool that met the SLA in "
+        f"at least {SLA_BAR:.0%} of its repeats"
+        + (f"; {loose:.1f} counting those that met it in most)" if loose > best else ")"),
+    ]
     for rev in dict.fromkeys(r.tool.split(" ")[0] for r in ours):
         mine = [r for r in ours if r.tool.split(" ")[0] == rev]
         fractions = [_goodput(by_tool.get(r.tool)) / best for r in mine]
         met = [(m.met, len(m.points)) if (m := by_tool.get(r.tool)) else (0, 0) for r in mine]
         walls = [r.wall_s / brute.wall_s for r in mine] if brute and brute.wall_s else []
         enough = sum(f >= ENOUGH for f in fractions)
-        line = (f"{rev:<22} goodput / best {' '.join(f'{f:.3f}' for f in fractions)} "
-                f"({enough}/{len(mine)} >= {ENOUGH}); SLA met {sum(a for a, _ in met)}/"
-                f"{sum(n for _, n in met)} ({sum(meets_bar(by_tool.get(r.tool)) for r in mine)}/{len(mine)} "
-                f"runs >= {SLA_BAR:.0%})")
+        line = (
+            f"{rev:<22} goodput / best {' '.join(f'{f:.3f}' for f in fractions)} "
+            f"({enough}/{len(mine)} >= {ENOUGH}); SLA met {sum(a for a, _ in met)}/"
+            f"{sum(n for _, n in met)} ({sum(meets_bar(by_tool.get(r.tool)) for r in mine)}/{len(mine)} "
+            f"runs >= {SLA_BAR:.0%})"
+        )
         if walls:
             line += f"; wall / MA brute {' '.join(f'{w:.2f}' for w in walls)} (max {max(walls):.2f})"
         out.append(line)
@@ -774,10 +1006,16 @@ def tables_from(result: Path) -> str:
     out = [f"{result.name}, read again: {first}"]
     for model in data["results"]:
         runs = [tool_run(r) for r in model["runs"]]
-        measured = {m["tool"]: Remeasured(m["tool"], m["concurrency"],
-                                          tuple(PaPoint(**p) for p in m["points"]),
-                                          m["sla_ms"], tuple(m.get("shared_with", ())))
-                    for m in model["remeasured"]}
+        measured = {
+            m["tool"]: Remeasured(
+                m["tool"],
+                m["concurrency"],
+                tuple(PaPoint(**p) for p in m["points"]),
+                m["sla_ms"],
+                tuple(m.get("shared_with", ())),
+            )
+            for m in model["remeasured"]
+        }
         out += [f"{model['model']}:", *against_best(runs, measured)[1:]]
     return "\n".join(out)
 
@@ -807,8 +1045,11 @@ def ratios(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> list[str]
             continue
         if run.tool.startswith("autotune"):  # a repeat of ours: do the two agree?
             g_again, g_first = _goodput(by_tool.get(run.tool)), _goodput(by_tool.get("autotune"))
-            same = "same winner" if run.winner and ours.winner and run.winner.config == ours.winner.config \
+            same = (
+                "same winner"
+                if run.winner and ours.winner and run.winner.config == ours.winner.config
                 else "another winner"
+            )
             agree = f"{g_again / g_first:.2f}x" if g_first else "n/a"
             out.append(f"{run.tool} / autotune goodput {agree:>6}   ({same})")
             continue
@@ -831,7 +1072,7 @@ def parse_sla(values: Sequence[str], models: Sequence[str]) -> dict[str, float]:
     slas = {m: DEFAULT_SLA_MS.get(m, 50.0) for m in models}
     for value in values:
         name, _, ms = value.rpartition("=")
-        for model in ([name] if name else models):
+        for model in [name] if name else models:
             slas[model] = float(ms)
     return slas
 
@@ -859,67 +1100,160 @@ def once(folder: Path, run: Callable[[Path], ToolRun]) -> ToolRun:
     return result
 
 
-def bench_model(model: str, sla_ms: float, modes: Sequence[str], work: Path, peers: Peers, budget: Budget,
-                space_file: Path, monitor: LoadMonitor, autotune_runs: int = 2) -> dict[str, Any]:
+def bench_model(
+    model: str,
+    sla_ms: float,
+    modes: Sequence[str],
+    work: Path,
+    peers: Peers,
+    budget: Budget,
+    space_file: Path,
+    monitor: LoadMonitor,
+    autotune_runs: int = 2,
+) -> dict[str, Any]:
     space = load_search_space(space_file)
-    runs = [once(work / model / f"ma-{mode}", partial(run_model_analyzer, model, sla_ms, mode, peers=peers,
-                                                    budget=budget, space=space, monitor=monitor))
-            for mode in modes]
+    runs = [
+        once(
+            work / model / f"ma-{mode}",
+            partial(
+                run_model_analyzer,
+                model,
+                sla_ms,
+                mode,
+                peers=peers,
+                budget=budget,
+                space=space,
+                monitor=monitor,
+            ),
+        )
+        for mode in modes
+    ]
     for i in range(autotune_runs):  # the second run: do two runs agree? (revisions alternate)
         for rev, src in peers.autotune_srcs.items():
             tool = f"autotune@{rev}" if rev else "autotune"
             tool += f" #{i + 1}" if i else ""
-            ours = partial(run_autotune, model, sla_ms, peers=peers, budget=budget, space_file=space_file,
-                           monitor=monitor, tool=tool, src=src)
+            ours = partial(
+                run_autotune,
+                model,
+                sla_ms,
+                peers=peers,
+                budget=budget,
+                space_file=space_file,
+                monitor=monitor,
+                tool=tool,
+                src=src,
+            )
             runs.append(once(work / model / _slug(tool).replace("#", "").replace("@", "-"), ours))
     start = time.monotonic()
     measured = remeasure(runs, sla_ms, work, peers, budget)
     text = table(model, sla_ms, runs, measured, budget)
     print(text + "\n", flush=True)
-    return {"model": model, "sla_p99_ms": sla_ms, "runs": [asdict(r) for r in runs],
-            "remeasured": [{**asdict(m), "met": m.met, "median_throughput": m.median_throughput,
-                            "median_p99_ms": m.median_p99, "goodput": m.goodput,
-                            "spread": round(m.spread, 3)} for m in measured],
-            "remeasure_s": round(time.monotonic() - start, 1),
-            "remeasure_load1": monitor.between(start, time.monotonic()), "table": text}
+    return {
+        "model": model,
+        "sla_p99_ms": sla_ms,
+        "runs": [asdict(r) for r in runs],
+        "remeasured": [
+            {
+                **asdict(m),
+                "met": m.met,
+                "median_throughput": m.median_throughput,
+                "median_p99_ms": m.median_p99,
+                "goodput": m.goodput,
+                "spread": round(m.spread, 3),
+            }
+            for m in measured
+        ],
+        "remeasure_s": round(time.monotonic() - start, 1),
+        "remeasure_load1": monitor.between(start, time.monotonic()),
+        "table": text,
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", nargs="+", help="example models (default: bertQA cnn; --smoke: cnn)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="Model Analyzer modes")
-    parser.add_argument("--sla-ms", nargs="+", default=[], metavar="[MODEL=]MS",
-                        help="p99 SLA in ms (default bertQA=50 cnn=20)")
+    parser.add_argument(
+        "--sla-ms",
+        nargs="+",
+        default=[],
+        metavar="[MODEL=]MS",
+        help="p99 SLA in ms (default bertQA=50 cnn=20)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="perf_analyzer re-measurements of each winner")
-    parser.add_argument("--autotune-runs", type=int, default=2,
-                        help="autotune runs per model (the second shows whether two runs agree)")
-    parser.add_argument("--max-instances", type=int, default=0,
-                        help="instance counts up to this (default: the space file's, 2) for both tools")
+    parser.add_argument(
+        "--autotune-runs",
+        type=int,
+        default=2,
+        help="autotune runs per model (the second shows whether two runs agree)",
+    )
+    parser.add_argument(
+        "--max-instances",
+        type=int,
+        default=0,
+        help="instance counts up to this (default: the space file's, 2) for both tools",
+    )
     parser.add_argument("--window-ms", type=int, default=4000, help="perf_analyzer measurement interval")
-    parser.add_argument("--stability", type=int, default=100,
-                        help="perf_analyzer --stability-percentage when re-measuring (default 100: "
-                        "3 windows, a fixed length; the spread shows across --repeats)")
-    parser.add_argument("--quick-watchdog-s", type=float, default=600.0,
-                        help="time limit for Model Analyzer's quick mode (it loops when bounded)")
+    parser.add_argument(
+        "--stability",
+        type=int,
+        default=100,
+        help="perf_analyzer --stability-percentage when re-measuring (default 100: "
+        "3 windows, a fixed length; the spread shows across --repeats)",
+    )
+    parser.add_argument(
+        "--quick-watchdog-s",
+        type=float,
+        default=600.0,
+        help="time limit for Model Analyzer's quick mode (it loops when bounded)",
+    )
     parser.add_argument("--ma-timeout-s", type=float, default=2400.0, help="time limit for brute and optuna")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results",
-                        help="folder for vs_model_analyzer-<date>.txt and .json")
-    parser.add_argument("--tables-from", nargs="+", type=Path, default=[], metavar="RESULT.json",
-                        help="run nothing: print the acceptance lines of result files written before, "
-                        "as this version reads them")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "benchmarks" / "results",
+        help="folder for vs_model_analyzer-<date>.txt and .json",
+    )
+    parser.add_argument(
+        "--tables-from",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="RESULT.json",
+        help="run nothing: print the acceptance lines of result files written before, "
+        "as this version reads them",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny budgets: checks the plumbing in minutes")
-    parser.add_argument("--wait-quiet-s", type=float, default=0.0,
-                        help=f"first wait up to this long for the 1-minute load to fall below {QUIET_LOAD}")
-    parser.add_argument("--autotune-revs", nargs="+", default=[], metavar="REV",
-                        help="git revisions of autotune to run side by side (alternating, --autotune-runs "
-                        "times each; e.g. an old commit and HEAD) instead of one")
-    parser.add_argument("--worktree", action="store_true",
-                        help="run autotune from the working tree (default: a snapshot of HEAD)")
-    parser.add_argument("--work", type=Path, help="work folder, kept; tools that finished in it before "
-                        "are not run again (resume with the same options)")
-    parser.add_argument("--keep-work", action="store_true",
-                        help="keep the temporary folder (logs, Model Analyzer's output)")
+    parser.add_argument(
+        "--wait-quiet-s",
+        type=float,
+        default=0.0,
+        help=f"first wait up to this long for the 1-minute load to fall below {QUIET_LOAD}",
+    )
+    parser.add_argument(
+        "--autotune-revs",
+        nargs="+",
+        default=[],
+        metavar="REV",
+        help="git revisions of autotune to run side by side (alternating, --autotune-runs "
+        "times each; e.g. an old commit and HEAD) instead of one",
+    )
+    parser.add_argument(
+        "--worktree",
+        action="store_true",
+        help="run autotune from the working tree (default: a snapshot of HEAD)",
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help="work folder, kept; tools that finished in it before "
+        "are not run again (resume with the same options)",
+    )
+    parser.add_argument(
+        "--keep-work", action="store_true", help="keep the temporary folder (logs, Model Analyzer's output)"
+    )
     return parser
 
 
@@ -948,8 +1282,9 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _bench(args: argparse.Namespace, models: Sequence[str], slas: dict[str, float], budget: Budget,
-           work: Path) -> int:
+def _bench(
+    args: argparse.Namespace, models: Sequence[str], slas: dict[str, float], budget: Budget, work: Path
+) -> int:
     peers = install(work, models, args.worktree, args.autotune_revs)
     space_file = work / "space.yaml"
     space_file.write_text(yaml.safe_dump(budget.space, sort_keys=False), encoding="utf-8")
@@ -962,8 +1297,19 @@ def _bench(args: argparse.Namespace, models: Sequence[str], slas: dict[str, floa
     footer = ""
     with LoadMonitor() as monitor:
         for model in models:  # saved after each model: a cut-short run keeps what it finished
-            results.append(bench_model(model, slas[model], args.modes, work, peers, budget, space_file,
-                                       monitor, args.autotune_runs))
+            results.append(
+                bench_model(
+                    model,
+                    slas[model],
+                    args.modes,
+                    work,
+                    peers,
+                    budget,
+                    space_file,
+                    monitor,
+                    args.autotune_runs,
+                )
+            )
             load = monitor.between(started, time.monotonic())
             footer = f"total {time.monotonic() - started:.0f} s; 1-minute load mean {load[0]} max {load[1]}"
             _save(name, header, results, footer, budget)
@@ -973,18 +1319,22 @@ def _bench(args: argparse.Namespace, models: Sequence[str], slas: dict[str, floa
 
 def _header(args: argparse.Namespace, load_before: float) -> str:
     git = ["git", "-C", str(ROOT)]
-    rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         check=False).stdout.strip()
+    rev = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     if args.autotune_revs:
         rev = "revisions " + " ".join(args.autotune_revs)
     elif args.worktree:
-        dirty = subprocess.run([*git, "status", "--porcelain", "--", "autotune"], capture_output=True,
-                               text=True, check=False).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "autotune"], capture_output=True, text=True, check=False
+        ).stdout.strip()
         rev += " working tree" + (" with uncommitted changes" if dirty else "")
-    return (f"vs_model_analyzer {datetime.now(timezone.utc).isoformat(timespec='seconds')}  autotune {rev}  "
-            f"Model Analyzer 1.58.0  perf_analyzer (tritonclient 2.41.0)  {platform.node()}  "
-            f"{os.cpu_count()} cores  load {load_before:.2f} at start\n"
-            f"$ .venv/bin/python benchmarks/vs_model_analyzer.py {shlex.join(sys.argv[1:])}")
+    return (
+        f"vs_model_analyzer {datetime.now(timezone.utc).isoformat(timespec='seconds')}  autotune {rev}  "
+        f"Model Analyzer 1.58.0  perf_analyzer (tritonclient 2.41.0)  {platform.node()}  "
+        f"{os.cpu_count()} cores  load {load_before:.2f} at start\n"
+        f"$ .venv/bin/python benchmarks/vs_model_analyzer.py {shlex.join(sys.argv[1:])}"
+    )
 
 
 def _name(args: argparse.Namespace) -> Path:

@@ -60,7 +60,7 @@ from autotune.control import ServerControl
 from autotune.launch import Server, wait_model_ready
 from autotune.launch.local import LocalLauncher
 from autotune.loadgen import LoadGenerator, StatsSnapshot, WindowPlan, breakdown
-from autotune.measure import BEHIND_SCHEDULE, Point
+from autotune.points import BEHIND_SCHEDULE, Point
 from autotune.settings import Workload
 
 MODELS = ("noop", "bertQA")

@@ -52,7 +52,7 @@ import _tools
 
 from autotune.launch.local import LocalLauncher
 from autotune.loadgen import LoadGenerator
-from autotune.measure import WindowPlan
+from autotune.points import WindowPlan
 from autotune.reload import reload_outcome
 from autotune.results import recommendation
 from autotune.settings import Workload, add_workload_arguments, workload_from_args

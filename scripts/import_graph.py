@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "values",
         (
             "autotune.noise",
+            "autotune.points",
             "autotune.objective",
             "autotune.search_space",
             "autotune.model_config",

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotune.measure import Point
 from autotune.noise import breaks
+from autotune.points import Point
 from autotune.reload import reload_outcome
 from autotune.rundir import RunDir
 

@@ -9,8 +9,8 @@ import pytest
 
 from autotune._console import _trial_line, print_summary
 from autotune.gpu import GpuFigures
-from autotune.measure import Measurement, Point
 from autotune.objective import RAW, Scoring, Sla
+from autotune.points import Measurement, Point
 from autotune.results import COMPLETE, PRUNED, Outcome, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, params_of
 

@@ -34,8 +34,8 @@ from autotune.decide import (
     verified_level,
     verify_levels,
 )
-from autotune.measure import Measurement, Point
 from autotune.objective import Scoring, Sla
+from autotune.points import Measurement, Point
 from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING, TrialResult, Verification
 from autotune.search_space import Candidate, params_of, parse_search_space
 

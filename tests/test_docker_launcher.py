@@ -30,8 +30,8 @@ from autotune.gpu_probe import scrape
 from autotune.launch import docker as dl
 from autotune.launch import failure_line, free_ports, read_tail
 from autotune.launch._base import Ports
-from autotune.measure import Point
 from autotune.model_config import load_config
+from autotune.points import Point
 from autotune.settings import DockerOptions
 from autotune.staging import stage_model
 from autotune.tuner import prepare, tune

@@ -31,7 +31,7 @@ from autotune.loadgen._stats import StatsSnapshot
 from autotune.loadgen._timer import DueTimer
 from autotune.loadgen._transport import Connection, Done, InferError, _parse_response
 from autotune.loadgen._windows import behind_schedule, late_sends, run_windows, summarise
-from autotune.measure import Point, WindowPlan
+from autotune.points import Point, WindowPlan
 
 
 def test_exported_names() -> None:

@@ -22,7 +22,7 @@ from autotune.loadgen import LoadGenerator, WindowPlan
 from autotune.loadgen._h2 import grpc_connector, grpc_message
 from autotune.loadgen._inputs import ModelIO, Payload, TensorSpec, grpc_request, http_request, random_payload
 from autotune.loadgen._transport import HttpConnection, InferError, infer
-from autotune.measure import ERRORS, Point
+from autotune.points import ERRORS, Point
 from autotune.settings import Workload
 from tests.conftest import fast_toy_repo
 

@@ -10,18 +10,13 @@ from autotune.errors import UsageError
 from autotune.gpu import GpuFigures
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.measure import (
-    BEHIND_SCHEDULE,
     CLOSE_PASSES,
     PASS_WINDOWS,
     RATE_RESOLUTION,
-    Measurement,
-    Point,
-    WindowPlan,
     best_point,
     disturbed,
     find_goodput,
     find_rate_goodput,
-    is_stable,
     low_reading,
     merged,
     noisy_prune,
@@ -33,6 +28,7 @@ from autotune.measure import (
     with_bands,
 )
 from autotune.objective import Sla
+from autotune.points import BEHIND_SCHEDULE, Measurement, Point, WindowPlan, is_stable
 
 
 def point(c: int, throughput: float, p95: float, errors: int = 0) -> Point:

@@ -12,9 +12,9 @@ from functools import partial
 import pytest
 
 from autotune import noise, rules, sim
-from autotune.measure import RULES_INTERVALS, Point, WindowPlan, windows_done
 from autotune.noise import Estimate, Noise
 from autotune.objective import Sla
+from autotune.points import RULES_INTERVALS, Point, WindowPlan, windows_done
 from autotune.results import COMPLETE, TrialResult, Verification
 from autotune.search_space import Candidate
 
@@ -123,7 +123,7 @@ class _Meter:
 
 
 def _trial(number: int, points: list[Point], candidate: Candidate | None = None) -> TrialResult:
-    from autotune.measure import Measurement
+    from autotune.points import Measurement
 
     best = rules.best_point(points, SLA)
     return TrialResult(number, COMPLETE, candidate, {}, False, Measurement(tuple(points), best))

@@ -9,8 +9,8 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.gpu import GpuFigures
-from autotune.measure import Point
 from autotune.objective import RAW, Scoring, Sla, gpu_counts, scores, scoring_for
+from autotune.points import Point
 from autotune.search_space import Candidate, SearchSpace, parse_search_space
 
 POINT = Point(4, 0.0, 200.0, 10.0, 9.0, 11.0, 12.0, 13.0, 100, 0, 1.0, 3, True)

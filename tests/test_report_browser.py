@@ -20,8 +20,8 @@ import plotly.offline
 import pytest
 
 from autotune.gpu import GpuFigures
-from autotune.measure import UNSTABLE, Measurement, Point, ServerBreakdown
 from autotune.objective import Scoring, Sla
+from autotune.points import UNSTABLE, Measurement, Point, ServerBreakdown
 from autotune.report import render_html, report_data, write_report
 from autotune.report._render import diff_lines, script_json
 from autotune.results import COMPLETE, FAIL, PRUNED, RunInfo, TrialResult, Verification

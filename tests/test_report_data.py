@@ -12,8 +12,8 @@ import pytest
 
 import autotune.report as report
 from autotune.gpu import GpuFigures
-from autotune.measure import Measurement, Point, ServerBreakdown
 from autotune.objective import Scoring, Sla
+from autotune.points import Measurement, Point, ServerBreakdown
 from autotune.report import gpu_summary, pareto_front, render_html, report_data, trials_frame, write_csv
 from autotune.report._data import CSV_HEAD, CSV_TAIL, POINT_COLUMNS, records
 from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING, Outcome, RunInfo, TrialResult, Verification

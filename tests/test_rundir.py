@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import UsageError
-from autotune.measure import Point
 from autotune.objective import RAW, Scoring, Sla
+from autotune.points import Point
 from autotune.processes import Owner
 from autotune.results import OpenLoopCheck, Verification
 from autotune.rundir import RUN_FILE, RunDir, RunRecord, find_unfinished

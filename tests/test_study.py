@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import FixedTrial, TrialState
 
-from autotune.measure import Measurement, Point
 from autotune.objective import Sla, scoring_for
+from autotune.points import Measurement, Point
 from autotune.results import PRUNED
 from autotune.search_space import Candidate, params_of, parse_search_space
 from autotune.study import INTERRUPTED, Study, _candidate_json, candidate_from_json

@@ -33,7 +33,7 @@ from autotune.loadgen._load import Job, Load, clock
 from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule, read_intervals
 from autotune.loadgen._stats import StatsSnapshot, breakdown
 from autotune.loadgen._windows import Source, run_windows, summarise
-from autotune.measure import Point, WindowPlan
+from autotune.points import Point, WindowPlan
 from autotune.settings import Workload
 
 __all__ = [

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.measure import ServerBreakdown
+from autotune.points import ServerBreakdown
 
 _PHASES = ("success", "queue", "compute_input", "compute_infer", "compute_output")
 

@@ -35,7 +35,7 @@ from autotune.errors import MeasurementError
 from autotune.gpu import GpuProbe, GpuSample
 from autotune.loadgen._load import Tally
 from autotune.loadgen._stats import StatsSnapshot, breakdown
-from autotune.measure import (
+from autotune.points import (
     BEHIND_SCHEDULE,
     ERRORS,
     FEW_SAMPLES,

@@ -30,8 +30,8 @@ import pandas as pd
 
 from autotune.files import write_text_atomic
 from autotune.gpu import GpuFigures, peak_memory_mb
-from autotune.measure import Point, ServerBreakdown
 from autotune.objective import RAW, Scoring, Sla
+from autotune.points import Point, ServerBreakdown
 from autotune.results import COMPLETE, Recommendation, RunInfo, TrialResult, Verification, recommendation
 
 # A trial's own columns; its point's columns follow (see point_columns).

@@ -26,7 +26,7 @@ import plotly.offline
 from markupsafe import Markup
 
 from autotune import __version__
-from autotune.measure import WARNING_TEXT
+from autotune.points import WARNING_TEXT
 from autotune.report._data import ReportData, Row, records
 from autotune.report._figures import figures, num, sla_text
 from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING

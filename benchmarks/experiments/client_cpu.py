@@ -31,7 +31,7 @@ import _tools  # noqa: E402
 
 from autotune.launch.local import LocalLauncher  # noqa: E402
 from autotune.loadgen import LoadGenerator  # noqa: E402
-from autotune.measure import WindowPlan  # noqa: E402
+from autotune.points import WindowPlan  # noqa: E402
 from autotune.settings import Workload  # noqa: E402
 
 # model -> (perf_analyzer's workload flags, ours)

@@ -62,12 +62,16 @@ def main() -> int:
                 caught += rejects and below_nine
                 false_alarms += rejects and not below_nine
                 level = run["winner"]["concurrency"]
-                print(f"{path.stem[-13:]} {model['model']:10s} {run['tool']:22s} c={level:<3d} "
-                      f"verified p99 {' '.join(f'{x:.1f}' for x in p99):17s} "
-                      f"{'REJECTED' if rejects else '        '} perf_analyzer p99 {m['median_p99_ms']:.1f} "
-                      f"met {m['met']}/{len(m['points'])}")
-    print(f"\n{rows} winners; {short} met the SLA in fewer than 9 of 10 re-measurements; "
-          f"the rule rejects {caught} of them and {false_alarms} of the others")
+                print(
+                    f"{path.stem[-13:]} {model['model']:10s} {run['tool']:22s} c={level:<3d} "
+                    f"verified p99 {' '.join(f'{x:.1f}' for x in p99):17s} "
+                    f"{'REJECTED' if rejects else '        '} perf_analyzer p99 {m['median_p99_ms']:.1f} "
+                    f"met {m['met']}/{len(m['points'])}"
+                )
+    print(
+        f"\n{rows} winners; {short} met the SLA in fewer than 9 of 10 re-measurements; "
+        f"the rule rejects {caught} of them and {false_alarms} of the others"
+    )
     return 0
 
 

@@ -44,7 +44,7 @@ from autotune.launch import Server  # noqa: E402
 from autotune.loadgen import LoadGenerator, _inputs  # noqa: E402
 from autotune.loadgen import _transport as transport  # noqa: E402
 from autotune.loadgen._stats import breakdown  # noqa: E402
-from autotune.measure import ServerBreakdown, WindowPlan  # noqa: E402
+from autotune.points import ServerBreakdown, WindowPlan  # noqa: E402
 from autotune.settings import Workload  # noqa: E402
 
 RUN_S, WARMUP_S = 12.0, 3.0
@@ -56,8 +56,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def show(name: str, latencies: list[float], per_connection: list[int]) -> None:
-    print(f"{name:9} n={len(latencies)} p50={percentile(latencies, 0.5):.1f} ms "
-          f"p95={percentile(latencies, 0.95):.1f} ms per-connection={sorted(per_connection)}", flush=True)
+    print(
+        f"{name:9} n={len(latencies)} p50={percentile(latencies, 0.5):.1f} ms "
+        f"p95={percentile(latencies, 0.95):.1f} ms per-connection={sorted(per_connection)}",
+        flush=True,
+    )
 
 
 Result = tuple[list[float], list[int]]  # latencies (ms), completions per connection
@@ -154,12 +157,19 @@ def threaded_point(
     rate = len(latencies) / (RUN_S - WARMUP_S)
     return rate, percentile(latencies, 0.5), percentile(latencies, 0.95), split
 
+
 def fairness(root: Path) -> None:
     repo = bench.build_repository(root)
     server_cpus, client_cpus = bench.split_cpus(True)
     with bench.serving(repo, root / "server.log", server_cpus, client_cpus) as server:
-        gen = LoadGenerator.connect(server.host, server.http_port, server.grpc_port, "bertQA",
-                                    protocol="http", workload=Workload(str(root / "bertQA.json")))
+        gen = LoadGenerator.connect(
+            server.host,
+            server.http_port,
+            server.grpc_port,
+            "bertQA",
+            protocol="http",
+            workload=Workload(str(root / "bertQA.json")),
+        )
         request = _inputs.http_request(gen.payloads[0], server.host)
         original = transport._Http1.send
         clients: list[tuple[str, Callable[[], Result]]] = [
@@ -184,15 +194,35 @@ def nobatch(root: Path) -> None:
     data = root / "noop.json"
     with bench.serving(repo, root / "server.log", server_cpus, client_cpus) as server:
         plan = WindowPlan(window_s=2, warmup_s=2, tolerance=0.1, max_windows=10, percentile=95)
-        gen = LoadGenerator.connect(server.host, server.http_port, server.grpc_port, "noop",
-                                    protocol="http", plan=plan, workload=Workload(str(data)))
+        gen = LoadGenerator.connect(
+            server.host,
+            server.http_port,
+            server.grpc_port,
+            "noop",
+            protocol="http",
+            plan=plan,
+            workload=Workload(str(data)),
+        )
         for _ in range(2):
             for level in (1, 4, 16):
                 out = subprocess.run(
-                    [str(pa.binary), "-m", "noop", "-u", server.http_url, "-i", "http",
-                     f"--concurrency-range={level}", "--measurement-interval=2000", "--percentile=95",
-                     f"--input-data={data}"],
-                    env=pa.env(), capture_output=True, text=True, check=True,
+                    [
+                        str(pa.binary),
+                        "-m",
+                        "noop",
+                        "-u",
+                        server.http_url,
+                        "-i",
+                        "http",
+                        f"--concurrency-range={level}",
+                        "--measurement-interval=2000",
+                        "--percentile=95",
+                        f"--input-data={data}",
+                    ],
+                    env=pa.env(),
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 ).stdout
 
                 def field(name: str, text: str = out) -> float:
@@ -200,10 +230,12 @@ def nobatch(root: Path) -> None:
                     return float(found.group(1)) if found else float("nan")
 
                 point = gen.at_concurrency(level)
-                print(f"c={level:<2} perf_analyzer {field('Throughput'):7.0f}/s p50 "
-                      f"{field('p50 latency') / 1000:.3f} p95 {field('p95 latency') / 1000:.3f} ms | "
-                      f"ours {point.throughput:7.0f}/s p50 {point.p50_ms:.3f} p95 {point.p95_ms:.3f} ms",
-                      flush=True)
+                print(
+                    f"c={level:<2} perf_analyzer {field('Throughput'):7.0f}/s p50 "
+                    f"{field('p50 latency') / 1000:.3f} p95 {field('p95 latency') / 1000:.3f} ms | "
+                    f"ours {point.throughput:7.0f}/s p50 {point.p50_ms:.3f} p95 {point.p95_ms:.3f} ms",
+                    flush=True,
+                )
 
 
 def main() -> None:

@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autotune import decide  # noqa: E402
-from autotune.measure import KNEE, Point, best_point  # noqa: E402
+from autotune.measure import KNEE, best_point  # noqa: E402
 from autotune.objective import Sla  # noqa: E402
+from autotune.points import Point  # noqa: E402
 from autotune.reload import reload_outcome  # noqa: E402
 
 

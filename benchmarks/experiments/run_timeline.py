@@ -39,6 +39,7 @@ def _short(candidate: object) -> str:
 
 def _repeats(points: list[dict[str, float]]) -> str:
     """A level's repeats: p99 ms each, and the client's stalls (count/ms) where the record has them."""
+
     def one(p: dict[str, float]) -> str:
         stalls = f"({p['client_stalls']}/{p['client_stall_ms']:.0f})" if "client_stalls" in p else ""
         return f"{p['p99_ms']:.1f}{stalls}"

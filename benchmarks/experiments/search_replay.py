@@ -32,8 +32,8 @@ import pandas as pd
 
 from autotune import decide
 from autotune import model_config as mcfg
-from autotune.measure import Measurement, Point
 from autotune.objective import Sla
+from autotune.points import Measurement, Point
 from autotune.search_space import Candidate, SearchSpace, load_search_space, params_of
 from autotune.study import Study
 

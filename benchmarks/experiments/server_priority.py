@@ -31,7 +31,7 @@ from vs_model_analyzer import perf_analyzer  # noqa: E402
 
 from autotune.launch.local import LocalLauncher  # noqa: E402
 from autotune.loadgen import LoadGenerator  # noqa: E402
-from autotune.measure import WindowPlan  # noqa: E402
+from autotune.points import WindowPlan  # noqa: E402
 
 PLAN = WindowPlan(window_s=2.0, warmup_s=0.3, percentile=99, tolerance=1e9)  # three 2 s windows, as taken
 

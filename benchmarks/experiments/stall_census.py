@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autotune import decide  # noqa: E402
-from autotune.measure import Point  # noqa: E402
+from autotune.points import Point  # noqa: E402
 from autotune.reload import reload_outcome  # noqa: E402
 
 MARGIN = 0.10  # the default --margin, as the benchmark runs autotune

@@ -27,7 +27,7 @@ import _tools  # noqa: E402
 
 from autotune.launch.local import LocalLauncher  # noqa: E402
 from autotune.loadgen import LoadGenerator  # noqa: E402
-from autotune.measure import Point, WindowPlan  # noqa: E402
+from autotune.points import Point, WindowPlan  # noqa: E402
 
 PLAN = WindowPlan(window_s=0.5, warmup_s=1.0, percentile=99, fail_ms=37.5, clear_ms=20.25, over_ms=24.75)
 

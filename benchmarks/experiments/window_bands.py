@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autotune.measure import CLOSE, Point  # noqa: E402
+from autotune.measure import CLOSE  # noqa: E402
+from autotune.points import Point  # noqa: E402
 from autotune.reload import reload_outcome  # noqa: E402
 from autotune.settings import RunSettings  # noqa: E402
 
@@ -40,15 +41,23 @@ def extra_windows(points: list[tuple[Point, int]], low: float, high: float) -> t
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (reports/<model>/<run-id>)")
-    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                        help=f"the runs' --margin (default: autotune's, {DEFAULT_MARGIN:g})")
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"the runs' --margin (default: autotune's, {DEFAULT_MARGIN:g})",
+    )
     args = parser.parse_args()
     inside = outside = 0
     for run_dir in args.runs:
         outcome = reload_outcome(run_dir)
         limit = outcome.info.sla.tightened(args.margin).limit_ms
-        points = [(p, 1) for t in outcome.trials if t.reused_from is None and t.measurement
-                  for p in t.measurement.points]
+        points = [
+            (p, 1)
+            for t in outcome.trials
+            if t.reused_from is None and t.measurement
+            for p in t.measurement.points
+        ]
         points += [(p, 2) for v in outcome.info.verifications for p in v.points]
         i, o = extra_windows(points, (1 - CLOSE) * limit, (1 + CLOSE) * limit)
         print(f"{run_dir}: {i + o} windows past the third ({i} in the band, {o} outside)")

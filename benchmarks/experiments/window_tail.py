@@ -28,7 +28,7 @@ import _tools  # noqa: E402
 
 from autotune.launch.local import LocalLauncher  # noqa: E402
 from autotune.loadgen import LoadGenerator  # noqa: E402
-from autotune.measure import Point, WindowPlan  # noqa: E402
+from autotune.points import Point, WindowPlan  # noqa: E402
 
 RAMP_S = 0.3  # as the tuner ramps between points on a warm server
 PLANS = {
