@@ -425,6 +425,7 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
         trt_build_timeout_s=opts.trt_build_timeout_s,
         output_check=opts.output_check,
         output_tolerance=opts.output_tolerance,
+        command=shlex.join(["autotune", *getattr(args, "argv", [])]),
     )
     plan = search_plan(sla, opts.margin, opts.window, opts.rules)  # a trial draws its own bands (with_bands)
     return replace(settings, plan=plan)
@@ -551,6 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stopping.install()  # SIGTERM unwinds like Ctrl-C: servers stopped, trial marked
     try:
         args = build_parser().parse_args(argv)
+        args.argv = argv  # the run's record shows the command line that made it
         code: int = args.handler(args)
         return code
     except AutotuneError as exc:

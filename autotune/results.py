@@ -229,6 +229,7 @@ class RunInfo:
     open_loop: OpenLoopCheck | None = None  # a concurrency run: its winner under arrivals at a rate
     scoring: Scoring = field(default_factory=Scoring)  # what goodputs were compared by (per GPU or not)
     docker_gpus: str = ""  # the docker launcher's --gpus ("all", "0,1"); "" for none or another launcher
+    made: tuple[tuple[str, str], ...] = ()  # how the run was made (autotune.rundir.RunRecord.made)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ class RunRecord:
     scoring: Scoring = field(default_factory=Scoring)  # goodput or goodput per GPU: decided once, kept
     options: RunOptions = field(default_factory=RunOptions)  # budget, margin, windows: --resume keeps them
     searched_s: float = 0.0  # the search's time so far, over every resume: its time budget counts it
+    # how the run was made, as the report's header says it: the command line, autotune's and
+    # Triton's versions, the model's backend, the machine's CPU and GPUs, the rules
+    made: dict[str, str] = field(default_factory=dict)
 
     def differences(self, settings: RunSettings) -> list[str]:
         """What a command would change of this run if it continued it (nothing may change: the
@@ -112,6 +115,7 @@ class RunRecord:
             "open_loop": self.open_loop.to_json() if self.open_loop else None,
             "options": self.options.to_json(),
             "searched_s": round(self.searched_s, 3),
+            "made": dict(self.made),
         }
 
     @classmethod
@@ -141,6 +145,7 @@ class RunRecord:
             verifications=tuple(Verification.from_json(v) for v in data.get("verifications", [])),
             options=RunOptions.from_json(data.get("options")),
             searched_s=float(data.get("searched_s", 0.0)),
+            made={str(k): str(v) for k, v in (data.get("made") or {}).items()},
         )
 
 
@@ -229,6 +234,7 @@ class RunDir:
             open_loop=r.open_loop,
             scoring=r.scoring,
             docker_gpus=r.launch.docker.gpus if r.launch.kind == "docker" else "",
+            made=tuple(r.made.items()),
         )
 
 

@@ -446,6 +446,7 @@ class RunSettings:
     trt_build_timeout_s: float = _DEFAULT.trt_build_timeout_s
     output_check: bool = _DEFAULT.output_check
     output_tolerance: str = _DEFAULT.output_tolerance  # checked: autotune.outputs.parse_tolerance
+    command: str = ""  # the command line that made the run, as the report shows it ("": a library call)
 
     def __post_init__(self) -> None:
         if self.max_trials < 1:

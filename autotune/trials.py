@@ -9,8 +9,10 @@ why it failed.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -143,6 +145,9 @@ class Trials:
         self.data, self.checked = gen.data, True  # as the server serves the model, encoded once
         if not self.probed:
             self.probe, self.probed = choose_probe(server.metrics_url, settings.launch.kind), True
+            version = triton_version(server.host, server.http_port)
+            if version and "triton" not in self.run_dir.record.made:
+                self.run_dir = self.run_dir.update(made={**self.run_dir.record.made, "triton": version})
         return gen.with_gpu_probe(at_server(self.probe, server.metrics_url))  # this server's metrics
 
     def search_sla(self, candidate: Candidate) -> Sla:
@@ -290,6 +295,15 @@ class Trials:
                 yield srv
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+
+
+def triton_version(host: str, port: int) -> str:
+    """The server's version, from its metadata (``GET /v2``); "" when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/v2", timeout=5) as reply:
+            return str(json.loads(reply.read()).get("version", ""))
+    except (OSError, ValueError):
+        return ""
 
 
 def _died(server: Server, settle_s: float = 1.0) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune import decide, finals, hostlock, stopping
+from autotune import __version__, decide, finals, hostlock, stopping
 from autotune import model_config as mcfg
 from autotune.errors import DiskFullError, UsageError, WorkloadError
 from autotune.events import Events
@@ -187,12 +187,12 @@ def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
     try:
         while _go_on(prep, study, results := study.results(), trials.clock() - started):
             trials.run(study, results)
-            run = trials.run_dir = run.update(searched_s=trials.clock() - started)
+            run = trials.run_dir = trials.run_dir.update(searched_s=trials.clock() - started)
     except WorkloadError:
         _forget_if_empty(prep, run, study)
         raise
     stopping.check()
-    return finals.verify_finalists(prep, trials, run, study)
+    return finals.verify_finalists(prep, trials, trials.run_dir, study)
 
 
 def _open(prep: Prepared, path: Path) -> tuple[RunDir, Study]:
@@ -271,8 +271,35 @@ def _open_run(prep: Prepared, path: Path, study_name: str, resumed: RunDir | Non
         owner=Owner.current(),
         scoring=prep.scoring,
         options=RunOptions.of(settings),
+        made=made(prep),
     )
     return RunDir.create(path, record)
+
+
+def made(prep: Prepared) -> dict[str, str]:
+    """How the run is made, as far as it is known before a server starts (Triton's version is
+    added by the first one: :meth:`autotune.trials.Trials.generator`)."""
+    settings, original = prep.settings, prep.original
+    facts = {
+        "command": settings.command,
+        "autotune": __version__,
+        "rules": settings.plan.rules,
+        "backend": original.backend or original.platform,
+        "cpu": f"{cpu_model()} ({os.cpu_count() or 1} cores)",
+        "gpus": str(prep.server_gpus) if prep.server_gpus else "none",
+    }
+    return {k: v for k, v in facts.items() if v}
+
+
+def cpu_model() -> str:
+    """This machine's CPU, as /proc/cpuinfo names it ("" where it does not)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return next(
+        (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), ""
+    )
 
 
 def _seed(study: Study, prep: Prepared) -> None:

@@ -15,7 +15,7 @@ from autotune.gpu import GpuFigures
 from autotune.objective import Scoring, Sla
 from autotune.points import Measurement, Point, ServerBreakdown
 from autotune.report import gpu_summary, pareto_front, render_html, report_data, trials_frame, write_csv
-from autotune.report._data import CSV_HEAD, CSV_TAIL, POINT_COLUMNS, records
+from autotune.report._data import CSV_HEAD, CSV_TAIL, POINT_COLUMNS, WINDOW_FIELDS, records
 from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING, Outcome, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, params_of
 
@@ -156,7 +156,18 @@ def test_row_point_columns_are_the_points_fields() -> None:
     }
     assert r["point_duration_s"] == fields["duration_s"] and r["duration_s"] == t.duration_s  # the trial's
     assert r["server_requests"] == server["requests"] and r["executions"] == server["executions"]
-    assert set(fields) - {"duration_s"} <= set(POINT_COLUMNS) and "server" not in POINT_COLUMNS
+    assert (
+        set(fields) - {"duration_s", *WINDOW_FIELDS} <= set(POINT_COLUMNS) and "server" not in POINT_COLUMNS
+    )
+    assert r["latency_high"] is None and r["throughput_low"] is None  # no windows recorded: no bounds
+
+
+def test_a_point_with_its_windows_has_its_bounds_as_columns() -> None:
+    p = replace(point(8, 500, 12), window_throughputs=(490.0, 500.0, 510.0),
+                window_latencies_ms=(11.5, 12.0, 12.5), window_percentile=95)  # fmt: skip
+    r = report_data(run(), [trial(0, p)]).row(0)
+    assert r["throughput_low"] < 500 < r["throughput_high"] and r["latency_high"] > r["latency_ms"]
+    assert r["latency_high"] == pytest.approx(p.latency_bound(95))
 
 
 def test_infeasible_trial_reports_its_closest_point_with_zero_goodput() -> None:
@@ -462,3 +473,12 @@ def test_errors_are_in_the_csv_and_the_page(tmp_path: Path) -> None:
     page = render_html(data)
     assert "errors %" in page and "20.0" in page and "the server answered errors: HTTP 400" in page
     assert "errors %" not in render_html(report_data(run(winner=0), trials[:1]))
+
+
+def test_the_header_says_how_the_run_was_made() -> None:
+    made = (("autotune", "0.1.0"), ("triton", "2.51.0"), ("rules", "intervals"),
+            ("command", "autotune run --model toy --sla-p95-ms 60 <b>"))  # fmt: skip
+    page = render_html(report_data(replace(run(), made=made), [trial(0, point(1, 100, 5))]))
+    assert "triton <b>2.51.0</b>" in page and "rules <b>intervals</b>" in page
+    assert "made by <code>autotune run --model toy --sla-p95-ms 60 &lt;b&gt;</code>" in page
+    assert "made by" not in render_html(report_data(run(), [trial(0, point(1, 100, 5))]))

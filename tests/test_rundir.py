@@ -150,3 +150,10 @@ def test_the_open_loop_check_says_what_the_winner_sustains() -> None:
     assert "up to 84 req/s, 60% of the 140 req/s" in part and "--load rate" in part
     none = OpenLoopCheck(1, 140.0, "poisson", (replace(point, request_rate=17.5),), 0.0).summary()
     assert "broke the SLA even at 17.5 req/s" in none
+
+
+def test_how_a_run_was_made_is_recorded_and_read_back(tmp_path: Path) -> None:
+    made = {"command": "autotune run --model toy", "autotune": "0.1.0", "cpu": "x (2 cores)"}
+    created = RunDir.create(tmp_path / "run", record(tmp_path, made=made))
+    loaded = RunDir.load(created.path)
+    assert loaded.record.made == made and dict(loaded.info().made) == made

@@ -44,7 +44,22 @@ TRIAL_COLUMNS = (
 GPU_COLUMNS = ("gpu_util_pct", "gpu_memory_mb", "gpu_power_w")
 # Columns derived from a point: the latency at the SLA percentile, the server's average batch,
 # the share of its requests answered with errors, its GPU figures.
-DERIVED_COLUMNS = ("latency_ms", "avg_batch", "error_rate", *GPU_COLUMNS)
+# latency_high, throughput_low/high: the point's one-sided 95% bounds (autotune.noise), where its
+# windows were recorded (--rules intervals); none otherwise
+DERIVED_COLUMNS = (
+    "latency_ms",
+    "latency_high",
+    "throughput_low",
+    "throughput_high",
+    "avg_batch",
+    "error_rate",
+    *GPU_COLUMNS,
+)
+WINDOW_FIELDS = (
+    "window_throughputs",
+    "window_latencies_ms",
+    "window_percentile",
+)  # not columns: the bounds are
 # A trial's columns from the run's scoring: the GPUs its candidate uses, and its throughput and
 # goodput per GPU (the throughput and goodput themselves where the run does not compare per GPU).
 SCORING_COLUMNS = ("gpus_used", "throughput_per_gpu", "goodput_per_gpu")
@@ -211,13 +226,18 @@ def _reported(trial: TrialResult, sla: Sla) -> dict[str, Any]:
 
 def measured_columns(point: Point, sla: Sla) -> dict[str, Any]:
     """A point's columns and :data:`DERIVED_COLUMNS`."""
+    windows = bool(point.window_throughputs)
+    throughput = point.throughput_estimate()
     derived = {
         "latency_ms": point.latency_ms(sla.percentile),
+        "latency_high": point.latency_bound(sla.percentile) if windows else None,
+        "throughput_low": throughput.low if windows and throughput.n > 1 else None,
+        "throughput_high": throughput.high if windows and throughput.n > 1 else None,
         "avg_batch": point.server.avg_batch,
         "error_rate": point.error_rate,
         **gpu_summary(point.gpus),
     }
-    own = asdict(point)  # Point.to_dict(), but batch sizes keep their int keys
+    own = {k: v for k, v in asdict(point).items() if k not in WINDOW_FIELDS}  # batch sizes keep int keys
     return {**point_columns(own, own.pop("server")), **derived}
 
 
@@ -233,7 +253,7 @@ def point_columns(own: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str
 
 POINT_COLUMNS = tuple(
     point_columns(
-        dict.fromkeys(f.name for f in fields(Point) if f.name != "server"),
+        dict.fromkeys(f.name for f in fields(Point) if f.name != "server" and f.name not in WINDOW_FIELDS),
         dict.fromkeys(f.name for f in fields(ServerBreakdown)),
     )
 )

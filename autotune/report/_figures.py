@@ -105,7 +105,18 @@ def _colour(trial: int) -> str:
 
 
 def _points_trace(points: Sequence[Row], labels: dict[int, str], y: str) -> go.Scatter:
+    """Every point; where its windows were recorded, its interval's whiskers (throughput: both
+    bounds; latency: the upper bound the SLA is held to)."""
+    bars: dict[str, Any] = {}
+    if y == "throughput" and any(p["throughput_low"] is not None for p in points):
+        up = [_gap(p, "throughput_high", "throughput") for p in points]
+        down = [_gap(p, "throughput_low", "throughput") for p in points]
+        right = [_gap(p, "latency_high", "latency_ms") for p in points]
+        bars["error_y"] = {"type": "data", "symmetric": False, "array": up, "arrayminus": down, **WHISKER}
+        flat = [0.0] * len(points)
+        bars["error_x"] = {"type": "data", "symmetric": False, "array": right, "arrayminus": flat, **WHISKER}
     return go.Scatter(
+        **bars,
         x=[p["latency_ms"] for p in points],
         y=[p[y] for p in points],
         mode="markers",
@@ -120,6 +131,14 @@ def _points_trace(points: Sequence[Row], labels: dict[int, str], y: str) -> go.S
             f"%{{y:,.1f}} {_unit(y)} · %{{x:,.2f}} ms · SLA met: %{{customdata[3]}}<extra></extra>"
         ),
     )
+
+
+WHISKER = {"thickness": 1, "width": 0}
+
+
+def _gap(p: Row, bound: str, figure: str) -> float:
+    """How far a point's bound lies from its figure (0 without one)."""
+    return 0.0 if p[bound] is None else abs(p[bound] - p[figure])
 
 
 def _load(p: Row) -> str:
