@@ -80,7 +80,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     """The finalists (:func:`rules.finalists`) raced: round after round (``--repeats`` rounds
     at most), each contender is measured once more on a fresh server at its level (its search's
     operating point). A round that does not meet the SLA sends it one level down
-    (:func:`decide.verify_levels`; none left: it leaves the race); after each round those worse
+    (:func:`rules.race_levels`; none left: it leaves the race); after each round those worse
     than the leader leave (:func:`rules.outraced`); the race ends when one is left that has run
     two rounds, or after the last round. Each contender's rounds at the level it ended on are
     its verification (the levels it left, with theirs, its ``others``); the winner is
@@ -95,7 +95,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     search_sla = settings.sla.tightened(settings.margin)
     plan = with_bands(settings.plan, search_sla.limit_ms)
     shares = {r.number: scoring.share(r.candidate) for r in ranked}
-    levels = {r.number: decide.verify_levels(r) for r in ranked}
+    levels = {r.number: rules.race_levels(r, search_sla) for r in ranked}
     depth = dict.fromkeys(shares, 0)
     rounds: dict[int, list[Point]] = {n: [] for n in shares}
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = {n: [] for n in shares}

@@ -219,3 +219,16 @@ def race_winner(
     if not rest:
         return None
     return max(rest, key=lambda r: scoring.score(r.goodput(), r.candidate)).number
+
+
+def race_levels(result: TrialResult, sla: Sla) -> list[float]:
+    """The levels a contender races at, in turn: its operating point, then each lower level its
+    search found meeting the SLA, highest first (none: half its operating point's)."""
+    assert result.best is not None and result.measurement is not None
+    top = result.best.level
+    lower = sorted(
+        {p.level for p in result.measurement.points if p.level < top and sla.met_by(p)}, reverse=True
+    )
+    if not lower and top > 1:
+        lower = [float(max(1, int(top) // 2))] if result.best.concurrency else [top / 2]
+    return [top, *lower]

@@ -149,3 +149,15 @@ def test_the_race_keeps_those_not_worse_than_the_leader_and_the_lowest_latency_w
     failed = [replace(verifications[0], sla_met=2), replace(verifications[1], sla_met=1)]
     one = _trial(5, [windowed(8, 400.0, 10.0)])
     assert rules.race_winner(failed, [one], SLA) == 5  # none passed every round: the best not raced
+
+
+def test_a_contender_falls_back_to_the_levels_its_search_found_meeting_the_sla() -> None:
+    points = [
+        windowed(4, 500.0, 8.0),
+        windowed(8, 900.0, 12.0),
+        windowed(12, 950.0, 17.0),
+        windowed(16, 960.0, 30.0),
+    ]
+    assert rules.race_levels(_trial(0, points), SLA) == [12, 8, 4]
+    assert rules.race_levels(_trial(1, [windowed(6, 500.0, 8.0)]), SLA) == [6, 3]  # none lower: half
+    assert rules.race_levels(_trial(2, [windowed(1, 100.0, 8.0)]), SLA) == [1]
