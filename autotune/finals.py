@@ -79,7 +79,8 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     """The finalists (:func:`rules.finalists`) raced: round after round (``--repeats`` rounds
     at most), each contender is measured once more on a fresh server at its level (its search's
-    operating point). A round that does not meet the SLA sends it one level down
+    operating point). A round that does not meet the SLA (with the search's headroom:
+    :func:`decide.headroom`) sends it one level down
     (:func:`rules.race_levels`; none left: it leaves the race); after each round those worse
     than the leader leave (:func:`rules.outraced`); the race ends when one is left that has run
     two rounds, or after the last round. Each contender's rounds at the level it ended on are
@@ -92,10 +93,9 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     done = {v.trial: v for v in study.verifications()}
     if not ranked or all(r.number in done for r in ranked):
         return run.update(verifications=tuple(done[r.number] for r in ranked if r.number in done))
-    search_sla = settings.sla.tightened(settings.margin)
-    plan = with_bands(settings.plan, search_sla.limit_ms)
+    slas = {r.number: decide.headroom(settings.sla, settings.margin, r.candidate) for r in ranked}
     shares = {r.number: scoring.share(r.candidate) for r in ranked}
-    levels = {r.number: rules.race_levels(r, search_sla) for r in ranked}
+    levels = {r.number: rules.race_levels(r, slas[r.number]) for r in ranked}
     depth = dict.fromkeys(shares, 0)
     rounds: dict[int, list[Point]] = {n: [] for n in shares}
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = {n: [] for n in shares}
@@ -104,8 +104,9 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         for result in list(alive):
             n = result.number
             level = levels[n][depth[n]]
+            plan = with_bands(settings.plan, slas[n].limit_ms)
             point = _round(prep, trials, result, level, plan, i)
-            if point is not None and search_sla.met_by(point):
+            if point is not None and slas[n].met_by(point):
                 rounds[n].append(point)
                 continue
             if point is not None:

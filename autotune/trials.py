@@ -151,11 +151,9 @@ class Trials:
         return gen.with_gpu_probe(at_server(self.probe, server.metrics_url))  # this server's metrics
 
     def search_sla(self, candidate: Candidate) -> Sla:
-        """The SLA its search holds points to: its verification's headroom (:func:`decide.headroom`;
-        under :data:`RULES_INTERVALS` the SLA tightened by the margin, batching or not)."""
+        """The SLA its search holds points to: its verification's headroom (:func:`decide.headroom`:
+        the margin, twice with dynamic batching, whichever rules decide)."""
         settings = self.prep.settings
-        if settings.plan.rules == RULES_INTERVALS:
-            return settings.sla.tightened(settings.margin)
         return decide.headroom(settings.sla, settings.margin, candidate)
 
     def measure(
