@@ -121,11 +121,12 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     out = []
     for result in ranked:
         n = result.number
-        at = min(depth[n], len(levels[n]) - 1)
-        level, points = levels[n][at], tuple(rounds[n])
+        level, points, past = levels[n][min(depth[n], len(levels[n]) - 1)], tuple(rounds[n]), list(others[n])
+        if not points and past:  # it left the race at its last level: it stands on that one's rounds
+            level, points = past.pop()
         concurrency, rate = (0, level) if prep.loader.open_loop else (int(level), 0.0)
-        kept = tuple(o for o in others[n] if o[0] != level or points)
-        out.append(Verification(n, concurrency, points, len(points), rate, kept))
+        met = sum(slas[n].met_by(p) for p in points)
+        out.append(Verification(n, concurrency, points, met, rate, tuple(past)))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))
 

@@ -12,13 +12,19 @@ import pytest
 from autotune import decide
 from autotune.cli import main
 from autotune.control import ServerControl
+from autotune.objective import Sla
 from autotune.reload import reload_outcome
-from autotune.results import COMPLETE, FAIL
+from autotune.results import COMPLETE, FAIL, PRUNED
+from autotune.rundir import RunDir
+from autotune.search_space import parse_search_space
+from autotune.study import Study
 from tests.conftest import servers_of, staged_servers, toy_run_args
 
 pytestmark = pytest.mark.integration
 
 FAST = ["--repeats", "2", "--time-budget", "5m"]
+SLA_60 = Sla(95, 60.0)
+SPACE_FOR_READING = parse_search_space({})  # reading a study's trials needs no space of its own
 
 
 def _run(repo: Path, reports: Path, space: Path, *extra: str) -> int:
@@ -70,6 +76,37 @@ def test_tune_write_back_and_undo(toy_repo: Path, tmp_path: Path, small_space: P
     assert len(backups) == 1 and backups[0].read_bytes() == original
     assert main(["apply", "--undo", str(run_dir)]) == 0
     assert config.read_bytes() == original
+    assert servers_of(run_dir) == [] and staged_servers() == []
+
+
+def test_the_noise_models_rules_tune_race_on_fresh_servers_and_tell_only_what_was_measured(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    """--rules intervals end to end: every point's windows recorded and judged by their interval,
+    the finalists raced round by round each on a fresh server, the winner among them, the study
+    told no figures a trial did not measure, the report drawing the intervals."""
+    reports = tmp_path / "reports"
+    extra = ["--seed", "1", "--max-trials", "5", "--rules", "intervals", "--finalists", "2", "--repeats", "3"]
+    argv = toy_run_args(toy_repo, small_space, reports, *extra, "--time-budget", "5m")
+    assert main(argv) == 0
+    run_dir = _run_dir(reports)
+    outcome = reload_outcome(run_dir)
+    measured = [t for t in outcome.trials if t.measurement is not None]
+    points = [p for t in measured for p in t.measurement.points]  # type: ignore[union-attr]
+    assert points and all(len(p.window_throughputs) == p.windows >= 2 for p in points)
+    assert all(t.state in (COMPLETE, PRUNED) for t in outcome.trials)
+    winner = outcome.winner
+    assert winner is not None and winner.number in {v.trial for v in outcome.info.verifications}
+    raced = {v.trial: v for v in outcome.info.verifications}
+    assert raced[winner.number].passed and len(raced[winner.number].points) >= 2
+    races = sorted(p.name for p in (run_dir / "logs").glob("race-*.log"))  # a fresh server each round
+    assert len(races) == sum(len(v.points) + sum(len(o) for _, o in v.others) for v in raced.values())
+    record = RunDir.load(run_dir)
+    told = Study.open(record.study_url(), record.record.study_name, SPACE_FOR_READING, SLA_60).told_values()
+    for t in outcome.trials:
+        assert (told[t.number] is None) == (t.measurement is None)
+    page = (run_dir / "report.html").read_text()
+    assert "rules <b>intervals</b>" in page and "latency_high" in (run_dir / "trials.csv").read_text()
     assert servers_of(run_dir) == [] and staged_servers() == []
 
 
