@@ -368,10 +368,10 @@ def stand_in(
     rules: str = RULES_STABILITY,
 ) -> tuple[int | None, str] | None:
     """Why a proposal is not measured, and the trial that stands in for it (None: none does),
-    or None when it is to be measured: it lies outside the user's ``space`` (the sampler's
-    holds your config too), an earlier trial measured it or an :func:`equivalent` config
-    (:func:`measured_before`), or, but for the baseline, its instance count lost clearly
-    (:func:`dominated`). The study is told it was pruned, for that reason, never that trial's
+    or None when it is to be measured: it lies outside the user's ``space`` (but for
+    ``baseline``: your config, or its twin on this machine, measured wherever they lie), an
+    earlier trial measured it or an :func:`equivalent` config (:func:`measured_before`), or, but
+    for the baseline, its instance count lost clearly (:func:`dominated`). The study is told it was pruned, for that reason, never that trial's
     figures as its own (:meth:`autotune.study.Study.tell_pruned`)."""
     if baseline:
         earlier = measured_before(results, candidate)

@@ -64,6 +64,7 @@ class Asked:
     candidate: Candidate
     trial: optuna.Trial
     baseline: bool = False
+    as_is: bool = False  # it runs a config the space does not hold (no params: see Study.enqueue)
 
     def set(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """Set user attributes on the trial; returns all this process set, ``attrs`` included."""
@@ -144,7 +145,8 @@ class Study:
             candidate = self.space.suggest(trial)
         trial.set_user_attr("candidate", _candidate_json(candidate))
         trial.set_user_attr("worker", Owner.current().text())
-        return Asked(trial.number, candidate, trial, baseline=bool(trial.user_attrs.get("baseline")))
+        baseline, as_is = bool(trial.user_attrs.get("baseline")), "as_is" in trial.user_attrs
+        return Asked(trial.number, candidate, trial, baseline=baseline, as_is=as_is)
 
     def tell_measured(self, asked: Asked, measurement: Measurement, duration_s: float) -> TrialResult:
         """Tell the study what the trial measured; the trial's result, as :meth:`results` reads it."""

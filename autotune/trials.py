@@ -82,9 +82,8 @@ class Trials:
         self, study: Study, asked: Asked, results: list[TrialResult], start: float
     ) -> TrialResult:
         policy = self.prep.settings.plan.rules
-        pruned = decide.stand_in(
-            results, asked.candidate, self.prep.space, self.prep.scoring, asked.baseline, policy
-        )
+        yours = asked.baseline or asked.as_is  # your config, or its twin here: measured wherever it lies
+        pruned = decide.stand_in(results, asked.candidate, self.prep.space, self.prep.scoring, yours, policy)
         try:
             if pruned is not None:
                 source, why = pruned

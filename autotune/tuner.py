@@ -306,8 +306,8 @@ def _seed(study: Study, prep: Prepared) -> None:
     """The original config first, then the heuristic seeds of :func:`decide.heuristic_seeds`."""
     twin = decide.in_space(prep.baseline, prep.space)
     study.enqueue(params_of(prep.baseline), baseline=True, as_is=prep.baseline)
-    if twin != prep.baseline and prep.space.holds(twin):  # yours cannot run here: its CPU twin next
-        study.enqueue(params_of(twin), again=True)
+    if twin != prep.baseline:  # yours cannot run here: its CPU twin next (as it is, if outside the space)
+        study.enqueue(params_of(twin), again=True, as_is=twin)
     for params in decide.heuristic_seeds(prep.space, prep.cores or os.cpu_count() or 1, twin):
         study.enqueue(params)
 

@@ -20,7 +20,7 @@ from autotune import decide
 from autotune.cli import main
 from autotune.gpu_probe import local_gpu_count
 from autotune.reload import reload_outcome
-from autotune.results import COMPLETE, FAIL, Outcome
+from autotune.results import COMPLETE, FAIL, PRUNED, Outcome
 from tests.conftest import examples_builder, servers_of, staged_servers
 
 pytestmark = pytest.mark.integration
@@ -158,7 +158,7 @@ def test_mobilenet_is_measured_with_an_instance_per_core_before_batching(
     assert baseline.baseline and baseline.candidate is not None and first.candidate is not None
     per_core = decide.closest((1, 2), os.cpu_count() or 1)
     if per_core != baseline.candidate.instance_count:  # the first seed changes the instances alone
-        assert first.candidate == replace(baseline.candidate, instance_count=per_core)
+        assert decide.equivalent(first.candidate, replace(baseline.candidate, instance_count=per_core))
     assert all(t.state == COMPLETE for t in outcome.trials)
     assert outcome.winner is not None and outcome.winner.goodput() > 0
 
@@ -196,7 +196,7 @@ def test_a_model_of_fixed_batch_shapes_is_tuned_to_preferred_sizes_or_a_queue_de
         "  max_queue_delay_microseconds: [0, 5000]\nload:\n  concurrency: {min: 1, max: 24}\n"
     )
     outcome = _tune_alone(built, tmp_path, "embedder", space, 50, "--max-trials", "10", "--patience", "1")
-    assert all(t.state == COMPLETE for t in outcome.trials)
+    assert all(t.state in (COMPLETE, PRUNED) for t in outcome.trials)  # measured, or a repeat not measured
     tried = {(c.preferred_batch_sizes, c.max_queue_delay_us) for t in outcome.trials
              if (c := t.candidate) is not None and c.dynamic_batching}  # fmt: skip
     assert ((), 0) in tried and len(tried) > 1  # the seed, then what fills the tiles
