@@ -371,8 +371,9 @@ def stand_in(
     or None when it is to be measured: it lies outside the user's ``space`` (but for
     ``baseline``: your config, or its twin on this machine, measured wherever they lie), an
     earlier trial measured it or an :func:`equivalent` config (:func:`measured_before`), or, but
-    for the baseline, its instance count lost clearly (:func:`dominated`). The study is told it was pruned, for that reason, never that trial's
-    figures as its own (:meth:`autotune.study.Study.tell_pruned`)."""
+    for the baseline, its instance count lost clearly (:func:`dominated`). The study is told it
+    was pruned, for that reason, never that trial's figures as its own
+    (:meth:`autotune.study.Study.tell_pruned`)."""
     if baseline:
         earlier = measured_before(results, candidate)
         return None if earlier is None else (earlier.number, f"same as trial {earlier.number}")
