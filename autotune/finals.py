@@ -93,7 +93,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     done = {v.trial: v for v in study.verifications()}
     if not ranked or all(r.number in done for r in ranked):
         return run.update(verifications=tuple(done[r.number] for r in ranked if r.number in done))
-    slas = {r.number: decide.headroom(settings.sla, settings.margin, r.candidate) for r in ranked}
+    slas = {r.number: trials.search_sla(r.candidate) for r in ranked if r.candidate is not None}
     shares = {r.number: scoring.share(r.candidate) for r in ranked}
     levels = {r.number: rules.race_levels(r, slas[r.number]) for r in ranked}
     depth = dict.fromkeys(shares, 0)
@@ -179,7 +179,7 @@ def verify(
     None: it could not be measured (its server or a measurement failed)."""
     assert result.candidate is not None
     settings, name, loader = prep.settings, f"verify-{result.number:03d}", prep.loader
-    headroom = decide.headroom(settings.sla, settings.margin, result.candidate)
+    headroom = trials.search_sla(result.candidate)
     # windows longer than screening's, their close-call bands drawn around the headroom
     plan = with_bands(replace(settings.plan, window_s=settings.plan.window_s * 2), headroom.limit_ms)
     ramp = replace(plan, warmup_s=min(plan.warmup_s, RAMP_S))

@@ -386,7 +386,7 @@ def simulate(
     user = space or default_space()
     settings = RunSettings(
         model="sim", repository=Path("."), sla=surface.sla, seed=seed, output_check=False,
-        open_loop_check=False, **options,
+        open_loop_check=False, batching_headroom=1.0, **options,
     )  # fmt: skip
     settings = replace(settings, plan=search_plan(surface.sla, settings.margin, 0.5, rules))
     prep = tuner.Prepared(

@@ -153,7 +153,7 @@ class Trials:
         """The SLA its search holds points to: its verification's headroom (:func:`decide.headroom`:
         the margin, twice with dynamic batching, whichever rules decide)."""
         settings = self.prep.settings
-        return decide.headroom(settings.sla, settings.margin, candidate)
+        return decide.headroom(settings.sla, settings.margin, candidate, settings.batching_headroom)
 
     def measure(
         self, asked: Asked, start: float | None = None, beat: float = 0.0, rival: Estimate | None = None
