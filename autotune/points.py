@@ -271,7 +271,8 @@ def is_stable(
 def windows_done(
     throughputs: Sequence[float], latencies_ms: Sequence[float], plan: WindowPlan, tolerance: float
 ) -> tuple[bool, bool]:
-    """Whether a point's windows so far may stop, and whether they are stable. Under
+    """Whether a point's windows so far (each one's throughput and latency, every window: the
+    rules read the last ones they need) may stop, and whether they are stable. Under
     :data:`RULES_INTERVALS` with a limit: once at least :data:`autotune.noise.MIN_WINDOWS` put
     the latency's interval on one side of it (they are then "stable"); else perf_analyzer's
     stability (:func:`is_stable`, ``tolerance``) or a clear break (:func:`decided`)."""

@@ -40,7 +40,6 @@ from autotune.points import (
     UNSTABLE,
     Point,
     WindowPlan,
-    decided,
     windows_done,
 )
 from autotune.results import TrialResult, Verification, recommendation
@@ -323,13 +322,8 @@ class SimTrials(Trials):
                 self.surface.window(server.candidate, level, self.rng, plan.window_s, server.bias)
             )
             self.now += plan.window_s
-            kept = readings if intervals else readings[-plan.stable_windows :]
-            throughputs = [r.throughput for r in kept]
-            done, stable = windows_done(
-                throughputs, [r.latency_ms(plan.percentile) for r in kept], plan, plan.tolerance
-            )
-            if not intervals:
-                done = stable or decided([r.latency_ms(plan.percentile) for r in readings], plan)
+            latencies = [r.latency_ms(plan.percentile) for r in readings]
+            done, stable = windows_done([r.throughput for r in readings], latencies, plan, plan.tolerance)
             if done:
                 stable = True
                 break

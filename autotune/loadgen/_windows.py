@@ -44,7 +44,6 @@ from autotune.points import (
     UNSTABLE,
     Point,
     WindowPlan,
-    decided,
     windows_done,
 )
 
@@ -111,16 +110,12 @@ async def _sample(probe: GpuProbe | None) -> tuple[GpuSample, ...]:
 
 
 def _done(windows: list[Window], plan: WindowPlan) -> tuple[bool, bool]:
-    """Whether the windows may stop, and whether they are stable (:func:`autotune.measure.windows_done`):
-    the stability rule looks at the last ``stable_windows``, the intervals at every one."""
+    """Whether the windows may stop, and whether they are stable (:func:`autotune.points.windows_done`,
+    which reads the last windows it needs); an open loop's tolerance from the kept ones."""
+    throughputs = [w.tally.completions / w.tally.duration_s for w in windows if w.tally.duration_s > 0]
+    latencies = [w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in windows]
     kept = windows if plan.rules == RULES_INTERVALS else windows[-plan.stable_windows :]
-    throughputs = [w.tally.completions / w.tally.duration_s for w in kept if w.tally.duration_s > 0]
-    latencies = [w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in kept]
-    if plan.rules == RULES_INTERVALS:
-        return windows_done(throughputs, latencies, plan, tolerance(kept, plan))
-    stable = windows_done(throughputs, latencies, plan, tolerance(kept, plan))[1]
-    every = [w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in windows]
-    return stable or decided(every, plan), stable
+    return windows_done(throughputs, latencies, plan, tolerance(kept, plan))
 
 
 def tolerance(windows: list[Window], plan: WindowPlan) -> float:
