@@ -79,9 +79,10 @@ def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) 
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     """The finalists (:func:`rules.finalists`) raced: round after round (``--repeats`` rounds
     at most), each contender is measured once more on a fresh server at its level (its search's
-    operating point). A round that does not meet the SLA (with the search's headroom:
-    :func:`decide.headroom`) sends it one level down
-    (:func:`rules.race_levels`; none left: it leaves the race); after each round those worse
+    operating point). Once its rounds at a level break the SLA together (with the search's
+    headroom: :func:`decide.headroom`; :func:`rules.rounds_break`) it goes one level down
+    (:func:`rules.level_below`; none left: it leaves the race); undecided, it stays for the
+    next round to tell; after each round those worse
     than the leader leave (:func:`rules.outraced`); the race ends when one is left that has run
     two rounds, or after the last round. Each contender's rounds at the level it ended on are
     its verification (the levels it left, with theirs, its ``others``); the winner is
@@ -96,36 +97,62 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     slas = {r.number: trials.search_sla(r.candidate) for r in ranked if r.candidate is not None}
     shares = {r.number: scoring.share(r.candidate) for r in ranked}
     levels = {r.number: rules.race_levels(r, slas[r.number]) for r in ranked}
-    depth = dict.fromkeys(shares, 0)
+    level = {n: listed[0] for n, listed in levels.items()}
     rounds: dict[int, list[Point]] = {n: [] for n in shares}
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = {n: [] for n in shares}
+    count = dict.fromkeys(shares, 0)
+
+    def one_round(result: TrialResult) -> bool:
+        """One more round of ``result`` at its level; its rounds there breaking the SLA send it
+        a level down. False: it is out (not served, or no level left)."""
+        n = result.number
+        plan = with_bands(settings.plan, slas[n].limit_ms)
+        point = _round(prep, trials, result, level[n], plan, count[n])
+        count[n] += 1
+        if point is None:
+            return False
+        rounds[n].append(point)
+        if rules.rounds_break(rounds[n], slas[n]):
+            return down(n)
+        return True
+
+    def down(n: int) -> bool:
+        """``n`` to the next level down (:func:`rules.level_below`); False: none is left."""
+        below = rules.level_below(level[n], rounds[n], slas[n], levels[n])
+        others[n].append((level[n], tuple(rounds[n])))
+        rounds[n] = []
+        if below is None:
+            return False
+        level[n] = below
+        return True
+
     alive = list(ranked)
-    for i in range(settings.repeats):
-        for result in list(alive):
-            n = result.number
-            level = levels[n][depth[n]]
-            plan = with_bands(settings.plan, slas[n].limit_ms)
-            point = _round(prep, trials, result, level, plan, i)
-            if point is not None and slas[n].met_by(point):
-                rounds[n].append(point)
-                continue
-            if point is not None:
-                others[n].append((level, (*rounds[n], point)))
-            rounds[n], depth[n] = [], depth[n] + 1
-            if point is None or depth[n] >= len(levels[n]):
-                alive.remove(result)
+    for _ in range(settings.repeats):
+        alive = [r for r in alive if one_round(r)]
         left = rules.outraced({r.number: rounds[r.number] for r in alive}, shares)
         alive = [r for r in alive if r.number not in left]
         if len(alive) <= 1 and all(len(rounds[r.number]) >= 2 for r in alive):
             break
+    by_number = {r.number: r for r in ranked}
+    while True:  # the leader must meet the SLA where it stands: undecided, it goes down a level
+        standing = {
+            n: points for n, points in rounds.items() if points and not rules.rounds_break(points, slas[n])
+        }
+        n = rules.race_leader(standing, shares, settings.sla.percentile)
+        if n is None or rules.rounds_meet(rounds[n], slas[n]):
+            break
+        if down(n):
+            for _ in range(settings.repeats):
+                if not one_round(by_number[n]) or rules.rounds_meet(rounds[n], slas[n]):
+                    break
     out = []
     for result in ranked:
         n = result.number
-        level, points, past = levels[n][min(depth[n], len(levels[n]) - 1)], tuple(rounds[n]), list(others[n])
+        at, points, past = level[n], tuple(rounds[n]), list(others[n])
         if not points and past:  # it left the race at its last level: it stands on that one's rounds
-            level, points = past.pop()
-        concurrency, rate = (0, level) if prep.loader.open_loop else (int(level), 0.0)
-        met = sum(slas[n].met_by(p) for p in points)
+            at, points = past.pop()
+        concurrency, rate = (0, at) if prep.loader.open_loop else (int(at), 0.0)
+        met = len(points) if rules.rounds_meet(points, slas[n]) else sum(slas[n].met_by(p) for p in points)
         out.append(Verification(n, concurrency, points, met, rate, tuple(past)))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))

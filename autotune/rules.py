@@ -18,12 +18,16 @@ budget, ``--finalists`` and ``--repeats``).
 - **Trials** compare by their operating points' throughputs across servers
   (:meth:`~autotune.noise.Estimate.across_servers`): :func:`better_trial`.
 - **The finalists** are the trials that are not worse than the best (at most ``--finalists``),
-  raced on fresh servers (:mod:`autotune.finals`).
+  raced on fresh servers (:func:`autotune.finals.race`): a contender's rounds at a level are
+  judged together (:func:`rounds_meet`, :func:`rounds_break`), its throughput over them with
+  its windows' error and the servers' (:func:`raced`); it steps down by :func:`level_below`;
+  the leader (:func:`race_leader`) must meet the SLA where it stands.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from autotune.noise import Estimate, Noise, better
 from autotune.objective import RAW, Scoring, Sla
@@ -179,16 +183,48 @@ def finalists(results: Sequence[TrialResult], count: int, scoring: Scoring = RAW
 
 
 def raced(points: Sequence[Point], share: int = 1) -> Estimate:
-    """A contender's throughput over its race's rounds, each on a fresh server: the rounds' own
-    spread once there are two (it holds the servers' differences), else the one round's windows
-    with :data:`autotune.noise.SERVER_CV`."""
-    if len(points) >= 2:
-        found = Estimate.of([p.throughput for p in points])
-    elif points:
-        found = points[0].throughput_estimate().across_servers()
-    else:
+    """A contender's throughput over its race's rounds, each on a fresh server: their mean, its
+    error each round's windows' (the noise pooled over the rounds) and
+    :data:`autotune.noise.SERVER_CV` between the servers, both shrinking with the rounds."""
+    if not points:
         return Estimate(0.0, float("inf"), 0)
-    return found.scaled(1 / share)
+    noise = noise_of(points)
+    each = [p.throughput_estimate(noise).across_servers() for p in points]
+    mean = sum(e.mean for e in each) / len(each)
+    se = math.sqrt(sum(e.se**2 for e in each)) / len(each)
+    dof = min(e.df for e in each)
+    return Estimate(mean, se, sum(e.n for e in each), dof).scaled(1 / share)
+
+
+def rounds_latency(points: Sequence[Point], percentile: int) -> Estimate:
+    """The latency at ``percentile`` of a contender's rounds at one level, their windows pooled
+    (each window a batch mean, as within a point): the rounds' mean figure, the windows' error."""
+    windows = [w for p in points for w in p.window_latencies_ms] if all(
+        p.window_percentile == percentile for p in points
+    ) else []
+    mean = sum(p.latency_ms(percentile) for p in points) / len(points) if points else 0.0
+    if len(windows) < 2:
+        return Estimate(mean, 0.0, 0)  # judged on its figure
+    return Estimate(mean, Estimate.of(windows).se, len(windows))
+
+
+def rounds_meet(points: Sequence[Point], sla: Sla) -> bool:
+    """Whether a contender's rounds at one level meet the SLA together: every round without
+    errors and trusted, the pooled latency's upper bound (:func:`rounds_latency`) within the limit."""
+    if not points or not all(p.errors == 0 and p.trusted and sla.memory_over_mb(p) == 0.0 for p in points):
+        return False
+    found = rounds_latency(points, sla.percentile)
+    return (found.high if found.n else found.mean) <= sla.limit_ms
+
+
+def rounds_break(points: Sequence[Point], sla: Sla) -> bool:
+    """Whether a contender's rounds at one level break the SLA: a round with errors, untrusted
+    or over the memory limit, or the pooled latency's lower bound over the limit (not meeting
+    it and not breaking it: undecided, one more round tells)."""
+    if any(p.errors or not p.trusted or sla.memory_over_mb(p) > 0.0 for p in points):
+        return True
+    found = rounds_latency(points, sla.percentile)
+    return (found.low if found.n else found.mean) > sla.limit_ms
 
 
 def outraced(rounds: dict[int, Sequence[Point]], shares: dict[int, int]) -> set[int]:
@@ -201,24 +237,40 @@ def outraced(rounds: dict[int, Sequence[Point]], shares: dict[int, int]) -> set[
     return {n for n, e in found.items() if better(leader, e)}
 
 
+def race_leader(
+    rounds: Mapping[int, Sequence[Point]], shares: Mapping[int, int], percentile: int
+) -> int | None:
+    """Of the contenders (by trial number, each with its rounds at its level), the ones not
+    worse than the one with the most throughput (:func:`raced`), the lowest latency at
+    ``percentile`` (their rounds' median); None without any."""
+    found = {n: raced(points, shares.get(n, 1)) for n, points in rounds.items() if points}
+    if not found:
+        return None
+    leader = max(found.values(), key=lambda e: e.mean)
+    tied = [n for n, e in found.items() if not better(leader, e)]
+    return min(tied, key=lambda n: _median(p.latency_ms(percentile) for p in rounds[n]))
+
+
 def race_winner(
     verifications: Sequence[Verification], results: Sequence[TrialResult], sla: Sla, scoring: Scoring = RAW
 ) -> int | None:
-    """The race's winner: of the contenders that met the SLA in every round at their level, the
-    ones not worse than the leader, the lowest latency (at the SLA's percentile, their rounds'
-    median) among them; with none such, the trial of the best goodput not raced."""
+    """The race's winner: :func:`race_leader` of the contenders whose rounds at their level met
+    the SLA together (:attr:`Verification.passed`, as :func:`autotune.finals.race` records it);
+    with none such, the trial of the best goodput not raced."""
     shares = {r.number: scoring.share(r.candidate) for r in results}
-    passed = [v for v in verifications if v.passed]
+    passed = {v.trial: v.points for v in verifications if v.passed}
     if passed:
-        found = {v.trial: raced(v.points, shares.get(v.trial, 1)) for v in passed}
-        leader = max(found.values(), key=lambda e: e.mean)
-        tied = [v for v in passed if not better(leader, found[v.trial])]
-        return min(tied, key=lambda v: v.median_latency_ms(sla.percentile)).trial
+        return race_leader(passed, shares, sla.percentile)
     raced_trials = {v.trial for v in verifications}
     rest = [r for r in results if r.feasible and r.reused_from is None and r.number not in raced_trials]
     if not rest:
         return None
     return max(rest, key=lambda r: scoring.score(r.goodput(), r.candidate)).number
+
+
+def _median(values: Iterable[float]) -> float:
+    ordered = sorted(values)  # as Verification.median_latency_ms takes it
+    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def race_levels(result: TrialResult, sla: Sla) -> list[float]:
@@ -232,3 +284,20 @@ def race_levels(result: TrialResult, sla: Sla) -> list[float]:
     if not lower and top > 1:
         lower = [float(max(1, int(top) // 2))] if result.best.concurrency else [top / 2]
     return [top, *lower]
+
+
+def level_below(level: float, points: Sequence[Point], sla: Sla, listed: Sequence[float]) -> float | None:
+    """The next level down for a contender whose rounds at ``level`` did not meet the SLA: in a
+    closed loop, the clients at which its latency's upper bound would reach the limit were
+    latency proportional to them (Little's law at saturation), where that is below ``level`` and
+    above the highest lower level of ``listed`` (:func:`race_levels`); else that one; None
+    when there is none."""
+    below = [x for x in listed if x < level]
+    known = max(below) if below else None
+    if points and points[0].concurrency and level > 1:
+        found = rounds_latency(points, sla.percentile)
+        bound = found.high if found.n else found.mean
+        guess = min(level - 1, math.floor(level * sla.limit_ms / bound)) if bound > 0 else 0
+        if guess >= 1 and (known is None or guess > known):
+            return float(guess)
+    return known

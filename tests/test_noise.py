@@ -161,3 +161,40 @@ def test_a_contender_falls_back_to_the_levels_its_search_found_meeting_the_sla()
     assert rules.race_levels(_trial(0, points), SLA) == [12, 8, 4]
     assert rules.race_levels(_trial(1, [windowed(6, 500.0, 8.0)]), SLA) == [6, 3]  # none lower: half
     assert rules.race_levels(_trial(2, [windowed(1, 100.0, 8.0)]), SLA) == [1]
+
+
+def test_a_contenders_rounds_at_a_level_are_judged_together() -> None:
+    """Two rounds each too short to settle the SLA alone meet it with their windows pooled;
+    rounds clearly over the limit break it; rounds near it are undecided (neither)."""
+    near = [windowed(8, 900.0, 18.0, spread=0.12, n=2), windowed(8, 910.0, 18.5, spread=0.12, n=2)]
+    assert not any(SLA.met_by(p) for p in near)  # alone, each round's interval reaches the limit
+    assert rules.rounds_meet(near, SLA) and not rules.rounds_break(near, SLA)
+    over = [windowed(8, 900.0, 26.0), windowed(8, 900.0, 25.0)]
+    assert rules.rounds_break(over, SLA) and not rules.rounds_meet(over, SLA)
+    edge = [windowed(8, 900.0, 19.8, spread=0.1, n=2)]
+    assert not rules.rounds_meet(edge, SLA) and not rules.rounds_break(edge, SLA)
+    erred = [replace(windowed(8, 900.0, 10.0), errors=3)]
+    assert rules.rounds_break(erred, SLA) and not rules.rounds_meet(erred, SLA)
+
+
+def test_a_contender_that_does_not_meet_the_sla_steps_down_by_littles_law() -> None:
+    """In a closed loop, latency grows with the clients at saturation: the next level is the
+    one whose latency would reach the limit, unless a level its search found meeting the SLA is
+    higher; an open loop (request rates) takes the listed levels only."""
+    twice = [windowed(12, 1000.0, 40.0)]  # twice the limit's latency (and more, its upper bound)
+    assert rules.level_below(12, twice, SLA, [12, 3]) == 5.0
+    assert rules.level_below(12, twice, SLA, [12, 8, 4]) == 8  # the search's level is higher
+    close = [windowed(12, 1000.0, 20.5)]
+    assert rules.level_below(12, close, SLA, [12, 6]) == 11.0  # at least one client fewer
+    assert rules.level_below(1, [windowed(1, 100.0, 30.0)], SLA, [1]) is None
+    rate = [replace(p, concurrency=0, request_rate=800.0) for p in twice]
+    assert rules.level_below(800.0, rate, SLA, [800.0, 400.0]) == 400.0
+
+
+def test_the_race_leader_is_the_lowest_latency_of_those_not_worse_than_the_best() -> None:
+    fast = [windowed(8, v, 15.0) for v in (1000.0, 1010.0, 990.0)]
+    close = [windowed(8, v, 11.0) for v in (995.0, 1005.0, 1000.0)]
+    slow = [windowed(4, v, 5.0) for v in (600.0, 610.0, 590.0)]
+    assert rules.race_leader({0: fast, 1: close, 2: slow}, {}, 95) == 1
+    assert rules.race_leader({0: fast, 2: slow}, {}, 95) == 0  # less latency, but worse
+    assert rules.race_leader({}, {}, 95) is None
