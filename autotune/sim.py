@@ -458,7 +458,7 @@ class Surveyed:
     """A surface measured on a real server (``benchmarks/survey.py``): for each config of a space
     (one of each :func:`autotune.decide.equivalent` class), at each surveyed level, its windows'
     throughputs and latencies at the survey's percentile. The truth at a level is its windows'
-    mean (between surveyed levels, the line between the nearest two); a window is one of the
+    mean (:meth:`truth`); a window is one of the
     nearest surveyed level's, drawn at random and scaled to the level. A server's bias is drawn
     with half the windows' spread (one server per config was surveyed: it cannot say more)."""
 
@@ -504,6 +504,9 @@ class Surveyed:
         raise KeyError(f"{self.name}: {candidate.label()} was not surveyed")
 
     def truth(self, candidate: Candidate, level: int) -> Reading:
+        """Between surveyed levels, the line between the nearest two; above the last (the survey
+        stops where latency is far over the limit), its throughput, and latency growing with
+        the clients (Little's law: a saturated closed loop only queues)."""
         levels = self._levels(candidate)
         below = max((lv for lv in levels if lv <= level), default=min(levels))
         above = min((lv for lv in levels if lv >= level), default=max(levels))
@@ -514,6 +517,8 @@ class Surveyed:
         share = 0.0 if above == below else (level - below) / (above - below)
         throughput = mean(below, 0) * (1 - share) + mean(above, 0) * share
         latency = mean(below, 1) * (1 - share) + mean(above, 1) * share
+        if level > above:
+            latency *= level / above
         return Reading(throughput, latency, latency, latency, latency)
 
     def window(

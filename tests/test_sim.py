@@ -64,7 +64,8 @@ def test_a_family_spans_its_noise_and_each_sla_bites_inside_the_concurrency_rang
 
 def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tmp_path: Path) -> None:
     """A survey file as benchmarks/survey.py writes it: the truth is the windows' mean, between
-    surveyed levels the line between them; a window is one of the nearest level's."""
+    surveyed levels the line between them, above the last its throughput and a latency growing with
+    the clients; a window is one of the nearest level's."""
     on = Candidate(2, "KIND_CPU", (), 8, True, (), 0, False)
     off = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)
     windows = {
@@ -87,6 +88,8 @@ def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tm
     assert sim.true_goodput(surface, off, replace(SPACE, concurrency_max=4))[1] < 4  # 4 breaks 8 ms
     with pytest.raises(KeyError, match="was not surveyed"):
         surface.truth(replace(on, instance_count=3), 1)
+    beyond = surface.truth(off, 8)  # past the last level surveyed: saturated, it only queues
+    assert beyond.throughput == 210 and beyond.p95_ms == pytest.approx(10.0 * 8 / 4)
 
 
 def test_a_space_that_only_batches_never_measures_a_config_without_batching_but_yours() -> None:
