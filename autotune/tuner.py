@@ -25,6 +25,7 @@ from autotune.files import Room, disk_full, file_digest, free_bytes, mib, write_
 from autotune.launch import make_launcher
 from autotune.loadgen import ModelIO, WorkloadData, read_workload
 from autotune.objective import RAW, Scoring, scoring_for
+from autotune.pipeline import is_ensemble, read_pipeline
 from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
@@ -69,6 +70,13 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     resumed = None if settings.run_dir is None else _check_resumable(settings, settings.run_dir)
     original = mcfg.load_config(settings.repository, settings.model)
     mcfg.check_versions(mcfg.model_dir(settings.repository, settings.model), original)
+    if is_ensemble(original):
+        found = read_pipeline(settings.repository, settings.model)  # a broken one: its one line
+        assert found is not None
+        raise UsageError(
+            f"model {settings.model!r} is an ensemble ({' -> '.join(found.members)}): tuning a pipeline "
+            "end to end is not built yet; tune one of its steps with --model STEP"
+        )
     given = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
     baseline = mcfg.candidate_of(original)
     space = given.restricted(

@@ -50,6 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "autotune.objective",
             "autotune.search_space",
             "autotune.model_config",
+            "autotune.pipeline",
             "autotune.outputs",
             "autotune.measure",
             "autotune.results",

@@ -1,0 +1,155 @@
+"""A pipeline: an ensemble's composing models, or a BLS model's (``--composing-models``).
+
+:func:`read_pipeline` reads one from the model repository and checks it as Triton would before
+any server starts, each problem one line (a :class:`~autotune.errors.ConfigError`, exit 2):
+
+- an ensemble step names a model that is not in the repository, or the ensemble itself;
+- a step maps a tensor its model does not have, or feeds it a tensor of another data type than
+  the tensor's producer (an ensemble input or an earlier step's output) gives;
+- a step consumes a tensor that no ensemble input and no step produces, or two steps produce
+  the same tensor;
+- the steps form a cycle (a step needs, through other steps, its own output);
+- a composing model's ``max_batch_size`` is below the ensemble's (Triton refuses to load it);
+- a ``--composing-models`` name is not in the repository.
+
+The members come in the order data flows through them (the steps' topological order), each once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune import model_config as mcfg
+from autotune.errors import ConfigError, ModelNotFoundError
+
+ENSEMBLE = "ensemble"
+BLS = "bls"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ensemble step: its model, and its tensors as the ensemble names them."""
+
+    model: str
+    consumes: tuple[str, ...]
+    produces: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A model that serves through others: ``kind`` is :data:`ENSEMBLE` or :data:`BLS`;
+    ``members`` its composing models, in the order data flows (a BLS model's as given)."""
+
+    model: str
+    kind: str
+    members: tuple[str, ...]
+    steps: tuple[Step, ...] = ()
+
+
+def is_ensemble(config: mcfg.ModelConfig) -> bool:
+    return config.platform == ENSEMBLE
+
+
+def read_pipeline(repository: Path, model: str, composing: Sequence[str] = ()) -> Pipeline | None:
+    """``model``'s pipeline (None: a model that serves alone), checked (see the module)."""
+    config = mcfg.load_config(repository, model)
+    if is_ensemble(config):
+        if composing:
+            raise ConfigError(
+                f"--composing-models is for a BLS model; {model!r} is an ensemble, whose steps name "
+                "its composing models"
+            )
+        return _ensemble(repository, config)
+    if not composing:
+        return None
+    for name in composing:
+        if name == model:
+            raise ConfigError(f"--composing-models names {model!r} itself")
+        _member(repository, model, name, "--composing-models names")
+    return Pipeline(model, BLS, tuple(dict.fromkeys(composing)))
+
+
+def _member(repository: Path, model: str, name: str, where: str) -> mcfg.ModelConfig:
+    try:
+        return mcfg.load_config(repository, name)
+    except ModelNotFoundError as exc:
+        raise ConfigError(f"{model}: {where} {name!r}, which is not in {repository}") from exc
+
+
+def _ensemble(repository: Path, config: mcfg.ModelConfig) -> Pipeline:
+    name = config.name
+    if not config.ensemble_scheduling.step:
+        raise ConfigError(f"{name}: an ensemble without steps (ensemble_scheduling.step)")
+    produced: dict[str, tuple[int, str]] = {
+        t.name: (t.data_type, "the ensemble's input") for t in config.input
+    }
+    steps: list[Step] = []
+    members: dict[str, mcfg.ModelConfig] = {}
+    for i, step in enumerate(config.ensemble_scheduling.step, 1):
+        where = f"step {i} ({step.model_name})"
+        if step.model_name == name:
+            raise ConfigError(f"{name}: {where} names the ensemble itself: a cycle")
+        member = members.get(step.model_name) or _member(repository, name, step.model_name, f"step {i} names")
+        members[step.model_name] = member
+        inputs = {t.name: t.data_type for t in member.input}
+        outputs = {t.name: t.data_type for t in member.output}
+        for own in step.input_map:
+            if inputs and own not in inputs:
+                raise ConfigError(
+                    f"{name}: {where} maps input {own!r}, which {step.model_name} does not have"
+                )
+        for own, tensor in step.output_map.items():
+            if outputs and own not in outputs:
+                raise ConfigError(
+                    f"{name}: {where} maps output {own!r}, which {step.model_name} does not have"
+                )
+            if tensor in produced:
+                raise ConfigError(
+                    f"{name}: {where} produces {tensor!r}, which {produced[tensor][1]} produces too"
+                )
+            produced[tensor] = (outputs.get(own, 0), where)
+        steps.append(Step(step.model_name, tuple(step.input_map.values()), tuple(step.output_map.values())))
+    for i, (step, proto) in enumerate(zip(steps, config.ensemble_scheduling.step, strict=True), 1):
+        inputs = {t.name: t.data_type for t in members[step.model].input}
+        for own, tensor in proto.input_map.items():
+            if tensor not in produced:
+                raise ConfigError(
+                    f"{name}: step {i} ({step.model}) consumes {tensor!r}, which no ensemble input "
+                    "or step produces"
+                )
+            given, source = produced[tensor]
+            wanted = inputs.get(own, 0)
+            if given and wanted and given != wanted:
+                raise ConfigError(
+                    f"{name}: step {i} ({step.model}) takes {own!r} as {mcfg.data_type_name(wanted)}, "
+                    f"but {tensor!r} from {source} is {mcfg.data_type_name(given)}"
+                )
+    order = _flow(name, steps, {t.name for t in config.input})
+    for member_name in order:
+        member = members[member_name]
+        if config.max_batch_size > 0 and member.max_batch_size < config.max_batch_size:
+            raise ConfigError(
+                f"{name}: max_batch_size {config.max_batch_size}, but its step {member_name} has "
+                f"{member.max_batch_size}: Triton loads an ensemble only within every step's"
+            )
+    return Pipeline(name, ENSEMBLE, order, tuple(steps))
+
+
+def _flow(name: str, steps: Sequence[Step], given: set[str]) -> tuple[str, ...]:
+    """The steps' models in the order data flows (each once); a ConfigError on a cycle."""
+    ready = set(given)
+    left = list(steps)
+    order: list[str] = []
+    while left:
+        runnable = [s for s in left if all(t in ready for t in s.consumes)]
+        if not runnable:
+            stuck = ", ".join(s.model for s in left)
+            raise ConfigError(f"{name}: its steps form a cycle ({stuck} each wait for another's output)")
+        for step in runnable:
+            left.remove(step)
+            ready.update(step.produces)
+            if step.model not in order:
+                order.append(step.model)
+    return tuple(order)
