@@ -97,6 +97,14 @@ def _add_run(sub: Any) -> None:
         default=None,
         help="Triton model repository (default: ./model_repository, else examples/model_repository)",
     )
+    run.add_argument(
+        "--step",
+        default=None,
+        metavar="MODEL",
+        help="with an ensemble --model: the step (a composing model) whose config is tuned, every "
+        "point measured end to end through the ensemble, the other steps served as they are; "
+        "--resume: the run's",
+    )
     sla = run.add_mutually_exclusive_group()
     for p in (50, 90, 95, 99):
         sla.add_argument(
@@ -404,6 +412,7 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
         model=model,
         repository=repository,
         sla=sla,
+        step=args.step if args.step is not None else (record.step if record is not None else ""),
         search_space=Path(opts.search_space) if opts.search_space else None,
         max_trials=opts.max_trials,
         time_budget_s=opts.time_budget_s,

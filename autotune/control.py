@@ -99,8 +99,8 @@ class ServerControl:
 
 
 class AsyncStatistics:
-    """A model's statistics from inside an event loop (between measurement windows), so that
-    asking never blocks the load running in the same loop."""
+    """A model's statistics (``model`` "": every model's) from inside an event loop (between
+    measurement windows), so that asking never blocks the load running in the same loop."""
 
     def __init__(self, host: str, http_port: int, model: str, timeout_s: float = 10.0) -> None:
         self.url, self.model = f"{host}:{http_port}", model

@@ -13,6 +13,9 @@ any server starts, each problem one line (a :class:`~autotune.errors.ConfigError
 - a ``--composing-models`` name is not in the repository.
 
 The members come in the order data flows through them (the steps' topological order), each once.
+:func:`for_step` is what ``autotune run --model ENSEMBLE --step STEP`` checks: the run tunes that
+step's config, the ensemble and its other steps served as they are, every point measured
+through the ensemble.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune import model_config as mcfg
-from autotune.errors import ConfigError, ModelNotFoundError
+from autotune.errors import ConfigError, ModelNotFoundError, UsageError
 
 ENSEMBLE = "ensemble"
 BLS = "bls"
@@ -47,6 +50,11 @@ class Pipeline:
     members: tuple[str, ...]
     steps: tuple[Step, ...] = ()
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Every model it serves: itself and its members."""
+        return (self.model, *self.members)
+
 
 def is_ensemble(config: mcfg.ModelConfig) -> bool:
     return config.platform == ENSEMBLE
@@ -69,6 +77,32 @@ def read_pipeline(repository: Path, model: str, composing: Sequence[str] = ()) -
             raise ConfigError(f"--composing-models names {model!r} itself")
         _member(repository, model, name, "--composing-models names")
     return Pipeline(model, BLS, tuple(dict.fromkeys(composing)))
+
+
+def for_step(repository: Path, config: mcfg.ModelConfig, step: str, remote: bool = False) -> Pipeline | None:
+    """The pipeline a run with ``--step`` tunes a step of (``config``: the ``--model``'s), checked;
+    None for a model that is not an ensemble (and no step). A UsageError (one line) for an
+    ensemble without ``step``, a step that is not one of its members, a step of a model that is
+    not an ensemble, or a step on a remote server (not built yet)."""
+    name = config.name
+    if not is_ensemble(config):
+        if step:
+            raise UsageError(
+                f"--step {step!r}: model {name!r} is not an ensemble (--step names an ensemble's step)"
+            )
+        return None
+    found = _ensemble(repository, config)
+    flow = " -> ".join(found.members)
+    if not step:
+        raise UsageError(
+            f"model {name!r} is an ensemble ({flow}): give the step to tune with --step STEP, measured "
+            "end to end through it (tuning every step at once is not built yet)"
+        )
+    if step not in found.members:
+        raise UsageError(f"--step {step!r} is not a step of ensemble {name!r} ({flow})")
+    if remote:
+        raise UsageError("--step with --launcher remote is not built yet: use --launcher local or docker")
+    return found
 
 
 def _member(repository: Path, model: str, name: str, where: str) -> mcfg.ModelConfig:
@@ -111,19 +145,19 @@ def _ensemble(repository: Path, config: mcfg.ModelConfig) -> Pipeline:
                 )
             produced[tensor] = (outputs.get(own, 0), where)
         steps.append(Step(step.model_name, tuple(step.input_map.values()), tuple(step.output_map.values())))
-    for i, (step, proto) in enumerate(zip(steps, config.ensemble_scheduling.step, strict=True), 1):
-        inputs = {t.name: t.data_type for t in members[step.model].input}
+    for i, (made, proto) in enumerate(zip(steps, config.ensemble_scheduling.step, strict=True), 1):
+        inputs = {t.name: t.data_type for t in members[made.model].input}
         for own, tensor in proto.input_map.items():
             if tensor not in produced:
                 raise ConfigError(
-                    f"{name}: step {i} ({step.model}) consumes {tensor!r}, which no ensemble input "
+                    f"{name}: step {i} ({made.model}) consumes {tensor!r}, which no ensemble input "
                     "or step produces"
                 )
             given, source = produced[tensor]
             wanted = inputs.get(own, 0)
             if given and wanted and given != wanted:
                 raise ConfigError(
-                    f"{name}: step {i} ({step.model}) takes {own!r} as {mcfg.data_type_name(wanted)}, "
+                    f"{name}: step {i} ({made.model}) takes {own!r} as {mcfg.data_type_name(wanted)}, "
                     f"but {tensor!r} from {source} is {mcfg.data_type_name(given)}"
                 )
     order = _flow(name, steps, {t.name for t in config.input})

@@ -85,11 +85,33 @@ class ServerBreakdown:
     requests: int = 0
     executions: int = 0
     batch_sizes: dict[int, int] = field(default_factory=dict)  # batch size -> executions
+    steps: dict[str, ServerBreakdown] = field(default_factory=dict)  # an ensemble's steps, each its own
 
     @property
     def avg_batch(self) -> float:
         total = sum(self.batch_sizes.values())
         return sum(b * n for b, n in self.batch_sizes.items()) / total if total else 0.0
+
+    @property
+    def busy_us(self) -> float:
+        """A request's time in the server: queued and computed."""
+        return self.queue_us + self.compute_input_us + self.compute_infer_us + self.compute_output_us
+
+    def bottleneck(self) -> str:
+        """The step a request spends the most time in (queued and computed); "" without steps."""
+        return max(self.steps, key=lambda name: self.steps[name].busy_us) if self.steps else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["batch_sizes"] = {str(k): v for k, v in self.batch_sizes.items()}
+        data["steps"] = {name: step.to_dict() for name, step in self.steps.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerBreakdown:
+        batches = {int(k): int(v) for k, v in data.get("batch_sizes", {}).items()}
+        steps = {name: cls.from_dict(step) for name, step in data.get("steps", {}).items()}
+        return cls(**{**data, "batch_sizes": batches, "steps": steps})
 
 
 @dataclass(frozen=True)
@@ -172,21 +194,18 @@ class Point:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["server"]["batch_sizes"] = {str(k): v for k, v in self.server.batch_sizes.items()}
+        data["server"] = self.server.to_dict()
         data["warnings"] = list(self.warnings)
         data["gpus"] = [g.to_dict() for g in self.gpus]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Point:
-        server = dict(data.get("server", {}))
-        server["batch_sizes"] = {int(k): int(v) for k, v in server.get("batch_sizes", {}).items()}
+        server = ServerBreakdown.from_dict(dict(data.get("server", {})))
         gpus = tuple(GpuFigures.from_dict(g) for g in data.get("gpus", ()))
         warnings = tuple(data["warnings"])
         windows = {k: tuple(data.get(k, ())) for k in ("window_throughputs", "window_latencies_ms")}
-        return cls(
-            **{**data, "server": ServerBreakdown(**server), "warnings": warnings, "gpus": gpus, **windows}
-        )
+        return cls(**{**data, "server": server, "warnings": warnings, "gpus": gpus, **windows})
 
 
 @dataclass(frozen=True)

@@ -199,9 +199,11 @@ def raced(points: Sequence[Point], share: int = 1) -> Estimate:
 def rounds_latency(points: Sequence[Point], percentile: int) -> Estimate:
     """The latency at ``percentile`` of a contender's rounds at one level, their windows pooled
     (each window a batch mean, as within a point): the rounds' mean figure, the windows' error."""
-    windows = [w for p in points for w in p.window_latencies_ms] if all(
-        p.window_percentile == percentile for p in points
-    ) else []
+    windows = (
+        [w for p in points for w in p.window_latencies_ms]
+        if all(p.window_percentile == percentile for p in points)
+        else []
+    )
     mean = sum(p.latency_ms(percentile) for p in points) / len(points) if points else 0.0
     if len(windows) < 2:
         return Estimate(mean, 0.0, 0)  # judged on its figure

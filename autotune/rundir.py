@@ -64,6 +64,12 @@ class RunRecord:
     # how the run was made, as the report's header says it: the command line, autotune's and
     # Triton's versions, the model's backend, the machine's CPU and GPUs, the rules
     made: dict[str, str] = field(default_factory=dict)
+    step: str = ""  # the ensemble's step whose config was tuned ("": the model's own)
+
+    @property
+    def tuned(self) -> str:
+        """The model whose config the run tunes and writes back: the step, else the model."""
+        return self.step or self.model
 
     def differences(self, settings: RunSettings) -> list[str]:
         """What a command would change of this run if it continued it (nothing may change: the
@@ -71,6 +77,7 @@ class RunRecord:
         s, workload = settings, settings.workload
         pairs = [
             ("model", self.model, s.model),
+            ("step", self.step, s.step),
             ("repository", str(self.repository), str(s.repository.resolve())),
             ("SLA", self.sla.label, s.sla.label),
             ("launcher", self.launch.to_json(), s.launch.to_json()),
@@ -96,6 +103,7 @@ class RunRecord:
         return {
             "run_id": self.run_id,
             "model": self.model,
+            "step": self.step,
             "repository": str(self.repository),
             "sla": self.sla.to_json(),
             "scoring": self.scoring.to_json(),
@@ -126,6 +134,7 @@ class RunRecord:
         return cls(
             run_id=str(data["run_id"]),
             model=str(data["model"]),
+            step=str(data.get("step", "")),
             repository=Path(data["repository"]),
             sla=Sla.from_json(data["sla"]),
             scoring=Scoring.from_json(data.get("scoring")),

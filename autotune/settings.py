@@ -424,6 +424,9 @@ class RunSettings:
     model: str
     repository: Path
     sla: Sla
+    step: str = (
+        ""  # an ensemble's step whose config is tuned, measured through the ensemble ("": the model's own)
+    )
     search_space: Path | None = None  # None: the packaged default
     max_trials: int = _DEFAULT.max_trials
     time_budget_s: float | None = _DEFAULT.time_budget_s

@@ -44,7 +44,7 @@ from autotune.points import RULES_INTERVALS, Measurement, Point, WindowPlan, err
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate
-from autotune.staging import Stages, stage_model
+from autotune.staging import Stages, mirror, stage_model
 from autotune.study import INTERRUPTED, Asked, Study
 from autotune.traffic import requests_per_s
 
@@ -147,6 +147,7 @@ class Trials:
             version = triton_version(server.host, server.http_port)
             if version and "triton" not in self.run_dir.record.made:
                 self.run_dir = self.run_dir.update(made={**self.run_dir.record.made, "triton": version})
+        gen = gen.with_steps(self.prep.pipeline.members) if self.prep.pipeline else gen
         return gen.with_gpu_probe(at_server(self.probe, server.metrics_url))  # this server's metrics
 
     def search_sla(self, candidate: Candidate) -> Sla:
@@ -278,9 +279,10 @@ class Trials:
 
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[Server]:
-        """The candidate staged (:func:`autotune.staging.stage_model`) and served (a config
-        with TensorRT gets --trt-build-timeout-s to build its engine); the staged folder is
-        removed when the server's context ends."""
+        """The candidate staged (:func:`autotune.staging.stage_model`; with ``--step``, beside the
+        ensemble and its other steps as they are) and served (a config with TensorRT gets
+        --trt-build-timeout-s to build its engine); the staged folder is removed when the
+        server's context ends."""
         config = mcfg.apply_candidate(self.prep.original, candidate)
         if self._stages is None:
             self._stages = Stages.for_run(self.run_dir.record.run_id)
@@ -288,6 +290,9 @@ class Trials:
         try:
             stage_model(self.prep.model_dir, config, stage)
             s = self.prep.settings
+            for name in self.prep.pipeline.models if self.prep.pipeline else ():
+                if name != config.name:  # the ensemble and its other steps, as they are
+                    mirror(s.repository / name, stage / name)
             with trt_build.serving(self.launcher, stage, s.model, log, config, s.trt_build_timeout_s) as srv:
                 yield srv
         finally:

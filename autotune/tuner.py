@@ -25,7 +25,7 @@ from autotune.files import Room, disk_full, file_digest, free_bytes, mib, write_
 from autotune.launch import make_launcher
 from autotune.loadgen import ModelIO, WorkloadData, read_workload
 from autotune.objective import RAW, Scoring, scoring_for
-from autotune.pipeline import is_ensemble, read_pipeline
+from autotune.pipeline import Pipeline, for_step
 from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
@@ -60,6 +60,7 @@ class Prepared:
     scoring: Scoring = RAW  # goodput, or goodput per GPU (objective.scoring_for); a resumed run's own
     notes: tuple[str, ...] = ()  # what people should know before the run: the space was narrowed
     cores: int = 0  # the cores the server's instances share (the seeds' "many"); 0: this machine's
+    pipeline: Pipeline | None = None  # --step: the ensemble served whole, ``original`` its step's config
 
 
 def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
@@ -68,33 +69,43 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     per GPU: :func:`autotune.objective.scoring_for`, decided once; a resumed run keeps its own)."""
     gpu_available = server_gpus > 0
     resumed = None if settings.run_dir is None else _check_resumable(settings, settings.run_dir)
-    original = mcfg.load_config(settings.repository, settings.model)
-    mcfg.check_versions(mcfg.model_dir(settings.repository, settings.model), original)
-    if is_ensemble(original):
-        found = read_pipeline(settings.repository, settings.model)  # a broken one: its one line
-        assert found is not None
-        raise UsageError(
-            f"model {settings.model!r} is an ensemble ({' -> '.join(found.members)}): tuning a pipeline "
-            "end to end is not built yet; tune one of its steps with --model STEP"
-        )
+    served = mcfg.load_config(settings.repository, settings.model)  # what the load generator sends to
+    mcfg.check_versions(mcfg.model_dir(settings.repository, settings.model), served)
+    remote = settings.launch.kind == "remote"
+    pipeline = for_step(settings.repository, served, settings.step, remote)  # a broken one: its one line
+    tuned = settings.step or settings.model
+    original = served if tuned == settings.model else mcfg.load_config(settings.repository, tuned)
+    mcfg.check_versions(mcfg.model_dir(settings.repository, tuned), original)
     given = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
     baseline = mcfg.candidate_of(original)
     space = given.restricted(
         batching=original.max_batch_size > 0,
         gpu=gpu_available,
         tensorrt=mcfg.supports_tensorrt(original),
-        min_batch=settings.workload.batch_size,
+        min_batch=max(settings.workload.batch_size, served.max_batch_size if pipeline else 0),
         gpu_count=server_gpus,
     )
-    io = ModelIO.from_config(settings.model, original)  # None: it declares no inputs, the server will
+    io = ModelIO.from_config(settings.model, served)  # None: it declares no inputs, the server will
     data = None if io is None else read_workload(io, settings.workload, settings.seed or 0)  # read once
     loader = Loader.read(settings.traffic)
     _check_writable(settings.reports_dir if settings.run_dir is None else settings.run_dir)
     _check_room(settings.reports_dir if settings.run_dir is None else settings.run_dir, settings.max_trials)
-    model_dir = mcfg.model_dir(settings.repository, settings.model)
+    model_dir = mcfg.model_dir(settings.repository, tuned)
     scoring = resumed.scoring if resumed is not None else scoring_for(space, server_gpus)
     notes = narrowed(given, space, settings.workload.batch_size)
-    return Prepared(settings, original, model_dir, space, baseline, data, loader, server_gpus, scoring, notes)
+    return Prepared(
+        settings,
+        original,
+        model_dir,
+        space,
+        baseline,
+        data,
+        loader,
+        server_gpus,
+        scoring,
+        notes,
+        pipeline=pipeline,
+    )
 
 
 def narrowed(given: SearchSpace, space: SearchSpace, batch_size: int) -> tuple[str, ...]:
@@ -265,6 +276,7 @@ def _open_run(prep: Prepared, path: Path, study_name: str, resumed: RunDir | Non
     record = RunRecord(
         run_id=path.name,
         model=settings.model,
+        step=settings.step,
         repository=settings.repository.resolve(),
         sla=settings.sla,
         launch=settings.launch,
@@ -295,6 +307,11 @@ def made(prep: Prepared) -> dict[str, str]:
         "backend": original.backend or original.platform,
         "cpu": f"{cpu_model()} ({os.cpu_count() or 1} cores)",
         "gpus": str(prep.server_gpus) if prep.server_gpus else "none",
+        "pipeline": (
+            f"step {settings.step} of ensemble {settings.model} ({' -> '.join(prep.pipeline.members)})"
+            if prep.pipeline
+            else ""
+        ),
     }
     return {k: v for k, v in facts.items() if v}
 

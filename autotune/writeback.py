@@ -31,6 +31,7 @@ from autotune.files import copy_atomic, file_digest, write_text_atomic
 from autotune.launch import Launcher, make_launcher
 from autotune.loadgen import LoadGenerator
 from autotune.outputs import compare, parse_tolerance
+from autotune.pipeline import read_pipeline
 from autotune.rundir import WINNER_CONFIG, RunDir, RunRecord
 from autotune.staging import Stages, mirror
 
@@ -55,7 +56,7 @@ def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
     winner_file = run_dir / WINNER_CONFIG
     if record.winner is None or not winner_file.is_file():
         raise UsageError(f"{run_dir}: the run has no winner to apply (unfinished, or no config met the SLA)")
-    target = record.repository / record.model / mcfg.CONFIG_NAME
+    target = record.repository / record.tuned / mcfg.CONFIG_NAME
     winner = mcfg.parse_config(winner_file.read_text(encoding="utf-8"), str(winner_file))
     backup = target.with_name(f"{mcfg.CONFIG_NAME}.autotune-{record.run_id}.bak")
     launcher = _verifier(record) if verify else None  # before anything is written
@@ -106,7 +107,9 @@ def _load_once(launcher: Launcher[Any], run: RunDir, config: mcfg.ModelConfig) -
     model = run.record.model
     stages = Stages.for_run(run.record.run_id)
     view = stages.path("writeback")
-    mirror(run.record.repository / model, view / model)
+    found = read_pipeline(run.record.repository, model) if run.record.step else None
+    for name in found.models if found else (model,):  # with --step: the ensemble and every step
+        mirror(run.record.repository / name, view / name)
     try:
         with trt_build.serving(launcher, view, model, run.log("writeback-verify.log"), config) as server:
             described = server.description or "tritonserver"

@@ -3,6 +3,9 @@ repository before any server starts (pure logic: config files on disk)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -104,11 +107,12 @@ def test_composing_models_must_be_in_the_repository(tmp_path: Path) -> None:
         read_pipeline(repo, "encoder", ["encoder"])
 
 
-def test_run_on_an_ensemble_says_in_one_line_what_it_is_and_writes_nothing(
+def test_run_on_an_ensemble_needs_one_of_its_steps_and_says_so_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Tuning a pipeline end to end is not built yet: the run says so (and a broken ensemble
-    says what is broken), exit code 2, before any server, nothing written."""
+    """An ensemble without --step, a step that is not one of its, --step on a model that is not
+    an ensemble, a broken ensemble: one line each, exit code 2, before any server, nothing
+    written."""
     from autotune.cli import main
 
     repo = _pipeline_repo(tmp_path, GOOD)
@@ -116,7 +120,15 @@ def test_run_on_an_ensemble_says_in_one_line_what_it_is_and_writes_nothing(
             "--reports-dir", str(tmp_path / "reports")]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "model 'qa' is an ensemble (pre -> encoder -> post)" in err and len(err.strip().splitlines()) == 1
+    assert "model 'qa' is an ensemble (pre -> encoder -> post): give the step to tune with --step" in err
+    assert len(err.strip().splitlines()) == 1
+    assert main([*argv, "--step", "tokenizer"]) == 2
+    assert (
+        "--step 'tokenizer' is not a step of ensemble 'qa' (pre -> encoder -> post)"
+        in capsys.readouterr().err
+    )
+    assert main([*argv[:2], "encoder", *argv[3:], "--step", "pre"]) == 2
+    assert "model 'encoder' is not an ensemble" in capsys.readouterr().err
     broken = _pipeline_repo(
         tmp_path / "broken", [*GOOD[:2], _step("missing", {"IDS": "ids"}, {"LOGITS": "logits"})]
     )
@@ -124,3 +136,116 @@ def test_run_on_an_ensemble_says_in_one_line_what_it_is_and_writes_nothing(
     err = capsys.readouterr().err
     assert "step 3 names 'missing', which is not in" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "reports").exists()
+
+
+def _toy_pipeline(repo: Path) -> Path:
+    """``pipe``, an ensemble of two toy steps in ``repo`` (tests/models copied): ``toy`` (x -> y),
+    then ``slow``, a toy that costs 4x as much per item (its bottleneck)."""
+    import shutil
+
+    shutil.copytree(repo / "toy", repo / "slow")
+    config = (repo / "slow" / "config.pbtxt").read_text()
+    config = config.replace('name: "toy"', 'name: "slow"').replace('string_value: "0.5"', 'string_value: "2"')
+    (repo / "slow" / "config.pbtxt").write_text(config)
+    tensor = "data_type: TYPE_FP32 dims: [ 16 ]"
+    _model(
+        repo,
+        "pipe",
+        f'platform: "ensemble"\nmax_batch_size: 8\ninput [{{ name: "INPUT" {tensor} }}]\n'
+        f'output [{{ name: "OUTPUT" {tensor} }}]\nensemble_scheduling {{\n'
+        + _step("toy", {"x": "INPUT"}, {"y": "mid"})
+        + "\n"
+        + _step("slow", {"x": "mid"}, {"y": "OUTPUT"})
+        + "\n}\n",
+    )
+    return repo
+
+
+@pytest.mark.integration
+def test_a_step_of_an_ensemble_is_tuned_end_to_end_and_written_back_alone(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    """--step: the step's config varies, the ensemble and its other step are served as they are,
+    every point is measured through the ensemble (its answers checked against your pipeline's,
+    each step's time from Triton's statistics, the bottleneck named);
+    apply writes only the step's config (verified by loading the whole pipeline), --undo
+    restores it byte for byte; no file of the repository changes otherwise."""
+    from autotune.cli import main
+    from autotune.reload import reload_outcome
+    from tests.conftest import servers_of, staged_servers
+
+    repo = _toy_pipeline(toy_repo)
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    reports = tmp_path / "reports"
+    argv = ["run", "--model", "pipe", "--step", "slow", "--model-repository", str(repo),
+            "--sla-p95-ms", "80", "--reports-dir", str(reports), "--search-space", str(small_space),
+            "--window", "0.5", "--finalists", "1", "--repeats", "2", "--no-open-loop-check",
+            "--max-trials", "3", "--seed", "1"]  # fmt: skip
+    assert main(argv) == 0
+    (run_dir,) = list((reports / "pipe").iterdir())
+    outcome = reload_outcome(run_dir)
+    assert outcome.winner is not None and outcome.baseline is not None
+    assert outcome.winner.goodput() > 1.2 * outcome.baseline.goodput()  # the bottleneck step tuned
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["model"] == "pipe" and record["step"] == "slow"
+    html = unescape((run_dir / "report.html").read_text())
+    assert "step slow of ensemble pipe (toy -> slow)" in html and "Where the time goes, step by step" in html
+    base = outcome.baseline.best  # your pipeline: the slow step is where requests wait
+    assert (
+        base is not None and set(base.server.steps) == {"toy", "slow"} and base.server.bottleneck() == "slow"
+    )
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    assert main(["apply", str(run_dir)]) == 0
+    changed = [p for p in repo.rglob("*") if p.is_file() and before.get(p) != p.read_bytes()]
+    assert [p.relative_to(repo).as_posix() for p in changed if ".autotune-" not in p.name] == [
+        "slow/config.pbtxt"
+    ]
+    assert (run_dir / "winner.pbtxt").read_text() == (repo / "slow" / "config.pbtxt").read_text()
+    assert main(["apply", "--undo", str(run_dir)]) == 0
+    assert (repo / "slow" / "config.pbtxt").read_bytes() == before[repo / "slow" / "config.pbtxt"]
+    assert servers_of(run_dir) == [] and staged_servers() == []
+
+
+def _model_stats(name: str, queue_ns: int, infer_ns: int, count: int) -> dict[str, object]:
+    phases = {"success": count, "queue": queue_ns, "compute_input": 0, "compute_infer": infer_ns,
+              "compute_output": 0}  # fmt: skip
+    return {
+        "name": name,
+        "version": "1",
+        "execution_count": count,
+        "inference_stats": {
+            p: {"count": count, "ns": ns if p != "success" else 0} for p, ns in phases.items()
+        },
+        "batch_stats": [],
+    }
+
+
+def test_a_point_breaks_an_ensembles_time_down_by_step_and_names_the_bottleneck() -> None:
+    """Triton's statistics of every model: the ensemble's own are the point's, each step's its
+    own; the step a request spends the most time in is the bottleneck; a point keeps them
+    through its record."""
+    from autotune._console import bottleneck_line
+    from autotune.loadgen._stats import StatsSnapshot, breakdown
+    from autotune.points import Point
+
+    def doc(n: int) -> dict[str, object]:
+        models = [
+            _model_stats("pipe", 0, 0, n),
+            _model_stats("toy", 100_000 * n, 1_000_000 * n, n),
+            _model_stats("slow", 9_000_000 * n, 4_000_000 * n, n),
+            _model_stats("other", 0, 0, n),
+        ]
+        return {"model_stats": models}
+
+    before = StatsSnapshot.parse(doc(10), model="pipe", steps=("toy", "slow"))
+    after = StatsSnapshot.parse(doc(30), model="pipe", steps=("toy", "slow"))
+    found = breakdown(before, after)
+    assert found.requests == 20 and set(found.steps) == {"toy", "slow"}  # not a model outside the ensemble
+    assert found.steps["slow"].queue_us == pytest.approx(9000) and found.steps["toy"].compute_infer_us == 1000
+    assert found.bottleneck() == "slow"
+    point = Point(8, 0.0, 100.0, 10, 10, 10, 10, 10, 100, 0, 1.0, 3, True, server=found)
+    assert Point.from_dict(json.loads(json.dumps(point.to_dict()))) == point
+    assert bottleneck_line(point) == "bottleneck: slow (queue 9.0 ms, compute 4.0 ms; toy 0.1 + 1.0 ms)"
+    alone = StatsSnapshot.parse(doc(10), model="toy")  # no steps asked: as before
+    assert alone.steps == {} and alone.totals["queue"] == (10, 1_000_000)
+    assert bottleneck_line(replace(point, server=breakdown(alone, alone))) == ""

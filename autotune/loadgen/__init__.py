@@ -69,6 +69,7 @@ class LoadGenerator:
     workers: int = 1  # worker processes; 1 runs in this process
     seed: int = 0  # Poisson schedules
     gpu_probe: GpuProbe | None = None  # samples the server's GPUs at each window's end (None: no sampling)
+    steps: tuple[str, ...] = ()  # an ensemble's steps: each point has their statistics too
 
     @classmethod
     def connect(
@@ -123,6 +124,10 @@ class LoadGenerator:
     def with_gpu_probe(self, probe: GpuProbe | None) -> LoadGenerator:
         return replace(self, gpu_probe=probe)
 
+    def with_steps(self, steps: tuple[str, ...]) -> LoadGenerator:
+        """Each point also breaks down the time of these models (an ensemble's steps)."""
+        return replace(self, steps=steps)
+
     def with_workers(self, workers: int) -> LoadGenerator:
         if workers < 1:
             raise UsageError(f"workers must be >= 1, got {workers}")
@@ -156,11 +161,11 @@ class LoadGenerator:
 
     async def _measure(self, job: Job, *, concurrency: int, rate: float) -> Point:
         endpoint = self.endpoint(concurrency)
-        statistics = AsyncStatistics(self.host, self.http_port, self.io.name)
+        statistics = AsyncStatistics(self.host, self.http_port, "" if self.steps else self.io.name)
 
         async def stats() -> StatsSnapshot:
             try:
-                return StatsSnapshot.parse(await statistics())
+                return StatsSnapshot.parse(await statistics(), model=self.io.name, steps=self.steps)
             except ControlError as exc:
                 raise MeasurementError(str(exc), hint=exc.hint or None) from exc
 

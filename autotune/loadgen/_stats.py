@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autotune.points import ServerBreakdown
@@ -17,16 +17,30 @@ class StatsSnapshot:
     totals: Mapping[str, tuple[int, int]]  # phase -> (count, ns)
     executions: int
     batches: Mapping[int, int]  # batch size -> executions
+    steps: Mapping[str, StatsSnapshot] = field(default_factory=dict)  # an ensemble's steps, by name
 
     @classmethod
-    def parse(cls, body: bytes | str | Mapping[str, Any], version: str = "") -> StatsSnapshot:
+    def parse(
+        cls,
+        body: bytes | str | Mapping[str, Any],
+        version: str = "",
+        model: str = "",
+        steps: tuple[str, ...] = (),
+    ) -> StatsSnapshot:
+        """The statistics of ``model`` (default: the first model's), and with them those of
+        ``steps`` (the statistics of every model asked for: an ensemble and its steps)."""
         doc = json.loads(body) if isinstance(body, bytes | str) else body
-        models = doc.get("model_stats", [])
+        every = doc.get("model_stats", [])
+        models = [m for m in every if m.get("name") == model] if model else every
         if version:
             models = [m for m in models if m.get("version") == version] or models
         if not models:
             return cls({}, 0, {})
-        stats = models[0]
+        found = {m.get("name"): cls._of(m) for m in every if m.get("name") in steps}
+        return replace(cls._of(models[0]), steps=found)
+
+    @classmethod
+    def _of(cls, stats: Mapping[str, Any]) -> StatsSnapshot:
         inference = stats.get("inference_stats", {})
         totals = {
             p: (int(inference.get(p, {}).get("count", 0)), int(inference.get(p, {}).get("ns", 0)))
@@ -48,7 +62,9 @@ def breakdown(before: StatsSnapshot, after: StatsSnapshot) -> ServerBreakdown:
         return ns / count / 1000.0 if count > 0 else 0.0
 
     batches = {b: n - before.batches.get(b, 0) for b, n in after.batches.items()}
+    empty = StatsSnapshot({}, 0, {})
     return ServerBreakdown(
+        steps={name: breakdown(before.steps.get(name, empty), step) for name, step in after.steps.items()},
         queue_us=per_request("queue"),
         compute_input_us=per_request("compute_input"),
         compute_infer_us=per_request("compute_infer"),

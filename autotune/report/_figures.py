@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -42,6 +42,7 @@ def figures(data: ReportData) -> dict[str, go.Figure | None]:
         "fig-load": load_figure(data),
         "fig-open-loop": open_loop_figure(data),
         "fig-server": server_figure(data),
+        "fig-steps": steps_figure(data),
         "fig-batch": batch_figure(data),
         "fig-gpu": gpu_figure(data),
     }
@@ -325,6 +326,48 @@ def server_figure(data: ReportData) -> go.Figure | None:
     fig.update_xaxes(type="category", tickangle=0)
     fig.update_yaxes(title_text="µs per request")
     return fig
+
+
+def steps_figure(data: ReportData) -> go.Figure | None:
+    """An ensemble's trials: each step's time per request (queued, computing), stacked per
+    trial; None for a model that serves alone."""
+    rows = [r for r in records(data.trials) if shown(r) and r.get("steps")]
+    if not rows:
+        return None
+    names = [_trial_tick(r, data) for r in rows]
+    steps = list(dict.fromkeys(name for r in rows for name in r["steps"]))
+    fig = go.Figure()
+    for i, step in enumerate(steps):
+        colour = STEP_COLOURS[i % len(STEP_COLOURS)]
+        for part, opacity in (("queue", 0.45), ("compute", 1.0)):
+            values = [_step_us(r["steps"].get(step), part) for r in rows]
+            hover = f"%{{x}} · {hover_text(step)} {part}: %{{y:,.0f}} µs<br>%{{customdata}}<extra></extra>"
+            fig.add_trace(
+                go.Bar(
+                    x=names, y=values, name=f"{step} {part}", marker={"color": colour},
+                    opacity=opacity, customdata=[hover_text(r["label"]) for r in rows],
+                    hovertemplate=hover,
+                )
+            )  # fmt: skip
+    _base_layout(fig)
+    fig.update_layout(barmode="stack", legend={"orientation": "h", "y": -0.22, "x": 0}, bargap=0.25)
+    fig.update_xaxes(type="category", tickangle=0)
+    fig.update_yaxes(title_text="µs per request")
+    return fig
+
+
+STEP_COLOURS = ("#2f6db5", "#f2a541", "#3a9d5d", "#b5452f", "#7a4fb5", "#5f6b7a")
+
+
+def _step_us(step: Mapping[str, Any] | None, part: str) -> float:
+    """A step's queue, or compute (input, infer, output), in µs per request (0 without it)."""
+    if not step:
+        return 0.0
+    if part == "queue":
+        return float(step.get("queue_us") or 0.0)
+    return float(
+        sum(step.get(k) or 0.0 for k in ("compute_input_us", "compute_infer_us", "compute_output_us"))
+    )
 
 
 def _trial_tick(row: Row, data: ReportData) -> str:
