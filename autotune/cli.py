@@ -105,6 +105,13 @@ def _add_run(sub: Any) -> None:
         "point measured end to end through the ensemble, the other steps served as they are; "
         "--resume: the run's",
     )
+    run.add_argument(
+        "--composing-models",
+        default=None,
+        metavar="A,B",
+        help="with a BLS --model (a python model that calls others): the models it calls, served "
+        "with it; --step picks one of them to tune (default: the BLS model itself); --resume: the run's",
+    )
     sla = run.add_mutually_exclusive_group()
     for p in (50, 90, 95, 99):
         sla.add_argument(
@@ -318,6 +325,16 @@ def _sla(args: argparse.Namespace, record: RunRecord | None) -> Sla:
     raise UsageError("give an SLA, e.g. --sla-p95-ms 50 (or --resume RUN_DIR)")
 
 
+def _composing(args: argparse.Namespace, record: RunRecord | None) -> tuple[str, ...]:
+    """--composing-models as given (comma separated), else the resumed run's."""
+    if args.composing_models is None:
+        return record.composing if record is not None else ()
+    names = tuple(n.strip() for n in args.composing_models.split(",") if n.strip())
+    if not names:
+        raise UsageError("--composing-models needs model names, e.g. --composing-models tokenizer,encoder")
+    return names
+
+
 def _model(args: argparse.Namespace, record: RunRecord | None) -> tuple[str, Path]:
     """The model's name and repository: as given (``--model`` may name the model's folder, as a
     shell completes it: ``cnn/``, or ``model_repository/cnn/`` without --model-repository),
@@ -413,6 +430,7 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
         repository=repository,
         sla=sla,
         step=args.step if args.step is not None else (record.step if record is not None else ""),
+        composing=_composing(args, record),
         search_space=Path(opts.search_space) if opts.search_space else None,
         max_trials=opts.max_trials,
         time_budget_s=opts.time_budget_s,

@@ -79,30 +79,49 @@ def read_pipeline(repository: Path, model: str, composing: Sequence[str] = ()) -
     return Pipeline(model, BLS, tuple(dict.fromkeys(composing)))
 
 
-def for_step(repository: Path, config: mcfg.ModelConfig, step: str, remote: bool = False) -> Pipeline | None:
-    """The pipeline a run with ``--step`` tunes a step of (``config``: the ``--model``'s), checked;
-    None for a model that is not an ensemble (and no step). A UsageError (one line) for an
-    ensemble without ``step``, a step that is not one of its members, a step of a model that is
-    not an ensemble, or a step on a remote server (not built yet)."""
+def for_step(
+    repository: Path, config: mcfg.ModelConfig, step: str, composing: Sequence[str] = (), remote: bool = False
+) -> Pipeline | None:
+    """The pipeline a run tunes a step of (``config``: the ``--model``'s; ``step``: ``--step``;
+    ``composing``: ``--composing-models``), checked; None for a model served alone. An ensemble
+    needs a ``step`` among its members; a BLS model's step is one of ``composing`` or, by
+    default, the model itself. A UsageError (one line) otherwise, and for a pipeline on a remote
+    server (not built yet)."""
     name = config.name
-    if not is_ensemble(config):
+    found = read_pipeline(repository, name, composing)
+    if found is None:
         if step:
             raise UsageError(
-                f"--step {step!r}: model {name!r} is not an ensemble (--step names an ensemble's step)"
+                f"--step {step!r}: model {name!r} is not an ensemble (--step names an ensemble's step, "
+                "or with --composing-models a model a BLS model calls)"
             )
         return None
-    found = _ensemble(repository, config)
     flow = " -> ".join(found.members)
-    if not step:
+    if found.kind == ENSEMBLE and not step:
         raise UsageError(
             f"model {name!r} is an ensemble ({flow}): give the step to tune with --step STEP, measured "
             "end to end through it (tuning every step at once is not built yet)"
         )
-    if step not in found.members:
-        raise UsageError(f"--step {step!r} is not a step of ensemble {name!r} ({flow})")
+    if step and step not in found.members and not (found.kind == BLS and step == name):
+        what = (
+            f"a step of ensemble {name!r} ({flow})"
+            if found.kind == ENSEMBLE
+            else f"{name!r} or one of {flow}"
+        )
+        raise UsageError(f"--step {step!r} is not {what}")
     if remote:
-        raise UsageError("--step with --launcher remote is not built yet: use --launcher local or docker")
+        raise UsageError("a pipeline with --launcher remote is not built yet: use --launcher local or docker")
     return found
+
+
+def describe(found: Pipeline, tuned: str) -> str:
+    """``step slow of ensemble pipe (toy -> slow)``, ``caller calling slow (BLS)``: what the run tunes."""
+    flow = " -> ".join(found.members)
+    if found.kind == ENSEMBLE:
+        return f"step {tuned} of ensemble {found.model} ({flow})"
+    if tuned == found.model:
+        return f"{tuned} calling {', '.join(found.members)} (BLS)"
+    return f"{tuned}, called by {found.model} (BLS, calling {', '.join(found.members)})"
 
 
 def _member(repository: Path, model: str, name: str, where: str) -> mcfg.ModelConfig:

@@ -65,6 +65,7 @@ class RunRecord:
     # Triton's versions, the model's backend, the machine's CPU and GPUs, the rules
     made: dict[str, str] = field(default_factory=dict)
     step: str = ""  # the ensemble's step whose config was tuned ("": the model's own)
+    composing: tuple[str, ...] = ()  # the models a BLS model calls (--composing-models)
 
     @property
     def tuned(self) -> str:
@@ -78,6 +79,7 @@ class RunRecord:
         pairs = [
             ("model", self.model, s.model),
             ("step", self.step, s.step),
+            ("composing models", ",".join(self.composing), ",".join(s.composing)),
             ("repository", str(self.repository), str(s.repository.resolve())),
             ("SLA", self.sla.label, s.sla.label),
             ("launcher", self.launch.to_json(), s.launch.to_json()),
@@ -104,6 +106,7 @@ class RunRecord:
             "run_id": self.run_id,
             "model": self.model,
             "step": self.step,
+            "composing": list(self.composing),
             "repository": str(self.repository),
             "sla": self.sla.to_json(),
             "scoring": self.scoring.to_json(),
@@ -135,6 +138,7 @@ class RunRecord:
             run_id=str(data["run_id"]),
             model=str(data["model"]),
             step=str(data.get("step", "")),
+            composing=tuple(str(m) for m in data.get("composing", ())),
             repository=Path(data["repository"]),
             sla=Sla.from_json(data["sla"]),
             scoring=Scoring.from_json(data.get("scoring")),

@@ -424,9 +424,10 @@ class RunSettings:
     model: str
     repository: Path
     sla: Sla
-    step: str = (
-        ""  # an ensemble's step whose config is tuned, measured through the ensemble ("": the model's own)
-    )
+    # --step: an ensemble's step (or a model a BLS model calls) whose config is tuned, measured
+    # through the --model; "": the model's own
+    step: str = ""
+    composing: tuple[str, ...] = ()  # --composing-models: the models a BLS --model calls, served with it
     search_space: Path | None = None  # None: the packaged default
     max_trials: int = _DEFAULT.max_trials
     time_budget_s: float | None = _DEFAULT.time_budget_s

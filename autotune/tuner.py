@@ -25,7 +25,7 @@ from autotune.files import Room, disk_full, file_digest, free_bytes, mib, write_
 from autotune.launch import make_launcher
 from autotune.loadgen import ModelIO, WorkloadData, read_workload
 from autotune.objective import RAW, Scoring, scoring_for
-from autotune.pipeline import Pipeline, for_step
+from autotune.pipeline import Pipeline, describe, for_step
 from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
@@ -72,7 +72,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     served = mcfg.load_config(settings.repository, settings.model)  # what the load generator sends to
     mcfg.check_versions(mcfg.model_dir(settings.repository, settings.model), served)
     remote = settings.launch.kind == "remote"
-    pipeline = for_step(settings.repository, served, settings.step, remote)  # a broken one: its one line
+    pipeline = for_step(settings.repository, served, settings.step, settings.composing, remote)  # checked
     tuned = settings.step or settings.model
     original = served if tuned == settings.model else mcfg.load_config(settings.repository, tuned)
     mcfg.check_versions(mcfg.model_dir(settings.repository, tuned), original)
@@ -82,7 +82,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
         batching=original.max_batch_size > 0,
         gpu=gpu_available,
         tensorrt=mcfg.supports_tensorrt(original),
-        min_batch=max(settings.workload.batch_size, served.max_batch_size if pipeline else 0),
+        min_batch=max(settings.workload.batch_size, served.max_batch_size if tuned != settings.model else 0),
         gpu_count=server_gpus,
     )
     io = ModelIO.from_config(settings.model, served)  # None: it declares no inputs, the server will
@@ -277,6 +277,7 @@ def _open_run(prep: Prepared, path: Path, study_name: str, resumed: RunDir | Non
         run_id=path.name,
         model=settings.model,
         step=settings.step,
+        composing=settings.composing,
         repository=settings.repository.resolve(),
         sla=settings.sla,
         launch=settings.launch,
@@ -307,11 +308,7 @@ def made(prep: Prepared) -> dict[str, str]:
         "backend": original.backend or original.platform,
         "cpu": f"{cpu_model()} ({os.cpu_count() or 1} cores)",
         "gpus": str(prep.server_gpus) if prep.server_gpus else "none",
-        "pipeline": (
-            f"step {settings.step} of ensemble {settings.model} ({' -> '.join(prep.pipeline.members)})"
-            if prep.pipeline
-            else ""
-        ),
+        "pipeline": describe(prep.pipeline, settings.step or settings.model) if prep.pipeline else "",
     }
     return {k: v for k, v in facts.items() if v}
 

@@ -107,8 +107,8 @@ def _load_once(launcher: Launcher[Any], run: RunDir, config: mcfg.ModelConfig) -
     model = run.record.model
     stages = Stages.for_run(run.record.run_id)
     view = stages.path("writeback")
-    found = read_pipeline(run.record.repository, model) if run.record.step else None
-    for name in found.models if found else (model,):  # with --step: the ensemble and every step
+    found = read_pipeline(run.record.repository, model, run.record.composing)
+    for name in found.models if found else (model,):  # a pipeline: every model of it
         mirror(run.record.repository / name, view / name)
     try:
         with trt_build.serving(launcher, view, model, run.log("writeback-verify.log"), config) as server:

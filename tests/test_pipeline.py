@@ -129,6 +129,12 @@ def test_run_on_an_ensemble_needs_one_of_its_steps_and_says_so_in_one_line(
     )
     assert main([*argv[:2], "encoder", *argv[3:], "--step", "pre"]) == 2
     assert "model 'encoder' is not an ensemble" in capsys.readouterr().err
+    assert main([*argv[:2], "encoder", *argv[3:], "--composing-models", "pre,tokenizer"]) == 2
+    assert "encoder: --composing-models names 'tokenizer', which is not in" in capsys.readouterr().err
+    assert main([*argv[:2], "encoder", *argv[3:], "--composing-models", "pre", "--step", "post"]) == 2
+    assert "--step 'post' is not 'encoder' or one of pre" in capsys.readouterr().err
+    assert main([*argv[:2], "encoder", *argv[3:], "--composing-models", " , "]) == 2
+    assert "--composing-models needs model names" in capsys.readouterr().err
     broken = _pipeline_repo(
         tmp_path / "broken", [*GOOD[:2], _step("missing", {"IDS": "ids"}, {"LOGITS": "logits"})]
     )
@@ -249,3 +255,74 @@ def test_a_point_breaks_an_ensembles_time_down_by_step_and_names_the_bottleneck(
     alone = StatsSnapshot.parse(doc(10), model="toy")  # no steps asked: as before
     assert alone.steps == {} and alone.totals["queue"] == (10, 1_000_000)
     assert bottleneck_line(replace(point, server=breakdown(alone, alone))) == ""
+
+
+CALLER = '''"""A BLS model for the tests: each request is sent on to the model its "calls" parameter names."""
+
+import json
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.calls = config["parameters"]["calls"]["string_value"]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "x")
+            answer = pb_utils.InferenceRequest(
+                model_name=self.calls, requested_output_names=["y"], inputs=[x]
+            ).exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(answer.error().message())))
+                continue
+            y = pb_utils.get_output_tensor_by_name(answer, "y")
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", y.as_numpy())]))
+        return responses
+'''
+
+
+@pytest.mark.integration
+def test_a_model_a_bls_model_calls_is_tuned_through_it(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    """--composing-models: the BLS model is served with the models it calls; --step picks the
+    called one to tune, every point measured through the caller; apply writes only its config."""
+    from autotune.cli import main
+    from autotune.reload import reload_outcome
+    from tests.conftest import servers_of, staged_servers
+
+    repo = _toy_pipeline(toy_repo)
+    (repo / "caller" / "1").mkdir(parents=True)
+    (repo / "caller" / "1" / "model.py").write_text(CALLER)
+    toy = (repo / "toy" / "config.pbtxt").read_text()
+    head, _, _ = toy.partition("instance_group")
+    caller = head.replace('name: "toy"', 'name: "caller"')
+    caller += "instance_group [{ count: 4 kind: KIND_CPU }]\n"
+    caller += 'parameters { key: "calls" value { string_value: "slow" } }\n'
+    (repo / "caller" / "config.pbtxt").write_text(caller)
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    reports = tmp_path / "reports"
+    argv = ["run", "--model", "caller", "--composing-models", "slow", "--step", "slow",
+            "--model-repository", str(repo), "--sla-p95-ms", "80", "--reports-dir", str(reports),
+            "--search-space", str(small_space), "--window", "0.5", "--finalists", "1", "--repeats", "2",
+            "--no-open-loop-check", "--max-trials", "2", "--seed", "1"]  # fmt: skip
+    assert main(argv) == 0
+    (run_dir,) = list((reports / "caller").iterdir())
+    outcome = reload_outcome(run_dir)
+    assert outcome.winner is not None and outcome.baseline is not None and outcome.baseline.best is not None
+    assert set(outcome.baseline.best.server.steps) == {"slow"}  # the called model's own time
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["step"] == "slow" and record["composing"] == ["slow"]
+    assert "slow, called by caller (BLS, calling slow)" in unescape((run_dir / "report.html").read_text())
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    if outcome.winner.number != outcome.baseline.number:
+        assert main(["apply", str(run_dir)]) == 0
+        changed = [p for p in repo.rglob("*") if p.is_file() and before.get(p) != p.read_bytes()]
+        assert {p.relative_to(repo).as_posix() for p in changed if ".autotune-" not in p.name} == {
+            "slow/config.pbtxt"
+        }
+    assert servers_of(run_dir) == [] and staged_servers() == []
