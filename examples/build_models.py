@@ -70,6 +70,8 @@ HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE.parent / "templates" / "onnx_model.py"
 FOOD_TEMPLATE = HERE.parent / "templates" / "food_classifier.py"
 SENTIMENT_TEMPLATE = HERE.parent / "templates" / "sentiment_model.py"
+QA_STEPS_TEMPLATE = HERE.parent / "templates" / "qa_steps.py"
+QA_BLS_TEMPLATE = HERE.parent / "templates" / "qa_bls.py"
 INPUT_FILE = "input.json"
 DEFAULT_OUT = HERE / "model_repository"
 OPSET = 17
@@ -593,6 +595,105 @@ def input_data(spec: Spec) -> dict[str, Any] | None:
     return None
 
 
+# ---------------------------------------------------------------- the question-answering pipeline
+
+# The seed's question answering as a pipeline, around the bertQA encoder: a python step turning
+# question and context strings into its token ids, the encoder, a python step turning its logits
+# into the answer's words (templates/qa_steps.py); as an ensemble, and as a BLS model calling the
+# three (templates/qa_bls.py). Built with the encoder; fed strings through input.json.
+PIPELINES = ("bertQA_pipeline", "bertQA_bls")
+QA_STEPS = ("bertQA_tokenizer", "bertQA_answer")
+QA_TEXT = ("QUESTION", "CONTEXT")
+QA_SENTENCE = (
+    "the model server batches requests from many clients and runs each batch on the instances "
+    "it was given while the queue holds the rest until an instance is free so latency grows "
+    "with load and throughput stops growing once every core is busy which is why a tuned "
+    "config matters for the users who wait on each answer"
+)
+QA_WORDS = tuple(QA_SENTENCE.split(" "))
+QA_ENTRIES = 16
+
+
+def qa_configs(seq: int, vocab: int) -> dict[str, mc.ModelConfig]:
+    """The pipeline's configs (the encoder's is bertQA's own), untuned: one CPU instance each."""
+
+    def text(kind: type[Any], name: str) -> Any:
+        return kind(**_tensor(name, mc.TYPE_STRING, [1]))
+
+    def python(name: str, **params: str) -> mc.ModelConfig:
+        config = mc.ModelConfig(name=name, backend="python", max_batch_size=MAX_BATCH_SIZE)
+        config.instance_group.append(mc.ModelInstanceGroup(count=1, kind=mc.ModelInstanceGroup.KIND_CPU))
+        for key, value in params.items():
+            config.parameters[key].string_value = value
+        return config
+
+    tokenizer = python("bertQA_tokenizer", step="tokenize", seq=str(seq), vocab=str(vocab))
+    tokenizer.input.extend(text(mc.ModelInput, n) for n in QA_TEXT)
+    tokenizer.output.extend(mc.ModelOutput(**_tensor(n, mc.TYPE_INT64, [seq])) for n in BERT_INPUTS)
+    answer = python("bertQA_answer", step="answer", seq=str(seq), max_answer="16")
+    answer.input.extend(text(mc.ModelInput, n) for n in QA_TEXT)
+    answer.input.extend(mc.ModelInput(**_tensor(n, mc.TYPE_FP32, [seq])) for n in BERT_OUTPUTS)
+    answer.output.append(text(mc.ModelOutput, "ANSWER"))
+    bls = python("bertQA_bls")
+    ensemble = mc.ModelConfig(name="bertQA_pipeline", platform="ensemble", max_batch_size=MAX_BATCH_SIZE)
+    for config in (bls, ensemble):
+        config.input.extend(text(mc.ModelInput, n) for n in QA_TEXT)
+        config.output.append(text(mc.ModelOutput, "ANSWER"))
+    flow = (
+        ("bertQA_tokenizer", {n: n for n in QA_TEXT}, {n: n for n in BERT_INPUTS}),
+        ("bertQA", {n: n for n in BERT_INPUTS}, {n: n for n in BERT_OUTPUTS}),
+        ("bertQA_answer", {n: n for n in (*QA_TEXT, *BERT_OUTPUTS)}, {"ANSWER": "ANSWER"}),
+    )
+    for model, inputs, outputs in flow:
+        ensemble.ensemble_scheduling.step.add(
+            model_name=model, model_version=-1, input_map=inputs, output_map=outputs
+        )
+    return {c.name: c for c in (tokenizer, answer, ensemble, bls)}
+
+
+def qa_input_data(seed: int = 0) -> dict[str, Any]:
+    """Questions and contexts of the pipeline's input.json: words of :data:`QA_WORDS`, seeded."""
+    rng = np.random.default_rng(seed + 7)
+    entries = []
+    for _ in range(QA_ENTRIES):
+        question = " ".join(rng.choice(QA_WORDS, size=int(rng.integers(4, 10))).tolist()) + "?"
+        context = " ".join(rng.choice(QA_WORDS, size=int(rng.integers(30, 100))).tolist())
+        entries.append({"QUESTION": [question], "CONTEXT": [context]})
+    return {"data": entries}
+
+
+def build_pipeline(model: str, out: Path, force: bool = False, **sizes: int) -> Path:
+    """``out/model`` (``bertQA_pipeline`` or ``bertQA_bls``) with its steps and the bertQA
+    encoder (``sizes``: the encoder's): configs where missing, model.py, input.json."""
+    spec = BertSpec(**sizes)
+    build("bertQA", out, force, **sizes)
+    configs = qa_configs(spec.seq, spec.vocab)
+    for name in (*QA_STEPS, model):
+        path = out / name / "config.pbtxt"
+        if path.exists():
+            _check_existing_config(path, configs[name])
+        else:
+            _write_atomic(path, text_format.MessageToString(configs[name]).encode())
+        (out / name / "1").mkdir(parents=True, exist_ok=True)  # an ensemble's version folder stays empty
+    templates = {
+        "bertQA_tokenizer": QA_STEPS_TEMPLATE,
+        "bertQA_answer": QA_STEPS_TEMPLATE,
+        "bertQA_bls": QA_BLS_TEMPLATE,
+    }
+    for name in (*QA_STEPS, model):
+        if name in templates:
+            code = templates[name].read_bytes()
+            if (
+                not (out / name / "1" / "model.py").is_file()
+                or (out / name / "1" / "model.py").read_bytes() != code
+            ):
+                _write_atomic(out / name / "1" / "model.py", code)
+    text = json.dumps(qa_input_data(spec.seed), separators=(",", ":")).encode()
+    if not (out / model / INPUT_FILE).is_file() or (out / model / INPUT_FILE).read_bytes() != text:
+        _write_atomic(out / model / INPUT_FILE, text)
+    return out / model
+
+
 def _jpeg(seed: int, size: int = 320) -> bytes:
     """A photo-sized JPEG of smooth colour gradients and noise (Pillow; same seed, same bytes)."""
     from PIL import Image
@@ -673,7 +774,10 @@ def default_spec(model: str) -> Spec:
 
 def build(model: str, out: Path, force: bool = False, **sizes: int) -> Path:
     """Write ``out/model`` (config.pbtxt if missing, 1/model.onnx, 1/model.py, input.json when
-    the model has one); return that dir."""
+    the model has one); return that dir. A pipeline (:data:`PIPELINES`) is built with its steps
+    and encoder (:func:`build_pipeline`)."""
+    if model in PIPELINES:
+        return build_pipeline(model, out, force, **sizes)
     spec = _spec(model, sizes)
     model_dir, version_dir = out / model, out / model / "1"
     config_path = model_dir / "config.pbtxt"
@@ -708,7 +812,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model repository (%(default)s)")
     parser.add_argument(
-        "--models", nargs="+", choices=list(SPECS), default=list(SPECS), help="models to build"
+        "--models",
+        nargs="+",
+        choices=[*SPECS, *PIPELINES],
+        default=[*SPECS, *PIPELINES],
+        help="models to build",
     )
     defaults = BertSpec()
     for size in ("layers", "hidden", "heads", "seq", "vocab"):
@@ -723,7 +831,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     bert_sizes = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "intermediate", "seq", "vocab")}
     for model in args.models:
-        sizes = {**(bert_sizes if model == "bertQA" else {}), "seed": args.seed}
+        sizes = {**(bert_sizes if model == "bertQA" or model in PIPELINES else {}), "seed": args.seed}
         started = time.perf_counter()
         try:
             path = build(model, args.out, force=args.force, **sizes)

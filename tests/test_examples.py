@@ -441,3 +441,53 @@ def test_script_help() -> None:
     )
     assert result.returncode == 0
     assert "--models" in result.stdout and "--seq" in result.stdout
+
+
+# ---------------------------------------------------------------- the question-answering pipeline
+
+
+def test_the_qa_pipeline_builds_the_same_bytes_twice_and_checks_as_triton_would(
+    builder: ModuleType, tmp_path: Path
+) -> None:
+    from autotune.pipeline import read_pipeline
+
+    for out in (tmp_path / "a", tmp_path / "b"):
+        for name in builder.PIPELINES:
+            builder.build(name, out, **TINY)
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert files and all(
+        (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files
+    )
+    found = read_pipeline(tmp_path / "a", "bertQA_pipeline")
+    assert found is not None and found.members == ("bertQA_tokenizer", "bertQA", "bertQA_answer")
+    bls = read_pipeline(tmp_path / "a", "bertQA_bls", found.members)
+    assert bls is not None and bls.kind == "bls"
+    data = json.loads((tmp_path / "a" / "bertQA_pipeline" / "input.json").read_text())
+    assert len(data["data"]) == builder.QA_ENTRIES and all(
+        set(e) == {"QUESTION", "CONTEXT"} for e in data["data"]
+    )
+
+
+def test_committed_pipeline_configs_are_what_the_builder_writes(builder: ModuleType) -> None:
+    spec = builder.default_spec("bertQA")
+    for name, expected in builder.qa_configs(spec.seq, spec.vocab).items():
+        committed = ROOT / "examples/model_repository" / name / "config.pbtxt"
+        assert text_format.Parse(committed.read_text(), mc.ModelConfig()) == expected, name
+
+
+def test_the_qa_steps_tokenize_and_answer_with_the_contexts_words(wrapper: ModuleType) -> None:
+    """templates/qa_steps.py's rules: [CLS] question [SEP] context [SEP] padded and cut at seq;
+    the answer is the context's words where the start and end logits peak, end not before start."""
+    steps = _load("autotune_templates_qa_steps", ROOT / "templates" / "qa_steps.py")
+    ids, segments, mask = steps.encode(b"Who waits?", "the users wait here", 12, 100)
+    q, c = (
+        [steps.token_id(w, 100) for w in ("who", "waits?")],
+        [steps.token_id(w, 100) for w in ("the", "users", "wait", "here")],
+    )
+    assert ids.tolist() == [101, *q, 102, *c, 102, 0, 0, 0]
+    assert segments.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0] and mask.tolist() == [1] * 9 + [0] * 3
+    assert steps.encode("a b", "c " * 40, 8, 100)[2].tolist() == [1] * 8  # cut at seq
+    start, end = np.zeros(12), np.zeros(12)
+    start[5], end[6], end[2] = 3.0, 2.0, 9.0  # context words 1-2; position 2 is the question's
+    assert steps.answer(b"who waits?", b"the users wait here", start, end, 16) == "users wait"
+    assert steps.answer(b"who waits?", b"the users wait here", start, end, 1) != "users wait"  # too long

@@ -326,3 +326,35 @@ def test_a_model_a_bls_model_calls_is_tuned_through_it(
             "slow/config.pbtxt"
         }
     assert servers_of(run_dir) == [] and staged_servers() == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("model", ["bertQA_pipeline", "bertQA_bls"])
+def test_the_question_answering_pipeline_is_tuned_as_an_ensemble_and_as_a_bls_model(
+    tmp_path: Path, small_space: Path, model: str
+) -> None:
+    """The example (a small encoder): strings in through --input-data, answers strings; the
+    ensemble's encoder step tuned end to end, the BLS model tuned with the models it calls."""
+    from autotune.cli import main
+    from autotune.reload import reload_outcome
+    from tests.conftest import examples_builder, staged_servers
+
+    repo = tmp_path / "repo"
+    builder = examples_builder()
+    builder.build(model, repo, layers=1, hidden=32, heads=2, seq=64, vocab=2000)
+    which = (
+        ["--step", "bertQA"]
+        if model == "bertQA_pipeline"
+        else ["--composing-models", "bertQA_tokenizer,bertQA,bertQA_answer"]
+    )
+    reports = tmp_path / "reports"
+    argv = ["run", "--model", model, *which, "--model-repository", str(repo), "--sla-p95-ms", "150",
+            "--input-data", str(repo / model / "input.json"), "--reports-dir", str(reports),
+            "--search-space", str(small_space), "--window", "0.5", "--finalists", "1", "--repeats", "2",
+            "--no-open-loop-check", "--max-trials", "2", "--seed", "1"]  # fmt: skip
+    assert main(argv) == 0
+    (run_dir,) = list((reports / model).iterdir())
+    outcome = reload_outcome(run_dir)
+    assert outcome.winner is not None and outcome.baseline is not None and outcome.baseline.best is not None
+    assert set(outcome.baseline.best.server.steps) == {"bertQA_tokenizer", "bertQA", "bertQA_answer"}
+    assert staged_servers() == []
