@@ -358,3 +358,56 @@ def test_the_question_answering_pipeline_is_tuned_as_an_ensemble_and_as_a_bls_mo
     assert outcome.winner is not None and outcome.baseline is not None and outcome.baseline.best is not None
     assert set(outcome.baseline.best.server.steps) == {"bertQA_tokenizer", "bertQA", "bertQA_answer"}
     assert staged_servers() == []
+
+
+@pytest.mark.integration
+def test_a_pipeline_run_killed_mid_trial_changes_no_file_and_resumes(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    """kill -9 during a trial of --step: no file of the repository changed, no server left;
+    the same command again resumes the run and finishes it."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from autotune.reload import reload_outcome
+    from tests.conftest import CLI, servers_of
+
+    repo = _toy_pipeline(toy_repo)
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    reports = tmp_path / "reports"
+    argv = [*CLI, "run", "--model", "pipe", "--step", "slow", "--model-repository", str(repo),
+            "--sla-p95-ms", "80", "--reports-dir", str(reports), "--search-space", str(small_space),
+            "--window", "0.5", "--finalists", "1", "--repeats", "1", "--no-open-loop-check",
+            "--max-trials", "3", "--seed", "2"]  # fmt: skip
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(reports.glob("pipe/*/logs/trial-*.log"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)  # into trial 1's measurement
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (run_dir,) = list((reports / "pipe").iterdir())
+    deadline = time.monotonic() + 5
+    while servers_of(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert servers_of(run_dir) == []
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file() and "__pycache__" not in p.parts} == {
+        p: b for p, b in before.items() if "__pycache__" not in p.parts
+    }
+    again = subprocess.run(
+        argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr
+    assert "resuming the unfinished run" in again.stderr
+    outcome = reload_outcome(run_dir)
+    assert outcome.info.winner is not None and len([t for t in outcome.trials if not t.interrupted]) == 3
+    assert servers_of(run_dir) == []
