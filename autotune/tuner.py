@@ -25,7 +25,7 @@ from autotune.files import Room, disk_full, file_digest, free_bytes, mib, write_
 from autotune.launch import make_launcher
 from autotune.loadgen import ModelIO, WorkloadData, read_workload
 from autotune.objective import RAW, Scoring, scoring_for
-from autotune.pipeline import Pipeline, describe, for_step
+from autotune.pipeline import ENSEMBLE, Pipeline, describe, for_step
 from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
@@ -74,6 +74,8 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     remote = settings.launch.kind == "remote"
     pipeline = for_step(settings.repository, served, settings.step, settings.composing, remote)  # checked
     tuned = settings.step or settings.model
+    # an ensemble's step takes requests as large as the ensemble's max batch size
+    ensemble = pipeline is not None and pipeline.kind == ENSEMBLE
     original = served if tuned == settings.model else mcfg.load_config(settings.repository, tuned)
     mcfg.check_versions(mcfg.model_dir(settings.repository, tuned), original)
     given = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
@@ -82,7 +84,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
         batching=original.max_batch_size > 0,
         gpu=gpu_available,
         tensorrt=mcfg.supports_tensorrt(original),
-        min_batch=max(settings.workload.batch_size, served.max_batch_size if tuned != settings.model else 0),
+        min_batch=max(settings.workload.batch_size, served.max_batch_size if ensemble else 0),
         gpu_count=server_gpus,
     )
     io = ModelIO.from_config(settings.model, served)  # None: it declares no inputs, the server will
