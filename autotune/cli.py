@@ -468,6 +468,29 @@ def resume_line(run_dir: Path, storage: str | None) -> str:
     return line
 
 
+def _bottleneck_step(settings: RunSettings, wait: bool) -> RunSettings:
+    """An ensemble without --step: its step of least capacity (:mod:`autotune.bottleneck`),
+    found on the pipeline as the repository has it; any other model: ``settings`` as they are."""
+    from autotune import bottleneck
+    from autotune import model_config as mcfg
+    from autotune.pipeline import is_ensemble, read_pipeline
+
+    if not is_ensemble(mcfg.load_config(settings.repository, settings.model)):
+        return settings
+    found = read_pipeline(settings.repository, settings.model)  # a broken one: its one line
+    assert found is not None
+    print(
+        f"{settings.model}: {' -> '.join(found.members)}; finding its bottleneck at one client",
+        file=sys.stderr,
+    )
+    step, read = bottleneck.find(settings, found, wait=wait)
+    print(
+        f"compute per request and instances: {read}; the least capacity: {step} (--step {step})",
+        file=sys.stderr,
+    )
+    return replace(settings, step=step)
+
+
 def _run(args: argparse.Namespace) -> int:
     from autotune import tuner
     from autotune._console import RichEvents, print_summary
@@ -482,6 +505,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             record = RunDir.load(unfinished).record
             settings = replace(settings_from(args, record), run_dir=unfinished)
+    if settings.run_dir is None and not settings.step:
+        settings = _bottleneck_step(settings, args.wait)
     gpus = server_gpus(settings.launch)
     if gpus.note:
         print(gpus.note, file=sys.stderr)

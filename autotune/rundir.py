@@ -253,8 +253,8 @@ class RunDir:
 
 def find_unfinished(settings: RunSettings) -> Path | None:
     """The newest run under the settings' reports folder that stopped before finishing and that
-    these settings would continue unchanged (:meth:`RunRecord.differences`); runs it cannot read
-    are skipped."""
+    these settings would continue unchanged (:meth:`RunRecord.differences`; without ``--step``,
+    the step the run tunes, as it chose it); runs it cannot read are skipped."""
     folder = settings.reports_dir / settings.model
     for run_file in sorted(folder.glob(f"*/{RUN_FILE}"), reverse=True) if folder.is_dir() else []:
         try:
@@ -262,6 +262,7 @@ def find_unfinished(settings: RunSettings) -> Path | None:
         except UsageError:
             continue
         stopped = not record.finished and not record.running_elsewhere()
-        if stopped and not record.differences(settings):
+        same = settings if settings.step else replace(settings, step=record.step)  # no --step: the run's
+        if stopped and not record.differences(same):
             return run_file.parent
     return None

@@ -79,6 +79,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "autotune.writeback",
             "autotune.bench",
             "autotune.sim",
+            "autotune.bottleneck",
         ),
     ),
     # people: progress and summaries, the command line

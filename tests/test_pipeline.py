@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import ConfigError
-from autotune.pipeline import BLS, ENSEMBLE, read_pipeline
+from autotune.errors import ConfigError, UsageError
+from autotune.model_config import load_config
+from autotune.pipeline import BLS, ENSEMBLE, for_step, read_pipeline
 
 
 def _model(repo: Path, name: str, text: str) -> None:
@@ -107,21 +108,19 @@ def test_composing_models_must_be_in_the_repository(tmp_path: Path) -> None:
         read_pipeline(repo, "encoder", ["encoder"])
 
 
-def test_run_on_an_ensemble_needs_one_of_its_steps_and_says_so_in_one_line(
+def test_bad_steps_and_composing_models_are_one_line_before_any_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An ensemble without --step, a step that is not one of its, --step on a model that is not
-    an ensemble, a broken ensemble: one line each, exit code 2, before any server, nothing
-    written."""
+    """A step that is not one of the ensemble's, --step on a model that is not an ensemble,
+    composing models not in the repository, a broken ensemble: one line each, exit code 2,
+    before any server, nothing written."""
     from autotune.cli import main
 
     repo = _pipeline_repo(tmp_path, GOOD)
     argv = ["run", "--model", "qa", "--model-repository", str(repo), "--sla-p95-ms", "50",
             "--reports-dir", str(tmp_path / "reports")]  # fmt: skip
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "model 'qa' is an ensemble (pre -> encoder -> post): give the step to tune with --step" in err
-    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(UsageError, match="give the step to tune with --step"):  # a library call
+        for_step(repo, load_config(repo, "qa"), "")
     assert main([*argv, "--step", "tokenizer"]) == 2
     assert (
         "--step 'tokenizer' is not a step of ensemble 'qa' (pre -> encoder -> post)"
@@ -210,6 +209,29 @@ def test_a_step_of_an_ensemble_is_tuned_end_to_end_and_written_back_alone(
     assert main(["apply", "--undo", str(run_dir)]) == 0
     assert (repo / "slow" / "config.pbtxt").read_bytes() == before[repo / "slow" / "config.pbtxt"]
     assert servers_of(run_dir) == [] and staged_servers() == []
+
+
+@pytest.mark.integration
+def test_without_step_the_run_tunes_the_step_of_least_capacity(
+    toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --step: the pipeline is measured at one client as the repository has it, and the step
+    whose compute per request over its instances is the most is tuned (slow costs 4x toy's per
+    item); the same command again resumes that run, not a new one."""
+    from autotune.cli import main
+    from tests.conftest import staged_servers
+
+    repo = _toy_pipeline(toy_repo)
+    reports = tmp_path / "reports"
+    argv = ["run", "--model", "pipe", "--model-repository", str(repo), "--sla-p95-ms", "80",
+            "--reports-dir", str(reports), "--search-space", str(small_space), "--window", "0.5",
+            "--finalists", "1", "--repeats", "1", "--no-open-loop-check", "--max-trials", "2"]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "the least capacity: slow (--step slow)" in err and "toy " in err
+    (run_dir,) = list((reports / "pipe").iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["step"] == "slow"
+    assert staged_servers() == []
 
 
 def _model_stats(name: str, queue_ns: int, infer_ns: int, count: int) -> dict[str, object]:
@@ -411,3 +433,22 @@ def test_a_pipeline_run_killed_mid_trial_changes_no_file_and_resumes(
     outcome = reload_outcome(run_dir)
     assert outcome.info.winner is not None and len([t for t in outcome.trials if not t.interrupted]) == 3
     assert servers_of(run_dir) == []
+
+
+def test_the_step_of_least_capacity_counts_its_instances() -> None:
+    """At one client nothing queues: a step's compute per request over its instances is how
+    much of the pipeline's time it holds; two instances halve it."""
+    from autotune.bottleneck import line, slowest
+    from autotune.points import Point, ServerBreakdown
+
+    steps = {
+        "toy": ServerBreakdown(compute_infer_us=4000.0),
+        "slow": ServerBreakdown(compute_infer_us=6000.0, queue_us=50.0),
+    }
+    point = Point(
+        1, 0.0, 100.0, 10, 10, 10, 10, 10, 100, 0, 1.0, 3, True, server=ServerBreakdown(steps=steps)
+    )
+    assert slowest(point, {"toy": 1, "slow": 1}) == "slow"
+    assert slowest(point, {"toy": 1, "slow": 2}) == "toy"
+    assert line(point, {"toy": 1, "slow": 2}) == "toy 4.0 ms x1, slow 6.0 ms x2"
+    assert slowest(Point(1, 0.0, 1.0, 1, 1, 1, 1, 1, 1, 0, 1.0, 1, True), {}) == ""
