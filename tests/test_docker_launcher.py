@@ -420,3 +420,18 @@ def _wait_for_a_running_container(client: Any, proc: subprocess.Popen[bytes], ti
             return
         time.sleep(0.2)
     pytest.fail(f"no container of pid {proc.pid} running after {timeout_s} s")
+
+
+def test_a_step_of_an_ensemble_is_tuned_in_containers(client: Any, toy_repo: Path, tmp_path: Path) -> None:
+    """--step with --launcher docker: each container serves the ensemble and its steps (the
+    step's config the candidate's), every point measured through the ensemble."""
+    from tests.test_pipeline import _toy_pipeline
+
+    repo = _toy_pipeline(toy_repo)
+    argv = [a if a != "toy" else "pipe" for a in _run_argv(repo, tmp_path, "--step", "slow")]
+    outcome = tune(prepare(settings_from(build_parser().parse_args(argv))))
+    logs = sorted((outcome.run_dir / "logs").glob("trial-*.log"))
+    assert logs and all("successfully loaded 'pipe'" in log.read_text() for log in logs)
+    assert outcome.winner is not None and outcome.baseline is not None and outcome.baseline.best is not None
+    assert set(outcome.baseline.best.server.steps) == {"toy", "slow"}
+    assert _ours(client) == []
