@@ -154,7 +154,7 @@ def bottleneck_line(point: Point) -> str:
         return ""
 
     def ms(step: ServerBreakdown) -> tuple[float, float]:
-        return step.queue_us / 1000, (step.busy_us - step.queue_us) / 1000
+        return step.queue_us / 1000, step.compute_us / 1000
 
     queue, compute = ms(steps[name])
     rest = "; ".join(f"{n} {q:.1f} + {c:.1f} ms" for n in steps if n != name for q, c in [ms(steps[n])])

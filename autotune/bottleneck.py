@@ -34,15 +34,12 @@ def line(point: Point, instances: dict[str, int]) -> str:
     """Each step's compute per request and instances, as people read them:
     ``toy 4.8 ms x1, slow 6.4 ms x1``."""
     steps = point.server.steps
-    return ", ".join(
-        f"{n} {(steps[n].busy_us - steps[n].queue_us) / 1000:.1f} ms x{max(1, instances.get(n, 1))}"
-        for n in steps
-    )
+    return ", ".join(f"{n} {steps[n].compute_us / 1000:.1f} ms x{max(1, instances.get(n, 1))}" for n in steps)
 
 
 def _load_us(point: Point, name: str, instances: dict[str, int]) -> float:
     step = point.server.steps[name]
-    return (step.busy_us - step.queue_us) / max(1, instances.get(name, 1))
+    return step.compute_us / max(1, instances.get(name, 1))
 
 
 def find(settings: RunSettings, found: Pipeline, *, wait: bool = False) -> tuple[str, str]:

@@ -472,13 +472,11 @@ def _bottleneck_step(settings: RunSettings, wait: bool) -> RunSettings:
     """An ensemble without --step: its step of least capacity (:mod:`autotune.bottleneck`),
     found on the pipeline as the repository has it; any other model: ``settings`` as they are."""
     from autotune import bottleneck
-    from autotune import model_config as mcfg
-    from autotune.pipeline import is_ensemble, read_pipeline
+    from autotune.pipeline import ENSEMBLE, read_pipeline
 
-    if not is_ensemble(mcfg.load_config(settings.repository, settings.model)):
+    found = read_pipeline(settings.repository, settings.model, settings.composing)  # broken: its one line
+    if found is None or found.kind != ENSEMBLE:
         return settings
-    found = read_pipeline(settings.repository, settings.model)  # a broken one: its one line
-    assert found is not None
     print(
         f"{settings.model}: {' -> '.join(found.members)}; finding its bottleneck at one client",
         file=sys.stderr,

@@ -70,13 +70,13 @@ class Estimate:
 
     @property
     def low(self) -> float:
-        """The one-sided lower bound at :data:`CONFIDENCE`."""
-        return self.mean - t95(self.df) * self.se
+        """The one-sided lower bound at :data:`CONFIDENCE` (no error: the mean itself)."""
+        return self.mean - t95(self.df) * self.se if self.se else self.mean
 
     @property
     def high(self) -> float:
-        """The one-sided upper bound at :data:`CONFIDENCE`."""
-        return self.mean + t95(self.df) * self.se
+        """The one-sided upper bound at :data:`CONFIDENCE` (no error: the mean itself)."""
+        return self.mean + t95(self.df) * self.se if self.se else self.mean
 
     def across_servers(self) -> Estimate:
         """This estimate as one to compare with another server's: :data:`SERVER_CV` added."""

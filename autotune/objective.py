@@ -70,12 +70,12 @@ class Sla:
         """No errors, a trusted point (:attr:`Point.trusted`), its latency within the limit (the
         upper bound of its interval, where its windows were recorded: :meth:`Point.latency_bound`) and
         its peak GPU memory within the memory limit (:meth:`memory_over_mb`)."""
-        return (
-            point.errors == 0
-            and point.trusted
-            and point.latency_bound(self.percentile) <= self.limit_ms
-            and self.memory_over_mb(point) == 0.0
-        )
+        return self.admits(point) and point.latency_bound(self.percentile) <= self.limit_ms
+
+    def admits(self, point: Point) -> bool:
+        """What the SLA asks of a point besides its latency: no errors, trusted, within the
+        memory limit."""
+        return point.errors == 0 and point.trusted and self.memory_over_mb(point) == 0.0
 
     def violation(self, point: Point) -> float:
         """Optuna constraint value: <= 0 when met, else how far over the limit (ms). GPU memory

@@ -93,9 +93,14 @@ class ServerBreakdown:
         return sum(b * n for b, n in self.batch_sizes.items()) / total if total else 0.0
 
     @property
+    def compute_us(self) -> float:
+        """A request's time computed: its inputs, the model, its outputs."""
+        return self.compute_input_us + self.compute_infer_us + self.compute_output_us
+
+    @property
     def busy_us(self) -> float:
         """A request's time in the server: queued and computed."""
-        return self.queue_us + self.compute_input_us + self.compute_infer_us + self.compute_output_us
+        return self.queue_us + self.compute_us
 
     def bottleneck(self) -> str:
         """The step a request spends the most time in (queued and computed); "" without steps."""
@@ -164,8 +169,7 @@ class Point:
     def latency_bound(self, percentile: int) -> float:
         """What the SLA holds it to: the upper bound of its latency at ``percentile`` (the figure
         itself for a point without windows recorded: :meth:`latency_estimate`)."""
-        estimate = self.latency_estimate(percentile)
-        return estimate.high if estimate.n else estimate.mean
+        return self.latency_estimate(percentile).high
 
     @property
     def error_rate(self) -> float:

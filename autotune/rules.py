@@ -27,6 +27,7 @@ budget, ``--finalists`` and ``--repeats``).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from autotune.noise import Estimate, Noise, better
@@ -213,20 +214,18 @@ def rounds_latency(points: Sequence[Point], percentile: int) -> Estimate:
 def rounds_meet(points: Sequence[Point], sla: Sla) -> bool:
     """Whether a contender's rounds at one level meet the SLA together: every round without
     errors and trusted, the pooled latency's upper bound (:func:`rounds_latency`) within the limit."""
-    if not points or not all(p.errors == 0 and p.trusted and sla.memory_over_mb(p) == 0.0 for p in points):
+    if not points or not all(sla.admits(p) for p in points):
         return False
-    found = rounds_latency(points, sla.percentile)
-    return (found.high if found.n else found.mean) <= sla.limit_ms
+    return rounds_latency(points, sla.percentile).high <= sla.limit_ms
 
 
 def rounds_break(points: Sequence[Point], sla: Sla) -> bool:
     """Whether a contender's rounds at one level break the SLA: a round with errors, untrusted
     or over the memory limit, or the pooled latency's lower bound over the limit (not meeting
     it and not breaking it: undecided, one more round tells)."""
-    if any(p.errors or not p.trusted or sla.memory_over_mb(p) > 0.0 for p in points):
+    if not all(sla.admits(p) for p in points):
         return True
-    found = rounds_latency(points, sla.percentile)
-    return (found.low if found.n else found.mean) > sla.limit_ms
+    return rounds_latency(points, sla.percentile).low > sla.limit_ms
 
 
 def outraced(rounds: dict[int, Sequence[Point]], shares: dict[int, int]) -> set[int]:
@@ -250,7 +249,7 @@ def race_leader(
         return None
     leader = max(found.values(), key=lambda e: e.mean)
     tied = [n for n, e in found.items() if not better(leader, e)]
-    return min(tied, key=lambda n: _median(p.latency_ms(percentile) for p in rounds[n]))
+    return min(tied, key=lambda n: statistics.median_high(p.latency_ms(percentile) for p in rounds[n]))
 
 
 def race_winner(
@@ -268,11 +267,6 @@ def race_winner(
     if not rest:
         return None
     return max(rest, key=lambda r: scoring.score(r.goodput(), r.candidate)).number
-
-
-def _median(values: Iterable[float]) -> float:
-    ordered = sorted(values)  # as Verification.median_latency_ms takes it
-    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def race_levels(result: TrialResult, sla: Sla) -> list[float]:
@@ -297,8 +291,7 @@ def level_below(level: float, points: Sequence[Point], sla: Sla, listed: Sequenc
     below = [x for x in listed if x < level]
     known = max(below) if below else None
     if points and points[0].concurrency and level > 1:
-        found = rounds_latency(points, sla.percentile)
-        bound = found.high if found.n else found.mean
+        bound = rounds_latency(points, sla.percentile).high
         guess = min(level - 1, math.floor(level * sla.limit_ms / bound)) if bound > 0 else 0
         if guess >= 1 and (known is None or guess > known):
             return float(guess)

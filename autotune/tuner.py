@@ -76,8 +76,10 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     tuned = settings.step or settings.model
     # an ensemble's step takes requests as large as the ensemble's max batch size
     ensemble = pipeline is not None and pipeline.kind == ENSEMBLE
-    original = served if tuned == settings.model else mcfg.load_config(settings.repository, tuned)
-    mcfg.check_versions(mcfg.model_dir(settings.repository, tuned), original)
+    original = served
+    if tuned != settings.model:
+        original = mcfg.load_config(settings.repository, tuned)
+        mcfg.check_versions(mcfg.model_dir(settings.repository, tuned), original)
     given = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
     baseline = mcfg.candidate_of(original)
     space = given.restricted(

@@ -668,29 +668,19 @@ def build_pipeline(model: str, out: Path, force: bool = False, **sizes: int) -> 
     spec = BertSpec(**sizes)
     build("bertQA", out, force, **sizes)
     configs = qa_configs(spec.seq, spec.vocab)
-    for name in (*QA_STEPS, model):
-        path = out / name / "config.pbtxt"
-        if path.exists():
-            _check_existing_config(path, configs[name])
-        else:
-            _write_atomic(path, text_format.MessageToString(configs[name]).encode())
-        (out / name / "1").mkdir(parents=True, exist_ok=True)  # an ensemble's version folder stays empty
     templates = {
         "bertQA_tokenizer": QA_STEPS_TEMPLATE,
         "bertQA_answer": QA_STEPS_TEMPLATE,
         "bertQA_bls": QA_BLS_TEMPLATE,
     }
     for name in (*QA_STEPS, model):
+        _write_config(out / name / "config.pbtxt", configs[name])
+        (out / name / "1").mkdir(parents=True, exist_ok=True)  # an ensemble's version folder stays empty
         if name in templates:
-            code = templates[name].read_bytes()
-            if (
-                not (out / name / "1" / "model.py").is_file()
-                or (out / name / "1" / "model.py").read_bytes() != code
-            ):
-                _write_atomic(out / name / "1" / "model.py", code)
-    text = json.dumps(qa_input_data(spec.seed), separators=(",", ":")).encode()
-    if not (out / model / INPUT_FILE).is_file() or (out / model / INPUT_FILE).read_bytes() != text:
-        _write_atomic(out / model / INPUT_FILE, text)
+            _write_changed(out / name / "1" / "model.py", templates[name].read_bytes())
+    _write_changed(
+        out / model / INPUT_FILE, json.dumps(qa_input_data(spec.seed), separators=(",", ":")).encode()
+    )
     return out / model
 
 
@@ -722,6 +712,21 @@ def _check_existing_config(path: Path, expected: mc.ModelConfig) -> None:
             f"{path} declares tensors {_signature(existing)} but the model built here has "
             f"{_signature(expected)}: remove that config.pbtxt or build into another --out"
         )
+
+
+def _write_config(path: Path, config: mc.ModelConfig) -> None:
+    """``config`` written where there is none; an existing one is the user's and stays
+    (:func:`_check_existing_config`)."""
+    if path.exists():
+        _check_existing_config(path, config)
+    else:
+        _write_atomic(path, text_format.MessageToString(config).encode())
+
+
+def _write_changed(path: Path, data: bytes) -> None:
+    """``data`` written unless the file holds it already."""
+    if not path.is_file() or path.read_bytes() != data:
+        _write_atomic(path, data)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -781,20 +786,12 @@ def build(model: str, out: Path, force: bool = False, **sizes: int) -> Path:
     spec = _spec(model, sizes)
     model_dir, version_dir = out / model, out / model / "1"
     config_path = model_dir / "config.pbtxt"
-    config = model_config(model, spec)
-    if config_path.exists():
-        _check_existing_config(config_path, config)
-    else:
-        _write_atomic(config_path, text_format.MessageToString(config).encode())
+    _write_config(config_path, model_config(model, spec))
     templates = {FoodSpec: FOOD_TEMPLATE, SentimentSpec: SENTIMENT_TEMPLATE}
-    template = templates.get(type(spec), TEMPLATE).read_bytes()
-    if not (version_dir / "model.py").is_file() or (version_dir / "model.py").read_bytes() != template:
-        _write_atomic(version_dir / "model.py", template)
+    _write_changed(version_dir / "model.py", templates.get(type(spec), TEMPLATE).read_bytes())
     data = input_data(spec)
     if data is not None:
-        text = json.dumps(data, separators=(",", ":")).encode()
-        if not (model_dir / INPUT_FILE).is_file() or (model_dir / INPUT_FILE).read_bytes() != text:
-            _write_atomic(model_dir / INPUT_FILE, text)
+        _write_changed(model_dir / INPUT_FILE, json.dumps(data, separators=(",", ":")).encode())
     wanted = _stamp(model, spec)
     if force or not _up_to_date(version_dir, wanted):
         proto = onnx_model(spec)
