@@ -23,6 +23,7 @@ from autotune.settings import (
     RemoteOptions,
     RunOptions,
     RunSettings,
+    TunedStep,
     add_traffic_arguments,
     add_workload_arguments,
     parse_duration,
@@ -102,8 +103,11 @@ def _add_run(sub: Any) -> None:
         default=None,
         metavar="MODEL",
         help="with an ensemble --model: the step (a composing model) whose config is tuned, every "
-        "point measured end to end through the ensemble, the other steps served as they are; "
-        "--resume: the run's",
+        "point measured end to end through the ensemble, the other steps served as they are "
+        "(default: every step that limits it, in rounds: first the step of least capacity, then "
+        "the one where requests spend the most time at the last winner's operating point, each "
+        "round with the earlier rounds' winners and a budget of its own, until that is a step "
+        "tuned already; apply writes every step's winner); --resume: the run's",
     )
     run.add_argument(
         "--composing-models",
@@ -431,6 +435,8 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
         sla=sla,
         step=args.step if args.step is not None else (record.step if record is not None else ""),
         composing=_composing(args, record),
+        rounds=record.rounds if record is not None else False,
+        tuned_steps=record.tuned_steps if record is not None else (),
         search_space=Path(opts.search_space) if opts.search_space else None,
         max_trials=opts.max_trials,
         time_budget_s=opts.time_budget_s,
@@ -469,8 +475,9 @@ def resume_line(run_dir: Path, storage: str | None) -> str:
 
 
 def _bottleneck_step(settings: RunSettings, wait: bool) -> RunSettings:
-    """An ensemble without --step: its step of least capacity (:mod:`autotune.bottleneck`),
-    found on the pipeline as the repository has it; any other model: ``settings`` as they are."""
+    """An ensemble without --step: its first round tunes its step of least capacity
+    (:mod:`autotune.bottleneck`), found on the pipeline as the repository has it; any other
+    model: ``settings`` as they are."""
     from autotune import bottleneck
     from autotune.pipeline import ENSEMBLE, read_pipeline
 
@@ -483,16 +490,15 @@ def _bottleneck_step(settings: RunSettings, wait: bool) -> RunSettings:
     )
     step, read = bottleneck.find(settings, found, wait=wait)
     print(
-        f"compute per request and instances: {read}; the least capacity: {step} (--step {step})",
+        f"compute per request and instances: {read}; the least capacity: {step}; round 1 tunes it",
         file=sys.stderr,
     )
-    return replace(settings, step=step)
+    return replace(settings, step=step, rounds=True)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autotune import tuner
-    from autotune._console import RichEvents, print_summary
-    from autotune.launch import server_gpus
+    """``autotune run``: one run, or an ensemble's rounds (:func:`_next_round`) one after another;
+    the write-back (--write-back) after the last."""
     from autotune.rundir import RunDir, find_unfinished
 
     record = RunDir.load(args.resume).record if args.resume is not None else None
@@ -505,6 +511,58 @@ def _run(args: argparse.Namespace) -> int:
             settings = replace(settings_from(args, record), run_dir=unfinished)
     if settings.run_dir is None and not settings.step:
         settings = _bottleneck_step(settings, args.wait)
+    while True:
+        code, outcome = _tune_once(args, settings, record)
+        following = _next_round(settings, outcome) if code == 0 and outcome is not None else None
+        if following is None:
+            break
+        settings, record = following, None
+    if code == 0 and outcome is not None and settings.write_back and outcome.winner is not None:
+        return _write_back(outcome.run_dir, verify=True)
+    return code
+
+
+def _next_round(settings: RunSettings, outcome: Outcome) -> RunSettings | None:
+    """A round's settings after ``outcome``, the round of ``settings`` (None: that was the last,
+    or the run is not in rounds): the step where requests spend the most time at the winner's
+    operating point (:func:`autotune.bottleneck.next_step`) tuned next, with every winner so far."""
+    from autotune import bottleneck
+    from autotune._console import bottleneck_line
+    from autotune.rundir import WINNER_CONFIG, RunDir
+
+    winner = outcome.winner
+    if not settings.rounds or winner is None or winner.best is None:
+        return None
+    record = RunDir.load(outcome.run_dir).record
+    tuned = TunedStep(
+        settings.step,
+        (outcome.run_dir / WINNER_CONFIG).read_text(encoding="utf-8"),
+        record.original_digest,
+        str(outcome.run_dir),
+    )
+    steps = (*settings.tuned_steps, tuned)
+    step = bottleneck.next_step(winner.best, [t.model for t in steps])
+    where = bottleneck_line(winner.best) or "no per-step figures"
+    if not step:
+        print(
+            f"rounds done: at the winner's operating point {where}, a step tuned already; "
+            f"autotune apply {shlex.quote(str(outcome.run_dir))} writes every tuned step's config",
+            file=sys.stderr,
+        )
+        return None
+    print(f"round {len(steps) + 1}: at the winner's operating point {where}; tuning {step}", file=sys.stderr)
+    return replace(settings, step=step, tuned_steps=steps, run_dir=None)
+
+
+def _tune_once(
+    args: argparse.Namespace, settings: RunSettings, record: RunRecord | None
+) -> tuple[int, Outcome | None]:
+    """One run, start to finish, its summary printed: the exit code and its outcome (None:
+    stopped before it ended)."""
+    from autotune import tuner
+    from autotune._console import RichEvents, print_summary
+    from autotune.launch import server_gpus
+
     gpus = server_gpus(settings.launch)
     if gpus.note:
         print(gpus.note, file=sys.stderr)
@@ -521,10 +579,10 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         if events.run_dir is None:
             print("\ninterrupted before the run started: nothing was written", file=sys.stderr)
-            return 130
+            return 130, None
         line = resume_line(events.run_dir, record.storage if record else settings.storage)
         print(f"\ninterrupted: servers stopped, finished trials kept; continue with: {line}", file=sys.stderr)
-        return 130
+        return 130, None
     except DiskFullError as exc:
         where = events.run_dir or settings.run_dir
         exc.hint = (
@@ -539,9 +597,7 @@ def _run(args: argparse.Namespace) -> int:
             f"every trial failed: {_first_reason(outcome)}",
             hint=f"each trial's reason and server log: {outcome.run_dir / 'report.html'}",
         )
-    if settings.write_back and outcome.winner is not None:
-        return _write_back(outcome.run_dir, verify=True)
-    return 0
+    return 0, outcome
 
 
 def _first_reason(outcome: Outcome) -> str:
@@ -558,8 +614,9 @@ def _apply(args: argparse.Namespace) -> int:
     if args.undo:
         from autotune.writeback import undo
 
-        path, restored = undo(args.run_dir)
-        print(f"restored {path} from its backup" if restored else f"{path} already holds the original config")
+        paths, restored = undo(args.run_dir)
+        names = ", ".join(map(str, paths))
+        print(f"restored {names} from the backups" if restored else f"{names}: the original configs already")
         return 0
     return _write_back(args.run_dir, verify=not args.no_verify)
 
@@ -568,9 +625,12 @@ def _write_back(run_dir: Path, verify: bool) -> int:
     from autotune.writeback import write_back
 
     result = write_back(run_dir, verify=verify)
-    print(result.diff or "(the winner's config equals the current one: nothing to change)")
-    loaded = f" and loaded it in Triton ({result.verified_on})" if result.verified else ""
-    print(f"wrote {result.path} (backup: {result.backup}){loaded}")
+    for written in result.written:
+        print(written.diff or f"({written.path}: the winner's config equals it: nothing to change)")
+    them = "them" if len(result.written) > 1 else "it"
+    loaded = f" and loaded {them} in Triton ({result.verified_on})" if result.verified else ""
+    lines = [f"wrote {w.path} (backup: {w.backup})" for w in result.written]
+    print("\n".join(lines) + loaded)
     return 0
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from autotune import model_config as mcfg
 from autotune.errors import ConfigError, ModelNotFoundError, UsageError
+from autotune.settings import TunedStep
 
 ENSEMBLE = "ensemble"
 BLS = "bls"
@@ -112,6 +113,12 @@ def for_step(
     if remote:
         raise UsageError("a pipeline with --launcher remote is not built yet: use --launcher local or docker")
     return found
+
+
+def tuned_configs(tuned: Sequence[TunedStep]) -> dict[str, mcfg.ModelConfig]:
+    """The configs earlier rounds chose for their steps, by model: served in place of the
+    repository's (:func:`autotune.staging.stage_members`)."""
+    return {t.model: mcfg.parse_config(t.config, f"{t.run} ({t.model})") for t in tuned}
 
 
 def describe(found: Pipeline, tuned: str) -> str:

@@ -30,7 +30,7 @@ from autotune.objective import Scoring, Sla
 from autotune.outputs import Reference
 from autotune.processes import Owner
 from autotune.results import OpenLoopCheck, RunInfo, Verification
-from autotune.settings import Launch, RunOptions, RunSettings, Traffic, Workload
+from autotune.settings import Launch, RunOptions, RunSettings, Traffic, TunedStep, Workload
 
 RUN_FILE = "run.json"
 WINNER_CONFIG = "winner.pbtxt"
@@ -66,6 +66,8 @@ class RunRecord:
     made: dict[str, str] = field(default_factory=dict)
     step: str = ""  # the ensemble's step whose config was tuned ("": the model's own)
     composing: tuple[str, ...] = ()  # the models a BLS model calls (--composing-models)
+    rounds: bool = False  # a round of an ensemble tuned step by step (autotune.rounds)
+    tuned_steps: tuple[TunedStep, ...] = ()  # the steps earlier rounds tuned, served with their winners
 
     @property
     def tuned(self) -> str:
@@ -80,6 +82,7 @@ class RunRecord:
             ("model", self.model, s.model),
             ("step", self.step, s.step),
             ("composing models", ",".join(self.composing), ",".join(s.composing)),
+            ("steps tuned before", _steps(self.tuned_steps), _steps(s.tuned_steps)),
             ("repository", str(self.repository), str(s.repository.resolve())),
             ("SLA", self.sla.label, s.sla.label),
             ("launcher", self.launch.to_json(), s.launch.to_json()),
@@ -107,6 +110,8 @@ class RunRecord:
             "model": self.model,
             "step": self.step,
             "composing": list(self.composing),
+            "rounds": self.rounds,
+            "tuned_steps": [t.to_json() for t in self.tuned_steps],
             "repository": str(self.repository),
             "sla": self.sla.to_json(),
             "scoring": self.scoring.to_json(),
@@ -139,6 +144,8 @@ class RunRecord:
             model=str(data["model"]),
             step=str(data.get("step", "")),
             composing=tuple(str(m) for m in data.get("composing", ())),
+            rounds=bool(data.get("rounds", False)),
+            tuned_steps=tuple(TunedStep.from_json(t) for t in data.get("tuned_steps", ())),
             repository=Path(data["repository"]),
             sla=Sla.from_json(data["sla"]),
             scoring=Scoring.from_json(data.get("scoring")),
@@ -251,6 +258,10 @@ class RunDir:
         )
 
 
+def _steps(tuned: tuple[TunedStep, ...]) -> str:
+    return ", ".join(f"{t.model} ({Path(t.run).name})" for t in tuned) or "none"
+
+
 def find_unfinished(settings: RunSettings) -> Path | None:
     """The newest run under the settings' reports folder that stopped before finishing and that
     these settings would continue unchanged (:meth:`RunRecord.differences`; without ``--step``,
@@ -262,7 +273,9 @@ def find_unfinished(settings: RunSettings) -> Path | None:
         except UsageError:
             continue
         stopped = not record.finished and not record.running_elsewhere()
-        same = settings if settings.step else replace(settings, step=record.step)  # no --step: the run's
+        # no --step: the run's step, as it chose it, and (a round) the steps earlier rounds tuned
+        chosen = replace(settings, step=record.step, tuned_steps=record.tuned_steps)
+        same = settings if settings.step else chosen
         if stopped and not record.differences(same):
             return run_file.parent
     return None

@@ -420,6 +420,24 @@ _DEFAULT = RunOptions()
 
 
 @dataclass(frozen=True)
+class TunedStep:
+    """A pipeline step an earlier round of the run tuned: served with its winner by the rounds
+    after it, and written back with the last round's winner (``autotune apply``)."""
+
+    model: str
+    config: str  # the winner's config.pbtxt text
+    digest: str  # the repository's config.pbtxt's sha256 as that round began: apply refuses it changed
+    run: str  # the round's run directory
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TunedStep:
+        return cls(str(data["model"]), str(data["config"]), str(data["digest"]), str(data["run"]))
+
+
+@dataclass(frozen=True)
 class RunSettings:
     model: str
     repository: Path
@@ -428,6 +446,10 @@ class RunSettings:
     # through the --model; "": the model's own
     step: str = ""
     composing: tuple[str, ...] = ()  # --composing-models: the models a BLS --model calls, served with it
+    # an ensemble without --step is tuned in rounds, its step of least capacity first
+    # (autotune.rounds): ``rounds`` marks such a run, ``tuned_steps`` the steps earlier rounds tuned
+    rounds: bool = False
+    tuned_steps: tuple[TunedStep, ...] = ()
     search_space: Path | None = None  # None: the packaged default
     max_trials: int = _DEFAULT.max_trials
     time_budget_s: float | None = _DEFAULT.time_budget_s

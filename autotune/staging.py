@@ -25,6 +25,7 @@ import re
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +106,18 @@ def stage_model(source: Path, config: ModelConfig, repository: Path) -> Path:
     mirror(source, target, skip=CONFIG_NAME)
     write_config(config, target / CONFIG_NAME)
     return repository
+
+
+def stage_members(
+    repository: Path, models: Iterable[str], stage: Path, configs: Mapping[str, ModelConfig]
+) -> None:
+    """Each of ``models`` of ``repository`` made a view in ``stage`` (:func:`mirror`), those
+    ``configs`` names served with that config in place of their own (:func:`stage_model`)."""
+    for name in models:
+        if name in configs:
+            stage_model(repository / name, configs[name], stage)
+        else:
+            mirror(repository / name, stage / name)
 
 
 def mirror(source: Path, target: Path, skip: str = "") -> Path:

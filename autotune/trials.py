@@ -40,11 +40,12 @@ from autotune.measure import pass_plan, second_look, settled, with_bands
 from autotune.noise import Estimate
 from autotune.objective import Sla
 from autotune.outputs import Reference, check_requests, compare, parse_tolerance
+from autotune.pipeline import tuned_configs
 from autotune.points import RULES_INTERVALS, Measurement, Point, WindowPlan, errors_line
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate
-from autotune.staging import Stages, mirror, stage_model
+from autotune.staging import Stages, stage_members, stage_model
 from autotune.study import INTERRUPTED, Asked, Study
 from autotune.traffic import requests_per_s
 
@@ -280,7 +281,8 @@ class Trials:
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[Server]:
         """The candidate staged (:func:`autotune.staging.stage_model`; with ``--step``, beside the
-        ensemble and its other steps as they are) and served (a config with TensorRT gets
+        ensemble and its other steps as they are, or with the configs earlier rounds chose for
+        them) and served (a config with TensorRT gets
         --trt-build-timeout-s to build its engine); the staged folder is removed when the
         server's context ends."""
         config = mcfg.apply_candidate(self.prep.original, candidate)
@@ -290,9 +292,10 @@ class Trials:
         try:
             stage_model(self.prep.model_dir, config, stage)
             s = self.prep.settings
-            for name in self.prep.pipeline.models if self.prep.pipeline else ():
-                if name != config.name:  # the ensemble and its other steps, as they are
-                    mirror(s.repository / name, stage / name)
+            models = self.prep.pipeline.models if self.prep.pipeline else ()
+            others = [name for name in models if name != config.name]
+            # the ensemble and its other steps as they are, or as earlier rounds tuned them
+            stage_members(s.repository, others, stage, tuned_configs(s.tuned_steps))
             with trt_build.serving(self.launcher, stage, s.model, log, config, s.trt_build_timeout_s) as srv:
                 yield srv
         finally:

@@ -282,6 +282,8 @@ def _open_run(prep: Prepared, path: Path, study_name: str, resumed: RunDir | Non
         model=settings.model,
         step=settings.step,
         composing=settings.composing,
+        rounds=settings.rounds,
+        tuned_steps=settings.tuned_steps,
         repository=settings.repository.resolve(),
         sla=settings.sla,
         launch=settings.launch,
@@ -313,6 +315,7 @@ def made(prep: Prepared) -> dict[str, str]:
         "cpu": f"{cpu_model()} ({os.cpu_count() or 1} cores)",
         "gpus": str(prep.server_gpus) if prep.server_gpus else "none",
         "pipeline": describe(prep.pipeline, settings.step or settings.model) if prep.pipeline else "",
+        "steps tuned before": ", ".join(f"{t.model} (run {Path(t.run).name})" for t in settings.tuned_steps),
     }
     return {k: v for k, v in facts.items() if v}
 

@@ -2,7 +2,9 @@
 
 Refused when the repository's config.pbtxt changed since the run started (someone else's
 edit would be lost). The backup is ``config.pbtxt.autotune-<run-id>.bak`` beside the config
-and a copy in the run directory; ``undo`` restores it. Every write, restores included, is
+and a copy in the run directory; ``undo`` restores it. A round of an ensemble tuned in rounds
+writes its own winner and every earlier round's, each checked and backed up the same way, and
+``undo`` restores them all: never one step changed without the others. Every write, restores included, is
 atomic (:func:`autotune.files.copy_atomic`): a reader never sees half a config.
 
 The written config is verified on the kind of server the run measured on: the launcher and
@@ -39,49 +41,114 @@ STATE_FILE = "writeback.json"
 
 
 @dataclass(frozen=True)
-class WriteBackResult:
+class Written:
+    """One config written back: where, its backup, and its diff against what it replaced."""
+
     path: Path
     backup: Path
     diff: str
-    verified_on: str = ""  # the server that loaded the written config ("" when not verified)
+
+
+@dataclass(frozen=True)
+class WriteBackResult:
+    """What a write-back wrote: the run's own config first, then (an ensemble tuned in rounds)
+    each step an earlier round tuned."""
+
+    written: tuple[Written, ...]
+    verified_on: str = ""  # the server that loaded the written configs ("" when not verified)
+
+    @property
+    def path(self) -> Path:
+        return self.written[0].path
+
+    @property
+    def backup(self) -> Path:
+        return self.written[0].backup
+
+    @property
+    def diff(self) -> str:
+        return self.written[0].diff
 
     @property
     def verified(self) -> bool:
         return bool(self.verified_on)
 
 
+@dataclass(frozen=True)
+class _Target:
+    """A config the write-back replaces: its file, the config written there, the sha256 that
+    file had when the run (or its round) began, and where its original is kept in the run."""
+
+    path: Path
+    config: mcfg.ModelConfig
+    digest: str
+    original: str  # file name in the run directory
+    backup: Path
+
+
+def _targets(run_dir: Path, record: RunRecord) -> list[_Target]:
+    """The run's own winner, then each step earlier rounds tuned (:attr:`RunRecord.tuned_steps`)."""
+    winner_file = run_dir / WINNER_CONFIG
+    own = mcfg.parse_config(winner_file.read_text(encoding="utf-8"), str(winner_file))
+    found = [(record.tuned, own, record.original_digest, "original.pbtxt")]
+    for t in record.tuned_steps:
+        found.append(
+            (
+                t.model,
+                mcfg.parse_config(t.config, f"{t.run} ({t.model})"),
+                t.digest,
+                f"original-{t.model}.pbtxt",
+            )
+        )
+    return [
+        _Target(
+            path, config, digest, original, path.with_name(f"{mcfg.CONFIG_NAME}.autotune-{record.run_id}.bak")
+        )
+        for model, config, digest, original in found
+        for path in [record.repository / model / mcfg.CONFIG_NAME]
+    ]
+
+
 def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
+    """Write the run's winner (and, after rounds, every earlier round's) over the repository's
+    configs: each checked unchanged since its run began and its folder writable before any is
+    written, each backed up, then each replaced; verified by loading the whole model, every
+    config put back if it does not load."""
     run = RunDir.load(run_dir)
     record = run.record
-    winner_file = run_dir / WINNER_CONFIG
-    if record.winner is None or not winner_file.is_file():
+    if record.winner is None or not (run_dir / WINNER_CONFIG).is_file():
         raise UsageError(f"{run_dir}: the run has no winner to apply (unfinished, or no config met the SLA)")
-    target = record.repository / record.tuned / mcfg.CONFIG_NAME
-    winner = mcfg.parse_config(winner_file.read_text(encoding="utf-8"), str(winner_file))
-    backup = target.with_name(f"{mcfg.CONFIG_NAME}.autotune-{record.run_id}.bak")
+    targets = _targets(run_dir, record)
     launcher = _verifier(record) if verify else None  # before anything is written
-    if _already_written(run_dir, target, winner, backup, record):
-        current = mcfg.parse_config(backup.read_text(encoding="utf-8"), str(backup))
-    else:  # the normal path; also after a stop that came before the replace
-        _check_unchanged(target, record)
-        _check_writable(target.parent, run_dir)
-        current = mcfg.parse_config(target.read_text(encoding="utf-8"), str(target))
-        with _named(target):
-            copy_atomic(target, backup)
-            copy_atomic(target, run_dir / "original.pbtxt")
-            _save_state(run_dir, target, backup)
-            mcfg.write_config(winner, target)
+    done = {t.path for t in targets if _already_written(run_dir, t)}  # a write-back stopped after those
+    for t in targets:
+        if t.path not in done:
+            _check_unchanged(t.path, t.digest)
+            _check_writable(t.path.parent, run_dir)
+    written = []
+    for t in targets:
+        current = mcfg.parse_config(
+            (t.backup if t.path in done else t.path).read_text(encoding="utf-8"), str(t.path)
+        )
+        if t.path not in done:
+            with _named(t.path):
+                copy_atomic(t.path, t.backup)
+                copy_atomic(t.path, run_dir / t.original)
+                _save_state(run_dir, targets)
+                mcfg.write_config(t.config, t.path)
+        written.append(Written(t.path, t.backup, mcfg.config_diff(current, t.config)))
     verified_on = ""
     if launcher is not None:
         try:
-            verified_on = _load_once(launcher, run, winner)
+            verified_on = _load_once(launcher, run, targets[0].config)
         except AutotuneError as exc:
-            copy_atomic(backup, target)
+            for t in targets:
+                copy_atomic(t.backup, t.path)
             raise WriteBackError(
                 f"the written config did not load and answer as your config does, so the original was "
                 f"restored: {exc}"
             ) from exc
-    return WriteBackResult(target, backup, mcfg.config_diff(current, winner), verified_on)
+    return WriteBackResult(tuple(written), verified_on)
 
 
 def _verifier(record: RunRecord) -> Launcher[Any]:
@@ -141,36 +208,42 @@ def _check_answers(gen: LoadGenerator, run: RunDir, config: mcfg.ModelConfig) ->
     return f", {len(sample)} answers as your config's"
 
 
-def _already_written(
-    run_dir: Path, target: Path, winner: mcfg.ModelConfig, backup: Path, record: RunRecord
-) -> bool:
-    """A write-back of this run that was stopped after the replace (so: only verify again)."""
-    if not (run_dir / STATE_FILE).is_file() or not backup.is_file() or not target.is_file():
+def _already_written(run_dir: Path, target: _Target) -> bool:
+    """A write-back of this run that was stopped after ``target``'s replace (so: not again)."""
+    if not (run_dir / STATE_FILE).is_file() or not target.backup.is_file() or not target.path.is_file():
         return False
-    same = _normal(target.read_text(encoding="utf-8")) == mcfg.config_text(winner)
-    return same and file_digest(backup) == record.original_digest
+    same = _normal(target.path.read_text(encoding="utf-8")) == mcfg.config_text(target.config)
+    return same and file_digest(target.backup) == target.digest
 
 
-def undo(run_dir: Path) -> tuple[Path, bool]:
-    """Put back the config the write-back replaced: its path, and whether it had to be (False:
-    it already holds the original, an undo done before)."""
+def undo(run_dir: Path) -> tuple[list[Path], bool]:
+    """Put back every config the write-back replaced: their paths, and whether any had to be
+    (False: each already holds its original, an undo done before). Refused, nothing restored,
+    when a written config changed since."""
     state_path = run_dir / STATE_FILE
     if not state_path.is_file():
         raise UsageError(f"{run_dir}: nothing was written back from this run")
     state = json.loads(state_path.read_text(encoding="utf-8"))
-    target, backup = Path(state["target"]), Path(state["backup"])
-    if not backup.is_file():
-        raise WriteBackError(f"backup {backup} is gone; the original is also in {run_dir / 'original.pbtxt'}")
-    if target.is_file() and target.read_bytes() == backup.read_bytes():
-        return target, False
-    written = (run_dir / WINNER_CONFIG).read_text(encoding="utf-8")
-    if target.exists() and _normal(target.read_text(encoding="utf-8")) != _normal(written):
-        raise WriteBackError(
-            f"{target} changed after the write-back; restore {backup} by hand if you mean it"
-        )
-    with _named(target):
-        copy_atomic(backup, target)
-    return target, True
+    entries = state.get("targets") or [  # a write-back of before 0.4: one config, the run's winner
+        {"target": state["target"], "backup": state["backup"],
+         "written": (run_dir / WINNER_CONFIG).read_text(encoding="utf-8")}
+    ]  # fmt: skip
+    todo = []
+    for entry in entries:
+        target, backup = Path(entry["target"]), Path(entry["backup"])
+        if not backup.is_file():
+            raise WriteBackError(f"backup {backup} is gone; the original is also in {run_dir}")
+        if target.is_file() and target.read_bytes() == backup.read_bytes():
+            continue
+        if target.exists() and _normal(target.read_text(encoding="utf-8")) != _normal(entry["written"]):
+            raise WriteBackError(
+                f"{target} changed after the write-back; restore {backup} by hand if you mean it"
+            )
+        todo.append((target, backup))
+    for target, backup in todo:
+        with _named(target):
+            copy_atomic(backup, target)
+    return [Path(e["target"]) for e in entries], bool(todo)
 
 
 def _check_writable(folder: Path, run_dir: Path) -> None:
@@ -204,19 +277,24 @@ def _named(target: Path) -> Iterator[None]:
         ) from exc
 
 
-def _check_unchanged(target: Path, record: RunRecord) -> None:
+def _check_unchanged(target: Path, digest: str) -> None:
     if not target.is_file():
         raise WriteBackError(f"{target} no longer exists")
-    if file_digest(target) != record.original_digest:
+    if file_digest(target) != digest:
         raise WriteBackError(
             f"{target} changed since the run started; refusing to overwrite it",
             hint="re-run the tuning on the current config, or copy winner.pbtxt by hand",
         )
 
 
-def _save_state(run_dir: Path, target: Path, backup: Path) -> None:
-    data = {"target": str(target), "backup": str(backup)}
-    write_text_atomic(run_dir / STATE_FILE, json.dumps(data, indent=2))
+def _save_state(run_dir: Path, targets: list[_Target]) -> None:
+    """What :func:`undo` restores: every target, its backup and the config written there
+    (saved before the first replace)."""
+    entries = [
+        {"target": str(t.path), "backup": str(t.backup), "written": mcfg.config_text(t.config)}
+        for t in targets
+    ]
+    write_text_atomic(run_dir / STATE_FILE, json.dumps({"targets": entries}, indent=2))
 
 
 def _normal(text: str) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotune import hostlock, sim, tuner
+from autotune import hostlock, sim, stopping, tuner
 from autotune.events import Events
 from autotune.launch import make_launcher
 from autotune.objective import Sla
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=int, default=0, help="survey at most this many configs (0: all)")
     parser.add_argument("--out", type=Path, required=True, help="the survey file (.json.gz)")
     args = parser.parse_args(argv)
+    stopping.install()  # SIGTERM unwinds like Ctrl-C: the server stopped, the file whole
     if (args.sla_p95_ms is None) == (args.sla_p99_ms is None):
         parser.error("give one of --sla-p95-ms and --sla-p99-ms")
     sla = Sla(95, args.sla_p95_ms) if args.sla_p95_ms else Sla(99, args.sla_p99_ms)

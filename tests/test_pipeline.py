@@ -143,14 +143,15 @@ def test_bad_steps_and_composing_models_are_one_line_before_any_server(
     assert not (tmp_path / "reports").exists()
 
 
-def _toy_pipeline(repo: Path) -> Path:
+def _toy_pipeline(repo: Path, per_item_ms: str = "2") -> Path:
     """``pipe``, an ensemble of two toy steps in ``repo`` (tests/models copied): ``toy`` (x -> y),
-    then ``slow``, a toy that costs 4x as much per item (its bottleneck)."""
+    then ``slow``, a toy that costs ``per_item_ms`` per item (toy: 0.5; both 4 ms per execution)."""
     import shutil
 
     shutil.copytree(repo / "toy", repo / "slow")
     config = (repo / "slow" / "config.pbtxt").read_text()
-    config = config.replace('name: "toy"', 'name: "slow"').replace('string_value: "0.5"', 'string_value: "2"')
+    config = config.replace('name: "toy"', 'name: "slow"')
+    config = config.replace('string_value: "0.5"', f'string_value: "{per_item_ms}"')
     (repo / "slow" / "config.pbtxt").write_text(config)
     tensor = "data_type: TYPE_FP32 dims: [ 16 ]"
     _model(
@@ -212,25 +213,50 @@ def test_a_step_of_an_ensemble_is_tuned_end_to_end_and_written_back_alone(
 
 
 @pytest.mark.integration
-def test_without_step_the_run_tunes_the_step_of_least_capacity(
+def test_without_step_an_ensemble_is_tuned_in_rounds_and_written_back_whole(
     toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No --step: the pipeline is measured at one client as the repository has it, and the step
-    whose compute per request over its instances is the most is tuned (slow costs 4x toy's per
-    item); the same command again resumes that run, not a new one."""
+    """No --step: round 1 tunes the step of least capacity at one client (slow: 5.5 ms a request
+    against toy's 4.5); its winner (two instances, or batching) leaves toy the step requests wait
+    for, so round 2 tunes toy with slow's winner served; then slow limits again, a step tuned
+    already, and the rounds end. No file of the repository changes; apply on the last round
+    writes both steps' configs, --undo restores both byte for byte."""
     from autotune.cli import main
+    from autotune.rundir import RunDir
     from tests.conftest import staged_servers
 
-    repo = _toy_pipeline(toy_repo)
+    repo = _toy_pipeline(toy_repo, per_item_ms="1.5")
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     reports = tmp_path / "reports"
     argv = ["run", "--model", "pipe", "--model-repository", str(repo), "--sla-p95-ms", "80",
             "--reports-dir", str(reports), "--search-space", str(small_space), "--window", "0.5",
-            "--finalists", "1", "--repeats", "1", "--no-open-loop-check", "--max-trials", "2"]  # fmt: skip
+            "--finalists", "1", "--repeats", "1", "--no-open-loop-check", "--max-trials", "3",
+            "--seed", "1"]  # fmt: skip
     assert main(argv) == 0
     err = capsys.readouterr().err
-    assert "the least capacity: slow (--step slow)" in err and "toy " in err
-    (run_dir,) = list((reports / "pipe").iterdir())
-    assert json.loads((run_dir / "run.json").read_text())["step"] == "slow"
+    assert "the least capacity: slow; round 1 tunes it" in err and "toy " in err
+    assert "round 2: at the winner's operating point bottleneck: toy" in err and "tuning toy" in err
+    assert "rounds done: at the winner's operating point bottleneck: slow" in err
+    first, second = sorted((reports / "pipe").iterdir())
+    one, two = RunDir.load(first).record, RunDir.load(second).record
+    assert (one.step, one.rounds, one.tuned_steps) == ("slow", True, ())
+    assert two.step == "toy" and two.rounds and [t.model for t in two.tuned_steps] == ["slow"]
+    assert two.tuned_steps[0].config == (first / "winner.pbtxt").read_text()
+    assert "slow (run " in two.made["steps tuned before"]
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+
+    capsys.readouterr()
+    assert main(["apply", str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "toy/config.pbtxt" in out and "slow/config.pbtxt" in out and "loaded them in Triton" in out
+    changed = [p for p in repo.rglob("*") if p.is_file() and before.get(p) != p.read_bytes()]
+    assert sorted(p.relative_to(repo).as_posix() for p in changed if ".autotune-" not in p.name) == [
+        "slow/config.pbtxt", "toy/config.pbtxt"
+    ]  # fmt: skip
+    assert (repo / "slow" / "config.pbtxt").read_text() == (first / "winner.pbtxt").read_text()
+    assert (repo / "toy" / "config.pbtxt").read_text() == (second / "winner.pbtxt").read_text()
+    assert main(["apply", "--undo", str(second)]) == 0
+    assert {p: p.read_bytes() for p in before} == before
     assert staged_servers() == []
 
 
