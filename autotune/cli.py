@@ -23,7 +23,6 @@ from autotune.settings import (
     RemoteOptions,
     RunOptions,
     RunSettings,
-    TunedStep,
     add_traffic_arguments,
     add_workload_arguments,
     parse_duration,
@@ -528,6 +527,7 @@ def _next_round(settings: RunSettings, outcome: Outcome) -> RunSettings | None:
     operating point (:func:`autotune.bottleneck.next_step`) tuned next, with every winner so far."""
     from autotune import bottleneck
     from autotune._console import bottleneck_line
+    from autotune.pipeline import TunedStep
     from autotune.rundir import WINNER_CONFIG, RunDir
 
     winner = outcome.winner
@@ -551,7 +551,8 @@ def _next_round(settings: RunSettings, outcome: Outcome) -> RunSettings | None:
         )
         return None
     print(f"round {len(steps) + 1}: at the winner's operating point {where}; tuning {step}", file=sys.stderr)
-    return replace(settings, step=step, tuned_steps=steps, run_dir=None)
+    name = f"{settings.study_name}-{step}" if settings.study_name else None  # a study of its own
+    return replace(settings, step=step, tuned_steps=steps, run_dir=None, study_name=name)
 
 
 def _tune_once(

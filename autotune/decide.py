@@ -419,19 +419,25 @@ def dominated(
 
 
 def equivalent(a: Candidate, b: Candidate) -> bool:
-    """Whether two candidates make the server do the same: equal, or both without dynamic
-    batching and differing only in their max batch size (both > 0). Without the batcher each
-    request runs alone whatever batch the config allows (the space keeps it at least the
-    requests' own batch), so measuring both would only measure noise: one mobilenet run spent
-    6 of its 20 trials on such twins."""
-    if a == b:
-        return True
-    return (
-        not a.dynamic_batching
-        and not b.dynamic_batching
-        and min(a.max_batch_size, b.max_batch_size) > 0
-        and replace(a, max_batch_size=b.max_batch_size) == b
-    )
+    """Whether two candidates make the server do the same: their :func:`canonical` forms are
+    equal."""
+    return canonical(a) == canonical(b)
+
+
+def canonical(candidate: Candidate) -> Candidate:
+    """One candidate for each class of candidates that make the server do the same:
+
+    - without dynamic batching, a max batch size > 0 is left out (1): each request runs alone
+      whatever batch the config allows (the space keeps it at least the requests' own batch);
+      one mobilenet run spent 6 of its 20 trials on such twins;
+    - with dynamic batching and a max batch size of 1, the preferred sizes and the queue delay
+      are left out (none, 0): a batch of one request is full when it arrives, and Triton's
+      batcher does not wait to fill a full batch."""
+    if not candidate.dynamic_batching and candidate.max_batch_size > 0:
+        return replace(candidate, max_batch_size=1)
+    if candidate.dynamic_batching and candidate.max_batch_size == 1:
+        return replace(candidate, preferred_batch_sizes=(), max_queue_delay_us=0)
+    return candidate
 
 
 def incumbent(

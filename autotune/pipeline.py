@@ -21,12 +21,12 @@ through the ensemble.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from autotune import model_config as mcfg
 from autotune.errors import ConfigError, ModelNotFoundError, UsageError
-from autotune.settings import TunedStep
 
 ENSEMBLE = "ensemble"
 BLS = "bls"
@@ -55,6 +55,24 @@ class Pipeline:
     def models(self) -> tuple[str, ...]:
         """Every model it serves: itself and its members."""
         return (self.model, *self.members)
+
+
+@dataclass(frozen=True)
+class TunedStep:
+    """A pipeline step an earlier round of the run tuned: served with its winner by the rounds
+    after it, and written back with the last round's winner (``autotune apply``)."""
+
+    model: str
+    config: str  # the winner's config.pbtxt text
+    digest: str  # the repository's config.pbtxt's sha256 as that round began: apply refuses it changed
+    run: str  # the round's run directory
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TunedStep:
+        return cls(str(data["model"]), str(data["config"]), str(data["digest"]), str(data["run"]))
 
 
 def is_ensemble(config: mcfg.ModelConfig) -> bool:

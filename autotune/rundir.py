@@ -28,9 +28,10 @@ from autotune.errors import AutotuneError, UsageError
 from autotune.files import write_text_atomic
 from autotune.objective import Scoring, Sla
 from autotune.outputs import Reference
+from autotune.pipeline import TunedStep
 from autotune.processes import Owner
 from autotune.results import OpenLoopCheck, RunInfo, Verification
-from autotune.settings import Launch, RunOptions, RunSettings, Traffic, TunedStep, Workload
+from autotune.settings import Launch, RunOptions, RunSettings, Traffic, Workload
 
 RUN_FILE = "run.json"
 WINNER_CONFIG = "winner.pbtxt"

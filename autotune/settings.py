@@ -18,6 +18,7 @@ from typing import Any
 from autotune.errors import UsageError
 from autotune.objective import Sla
 from autotune.outputs import parse_tolerance
+from autotune.pipeline import TunedStep
 from autotune.points import RULES_STABILITY, WindowPlan
 
 LAUNCHERS = ("local", "docker", "remote")
@@ -417,24 +418,6 @@ class RunOptions:
 
 
 _DEFAULT = RunOptions()
-
-
-@dataclass(frozen=True)
-class TunedStep:
-    """A pipeline step an earlier round of the run tuned: served with its winner by the rounds
-    after it, and written back with the last round's winner (``autotune apply``)."""
-
-    model: str
-    config: str  # the winner's config.pbtxt text
-    digest: str  # the repository's config.pbtxt's sha256 as that round began: apply refuses it changed
-    run: str  # the round's run directory
-
-    def to_json(self) -> dict[str, str]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TunedStep:
-        return cls(str(data["model"]), str(data["config"]), str(data["digest"]), str(data["run"]))
 
 
 @dataclass(frozen=True)

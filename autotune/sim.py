@@ -497,6 +497,10 @@ class Surveyed:
             [t for t, _ in pairs] for levels in self.windows.values() for pairs in levels.values()
         ).cv
 
+    def missing(self, space: SearchSpace) -> int:
+        """How many configs of ``space`` the survey lacks (0: it can stand for the space)."""
+        return len({survey_label(c) for c in candidates(space)} - set(self.windows))
+
     def _levels(self, candidate: Candidate) -> dict[int, tuple[tuple[float, float], ...]]:
         for label, levels in self.windows.items():
             if label == survey_label(candidate):
@@ -541,8 +545,6 @@ class Surveyed:
 
 
 def survey_label(candidate: Candidate) -> str:
-    """How a survey names a config: its label, the max batch size left out without batching
+    """How a survey names a config: its :func:`autotune.decide.canonical` form's label
     (:func:`autotune.decide.equivalent` configs share one entry)."""
-    if not candidate.dynamic_batching and candidate.max_batch_size > 0:
-        candidate = replace(candidate, max_batch_size=1)
-    return candidate.label()
+    return decide.canonical(candidate).label()

@@ -10,6 +10,11 @@ run's study was told only what it measured (``honest``). The acceptance of issue
 
     python benchmarks/simulate.py                      # the synthetic families, 200 runs each
     python benchmarks/simulate.py --runs 50 --cv 0.05  # one noise level, fewer runs
+    python benchmarks/simulate.py --survey benchmarks/surveys/cnn.json.gz --no-synthetic
+                                                       # a surface surveyed on a real server
+
+A survey (``benchmarks/survey.py``) must hold every config of the default space: one that
+stopped part way is refused with how many it lacks (the same survey command completes it).
 """
 
 from __future__ import annotations
@@ -31,6 +36,14 @@ CVS = (0.02, 0.05, 0.10, 0.15, 0.20)
 
 def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
     out: list[sim.Surface] = []
+    for path in args.survey or ():
+        surveyed = sim.Surveyed.load(path)
+        missing = surveyed.missing(sim.default_space())
+        if missing:
+            raise SystemExit(f"{path}: {missing} config(s) of the default space not surveyed yet")
+        out.append(surveyed)
+    if not args.synthetic:
+        return out
     for cv in args.cv or CVS:
         out += sim.synthetic_family(args.per_family, cv, seed=args.family_seed)
     if args.stalls:
@@ -59,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rules", action="append", choices=RULES, help="the rules to run (default both)")
     parser.add_argument("--family-seed", type=int, default=1)
+    parser.add_argument("--survey", type=Path, action="append", help="a survey file (repeatable)")
+    parser.add_argument(
+        "--no-synthetic", dest="synthetic", action="store_false", help="only the --survey surfaces"
+    )
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     started = time.monotonic()

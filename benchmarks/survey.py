@@ -12,7 +12,7 @@ configs already in the file are not measured again.
         --search-space small.yaml --levels 1 2 4 8 --windows 4 --out /tmp/toy.json.gz
 
 It costs, per config, a server start and ``levels x (warm-up + windows x window)`` seconds: the
-default space's 164 configs at the default 10 levels and 10 windows of 0.5 s take about 2.5 hours,
+default space's 136 configs at the default 10 levels and 10 windows of 0.5 s take about 2.1 hours,
 less where a config's latency reaches twice the limit below the top level (:data:`BEYOND`: its
 higher levels are not measured).
 """

@@ -12,6 +12,7 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.objective import RAW, Scoring, Sla
+from autotune.pipeline import TunedStep
 from autotune.points import Point
 from autotune.processes import Owner
 from autotune.results import OpenLoopCheck, Verification
@@ -157,3 +158,39 @@ def test_how_a_run_was_made_is_recorded_and_read_back(tmp_path: Path) -> None:
     created = RunDir.create(tmp_path / "run", record(tmp_path, made=made))
     loaded = RunDir.load(created.path)
     assert loaded.record.made == made and dict(loaded.info().made) == made
+
+
+def test_a_round_of_an_ensemble_keeps_the_steps_tuned_before_and_is_continued_as_it_chose(
+    tmp_path: Path,
+) -> None:
+    """A round's record keeps the steps earlier rounds tuned (read back whole); the same command
+    without --step continues that round, its step and tuned steps as the round has them; a
+    command with other tuned steps would change it, and says so."""
+    repo, reports = tmp_path / "repo", tmp_path / "reports"
+    repo.mkdir()
+    slow = TunedStep("slow", 'name: "slow"\n', "cd", str(reports / "pipe" / "20261127-100000"))
+    rec = record(repo, model="pipe", step="toy", rounds=True, tuned_steps=(slow,),
+                 owner=Owner(socket.gethostname(), 999_999_999))  # fmt: skip
+    run = RunDir.create(reports / "pipe" / "20261127-110000", rec)
+    assert RunDir.load(run.path).record == rec
+    assert find_unfinished(RunSettings("pipe", repo, SLA, reports_dir=reports)) == run.path
+    assert rec.differences(RunSettings("pipe", repo, SLA, step="toy")) == [
+        "steps tuned before: slow (20261127-100000) -> none"
+    ]
+
+
+def test_undo_restores_a_write_back_made_before_rounds(tmp_path: Path) -> None:
+    """A write-back recorded before a run could write several configs (one target, one backup)
+    is still undone."""
+    from autotune.writeback import undo
+
+    config, backup = tmp_path / "config.pbtxt", tmp_path / "config.pbtxt.autotune-x.bak"
+    backup.write_text('name: "toy"\nmax_batch_size: 8\n')
+    config.write_text('name: "toy"\nmax_batch_size: 16\n')
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "winner.pbtxt").write_text('name: "toy"\nmax_batch_size: 16\n')
+    (run / "writeback.json").write_text(json.dumps({"target": str(config), "backup": str(backup)}))
+    assert undo(run) == ([config], True)
+    assert config.read_bytes() == backup.read_bytes()
+    assert undo(run) == ([config], False)  # done before: nothing to restore

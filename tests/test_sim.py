@@ -21,10 +21,11 @@ SPACE = sim.default_space()
 QUIET = sim.Synthetic("quiet", Sla(95, 12.0), mu=400.0, cores=2, alpha=0.4, cv=0.0)
 
 
-def test_the_default_space_holds_164_distinct_servers() -> None:
-    """4 instance counts x (one without batching + 5 max batch sizes x 2 preferred x 4 delays)."""
+def test_the_default_space_holds_136_distinct_servers() -> None:
+    """4 instance counts x (one without batching, one batching to 1, and 4 max batch sizes x 2
+    preferred x 4 delays)."""
     found = sim.candidates(SPACE)
-    assert len(found) == 164 and len(set(found)) == 164
+    assert len(found) == 136 and len(set(found)) == 136
     assert all(SPACE.holds(c) for c in found)
 
 
@@ -90,6 +91,7 @@ def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tm
         surface.truth(replace(on, instance_count=3), 1)
     beyond = surface.truth(off, 8)  # past the last level surveyed: saturated, it only queues
     assert beyond.throughput == 210 and beyond.p95_ms == pytest.approx(10.0 * 8 / 4)
+    assert surface.missing(SPACE) == len(sim.candidates(SPACE)) - 2  # a survey that stopped part way
 
 
 def test_a_space_that_only_batches_never_measures_a_config_without_batching_but_yours() -> None:
