@@ -137,12 +137,24 @@ def _trial_line(
         errors = f"; {errors_line([point])}" if point.errors else ""
         return f"{head}: misses the SLA even at {point.where} (p{pct} {latency:.1f} ms{memory}{errors}){note}"
     pruned = ", not refined: cannot beat the best" if result.measurement.pruned else ""
-    notes = [result.measurement.note, errors_line(result.measurement.points), bottleneck_line(best)]
+    notes = [result.measurement.note, errors_line(result.measurement.points), bottleneck_line(best),
+             beside_line(best, pct)]  # fmt: skip
     note = "".join(f"\n    {n}" for n in notes if n)
     return (
         f"{head}: {best.throughput:.0f} infer/s{_per_gpu(best.throughput, result, scoring)} at {best.where}, "
         f"p{pct} {best.latency_ms(pct):.1f} ms ({result.duration_s:.0f} s{pruned}){note}"
     )
+
+
+def beside_line(point: Point, percentile: int) -> str:
+    """Several models on one server: each model's own figures at the point (its throughput is
+    their weighted sum): ``each model: toy 210 infer/s p95 31.0 ms, twin 190 infer/s p95 35.2 ms``;
+    "" otherwise."""
+    if not point.others:
+        return ""
+    parts = [f"{name} {p.throughput:.0f} infer/s p{percentile} {p.latency_ms(percentile):.1f} ms"
+             for name, p in point.others]  # fmt: skip
+    return "each model: " + ", ".join(parts)
 
 
 def bottleneck_line(point: Point) -> str:

@@ -17,6 +17,7 @@ from autotune.objective import Sla
 from autotune.results import FAIL
 from autotune.settings import (
     LAUNCHERS,
+    CoModel,
     DockerOptions,
     Launch,
     LocalOptions,
@@ -26,6 +27,8 @@ from autotune.settings import (
     add_traffic_arguments,
     add_workload_arguments,
     parse_duration,
+    read_models,
+    serving,
     traffic_from_args,
     traffic_given,
     workload_from_args,
@@ -33,6 +36,7 @@ from autotune.settings import (
 )
 
 if TYPE_CHECKING:
+    from autotune.pipeline import TunedStep
     from autotune.results import Outcome
     from autotune.rundir import RunRecord
 
@@ -88,8 +92,22 @@ def _add_run(sub: Any) -> None:
     )
     run.add_argument(
         "--model",
+        action="append",
         help="the model's directory name in the repository (or the model's folder itself, e.g. "
-        "model_repository/bertQA/, when --model-repository is not given); --resume: the run's",
+        "model_repository/bertQA/, when --model-repository is not given); given again, several "
+        "models served on one server, each loaded by its own clients with the same SLA and "
+        "workload, tuned one after another in rounds (the others served beside it with their "
+        "configs so far), every model held to its SLA at every point and their throughputs summed "
+        "(--models gives each its own SLA, workload and weight); --resume: the run's",
+    )
+    run.add_argument(
+        "--models",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="several models on one server, each with its own SLA, workload and weight: a YAML "
+        "list of {model, sla_p95_ms (or p50/p90/p99), weight (default 1), input_data, shape, "
+        "batch_size}; an entry without an SLA or workload takes the command line's",
     )
     run.add_argument(
         "--model-repository",
@@ -315,8 +333,9 @@ def _add_clean(sub: Any) -> None:
 # ---------------------------------------------------------------- handlers
 
 
-def _sla(args: argparse.Namespace, record: RunRecord | None) -> Sla:
-    """The SLA given, else the resumed run's; its GPU memory limit, when not given, the run's own."""
+def _sla(args: argparse.Namespace, record: RunRecord | None, required: bool = True) -> Sla:
+    """The SLA given, else the resumed run's; its GPU memory limit, when not given, the run's own
+    (not ``required``: None when none is given, for --models whose entries give theirs)."""
     kept = record.sla.max_gpu_memory_mb if record is not None else None
     memory = kept if args.max_gpu_memory_mb is None else args.max_gpu_memory_mb
     for p in (50, 90, 95, 99):
@@ -325,6 +344,8 @@ def _sla(args: argparse.Namespace, record: RunRecord | None) -> Sla:
             return Sla(p, value, memory)
     if record is not None:
         return replace(record.sla, max_gpu_memory_mb=memory)
+    if not required:
+        return None  # type: ignore[return-value]
     raise UsageError("give an SLA, e.g. --sla-p95-ms 50 (or --resume RUN_DIR)")
 
 
@@ -342,7 +363,7 @@ def _model(args: argparse.Namespace, record: RunRecord | None) -> tuple[str, Pat
     """The model's name and repository: as given (``--model`` may name the model's folder, as a
     shell completes it: ``cnn/``, or ``model_repository/cnn/`` without --model-repository),
     else the resumed run's, else ./model_repository or examples/model_repository."""
-    given, repository = args.model, args.model_repository
+    given, repository = (args.model[0] if args.model else None), args.model_repository
     if given is None:
         if record is None:
             raise UsageError("give --model NAME (or --resume RUN_DIR)")
@@ -422,20 +443,24 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
     from autotune.measure import search_plan
 
     opts = _options(args, record)
+    served = None
+    if args.models is not None:
+        if args.model:
+            raise UsageError("give the models with --model (repeated) or --models FILE, not both")
+        served = read_models(args.models, _sla(args, None, required=False), workload_from_args(args))
+        args.model = [served[0].model]
     model, repository = _model(args, record)
     if opts.window <= 0:
         raise UsageError(f"--window must be > 0, got {opts.window}")
     if opts.finalists < 0 or opts.repeats < 0:
         raise UsageError("--finalists and --repeats must be >= 0")
-    sla = _sla(args, record)
+    sla = served[0].sla if served else _sla(args, record)
     settings = RunSettings(
         model=model,
         repository=repository,
         sla=sla,
         step=args.step if args.step is not None else (record.step if record is not None else ""),
         composing=_composing(args, record),
-        rounds=record.rounds if record is not None else False,
-        tuned_steps=record.tuned_steps if record is not None else (),
         search_space=Path(opts.search_space) if opts.search_space else None,
         max_trials=opts.max_trials,
         time_budget_s=opts.time_budget_s,
@@ -458,8 +483,22 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
         output_check=opts.output_check,
         output_tolerance=opts.output_tolerance,
         command=shlex.join(["autotune", *getattr(args, "argv", [])]),
+        rounds=record.rounds if record is not None else False,
+        tuned_steps=record.tuned_steps if record is not None else (),
+        beside=record.beside if record is not None else (),
+        weight=record.weight if record is not None else 1.0,
     )
-    plan = search_plan(sla, opts.margin, opts.window, opts.rules)  # a trial draws its own bands (with_bands)
+    if served is not None:  # --models: the first model tuned first, the others beside it
+        settings = serving(replace(settings, rounds=True), served[0], served[1:])
+    elif args.model and len(args.model) > 1:
+        names = [n.rstrip("/") for n in args.model[1:]]
+        if len(set([model, *names])) != len(names) + 1:
+            raise UsageError(f"--model given twice for one model: {', '.join([model, *names])}")
+        beside = tuple(CoModel(n, settings.sla, 1.0, settings.workload) for n in names)
+        settings = serving(
+            replace(settings, rounds=True), CoModel(model, settings.sla, 1.0, settings.workload), beside
+        )
+    plan = search_plan(settings.sla, opts.margin, opts.window, opts.rules)  # a trial draws its own bands
     return replace(settings, plan=plan)
 
 
@@ -508,7 +547,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             record = RunDir.load(unfinished).record
             settings = replace(settings_from(args, record), run_dir=unfinished)
-    if settings.run_dir is None and not settings.step:
+    if settings.run_dir is None and not settings.step and not settings.beside:
         settings = _bottleneck_step(settings, args.wait)
     while True:
         code, outcome = _tune_once(args, settings, record)
@@ -535,12 +574,14 @@ def _next_round(settings: RunSettings, outcome: Outcome) -> RunSettings | None:
         return None
     record = RunDir.load(outcome.run_dir).record
     tuned = TunedStep(
-        settings.step,
+        record.tuned,
         (outcome.run_dir / WINNER_CONFIG).read_text(encoding="utf-8"),
         record.original_digest,
         str(outcome.run_dir),
     )
     steps = (*settings.tuned_steps, tuned)
+    if settings.beside:
+        return _next_beside(settings, steps, outcome.run_dir)
     step = bottleneck.next_step(winner.best, [t.model for t in steps])
     where = bottleneck_line(winner.best) or "no per-step figures"
     if not step:
@@ -553,6 +594,30 @@ def _next_round(settings: RunSettings, outcome: Outcome) -> RunSettings | None:
     print(f"round {len(steps) + 1}: at the winner's operating point {where}; tuning {step}", file=sys.stderr)
     name = f"{settings.study_name}-{step}" if settings.study_name else None  # a study of its own
     return replace(settings, step=step, tuned_steps=steps, run_dir=None, study_name=name)
+
+
+def _next_beside(settings: RunSettings, steps: tuple[TunedStep, ...], run_dir: Path) -> RunSettings | None:
+    """Several models on one server: the next round tunes the first model no round tuned yet,
+    the others served beside it (those tuned with their winners: ``steps``); None once each
+    model was tuned."""
+    done = [t.model for t in steps]
+    following = next((c for c in settings.beside if c.model not in done), None)
+    if following is None:
+        print(
+            f"rounds done: every model tuned ({', '.join(done)}); autotune apply "
+            f"{shlex.quote(str(run_dir))} writes every model's config",
+            file=sys.stderr,
+        )
+        return None
+    me = CoModel(settings.model, replace(settings.sla, others=()), settings.weight, settings.workload)
+    beside = tuple(me if c.model == following.model else c for c in settings.beside)
+    print(
+        f"round {len(steps) + 1}: tuning {following.model}, served with {', '.join(c.model for c in beside)} "
+        f"({', '.join(done)} with the configs their rounds chose)",
+        file=sys.stderr,
+    )
+    name = f"{settings.study_name}-{following.model}" if settings.study_name else None
+    return replace(serving(settings, following, beside), tuned_steps=steps, run_dir=None, study_name=name)
 
 
 def _tune_once(

@@ -197,8 +197,9 @@ def merged(points: Sequence[Point]) -> Point:
     """Passes at one level as one point: the median of each figure (throughput, each latency,
     the send rate), the sums of the counts (requests, errors, seconds, windows, passes, the client's
     stalls and their time), the first pass's error text, stable only if
-    every pass was, every warning of any pass, the last pass's server breakdown, and each GPU's
-    figures merged (:func:`autotune.gpu.merge`: median utilisation and power, maximum memory)."""
+    every pass was, every warning of any pass, the last pass's server breakdown, each GPU's
+    figures merged (:func:`autotune.gpu.merge`: median utilisation and power, maximum memory),
+    and each model served beside it merged the same way."""
     if len(points) == 1:
         return points[0]
 
@@ -227,6 +228,9 @@ def merged(points: Sequence[Point]) -> Point:
         client_stalls=sum(p.client_stalls for p in points),
         client_stall_ms=sum(p.client_stall_ms for p in points),
         first_error=next((p.first_error for p in points if p.first_error), ""),
+        others=tuple(
+            (name, merged([o for p in points if (o := p.other(name)) is not None])) for name, _ in last.others
+        ),
     )
 
 

@@ -35,6 +35,9 @@ class Sla:
     percentile: int
     limit_ms: float
     max_gpu_memory_mb: float | None = None  # None (or 0, made None): no limit
+    # models served beside the tuned one (--models): each must meet its own SLA at every point
+    # the tuned model's SLA admits (:meth:`admits`, read off :meth:`Point.other`)
+    others: tuple[tuple[str, Sla], ...] = ()
 
     def __post_init__(self) -> None:
         if self.percentile not in PERCENTILES:
@@ -51,13 +54,15 @@ class Sla:
     @property
     def label(self) -> str:
         memory = f", GPU memory <= {self.max_gpu_memory_mb:g} MiB" if self.max_gpu_memory_mb else ""
-        return f"p{self.percentile} <= {self.limit_ms:g} ms{memory}"
+        beside = "".join(f"; {name} {sla.label}" for name, sla in self.others)
+        return f"p{self.percentile} <= {self.limit_ms:g} ms{memory}{beside}"
 
     def tightened(self, margin: float) -> Sla:
         """The SLA the search keeps: the limit times (1 - ``margin``), the headroom that
         ``--margin`` asks for (the window plan's verdict bands and the verification's headroom
-        are both drawn from it)."""
-        return replace(self, limit_ms=self.limit_ms * (1.0 - margin))
+        are both drawn from it); the models beside it keep the same headroom."""
+        others = tuple((name, sla.tightened(margin)) for name, sla in self.others)
+        return replace(self, limit_ms=self.limit_ms * (1.0 - margin), others=others)
 
     def memory_over_mb(self, point: Point) -> float:
         """How far the point's peak GPU memory is over the limit (MiB; 0 when within it, when
@@ -74,8 +79,29 @@ class Sla:
 
     def admits(self, point: Point) -> bool:
         """What the SLA asks of a point besides its latency: no errors, trusted, within the
-        memory limit."""
-        return point.errors == 0 and point.trusted and self.memory_over_mb(point) == 0.0
+        memory limit, and every model served beside it (:attr:`others`) within its own SLA
+        there (measured at the same time: :meth:`Point.other`; a point without its figures is
+        not admitted)."""
+        mine = point.errors == 0 and point.trusted and self.memory_over_mb(point) == 0.0
+        return mine and all(self._beside_met(point, name, sla) for name, sla in self.others)
+
+    @staticmethod
+    def _beside_met(point: Point, name: str, sla: Sla) -> bool:
+        theirs = point.other(name)
+        return theirs is not None and sla.met_by(theirs)
+
+    def beside_over_ms(self, point: Point) -> float:
+        """How far the models beside it are over their limits at ``point``, the worst of them,
+        in this SLA's milliseconds (their excess relative to their limit, times this limit; 0
+        when every one meets it)."""
+        worst = 0.0
+        for name, sla in self.others:
+            theirs = point.other(name)
+            if theirs is None:
+                return self.limit_ms
+            excess = (theirs.latency_ms(sla.percentile) - sla.limit_ms) / sla.limit_ms
+            worst = max(worst, excess * self.limit_ms)
+        return worst
 
     def violation(self, point: Point) -> float:
         """Optuna constraint value: <= 0 when met, else how far over the limit (ms). GPU memory
@@ -85,16 +111,23 @@ class Sla:
         memory = self.memory_over_mb(point)
         if memory > 0 and self.max_gpu_memory_mb:
             over = max(over, 0.0) + self.limit_ms * memory / self.max_gpu_memory_mb
+        beside = self.beside_over_ms(point) if self.others else 0.0
+        if beside > 0:
+            over = max(over, 0.0) + beside
         return over if point.errors == 0 and point.trusted else max(over, 0.0) + self.limit_ms
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"percentile": self.percentile, "limit_ms": self.limit_ms}
-        return data | ({"max_gpu_memory_mb": self.max_gpu_memory_mb} if self.max_gpu_memory_mb else {})
+        data |= {"max_gpu_memory_mb": self.max_gpu_memory_mb} if self.max_gpu_memory_mb else {}
+        return data | ({"others": [[n, s.to_json()] for n, s in self.others]} if self.others else {})
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Sla:
         memory = data.get("max_gpu_memory_mb")
-        return cls(int(data["percentile"]), float(data["limit_ms"]), float(memory) if memory else None)
+        others = tuple((str(n), Sla.from_json(s)) for n, s in data.get("others", ()))
+        return cls(
+            int(data["percentile"]), float(data["limit_ms"]), float(memory) if memory else None, others
+        )
 
 
 @dataclass(frozen=True)

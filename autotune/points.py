@@ -152,6 +152,10 @@ class Point:
     window_throughputs: tuple[float, ...] = ()
     window_latencies_ms: tuple[float, ...] = ()
     window_percentile: int = 0
+    # several models on one server (--models): every model's own figures over the same windows,
+    # by name, the tuned one's included; ``throughput`` is then their weighted sum (each model's
+    # weight times its throughput: the objective), the latencies the tuned model's
+    others: tuple[tuple[str, Point], ...] = ()
 
     def throughput_estimate(self, noise: Noise | None = None) -> Estimate:
         """Its throughput with the standard error of its windows (none recorded: an infinite
@@ -196,11 +200,17 @@ class Point:
     def latency_ms(self, percentile: int) -> float:
         return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[percentile]
 
+    def other(self, model: str) -> Point | None:
+        """The figures of ``model``, served beside the tuned one, over this point's windows (None:
+        not measured here)."""
+        return next((point for name, point in self.others if name == model), None)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["server"] = self.server.to_dict()
         data["warnings"] = list(self.warnings)
         data["gpus"] = [g.to_dict() for g in self.gpus]
+        data["others"] = [[name, point.to_dict()] for name, point in self.others]
         return data
 
     @classmethod
@@ -209,7 +219,10 @@ class Point:
         gpus = tuple(GpuFigures.from_dict(g) for g in data.get("gpus", ()))
         warnings = tuple(data["warnings"])
         windows = {k: tuple(data.get(k, ())) for k in ("window_throughputs", "window_latencies_ms")}
-        return cls(**{**data, "server": server, "warnings": warnings, "gpus": gpus, **windows})
+        others = tuple((str(name), cls.from_dict(point)) for name, point in data.get("others", ()))
+        return cls(
+            **{**data, "server": server, "warnings": warnings, "gpus": gpus, **windows, "others": others}
+        )
 
 
 @dataclass(frozen=True)

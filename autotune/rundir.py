@@ -31,7 +31,7 @@ from autotune.outputs import Reference
 from autotune.pipeline import TunedStep
 from autotune.processes import Owner
 from autotune.results import OpenLoopCheck, RunInfo, Verification
-from autotune.settings import Launch, RunOptions, RunSettings, Traffic, Workload
+from autotune.settings import CoModel, Launch, RunOptions, RunSettings, Traffic, Workload
 
 RUN_FILE = "run.json"
 WINNER_CONFIG = "winner.pbtxt"
@@ -69,6 +69,8 @@ class RunRecord:
     composing: tuple[str, ...] = ()  # the models a BLS model calls (--composing-models)
     rounds: bool = False  # a round of an ensemble tuned step by step (autotune.rounds)
     tuned_steps: tuple[TunedStep, ...] = ()  # the steps earlier rounds tuned, served with their winners
+    beside: tuple[CoModel, ...] = ()  # models served beside the tuned one (--models)
+    weight: float = 1.0  # the tuned model's weight in the objective, with models beside it
 
     @property
     def tuned(self) -> str:
@@ -84,6 +86,7 @@ class RunRecord:
             ("step", self.step, s.step),
             ("composing models", ",".join(self.composing), ",".join(s.composing)),
             ("steps tuned before", _steps(self.tuned_steps), _steps(s.tuned_steps)),
+            ("models beside", _beside(self.beside, self.weight), _beside(s.beside, s.weight)),
             ("repository", str(self.repository), str(s.repository.resolve())),
             ("SLA", self.sla.label, s.sla.label),
             ("launcher", self.launch.to_json(), s.launch.to_json()),
@@ -113,6 +116,8 @@ class RunRecord:
             "composing": list(self.composing),
             "rounds": self.rounds,
             "tuned_steps": [t.to_json() for t in self.tuned_steps],
+            "beside": [c.to_json() for c in self.beside],
+            "weight": self.weight,
             "repository": str(self.repository),
             "sla": self.sla.to_json(),
             "scoring": self.scoring.to_json(),
@@ -147,6 +152,8 @@ class RunRecord:
             composing=tuple(str(m) for m in data.get("composing", ())),
             rounds=bool(data.get("rounds", False)),
             tuned_steps=tuple(TunedStep.from_json(t) for t in data.get("tuned_steps", ())),
+            beside=tuple(CoModel.from_json(c) for c in data.get("beside", ())),
+            weight=float(data.get("weight", 1.0)),
             repository=Path(data["repository"]),
             sla=Sla.from_json(data["sla"]),
             scoring=Scoring.from_json(data.get("scoring")),
@@ -261,6 +268,12 @@ class RunDir:
 
 def _steps(tuned: tuple[TunedStep, ...]) -> str:
     return ", ".join(f"{t.model} ({Path(t.run).name})" for t in tuned) or "none"
+
+
+def _beside(beside: tuple[CoModel, ...], weight: float) -> str:
+    if not beside:
+        return "none"
+    return f"weight {weight:g} beside " + ", ".join(c.label for c in beside)
 
 
 def find_unfinished(settings: RunSettings) -> Path | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -421,6 +421,111 @@ _DEFAULT = RunOptions()
 
 
 @dataclass(frozen=True)
+class CoModel:
+    """A model served on the same server as the tuned one (several models on one server):
+    loaded at the same time by its own load generator with its own workload, held to its own
+    SLA, its throughput counted with ``weight`` in the objective."""
+
+    model: str
+    sla: Sla
+    weight: float = 1.0
+    workload: Workload = field(default_factory=Workload)
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0:
+            raise UsageError(f"{self.model}: a model's weight must be > 0, got {self.weight:g}")
+
+    @property
+    def label(self) -> str:
+        weight = f", weight {self.weight:g}" if self.weight != 1.0 else ""
+        return f"{self.model} ({self.sla.label}{weight}; {self.workload.label})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "sla": self.sla.to_json(), "weight": self.weight,
+                "workload": self.workload.to_json()}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CoModel:
+        workload = Workload.from_json(data.get("workload"))
+        return cls(str(data["model"]), Sla.from_json(data["sla"]), float(data.get("weight", 1.0)), workload)
+
+
+SLA_KEYS = {f"sla_p{p}_ms": p for p in (50, 90, 95, 99)}
+MODELS_KEYS = ("model", "weight", "input_data", "shape", "batch_size", *SLA_KEYS)
+
+
+def read_models(path: Path, sla: Sla | None, workload: Workload) -> tuple[CoModel, ...]:
+    """``--models FILE``: a YAML list of the models one server serves, the first tuned first::
+
+        - model: bertQA
+          sla_p95_ms: 50
+          weight: 2               # its throughput counts twice (default 1)
+          input_data: questions.json
+        - model: cnn
+          sla_p99_ms: 20
+          shape: ["input:3,224,224"]
+          batch_size: 1
+
+    An entry without an SLA or a workload takes the command line's (``sla``, ``workload``); a
+    relative ``input_data`` is read from the file's folder; anything else is a UsageError of
+    one line."""
+    import yaml
+
+    where = f"--models {path}"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"{where}: cannot read it ({exc.__class__.__name__})") from exc
+    if not isinstance(data, list) or len(data) < 2 or not all(isinstance(e, dict) for e in data):
+        raise UsageError(f"{where}: a YAML list of at least two models, each a mapping with 'model'")
+    out = [
+        _co_model(entry, f"{where}: entry {i}", path.parent, sla, workload) for i, entry in enumerate(data, 1)
+    ]
+    names = [m.model for m in out]
+    if len(set(names)) != len(names):
+        raise UsageError(f"{where}: a model is listed twice: {', '.join(names)}")
+    return tuple(out)
+
+
+def _co_model(
+    entry: dict[str, Any], where: str, folder: Path, sla: Sla | None, workload: Workload
+) -> CoModel:
+    unknown = sorted(set(entry) - set(MODELS_KEYS))
+    if unknown or not entry.get("model"):
+        what = f"unknown key {unknown[0]!r}" if unknown else "no 'model'"
+        raise UsageError(f"{where} has {what} (keys: {', '.join(MODELS_KEYS)})")
+    where = f"{where} ({entry['model']})"
+    try:
+        slas = [Sla(p, float(entry[key])) for key, p in SLA_KEYS.items() if key in entry]
+        weight = float(entry.get("weight", 1.0))
+        batch = int(entry.get("batch_size", workload.batch_size))
+        shapes = tuple(parse_shape(str(t)) for t in entry["shape"]) if "shape" in entry else workload.shapes
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: {exc}") from exc
+    if len(slas) > 1 or (not slas and sla is None):
+        raise UsageError(f"{where} needs one SLA, e.g. sla_p95_ms: 50")
+    data = workload.input_data
+    if entry.get("input_data") is not None:
+        data = str(entry["input_data"])
+        if data not in INPUT_KINDS:
+            found = folder / data
+            if not found.exists():
+                raise UsageError(f"{where}: no such input data {found}")
+            data = str(found.resolve())
+    chosen = slas[0] if slas else sla
+    assert chosen is not None
+    return CoModel(str(entry["model"]), chosen, weight, Workload(data, shapes, batch, workload.order))
+
+
+def serving(settings: RunSettings, tuned: CoModel, beside: tuple[CoModel, ...]) -> RunSettings:
+    """``settings`` for tuning ``tuned`` with ``beside`` served on the same server: its name,
+    SLA (holding theirs: :attr:`Sla.others`), workload and weight."""
+    sla = replace(tuned.sla, others=tuple((c.model, c.sla) for c in beside))
+    return replace(settings, model=tuned.model, sla=sla, workload=tuned.workload, weight=tuned.weight,
+                   beside=beside)  # fmt: skip
+
+
+@dataclass(frozen=True)
 class RunSettings:
     model: str
     repository: Path
@@ -433,6 +538,10 @@ class RunSettings:
     # (autotune.rounds): ``rounds`` marks such a run, ``tuned_steps`` the steps earlier rounds tuned
     rounds: bool = False
     tuned_steps: tuple[TunedStep, ...] = ()
+    # several models on one server (--models): those served beside the tuned one, and the
+    # tuned one's weight in the objective (autotune.loadgen.Beside); a round tunes each in turn
+    beside: tuple[CoModel, ...] = ()
+    weight: float = 1.0
     search_space: Path | None = None  # None: the packaged default
     max_trials: int = _DEFAULT.max_trials
     time_budget_s: float | None = _DEFAULT.time_budget_s

@@ -27,6 +27,7 @@ from autotune.errors import (
     LaunchError,
     MeasurementError,
     ServerExitedError,
+    UsageError,
     WorkloadError,
     WrongOutputError,
 )
@@ -35,7 +36,7 @@ from autotune.files import disk_full
 from autotune.gpu import GpuProbe
 from autotune.gpu_probe import at_server, choose_probe
 from autotune.launch import Launcher, Server, failure_line, read_tail
-from autotune.loadgen import LoadGenerator, Payload
+from autotune.loadgen import Beside, LoadGenerator, ModelIO, Payload, WorkloadData, read_workload
 from autotune.measure import pass_plan, second_look, settled, with_bands
 from autotune.noise import Estimate
 from autotune.objective import Sla
@@ -50,6 +51,7 @@ from autotune.study import INTERRUPTED, Asked, Study
 from autotune.traffic import requests_per_s
 
 if TYPE_CHECKING:
+    from autotune.settings import RunSettings
     from autotune.tuner import Prepared
 
 
@@ -60,6 +62,7 @@ class Trials:
         self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run, events
         self.data = prep.data
         self.checked = False  # the preflight passed
+        self._beside_checked = False  # the models beside it passed theirs
         self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
         self.probed = False
         self._stages: Stages | None = None  # made on the first serve, removed by close
@@ -149,7 +152,22 @@ class Trials:
             if version and "triton" not in self.run_dir.record.made:
                 self.run_dir = self.run_dir.update(made={**self.run_dir.record.made, "triton": version})
         gen = gen.with_steps(self.prep.pipeline.members) if self.prep.pipeline else gen
+        gen = gen.with_beside(self._beside(server, plan), settings.weight) if settings.beside else gen
         return gen.with_gpu_probe(at_server(self.probe, server.metrics_url))  # this server's metrics
+
+    def _beside(self, server: Server, plan: WindowPlan) -> list[Beside]:
+        """A load generator for each model served beside the tuned one, with its own workload
+        (checked on the first server, as the tuned model's), as many clients as the tuned one."""
+        beside = []
+        for co, data in zip(self.prep.settings.beside, self.prep.beside_data, strict=True):
+            gen = LoadGenerator.connect(
+                server.host, server.http_port, server.grpc_port, co.model,
+                protocol=self.prep.settings.protocol, plan=plan, workload=co.workload, data=data,
+                preflight=not self._beside_checked,
+            )  # fmt: skip
+            beside.append(Beside(gen, 1.0, co.weight, co.sla.percentile))
+        self._beside_checked = True
+        return beside
 
     def search_sla(self, candidate: Candidate) -> Sla:
         """The SLA its search holds points to: its verification's headroom (:func:`decide.headroom`:
@@ -293,13 +311,35 @@ class Trials:
             stage_model(self.prep.model_dir, config, stage)
             s = self.prep.settings
             models = self.prep.pipeline.models if self.prep.pipeline else ()
-            others = [name for name in models if name != config.name]
+            others = [name for name in models if name != config.name] + [c.model for c in s.beside]
             # the ensemble and its other steps as they are, or as earlier rounds tuned them
             stage_members(s.repository, others, stage, tuned_configs(s.tuned_steps))
             with trt_build.serving(self.launcher, stage, s.model, log, config, s.trt_build_timeout_s) as srv:
                 yield srv
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+
+
+def beside_workloads(settings: RunSettings, pipeline: bool) -> tuple[WorkloadData | None, ...]:
+    """The workload of each model served beside the tuned one, read against its config (None:
+    it declares no inputs); a UsageError where several models on one server cannot be tuned."""
+    if not settings.beside:
+        return ()
+    if settings.launch.kind == "remote":
+        raise UsageError(
+            "several models on one server (--models) are tuned with --launcher local or docker only"
+        )
+    if settings.traffic.open_loop:
+        raise UsageError("several models on one server (--models) are measured in a closed loop only")
+    if pipeline:
+        raise UsageError("several models on one server (--models) cannot include a pipeline's --step yet")
+    out = []
+    for co in settings.beside:
+        config = mcfg.load_config(settings.repository, co.model)
+        mcfg.check_versions(mcfg.model_dir(settings.repository, co.model), config)
+        io = ModelIO.from_config(co.model, config)
+        out.append(None if io is None else read_workload(io, co.workload, settings.seed or 0))
+    return tuple(out)
 
 
 def triton_version(host: str, port: int) -> str:

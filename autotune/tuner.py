@@ -34,7 +34,7 @@ from autotune.search_space import Candidate, SearchSpace, bundled, load_search_s
 from autotune.settings import RunOptions, RunSettings
 from autotune.study import Study, redact
 from autotune.traffic import Loader
-from autotune.trials import Trials
+from autotune.trials import Trials, beside_workloads
 
 # Disk a run needs: room kept for what it writes at the end (report.html is about 5 MB, its
 # plotly.js inline; trials.csv, winner.pbtxt and winner.diff are small), and per trial (a
@@ -61,6 +61,8 @@ class Prepared:
     notes: tuple[str, ...] = ()  # what people should know before the run: the space was narrowed
     cores: int = 0  # the cores the server's instances share (the seeds' "many"); 0: this machine's
     pipeline: Pipeline | None = None  # --step: the ensemble served whole, ``original`` its step's config
+    # --models: the workload of each model served beside the tuned one, read and checked once
+    beside_data: tuple[WorkloadData | None, ...] = ()
 
 
 def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
@@ -91,6 +93,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     )
     io = ModelIO.from_config(settings.model, served)  # None: it declares no inputs, the server will
     data = None if io is None else read_workload(io, settings.workload, settings.seed or 0)  # read once
+    beside_data = beside_workloads(settings, pipeline is not None)
     loader = Loader.read(settings.traffic)
     _check_writable(settings.reports_dir if settings.run_dir is None else settings.run_dir)
     _check_room(settings.reports_dir if settings.run_dir is None else settings.run_dir, settings.max_trials)
@@ -109,6 +112,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
         scoring,
         notes,
         pipeline=pipeline,
+        beside_data=beside_data,
     )
 
 
@@ -284,6 +288,8 @@ def _open_run(prep: Prepared, path: Path, study_name: str, resumed: RunDir | Non
         composing=settings.composing,
         rounds=settings.rounds,
         tuned_steps=settings.tuned_steps,
+        beside=settings.beside,
+        weight=settings.weight,
         repository=settings.repository.resolve(),
         sla=settings.sla,
         launch=settings.launch,
@@ -315,7 +321,10 @@ def made(prep: Prepared) -> dict[str, str]:
         "cpu": f"{cpu_model()} ({os.cpu_count() or 1} cores)",
         "gpus": str(prep.server_gpus) if prep.server_gpus else "none",
         "pipeline": describe(prep.pipeline, settings.step or settings.model) if prep.pipeline else "",
-        "steps tuned before": ", ".join(f"{t.model} (run {Path(t.run).name})" for t in settings.tuned_steps),
+        "tuned in earlier rounds": ", ".join(
+            f"{t.model} (run {Path(t.run).name})" for t in settings.tuned_steps
+        ),
+        "models beside": "; ".join(c.label for c in settings.beside),
     }
     return {k: v for k, v in facts.items() if v}
 

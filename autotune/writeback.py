@@ -175,7 +175,8 @@ def _load_once(launcher: Launcher[Any], run: RunDir, config: mcfg.ModelConfig) -
     stages = Stages.for_run(run.record.run_id)
     view = stages.path("writeback")
     found = read_pipeline(run.record.repository, model, run.record.composing)
-    for name in found.models if found else (model,):  # a pipeline: every model of it
+    beside = tuple(c.model for c in run.record.beside)  # several models on one server: all of them
+    for name in (*(found.models if found else (model,)), *beside):  # a pipeline: every model of it
         mirror(run.record.repository / name, view / name)
     try:
         with trt_build.serving(launcher, view, model, run.log("writeback-verify.log"), config) as server:

@@ -186,7 +186,8 @@ def test_without_batching_the_max_batch_size_changes_nothing_and_is_not_measured
     one = replace(on, max_batch_size=1)  # a batch of one is full at once: no delay, no preference
     assert equivalent(one, replace(one, preferred_batch_sizes=(1,), max_queue_delay_us=5000))
     assert not equivalent(one, replace(one, dynamic_batching=False))  # the batcher's queue remains
-    assert not equivalent(replace(on, max_batch_size=2), replace(on, max_batch_size=2, max_queue_delay_us=100))
+    two = replace(on, max_batch_size=2)
+    assert not equivalent(two, replace(two, max_queue_delay_us=100))
     space = parse_search_space(DEFAULT_LIKE)
     best_on = [measured(0, 100.0, candidate=off), measured(1, 150.0, candidate=replace(on, max_batch_size=4))]
     assert replace(on, max_batch_size=4, dynamic_batching=False) not in unexplored(

@@ -36,7 +36,8 @@ from autotune.points import Point, WindowPlan
 
 def test_exported_names() -> None:
     assert set(loadgen.__all__) == {
-        "DISTRIBUTIONS", "PROTOCOLS", "LatencyHistogram", "LoadGenerator", "ModelIO", "Payload", "Schedule",
+        "DISTRIBUTIONS", "PROTOCOLS", "Beside", "LatencyHistogram", "LoadGenerator", "ModelIO", "Payload",
+        "Schedule",
         "StatsSnapshot", "WindowPlan", "WorkloadData", "breakdown", "model_io", "read_intervals",
         "read_workload",
     }  # fmt: skip

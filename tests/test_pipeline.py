@@ -242,7 +242,7 @@ def test_without_step_an_ensemble_is_tuned_in_rounds_and_written_back_whole(
     assert (one.step, one.rounds, one.tuned_steps) == ("slow", True, ())
     assert two.step == "toy" and two.rounds and [t.model for t in two.tuned_steps] == ["slow"]
     assert two.tuned_steps[0].config == (first / "winner.pbtxt").read_text()
-    assert "slow (run " in two.made["steps tuned before"]
+    assert "slow (run " in two.made["tuned in earlier rounds"]
     assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
 
     capsys.readouterr()

@@ -15,7 +15,7 @@ import asyncio
 import gc
 import queue
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -29,16 +29,17 @@ from autotune.gpu import GpuProbe
 from autotune.loadgen._endpoint import PROTOCOLS, Endpoint
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._inputs import ModelIO, Payload, WorkloadData, read_workload
-from autotune.loadgen._load import Job, Load, clock
+from autotune.loadgen._load import Job, Load, Tally, clock
 from autotune.loadgen._schedule import DISTRIBUTIONS, Schedule, read_intervals
 from autotune.loadgen._stats import StatsSnapshot, breakdown
-from autotune.loadgen._windows import Source, run_windows, summarise
+from autotune.loadgen._windows import Source, Window, run_windows, summarise
 from autotune.points import Point, WindowPlan
 from autotune.settings import Workload
 
 __all__ = [
     "DISTRIBUTIONS",
     "PROTOCOLS",
+    "Beside",
     "LatencyHistogram",
     "LoadGenerator",
     "ModelIO",
@@ -70,6 +71,8 @@ class LoadGenerator:
     seed: int = 0  # Poisson schedules
     gpu_probe: GpuProbe | None = None  # samples the server's GPUs at each window's end (None: no sampling)
     steps: tuple[str, ...] = ()  # an ensemble's steps: each point has their statistics too
+    beside: tuple[Beside, ...] = ()  # models served beside this one, loaded at the same time
+    weight: float = 1.0  # with ``beside``: this model's weight in a point's throughput
 
     @classmethod
     def connect(
@@ -128,6 +131,11 @@ class LoadGenerator:
         """Each point also breaks down the time of these models (an ensemble's steps)."""
         return replace(self, steps=steps)
 
+    def with_beside(self, beside: Sequence[Beside], weight: float = 1.0) -> LoadGenerator:
+        """Each point also loads the models of ``beside`` (several models on one server), over
+        the same windows (:func:`_combined`)."""
+        return replace(self, beside=tuple(beside), weight=weight)
+
     def with_workers(self, workers: int) -> LoadGenerator:
         if workers < 1:
             raise UsageError(f"workers must be >= 1, got {workers}")
@@ -156,28 +164,49 @@ class LoadGenerator:
         return self._open_loop(Schedule.replay(intervals_us, rate))
 
     def _open_loop(self, schedule: Schedule) -> Point:
+        if self.beside:
+            raise UsageError("several models on one server are measured in a closed loop only")
         job = Job(schedule=schedule, pool=max(8, min(64, int(schedule.rate * 0.01) + 1)))
         return asyncio.run(self._measure(job, concurrency=0, rate=schedule.rate))
 
     async def _measure(self, job: Job, *, concurrency: int, rate: float) -> Point:
         endpoint = self.endpoint(concurrency)
-        statistics = AsyncStatistics(self.host, self.http_port, "" if self.steps else self.io.name)
+        every = bool(self.steps or self.beside)  # the statistics of every model, in one answer
+        statistics = AsyncStatistics(self.host, self.http_port, "" if every else self.io.name)
+        answers: list[
+            Any
+        ] = []  # each answer, for the models beside (the snapshot before, then each window's)
 
         async def stats() -> StatsSnapshot:
             try:
-                return StatsSnapshot.parse(await statistics(), model=self.io.name, steps=self.steps)
+                answer = await statistics()
             except ControlError as exc:
                 raise MeasurementError(str(exc), hint=exc.hint or None) from exc
+            answers.append(answer)
+            return StatsSnapshot.parse(answer, model=self.io.name, steps=self.steps)
 
+        levels = [b.clients(concurrency) for b in self.beside]
         try:
             with _quiet_gc():
-                async with _running(endpoint, job, self.workers) as source:
-                    before, windows = await run_windows(source, stats, self.plan, self.gpu_probe)
+                async with AsyncExitStack() as stack:
+                    source = await stack.enter_async_context(_running(endpoint, job, self.workers))
+                    theirs = [
+                        await stack.enter_async_context(_running(b.gen.endpoint(n), Job(concurrency=n), 1))
+                        for b, n in zip(self.beside, levels, strict=True)
+                    ]
+                    before, windows = await run_windows(source, stats, self.plan, self.gpu_probe, theirs)
         finally:
             await statistics.close()
-        return summarise(
+        point = summarise(
             before, windows, self.plan, concurrency=concurrency, rate=rate, batch=self.payloads[0].batch_size
         )
+        if not self.beside:
+            return point
+        besides = [
+            b.point(answers, [w.beside[i] for w in windows], self.plan, levels[i])
+            for i, b in enumerate(self.beside)
+        ]
+        return _combined(point, self.io.name, self.weight, self.beside, besides)
 
     def check_answer(self, payload: Payload, what: str = "") -> None:
         """One request through tritonclient: every output must come back non-empty. ``what``
@@ -263,6 +292,64 @@ class LoadGenerator:
         for number in chosen:
             self.check_answer(payloads[number], _entries(data, number) if n > 1 else data.source)
         return len(chosen)
+
+
+@dataclass(frozen=True)
+class Beside:
+    """A model served beside the measured one (several models on one server): its own load
+    generator (its workload), its clients per client of the measured model (``share``), its
+    weight in a point's throughput, and the percentile its SLA reads (its windows' latencies
+    are kept at it)."""
+
+    gen: LoadGenerator
+    share: float = 1.0
+    weight: float = 1.0
+    percentile: int = 95
+
+    def clients(self, concurrency: int) -> int:
+        return max(1, round(concurrency * self.share))
+
+    def point(
+        self, answers: Sequence[Any], tallies: Sequence[Tally], plan: WindowPlan, clients: int
+    ) -> Point:
+        """Its figures over the measured model's windows (``answers``: the statistics before
+        them and at each one's end); a model that completed nothing in them breaks any SLA."""
+        name = self.gen.io.name
+        snaps = [StatsSnapshot.parse(a, model=name) for a in answers]
+        windows = [Window(t, snaps[i + 1]) for i, t in enumerate(tallies)]
+        try:
+            return summarise(
+                snaps[0], windows, replace(plan, percentile=self.percentile), concurrency=clients,
+                rate=0.0, batch=self.gen.payloads[0].batch_size,
+            )  # fmt: skip
+        except MeasurementError as exc:  # starved: nothing came back
+            forever = float("inf")
+            seconds = sum(t.duration_s for t in tallies)
+            return Point(clients, 0.0, 0.0, forever, forever, forever, forever, forever, 0,
+                         sum(t.errors for t in tallies), seconds, len(tallies), True,
+                         first_error=str(exc)[:300])  # fmt: skip
+
+
+def _combined(
+    mine: Point, name: str, weight: float, beside: Sequence[Beside], theirs: Sequence[Point]
+) -> Point:
+    """The measured model's point with the models beside it: its throughput (and each window's)
+    the weighted sum of every model's, its errors every model's, every model's own figures kept
+    (:attr:`Point.others`, the measured one's first); its latencies stay its own."""
+    weights = [weight, *(b.weight for b in beside)]
+    points = [mine, *theirs]
+    windows = tuple(
+        sum(w * t for w, t in zip(weights, row, strict=True))
+        for row in zip(*(p.window_throughputs for p in points), strict=False)
+    )
+    return replace(
+        mine,
+        throughput=sum(w * p.throughput for w, p in zip(weights, points, strict=True)),
+        window_throughputs=windows if mine.window_throughputs else (),
+        errors=sum(p.errors for p in points),
+        first_error=next((p.first_error for p in points if p.first_error), ""),
+        others=((name, mine), *((b.gen.io.name, p) for b, p in zip(beside, theirs, strict=True))),
+    )
 
 
 def _entries(data: WorkloadData, number: int, short: bool = False) -> str:

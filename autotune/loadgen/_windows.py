@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,15 +71,24 @@ class Window:
     tally: Tally
     stats: StatsSnapshot  # the server's counters at the window's end
     gpus: tuple[GpuSample, ...] = ()  # the server's GPUs at the window's end (none: no probe, or no answer)
+    beside: tuple[Tally, ...] = ()  # each load of ``run_windows``'s ``beside``, over the same window
 
 
 async def run_windows(
-    source: Source, stats: Stats, plan: WindowPlan, probe: GpuProbe | None = None
+    source: Source,
+    stats: Stats,
+    plan: WindowPlan,
+    probe: GpuProbe | None = None,
+    beside: Sequence[Source] = (),
 ) -> tuple[StatsSnapshot, list[Window]]:
     """The snapshot before the first window, and the windows measured (each with a sample of
-    ``probe``, when there is one)."""
+    ``probe``, when there is one). ``beside``: loads of other models running at the same time
+    (several models on one server), each collected at every window's end: their tallies cover
+    the same time as the window's; the windows stop by ``source``'s alone."""
     await source.wait(plan.warmup_s)
     await source.collect()  # the warmup's tally is dropped
+    for other in beside:
+        await other.collect()
     before = await _stats(stats)
     windows: list[Window] = []
     while len(windows) < plan.max_windows:
@@ -88,8 +97,9 @@ async def run_windows(
         while tally.completions < plan.min_requests and waited < 4 * plan.window_s:
             await source.wait(plan.window_s / 4)
             tally, waited = tally.then(await source.collect()), waited + plan.window_s / 4
+        theirs = tuple([await other.collect() for other in beside])
         snapshot, gpus = await asyncio.gather(_stats(stats), _sample(probe))
-        windows.append(Window(tally, snapshot, gpus))
+        windows.append(Window(tally, snapshot, gpus, theirs))
         if _done(windows, plan)[0]:
             break
     return before, windows
