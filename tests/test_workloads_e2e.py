@@ -4,7 +4,7 @@ food classifier fed base64 JPEGs (whose config asks for a GPU this machine may n
 text recognizer of variable width measured as Triton's tutorial measures it (``-b 2 --shape
 input.1:1,32,100``), a MobileNetV2, a recommender that waits on its feature store per
 request and a sentence embedder with fixed batch shapes (each tuned with the search's own seeds
-and neighbours), and a model that refuses the data it is sent."""
+and neighbours), a model that refuses the data it is sent, and two of them on one server."""
 
 from __future__ import annotations
 
@@ -218,4 +218,24 @@ def test_data_the_model_cannot_take_stops_the_run_at_the_preflight_with_the_serv
     line = next(x for x in err.splitlines() if x.startswith("autotune: error:"))
     assert "answered an error to random data" in line and "INPUT_IMAGE is not a base64-encoded image" in line
     assert not (reports / "food_classifier").exists() or not any((reports / "food_classifier").iterdir())
+    assert staged_servers() == []
+
+
+def test_two_examples_share_a_server_each_held_to_its_own_sla(
+    repo: Path, space: Path, tmp_path: Path
+) -> None:
+    """examples/two_models.yaml: the text recognizer (two lines of width 100 per request) and
+    mobilenet on one server, tuned in two rounds; each round's winner, measured with both
+    models loaded, holds each to its own SLA (50 and 25 ms)."""
+    reports = tmp_path / "reports"
+    models = ROOT / "examples" / "two_models.yaml"
+    argv = ["run", "--models", str(models), "--model-repository", str(repo), "--reports-dir", str(reports),
+            "--search-space", str(space), *FAST, "--max-trials", "2"]  # fmt: skip
+    assert main(argv) == 0
+    for model in ("text_recognition", "mobilenet"):
+        outcome = reload_outcome(_run_dir(reports, model))
+        assert outcome.winner is not None and outcome.winner.best is not None
+        figures = dict(outcome.winner.best.others)
+        assert set(figures) == {"text_recognition", "mobilenet"}
+        assert figures["text_recognition"].latency_ms(95) <= 50 and figures["mobilenet"].latency_ms(95) <= 25
     assert staged_servers() == []
