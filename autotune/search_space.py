@@ -305,11 +305,43 @@ def bundled_names() -> list[str]:
     return sorted(p.stem for p in bundled().parent.glob("*.yaml"))
 
 
-def load_search_space(path: Path, *, gpu_available: bool = False) -> SearchSpace:
+def load_search_space(
+    path: Path, *, gpu_available: bool = False, model: str = "", served: Sequence[str] = ()
+) -> SearchSpace:
     """Read and check a search space file, or a bundled one by its name (``gpu``: a bare name
-    that is no file here); every problem is a SearchSpaceError."""
+    that is no file here); every problem is a SearchSpaceError. ``model``: the space of that
+    model, its section of ``models:`` over the rest (:func:`parse_search_space`); ``served``:
+    the models the run serves, every section's model must be one (:func:`check_sections`)."""
+    if served:
+        check_sections(path, served)
+    raw = _read(path)
+    try:
+        return parse_search_space(raw, gpu_available=gpu_available, model=model)
+    except SearchSpaceError as exc:
+        raise SearchSpaceError(f"{_resolved(path)}: {exc}") from exc
+
+
+def check_sections(path: Path, served: Sequence[str]) -> None:
+    """A SearchSpaceError when the file has a section (``models:``) for a model the run does not
+    serve (``served``: the tuned model, a pipeline's members, the models beside it)."""
+    raw = _read(path)
+    models = raw.get("models") if isinstance(raw, Mapping) else None
+    for name in models if isinstance(models, Mapping) else ():
+        if str(name) not in served:
+            raise SearchSpaceError(
+                f"{_resolved(path)}: a section for model {str(name)!r} under models:, which this run "
+                f"does not serve (it serves {', '.join(served)})"
+            )
+
+
+def _resolved(path: Path) -> Path:
     if not path.exists() and path.name in bundled_names() and str(path) == path.name:
-        path = bundled(path.name)
+        return bundled(path.name)
+    return path
+
+
+def _read(path: Path) -> Any:
+    path = _resolved(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -319,15 +351,26 @@ def load_search_space(path: Path, *, gpu_available: bool = False) -> SearchSpace
         raise SearchSpaceError(f"{path}: cannot read: {exc}") from exc
     except yaml.YAMLError as exc:
         raise SearchSpaceError(f"{path}: not valid YAML: {_one_line(exc)}") from exc
-    try:
-        return parse_search_space(raw, gpu_available=gpu_available)
-    except SearchSpaceError as exc:
-        raise SearchSpaceError(f"{path}: {exc}") from exc
+    return raw
 
 
-def parse_search_space(raw: Any, *, gpu_available: bool = False) -> SearchSpace:
+def parse_search_space(raw: Any, *, gpu_available: bool = False, model: str = "") -> SearchSpace:
+    """The space a YAML document describes. A ``models:`` mapping holds sections of their own
+    for some models (a pipeline's steps, models on one server), each with the keys of the top
+    level but ``load``: for ``model``, its section's keys replace the top level's, key by key
+    within ``instance_group``, ``dynamic_batching`` and ``optimization`` (e.g. to pin one step:
+    ``models: {tokenizer: {instance_group: {count: [1]}}}``)."""
     doc = _mapping(raw, "search space")
-    _known(doc, _TOP, "search space")
+    _known(doc, _TOP | {"models"}, "search space")
+    sections = _mapping(doc.get("models"), "models")
+    for name, raw_section in sections.items():
+        where = f"models.{name}"
+        section = _mapping(raw_section, where)
+        _known(section, _TOP - {"load"}, where)
+        for key in set(_SECTIONS) & set(section):
+            _known(_mapping(section[key], f"{where}.{key}"), _SECTIONS[key], f"{where}.{key}")
+    if model in sections:
+        doc = _over(doc, sections[model] or {})
     sections = {key: _mapping(doc.get(key, {}), key) for key in _SECTIONS}
     for key, allowed in _SECTIONS.items():
         _known(sections[key], allowed, key)
@@ -355,6 +398,14 @@ def parse_search_space(raw: Any, *, gpu_available: bool = False) -> SearchSpace:
         rate_min=rate_min,
         rate_max=rate_max,
     )
+
+
+def _over(doc: Mapping[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` with a model's ``section`` over it: a mapping section key by key, anything else whole."""
+    out = dict(doc)
+    for key, value in section.items():
+        out[key] = {**_mapping(doc.get(key), key), **value} if key in _SECTIONS else value
+    return out
 
 
 def _rates(value: Any) -> tuple[float, float]:

@@ -570,6 +570,10 @@ class RunSettings:
     # simulator, whose surfaces have no such bias, sets 1
     batching_headroom: float = 2.0
 
+    @property
+    def beside_names(self) -> tuple[str, ...]:
+        return tuple(c.model for c in self.beside)
+
     def __post_init__(self) -> None:
         if self.max_trials < 1:
             raise UsageError(f"--max-trials must be >= 1, got {self.max_trials}")

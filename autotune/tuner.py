@@ -82,7 +82,9 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     if tuned != settings.model:
         original = mcfg.load_config(settings.repository, tuned)
         mcfg.check_versions(mcfg.model_dir(settings.repository, tuned), original)
-    given = load_search_space(settings.search_space or default_space_path(), gpu_available=gpu_available)
+    models = [*(pipeline.models if pipeline else (settings.model,)), *settings.beside_names]  # served
+    space_file = settings.search_space or default_space_path()
+    given = load_search_space(space_file, gpu_available=gpu_available, model=tuned, served=models)
     baseline = mcfg.candidate_of(original)
     space = given.restricted(
         batching=original.max_batch_size > 0,

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from autotune.errors import SearchSpaceError
 from autotune.search_space import Candidate, load_search_space, params_of, parse_search_space
@@ -183,3 +184,39 @@ def test_a_bundled_space_is_found_by_its_name(tmp_path: Path, monkeypatch: pytes
     assert load_search_space(Path("model_analyzer")).dynamic_batching == (True,)
     with pytest.raises(SearchSpaceError, match="bundled, by name: default"):
         load_search_space(Path("no_such_space"))
+
+
+def test_a_model_section_replaces_the_top_level_for_that_model_only(tmp_path: Path) -> None:
+    """``models:`` holds a section for some models (a pipeline's steps, models on one server):
+    for that model its keys replace the top level's, key by key within a section; any other
+    model gets the top level; a section for a model the run does not serve is an error."""
+    doc = {
+        "instance_group": {"count": [1, 2], "kind": ["KIND_CPU"]},
+        "max_batch_size": [4, 8],
+        "models": {"tokenizer": {"instance_group": {"count": [1]}, "max_batch_size": [8]}, "empty": None},
+    }
+    pinned = parse_search_space(doc, model="tokenizer")
+    assert pinned.instance_count == (1,) and pinned.kind == ("KIND_CPU",) and pinned.max_batch_size == (8,)
+    other = parse_search_space(doc, model="encoder")
+    assert other.instance_count == (1, 2) and other.max_batch_size == (4, 8)
+    assert parse_search_space(doc, model="empty") == other
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert (
+        load_search_space(path, model="tokenizer", served=["qa", "tokenizer", "encoder", "empty"]) == pinned
+    )
+    with pytest.raises(SearchSpaceError, match=r"a section for model 'empty' under models:, which this run"):
+        load_search_space(path, model="tokenizer", served=["qa", "tokenizer", "encoder"])
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"load": {"concurrency": [1]}}, r"unknown key 'load' in models\.tok"),
+        ({"instance_group": {"cnt": [1]}}, r"unknown key 'cnt' in models\.tok\.instance_group"),
+        ([1], r"models\.tok must be a mapping"),
+    ],
+)
+def test_a_bad_model_section_says_where(section: Any, message: str) -> None:
+    with pytest.raises(SearchSpaceError, match=message):
+        parse_search_space({"models": {"tok": section}})

@@ -163,3 +163,33 @@ def test_two_models_on_one_server_are_tuned_in_rounds_and_written_back_together(
     assert main(["apply", "--undo", str(second)]) == 0
     assert {p: p.read_bytes() for p in before} == before
     assert staged_servers() == []
+
+
+def test_each_model_gets_its_section_of_the_search_space_and_a_section_for_no_model_is_refused(
+    toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A search space with ``models: {twin: ...}``: the round that tunes twin searches its
+    section (pinned to 3 instances), the one that tunes toy the top level; a section for a model
+    the run does not serve is one line, exit 2, nothing written."""
+    from autotune.cli import build_parser, settings_from
+    from autotune.settings import serving
+    from autotune.tuner import prepare
+
+    repo = _twin_repo(toy_repo)
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "instance_group:\n  count: [1, 2]\nmodels:\n  twin:\n    instance_group:\n      count: [3]\n"
+    )
+    argv = ["run", "--model", "toy", "--model", "twin", "--model-repository", str(repo), "--sla-p95-ms", "80",
+            "--search-space", str(space), "--reports-dir", str(tmp_path / "reports")]  # fmt: skip
+    settings = settings_from(build_parser().parse_args(argv))
+    assert prepare(settings).space.instance_count == (1, 2)
+    twin, toy = settings.beside[0], CoModel("toy", replace(settings.sla, others=()), 1.0, settings.workload)
+    assert prepare(serving(settings, twin, (toy,))).space.instance_count == (3,)
+    space.write_text("models:\n  gone:\n    max_batch_size: [4]\n")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        "a section for model 'gone' under models:, which this run does not serve (it serves toy, twin)" in err
+    )
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "reports").exists()
