@@ -435,3 +435,18 @@ def test_a_step_of_an_ensemble_is_tuned_in_containers(client: Any, toy_repo: Pat
     assert outcome.winner is not None and outcome.baseline is not None and outcome.baseline.best is not None
     assert set(outcome.baseline.best.server.steps) == {"toy", "slow"}
     assert _ours(client) == []
+
+
+def test_two_models_share_each_container(client: Any, toy_repo: Path, tmp_path: Path) -> None:
+    """--model toy --model twin with --launcher docker: each container serves both models, and
+    every point loads both (each model's own figures kept)."""
+    from tests.test_shared_server import _twin_repo
+
+    repo = _twin_repo(toy_repo)
+    argv = _run_argv(repo, tmp_path, "--model", "twin")
+    outcome = tune(prepare(settings_from(build_parser().parse_args(argv))))
+    logs = sorted((outcome.run_dir / "logs").glob("trial-*.log"))
+    assert logs and all("successfully loaded 'twin'" in log.read_text() for log in logs)
+    assert outcome.winner is not None and outcome.winner.best is not None
+    assert [name for name, _ in outcome.winner.best.others] == ["toy", "twin"]
+    assert _ours(client) == []

@@ -15,7 +15,7 @@ from autotune.gpu import GpuFigures
 from autotune.objective import Scoring, Sla
 from autotune.points import Measurement, Point, ServerBreakdown
 from autotune.report import gpu_summary, pareto_front, render_html, report_data, trials_frame, write_csv
-from autotune.report._data import CSV_HEAD, CSV_TAIL, POINT_COLUMNS, WINDOW_FIELDS, records
+from autotune.report._data import CSV_HEAD, CSV_TAIL, NOT_COLUMNS, POINT_COLUMNS, records
 from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING, Outcome, RunInfo, TrialResult, Verification
 from autotune.search_space import Candidate, params_of
 
@@ -156,9 +156,7 @@ def test_row_point_columns_are_the_points_fields() -> None:
     }
     assert r["point_duration_s"] == fields["duration_s"] and r["duration_s"] == t.duration_s  # the trial's
     assert r["server_requests"] == server["requests"] and r["executions"] == server["executions"]
-    assert (
-        set(fields) - {"duration_s", *WINDOW_FIELDS} <= set(POINT_COLUMNS) and "server" not in POINT_COLUMNS
-    )
+    assert set(fields) - {"duration_s", *NOT_COLUMNS} <= set(POINT_COLUMNS) and "server" not in POINT_COLUMNS
     assert r["latency_high"] is None and r["throughput_low"] is None  # no windows recorded: no bounds
 
 
@@ -482,3 +480,17 @@ def test_the_header_says_how_the_run_was_made() -> None:
     assert "triton <b>2.51.0</b>" in page and "rules <b>intervals</b>" in page
     assert "made by <code>autotune run --model toy --sla-p95-ms 60 &lt;b&gt;</code>" in page
     assert "made by" not in render_html(report_data(run(), [trial(0, point(1, 100, 5))]))
+
+
+def test_several_models_on_one_server_show_each_models_figures_in_trials_csv(tmp_path: Path) -> None:
+    """A point with models beside the tuned one: each model's figures in ``each_model`` (the
+    table and trials.csv, after the fixed columns); a run without them has no such column."""
+    mine, theirs = point(4, 200, 10), point(4, 100, 15)
+    both = replace(mine, throughput=300.0, others=(("resnet", mine), ("twin", theirs)))
+    data = report_data(run(winner=0), [trial(0, both, baseline=True)])
+    assert data.row(0)["each_model"] == "resnet 200/s p95 10.0 ms; twin 100/s p95 15.0 ms"
+    with write_csv(data, tmp_path / "trials.csv").open(newline="", encoding="utf-8") as handle:
+        (record,) = list(csv.DictReader(handle))
+    assert record["each_model"] == "resnet 200/s p95 10.0 ms; twin 100/s p95 15.0 ms"
+    alone = report_data(run(winner=0), [trial(0, mine, baseline=True)])
+    assert "each_model" not in trials_frame(alone).columns

@@ -46,6 +46,7 @@ GPU_COLUMNS = ("gpu_util_pct", "gpu_memory_mb", "gpu_power_w")
 # the share of its requests answered with errors, its GPU figures.
 # latency_high, throughput_low/high: the point's one-sided 95% bounds (autotune.noise), where its
 # windows were recorded (--rules intervals); none otherwise
+# each_model: several models on one server, each model's own figures at the point, as text
 DERIVED_COLUMNS = (
     "latency_ms",
     "latency_high",
@@ -54,12 +55,14 @@ DERIVED_COLUMNS = (
     "avg_batch",
     "error_rate",
     *GPU_COLUMNS,
+    "each_model",
 )
 WINDOW_FIELDS = (
     "window_throughputs",
     "window_latencies_ms",
     "window_percentile",
 )  # not columns: the bounds are
+NOT_COLUMNS = (*WINDOW_FIELDS, "others")  # nor the models beside: each_model is
 # A trial's columns from the run's scoring: the GPUs its candidate uses, and its throughput and
 # goodput per GPU (the throughput and goodput themselves where the run does not compare per GPU).
 SCORING_COLUMNS = ("gpus_used", "throughput_per_gpu", "goodput_per_gpu")
@@ -236,9 +239,18 @@ def measured_columns(point: Point, sla: Sla) -> dict[str, Any]:
         "avg_batch": point.server.avg_batch,
         "error_rate": point.error_rate,
         **gpu_summary(point.gpus),
+        "each_model": each_model(point, sla.percentile),
     }
-    own = {k: v for k, v in asdict(point).items() if k not in WINDOW_FIELDS}  # batch sizes keep int keys
+    own = {k: v for k, v in asdict(point).items() if k not in NOT_COLUMNS}  # batch sizes keep int keys
     return {**point_columns(own, own.pop("server")), **derived}
+
+
+def each_model(point: Point, percentile: int) -> str:
+    """Several models on one server: ``toy 210/s p95 31.0 ms; twin 190/s p95 35.2 ms``; "" otherwise."""
+    return "; ".join(
+        f"{name} {p.throughput:.0f}/s p{percentile} {p.latency_ms(percentile):.1f} ms"
+        for name, p in point.others
+    )
 
 
 def point_columns(own: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str, Any]:
@@ -253,7 +265,7 @@ def point_columns(own: Mapping[str, Any], server: Mapping[str, Any]) -> dict[str
 
 POINT_COLUMNS = tuple(
     point_columns(
-        dict.fromkeys(f.name for f in fields(Point) if f.name != "server" and f.name not in WINDOW_FIELDS),
+        dict.fromkeys(f.name for f in fields(Point) if f.name != "server" and f.name not in NOT_COLUMNS),
         dict.fromkeys(f.name for f in fields(ServerBreakdown)),
     )
 )
@@ -424,10 +436,12 @@ CSV_GPU = (*GPU_COLUMNS, "gpu_detail")
 
 def csv_head(data: ReportData) -> tuple[str, ...]:
     """trials.csv's columns before the parameters: :data:`CSV_HEAD`, with :data:`CSV_PER_GPU`
-    in a per-GPU run and :data:`CSV_GPU` in a run with GPU figures."""
+    in a per-GPU run, :data:`CSV_GPU` in a run with GPU figures and ``each_model`` in a run of
+    several models on one server."""
     at = CSV_HEAD.index("goodput") + 1
     head = (*CSV_HEAD[:at], *(CSV_PER_GPU if data.per_gpu else ()), *CSV_HEAD[at:])
-    return (*head, *(CSV_GPU if data.has_gpus else ()))
+    beside = data.trials["each_model"].fillna("").astype(bool).any()
+    return (*head, *(CSV_GPU if data.has_gpus else ()), *(("each_model",) if beside else ()))
 
 
 def trials_frame(data: ReportData) -> pd.DataFrame:
