@@ -547,6 +547,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             record = RunDir.load(unfinished).record
             settings = replace(settings_from(args, record), run_dir=unfinished)
+        elif (later := _unfinished_round(settings)) is not None:
+            print(f"resuming the unfinished round {later.run_dir} (--fresh starts anew)", file=sys.stderr)
+            record, settings = RunDir.load(later.run_dir).record, later  # type: ignore[arg-type]
     if settings.run_dir is None and not settings.step and not settings.beside:
         settings = _bottleneck_step(settings, args.wait)
     while True:
@@ -609,15 +612,40 @@ def _next_beside(settings: RunSettings, steps: tuple[TunedStep, ...], run_dir: P
             file=sys.stderr,
         )
         return None
-    me = CoModel(settings.model, replace(settings.sla, others=()), settings.weight, settings.workload)
-    beside = tuple(me if c.model == following.model else c for c in settings.beside)
+    swapped = _swapped(settings, following)
     print(
-        f"round {len(steps) + 1}: tuning {following.model}, served with {', '.join(c.model for c in beside)} "
-        f"({', '.join(done)} with the configs their rounds chose)",
+        f"round {len(steps) + 1}: tuning {following.model}, served with "
+        f"{', '.join(swapped.beside_names)} ({', '.join(done)} with the configs their rounds chose)",
         file=sys.stderr,
     )
     name = f"{settings.study_name}-{following.model}" if settings.study_name else None
-    return replace(serving(settings, following, beside), tuned_steps=steps, run_dir=None, study_name=name)
+    return replace(swapped, tuned_steps=steps, run_dir=None, study_name=name)
+
+
+def _swapped(settings: RunSettings, following: CoModel) -> RunSettings:
+    """Several models on one server: ``settings`` with ``following`` tuned, the tuned model
+    served beside it in its place."""
+    from autotune.measure import search_plan
+
+    me = CoModel(settings.model, replace(settings.sla, others=()), settings.weight, settings.workload)
+    beside = tuple(me if c.model == following.model else c for c in settings.beside)
+    swapped = serving(settings, following, beside)
+    plan = search_plan(swapped.sla, swapped.margin, swapped.plan.window_s, swapped.plan.rules)  # its SLA's
+    return replace(swapped, plan=plan)
+
+
+def _unfinished_round(settings: RunSettings) -> RunSettings | None:
+    """Several models on one server: a later round that stopped before finishing, which these
+    settings started (:func:`autotune.rundir.find_unfinished` under each other model's folder,
+    as that round tunes it), as its settings with its run directory; None when there is none."""
+    from autotune.rundir import RunDir, find_unfinished
+
+    for following in settings.beside:
+        swapped = _swapped(settings, following)
+        found = find_unfinished(swapped)
+        if found is not None:
+            return replace(swapped, tuned_steps=RunDir.load(found).record.tuned_steps, run_dir=found)
+    return None
 
 
 def _tune_once(

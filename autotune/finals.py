@@ -277,7 +277,8 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
     that meets the SLA (:func:`autotune.traffic.check_sustained`); recorded in the run. A
     failure is told and leaves no record: the check informs, it does not choose. Not in an
     open-loop run (it measured rates already), nor with ``--repeats 0`` (nothing re-measured)
-    or ``--no-open-loop-check``, nor twice for one winner (a resumed run)."""
+    or ``--no-open-loop-check``, nor twice for one winner (a resumed run), nor with models
+    served beside it (their clients are a closed loop, and its credited rate their sum)."""
     done_before = run.record.open_loop
     if not _checks(prep) or (done_before is not None and done_before.trial == winner.number):
         return run
@@ -298,7 +299,12 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
 def _checks(prep: Prepared) -> bool:
     """Whether the run's winner gets an open-loop check (see :func:`check_open_loop`)."""
     settings = prep.settings
-    return not prep.loader.open_loop and settings.repeats >= 1 and settings.open_loop_check
+    return (
+        not prep.loader.open_loop
+        and settings.repeats >= 1
+        and settings.open_loop_check
+        and not settings.beside
+    )
 
 
 def _credited(prep: Prepared, winner: TrialResult, verifications: Sequence[Verification]) -> float | None:

@@ -273,7 +273,7 @@ def _steps(tuned: tuple[TunedStep, ...]) -> str:
 def _beside(beside: tuple[CoModel, ...], weight: float) -> str:
     if not beside:
         return "none"
-    return f"weight {weight:g} beside " + ", ".join(c.label for c in beside)
+    return f"weight {weight:g} beside " + ", ".join(sorted(c.label for c in beside))  # in any order
 
 
 def find_unfinished(settings: RunSettings) -> Path | None:

@@ -18,6 +18,7 @@ from autotune.points import Point
 from autotune.settings import CoModel, Workload, read_models
 
 SLA = Sla(95, 50.0, others=(("twin", Sla(99, 20.0)),))
+SLA80 = Sla(95, 80.0)
 MINE = Point(4, 0.0, 200.0, 10.0, 9.0, 11.0, 40.0, 45.0, 100, 0, 1.0, 3, True)
 
 
@@ -193,3 +194,33 @@ def test_each_model_gets_its_section_of_the_search_space_and_a_section_for_no_mo
         "a section for model 'gone' under models:, which this run does not serve (it serves toy, twin)" in err
     )
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "reports").exists()
+
+
+def test_the_same_command_again_resumes_a_later_round_that_stopped(toy_repo: Path, tmp_path: Path) -> None:
+    """A round that tunes twin (the second model) stopped: the command that started the rounds
+    finds it under twin's folder and continues it as that round tunes it (twin, toy beside it
+    with its SLA, the steps tuned before); a finished one is not continued."""
+    import socket
+
+    from autotune.cli import _unfinished_round, build_parser, settings_from
+    from autotune.pipeline import TunedStep
+    from autotune.processes import Owner
+    from autotune.rundir import RunDir, RunRecord
+
+    repo, reports = _twin_repo(toy_repo), tmp_path / "reports"
+    argv = ["run", "--model", "toy", "--model", "twin", "--model-repository", str(repo), "--sla-p95-ms", "80",
+            "--reports-dir", str(reports)]  # fmt: skip
+    settings = settings_from(build_parser().parse_args(argv))
+    toy = TunedStep("toy", 'name: "toy"\n', "ab", str(reports / "toy" / "1"))
+    record = RunRecord(
+        run_id="2", model="twin", repository=repo.resolve(), sla=replace(SLA80, others=(("toy", SLA80),)),
+        launch=settings.launch, protocol="http", study_name="twin-2", storage=None, original_config="",
+        original_digest="cd", started="", owner=Owner(socket.gethostname(), 999_999_999), rounds=True,
+        tuned_steps=(toy,), beside=(CoModel("toy", SLA80),),
+    )  # fmt: skip
+    run = RunDir.create(reports / "twin" / "2", record)
+    later = _unfinished_round(settings)
+    assert later is not None and later.run_dir == run.path and later.model == "twin"
+    assert later.tuned_steps == (toy,) and later.beside_names == ("toy",) and later.sla == record.sla
+    run.update(finished="2026")
+    assert _unfinished_round(settings) is None
