@@ -119,7 +119,7 @@ def for_step(
     if found.kind == ENSEMBLE and not step:
         raise UsageError(
             f"model {name!r} is an ensemble ({flow}): give the step to tune with --step STEP, measured "
-            "end to end through it (tuning every step at once is not built yet)"
+            "end to end through it (autotune run without --step tunes its steps in rounds)"
         )
     if step and step not in found.members and not (found.kind == BLS and step == name):
         what = (

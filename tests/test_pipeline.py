@@ -333,6 +333,21 @@ class TritonPythonModel:
 '''
 
 
+def _caller(toy_repo: Path) -> Path:
+    """``caller``, a BLS model (4 instances) that sends each request on to ``slow``, beside the
+    toy pipeline's models in ``toy_repo``."""
+    repo = _toy_pipeline(toy_repo)
+    (repo / "caller" / "1").mkdir(parents=True)
+    (repo / "caller" / "1" / "model.py").write_text(CALLER)
+    toy = (repo / "toy" / "config.pbtxt").read_text()
+    head, _, _ = toy.partition("instance_group")
+    caller = head.replace('name: "toy"', 'name: "caller"')
+    caller += "instance_group [{ count: 4 kind: KIND_CPU }]\n"
+    caller += 'parameters { key: "calls" value { string_value: "slow" } }\n'
+    (repo / "caller" / "config.pbtxt").write_text(caller)
+    return repo
+
+
 @pytest.mark.integration
 def test_a_model_a_bls_model_calls_is_tuned_through_it(
     toy_repo: Path, tmp_path: Path, small_space: Path
@@ -343,15 +358,7 @@ def test_a_model_a_bls_model_calls_is_tuned_through_it(
     from autotune.reload import reload_outcome
     from tests.conftest import servers_of, staged_servers
 
-    repo = _toy_pipeline(toy_repo)
-    (repo / "caller" / "1").mkdir(parents=True)
-    (repo / "caller" / "1" / "model.py").write_text(CALLER)
-    toy = (repo / "toy" / "config.pbtxt").read_text()
-    head, _, _ = toy.partition("instance_group")
-    caller = head.replace('name: "toy"', 'name: "caller"')
-    caller += "instance_group [{ count: 4 kind: KIND_CPU }]\n"
-    caller += 'parameters { key: "calls" value { string_value: "slow" } }\n'
-    (repo / "caller" / "config.pbtxt").write_text(caller)
+    repo = _caller(toy_repo)
     before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     reports = tmp_path / "reports"
     argv = ["run", "--model", "caller", "--composing-models", "slow", "--step", "slow",
@@ -377,6 +384,41 @@ def test_a_model_a_bls_model_calls_is_tuned_through_it(
 
 
 @pytest.mark.integration
+def test_without_step_a_bls_model_is_tuned_first_then_the_model_it_calls(
+    toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--composing-models without --step: round 1 tunes the BLS model itself, round 2 the model
+    it calls (the one step whose time it records), with the caller's winner served; then that
+    step is tuned already and the rounds end; apply on round 2 writes both configs."""
+    from autotune.cli import main
+    from autotune.rundir import RunDir
+
+    repo = _caller(toy_repo)
+    reports = tmp_path / "reports"
+    argv = ["run", "--model", "caller", "--composing-models", "slow", "--model-repository", str(repo),
+            "--sla-p95-ms", "80", "--reports-dir", str(reports), "--search-space", str(small_space),
+            "--window", "0.5", "--finalists", "1", "--repeats", "1", "--no-open-loop-check",
+            "--max-trials", "2", "--seed", "1"]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "caller calls slow: round 1 tunes caller" in err and "tuning slow" in err and "rounds done" in err
+    first, second = sorted((reports / "caller").iterdir())
+    one, two = RunDir.load(first).record, RunDir.load(second).record
+    assert (one.tuned, one.rounds) == ("caller", True)
+    assert two.tuned == "slow" and [t.model for t in two.tuned_steps] == ["caller"]
+    configs = [repo / "caller" / "config.pbtxt", repo / "slow" / "config.pbtxt"]
+    before = [c.read_bytes() for c in configs]
+    assert main(["apply", str(second)]) == 0
+    assert (repo / "caller" / "config.pbtxt").read_text() == (first / "winner.pbtxt").read_text()
+    assert (repo / "slow" / "config.pbtxt").read_text() == (second / "winner.pbtxt").read_text()
+    assert main(["apply", "--undo", str(second)]) == 0
+    assert (
+        (repo / "caller" / "config.pbtxt").read_bytes(),
+        (repo / "slow" / "config.pbtxt").read_bytes(),
+    ) == before
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("model", ["bertQA_pipeline", "bertQA_bls"])
 def test_the_question_answering_pipeline_is_tuned_as_an_ensemble_and_as_a_bls_model(
     tmp_path: Path, small_space: Path, model: str
@@ -390,10 +432,10 @@ def test_the_question_answering_pipeline_is_tuned_as_an_ensemble_and_as_a_bls_mo
     repo = tmp_path / "repo"
     builder = examples_builder()
     builder.build(model, repo, layers=1, hidden=32, heads=2, seq=64, vocab=2000)
-    which = (
+    which = (  # one run each: the rounds are tested on the toy pipeline and caller
         ["--step", "bertQA"]
         if model == "bertQA_pipeline"
-        else ["--composing-models", "bertQA_tokenizer,bertQA,bertQA_answer"]
+        else ["--composing-models", "bertQA_tokenizer,bertQA,bertQA_answer", "--step", "bertQA_bls"]
     )
     reports = tmp_path / "reports"
     argv = ["run", "--model", model, *which, "--model-repository", str(repo), "--sla-p95-ms", "150",
