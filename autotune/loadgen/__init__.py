@@ -173,9 +173,8 @@ class LoadGenerator:
         endpoint = self.endpoint(concurrency)
         every = bool(self.steps or self.beside)  # the statistics of every model, in one answer
         statistics = AsyncStatistics(self.host, self.http_port, "" if every else self.io.name)
-        answers: list[
-            Any
-        ] = []  # each answer, for the models beside (the snapshot before, then each window's)
+        # every answer, for the models beside: the snapshot before the windows, then each one's end
+        answers: list[Any] = []
 
         async def stats() -> StatsSnapshot:
             try:
