@@ -2,10 +2,11 @@
 
 Refused when the repository's config.pbtxt changed since the run started (someone else's
 edit would be lost). The backup is ``config.pbtxt.autotune-<run-id>.bak`` beside the config
-and a copy in the run directory; ``undo`` restores it. A round of an ensemble tuned in rounds
-writes its own winner and every earlier round's, each checked and backed up the same way, and
-``undo`` restores them all: never one step changed without the others. Every write, restores included, is
-atomic (:func:`autotune.files.copy_atomic`): a reader never sees half a config.
+and a copy in the run directory; ``undo`` restores it. A run tuned in rounds (a pipeline's
+steps, several models on one server) writes its last round's winner and every earlier round's,
+each checked and backed up the same way, and ``undo`` restores them all: never one changed
+without the others. Every write, restores included, is atomic
+(:func:`autotune.files.copy_atomic`): a reader never sees half a config.
 
 The written config is verified on the kind of server the run measured on: the launcher and
 options recorded in the run directory (a local tritonserver, a container of the run's image,
@@ -51,8 +52,8 @@ class Written:
 
 @dataclass(frozen=True)
 class WriteBackResult:
-    """What a write-back wrote: the run's own config first, then (an ensemble tuned in rounds)
-    each step an earlier round tuned."""
+    """What a write-back wrote: the run's own config first, then (a run tuned in rounds) each
+    model an earlier round tuned."""
 
     written: tuple[Written, ...]
     verified_on: str = ""  # the server that loaded the written configs ("" when not verified)
@@ -87,26 +88,19 @@ class _Target:
 
 
 def _targets(run_dir: Path, record: RunRecord) -> list[_Target]:
-    """The run's own winner, then each step earlier rounds tuned (:attr:`RunRecord.tuned_steps`)."""
+    """The run's own winner, then each model earlier rounds tuned (:attr:`RunRecord.tuned_steps`)."""
     winner_file = run_dir / WINNER_CONFIG
     own = mcfg.parse_config(winner_file.read_text(encoding="utf-8"), str(winner_file))
     found = [(record.tuned, own, record.original_digest, "original.pbtxt")]
     for t in record.tuned_steps:
-        found.append(
-            (
-                t.model,
-                mcfg.parse_config(t.config, f"{t.run} ({t.model})"),
-                t.digest,
-                f"original-{t.model}.pbtxt",
-            )
-        )
-    return [
-        _Target(
-            path, config, digest, original, path.with_name(f"{mcfg.CONFIG_NAME}.autotune-{record.run_id}.bak")
-        )
-        for model, config, digest, original in found
-        for path in [record.repository / model / mcfg.CONFIG_NAME]
-    ]
+        config = mcfg.parse_config(t.config, f"{t.run} ({t.model})")
+        found.append((t.model, config, t.digest, f"original-{t.model}.pbtxt"))
+    backup = f"{mcfg.CONFIG_NAME}.autotune-{record.run_id}.bak"
+    targets = []
+    for model, config, digest, original in found:
+        path = record.repository / model / mcfg.CONFIG_NAME
+        targets.append(_Target(path, config, digest, original, path.with_name(backup)))
+    return targets
 
 
 def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
