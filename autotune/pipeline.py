@@ -59,8 +59,9 @@ class Pipeline:
 
 @dataclass(frozen=True)
 class TunedStep:
-    """A pipeline step an earlier round of the run tuned: served with its winner by the rounds
-    after it, and written back with the last round's winner (``autotune apply``)."""
+    """A model an earlier round of the run tuned (a pipeline's step, or a model served beside
+    another): served with its winner by the rounds after it, and written back with the last
+    round's winner (``autotune apply``)."""
 
     model: str
     config: str  # the winner's config.pbtxt text

@@ -534,8 +534,9 @@ class RunSettings:
     # through the --model; "": the model's own
     step: str = ""
     composing: tuple[str, ...] = ()  # --composing-models: the models a BLS --model calls, served with it
-    # an ensemble without --step is tuned in rounds, its step of least capacity first
-    # (autotune.rounds): ``rounds`` marks such a run, ``tuned_steps`` the steps earlier rounds tuned
+    # a pipeline without --step, and several models on one server, are tuned in rounds (one run
+    # each, one after another: autotune.cli): ``rounds`` marks such a run, ``tuned_steps`` the
+    # models earlier rounds tuned (served with their winners)
     rounds: bool = False
     tuned_steps: tuple[TunedStep, ...] = ()
     # several models on one server (--models): those served beside the tuned one, and the
