@@ -67,7 +67,7 @@ class RunRecord:
     made: dict[str, str] = field(default_factory=dict)
     step: str = ""  # the ensemble's step whose config was tuned ("": the model's own)
     composing: tuple[str, ...] = ()  # the models a BLS model calls (--composing-models)
-    rounds: bool = False  # a round of an ensemble tuned step by step (autotune.rounds)
+    rounds: bool = False  # a round of a run tuned in rounds (a pipeline's steps, models on one server)
     tuned_steps: tuple[TunedStep, ...] = ()  # the steps earlier rounds tuned, served with their winners
     beside: tuple[CoModel, ...] = ()  # models served beside the tuned one (--models)
     weight: float = 1.0  # the tuned model's weight in the objective, with models beside it
