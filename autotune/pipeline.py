@@ -100,13 +100,12 @@ def read_pipeline(repository: Path, model: str, composing: Sequence[str] = ()) -
 
 
 def for_step(
-    repository: Path, config: mcfg.ModelConfig, step: str, composing: Sequence[str] = (), remote: bool = False
+    repository: Path, config: mcfg.ModelConfig, step: str, composing: Sequence[str] = ()
 ) -> Pipeline | None:
     """The pipeline a run tunes a step of (``config``: the ``--model``'s; ``step``: ``--step``;
     ``composing``: ``--composing-models``), checked; None for a model served alone. An ensemble
     needs a ``step`` among its members; a BLS model's step is one of ``composing`` or, by
-    default, the model itself. A UsageError (one line) otherwise, and for a pipeline on a remote
-    server (not built yet)."""
+    default, the model itself. A UsageError (one line) otherwise."""
     name = config.name
     found = read_pipeline(repository, name, composing)
     if found is None:
@@ -129,8 +128,6 @@ def for_step(
             else f"{name!r} or one of {flow}"
         )
         raise UsageError(f"--step {step!r} is not {what}")
-    if remote:
-        raise UsageError("a pipeline with --launcher remote is not built yet: use --launcher local or docker")
     return found
 
 

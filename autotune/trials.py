@@ -325,10 +325,6 @@ def beside_workloads(settings: RunSettings, pipeline: bool) -> tuple[WorkloadDat
     it declares no inputs); a UsageError where several models on one server cannot be tuned."""
     if not settings.beside:
         return ()
-    if settings.launch.kind == "remote":
-        raise UsageError(
-            "several models on one server (--models) are tuned with --launcher local or docker only"
-        )
     if settings.traffic.open_loop:
         raise UsageError("several models on one server (--models) are measured in a closed loop only")
     if pipeline:

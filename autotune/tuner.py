@@ -73,8 +73,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     resumed = None if settings.run_dir is None else _check_resumable(settings, settings.run_dir)
     served = mcfg.load_config(settings.repository, settings.model)  # what the load generator sends to
     mcfg.check_versions(mcfg.model_dir(settings.repository, settings.model), served)
-    remote = settings.launch.kind == "remote"
-    pipeline = for_step(settings.repository, served, settings.step, settings.composing, remote)  # checked
+    pipeline = for_step(settings.repository, served, settings.step, settings.composing)  # checked
     tuned = settings.step or settings.model
     # an ensemble's step takes requests as large as the ensemble's max batch size
     ensemble = pipeline is not None and pipeline.kind == ENSEMBLE

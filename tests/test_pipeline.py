@@ -520,3 +520,39 @@ def test_the_step_of_least_capacity_counts_its_instances() -> None:
     assert slowest(point, {"toy": 1, "slow": 2}) == "toy"
     assert line(point, {"toy": 1, "slow": 2}) == "toy 4.0 ms x1, slow 6.0 ms x2"
     assert slowest(Point(1, 0.0, 1.0, 1, 1, 1, 1, 1, 1, 0, 1.0, 1, True), {}) == ""
+
+
+@pytest.mark.integration
+def test_a_step_is_tuned_on_a_remote_server_and_every_model_put_back(
+    toy_repo: Path, tmp_path: Path, small_space: Path
+) -> None:
+    """--launcher remote with --step: each trial loads the step with the candidate config and
+    the ensemble's other models as staged, through the repository API, and puts each back after
+    it; the server ends on its own configs, the repository unchanged."""
+    from autotune.cli import main
+    from autotune.control import ServerControl
+    from autotune.launch.local import LocalLauncher
+
+    repo = _toy_pipeline(toy_repo)
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    launcher = LocalLauncher(extra_args=("--model-control-mode=explicit", "--load-model=pipe"))
+    with launcher.serve(repo, "pipe", tmp_path / "server.log") as server:
+        argv = ["run", "--model", "pipe", "--step", "slow", "--model-repository", str(repo),
+                "--sla-p95-ms", "80", "--reports-dir", str(tmp_path / "reports"), "--search-space",
+                str(small_space), "--window", "0.5", "--finalists", "1", "--repeats", "1",
+                "--no-open-loop-check", "--max-trials", "2", "--seed", "1", "--launcher", "remote",
+                "--url", f"{server.host}:{server.http_port}",
+                "--grpc-url", f"{server.host}:{server.grpc_port}"]  # fmt: skip
+        assert main(argv) == 0
+        (run_dir,) = list((tmp_path / "reports" / "pipe").iterdir())
+        logs = sorted((run_dir / "logs").glob("trial-*.log"))
+        assert logs
+        for log in logs:
+            text = log.read_text()
+            assert "load slow as staged: ok" in text and "load pipe with the candidate config: ok" in text
+            assert "load slow from the server's repository: ok" in text
+        with ServerControl(server.host, server.http_port) as control:
+            assert all(control.model_ready(m) for m in ("pipe", "toy", "slow"))
+            assert control.config("slow")["instance_group"][0]["count"] == 1
+            assert "dynamic_batching" not in control.config("slow")
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before

@@ -6,6 +6,11 @@ again without an override, which puts it back on the config of the server's repo
 restore must succeed: if it does not, :class:`~autotune.errors.RestoreError` stops the run
 and says what state the server was left in, rather than leaving the user's server on a
 candidate config without a word.
+
+A stage that holds several models (a pipeline: the ensemble or BLS model and the models it
+calls; several models on one server) has each loaded with its staged config, the served model
+last, and each restored after the trial in the opposite order; a model that was not loaded
+before the trial is unloaded again.
 """
 
 from __future__ import annotations
@@ -46,10 +51,11 @@ def metrics_url(options: RemoteOptions) -> str:
 
 @dataclass(frozen=True)
 class _Candidate:
-    """What a remote "server" keeps: the model, and the candidate config it loads (JSON)."""
+    """What a remote "server" keeps: each model the stage holds with the config it loads there
+    (JSON), the served model last, and the models that were loaded before (restored, not unloaded)."""
 
-    model: str
-    override: str
+    loads: tuple[tuple[str, str], ...]
+    loaded_before: set[str]
 
 
 class RemoteLauncher(Launcher[_Candidate]):
@@ -87,27 +93,37 @@ class RemoteLauncher(Launcher[_Candidate]):
         return Ports(self.http_port, self.grpc_port, 0)  # the server's; its metrics: ``metrics_url``
 
     def _start(self, repository: Path, model: str, log_path: Path, ports: Ports) -> Started[_Candidate]:
-        """Nothing starts: the candidate's config is read, to be loaded by :meth:`_wait_ready`."""
-        config = parse_config((repository / model / CONFIG_NAME).read_text(encoding="utf-8"))
-        override = json_format.MessageToJson(config, preserving_proto_field_name=True)
+        """Nothing starts: the staged configs are read (``model``'s, and those of the other models
+        the stage holds), to be loaded by :meth:`_wait_ready`."""
+        names = sorted(p.parent.name for p in repository.glob(f"*/{CONFIG_NAME}") if p.parent.name != model)
+        loads = tuple((name, _override(repository / name / CONFIG_NAME)) for name in [*names, model])
         log_path.parent.mkdir(parents=True, exist_ok=True)
         server = Server(
             self.host, self.http_port, self.grpc_port, log_path,
             alive=self._alive, description=f"remote server {self.host}:{self.http_port}",
             metrics_url=self.metrics_url,
         )  # fmt: skip
-        return Started(server, _Candidate(model, override))
+        return Started(server, _Candidate(loads, set()))
 
     def _wait_ready(self, started: Started[_Candidate], model: str, timeout_s: float) -> None:
-        """Load the candidate config, waiting up to ``timeout_s`` for the load (it builds any
-        TensorRT engine); a refusal is a LaunchError, no answer in time a ModelNotReadyError
-        (the base class then puts the server back on its own config)."""
-        assert started.server.log_path is not None
+        """Load the candidate config (and the stage's other models, each with its staged config),
+        waiting up to ``timeout_s`` for the loads (one builds any TensorRT engine); a refusal is
+        a LaunchError, no answer in time a ModelNotReadyError (the base class then puts the
+        server back on its own configs)."""
+        log = started.server.log_path
+        assert log is not None
         began = time.monotonic()
         try:
             with self.control(timeout_s) as control:
-                what = f"load {model} with the candidate config"
-                _logged(started.server.log_path, what, lambda: control.load(model, started.handle.override))
+                for name, override in started.handle.loads:
+                    if control.model_ready(name):
+                        started.handle.loaded_before.add(name)
+                    what = (
+                        f"load {name} with the candidate config"
+                        if name == model
+                        else f"load {name} as staged"
+                    )
+                    _logged(log, what, lambda name=name, override=override: control.load(name, override))  # type: ignore[misc]
         except ControlError as exc:
             if exc.status is None and time.monotonic() - began >= timeout_s:
                 raise ModelNotReadyError(
@@ -118,18 +134,21 @@ class RemoteLauncher(Launcher[_Candidate]):
 
     def _stop(self, started: Started[_Candidate], *, failed: bool) -> None:
         assert started.server.log_path is not None
-        self._restore(started.handle.model, started.server.log_path)
+        for name, _ in reversed(started.handle.loads):  # the served model first
+            self._restore(name, started.server.log_path, reload=name in started.handle.loaded_before)
 
-    def _restore(self, model: str, log_path: Path) -> None:
+    def _restore(self, model: str, log_path: Path, reload: bool = True) -> None:
         """Back to the server's own config: a load without an override does not re-read the
         repository while the model is loaded, so unload first, then load (tried even if the
-        unload failed); either failing is a RestoreError."""
+        unload failed; not ``reload``: a model the trial loaded, unloaded only); either failing
+        is a RestoreError."""
         failed: list[ControlError] = []
+        calls: list[tuple[str, Callable[[], object]]] = []
         with self.control() as control:
-            for what, call in (
-                (f"unload {model}", lambda: control.unload(model)),
-                (f"load {model} from the server's repository", lambda: control.load(model)),
-            ):
+            calls.append((f"unload {model}", lambda: control.unload(model)))
+            if reload:
+                calls.append((f"load {model} from the server's repository", lambda: control.load(model)))
+            for what, call in calls:
                 try:
                     _logged(log_path, what, call)
                 except ControlError as exc:
@@ -143,6 +162,13 @@ class RemoteLauncher(Launcher[_Candidate]):
     def _alive(self) -> bool:
         with self.control(HEALTH_TIMEOUT_S) as control:
             return control.live()
+
+
+def _override(path: Path) -> str:
+    """A staged config.pbtxt as the JSON a load takes for its override."""
+    return json_format.MessageToJson(
+        parse_config(path.read_text(encoding="utf-8")), preserving_proto_field_name=True
+    )
 
 
 def _logged(log_path: Path, what: str, call: Callable[[], object]) -> None:
