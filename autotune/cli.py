@@ -720,7 +720,9 @@ def _apply(args: argparse.Namespace) -> int:
 
         paths, restored = undo(args.run_dir)
         names = ", ".join(map(str, paths))
-        print(f"restored {names} from the backups" if restored else f"{names}: the original configs already")
+        hold = "already holds the original config" if len(paths) == 1 else "already hold the original configs"
+        backups = "its backup" if len(paths) == 1 else "their backups"
+        print(f"restored {names} from {backups}" if restored else f"{names} {hold}")
         return 0
     return _write_back(args.run_dir, verify=not args.no_verify)
 
