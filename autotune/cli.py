@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import shlex
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import fields, replace
@@ -766,6 +769,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     stopping.install()  # SIGTERM unwinds like Ctrl-C: servers stopped, trial marked
+    with contextlib.suppress(ValueError, AttributeError):  # kill -USR2 PID: every thread's stack
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv  # the run's record shows the command line that made it

@@ -15,6 +15,7 @@ runs every case, one test each.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import hashlib
 import json
@@ -147,9 +148,19 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None
     raise Wrong(f"timed out waiting for {what}")
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 600) -> Done:
+def finish(proc: subprocess.Popen[str], timeout: float = 240) -> Done:
+    """The command's end; one that does not end in ``timeout`` s is a wrong row that shows
+    where each of its threads was (autotune dumps their stacks on SIGUSR2), then is killed."""
     start = time.monotonic()
-    out, err = proc.communicate(timeout=timeout)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGUSR2)
+            time.sleep(2.0)
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        raise Wrong(f"still running after {timeout:.0f} s; its threads then:\n{err[-4000:]}") from None
     return Done(proc.returncode, out, err, time.monotonic() - start)
 
 
