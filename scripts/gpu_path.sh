@@ -3,23 +3,5 @@
 # .gpu/ carried (scripts/gpu_bundle.sh makes it here):
 #   device run: bash scripts/gpu_path.sh     carry: [".gpu"]     what comes back: $OUT
 set -uo pipefail
-OUT=${OUT:-/tmp/gpu-path-out}
-mkdir -p "$OUT"
-exec > >(tee "$OUT/gpu_path.log") 2>&1
-export PYTHONUNBUFFERED=1
-SITE=/tmp/autotune-site
-mkdir -p "$SITE"
-tar -xJf .gpu/tritonserver.tar.xz -C "$SITE" || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/wheels/*.whl || exit 1
-# autotune itself, installed as a user installs it (its templates and search spaces inside)
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target "$SITE" . || exit 1
-export PYTHONPATH="$SITE"
-# the 3.12 stub embeds this Python's shared library: where it lies
-LIBDIR=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')
-export LD_LIBRARY_PATH="$LIBDIR:${LD_LIBRARY_PATH:-}"
-echo "== the machine"
-nvidia-smi -L
-python3 -c 'import sys, numpy, torch; print(sys.version.split()[0], "numpy", numpy.__version__, "torch", torch.__version__, "cuda", torch.cuda.is_available())'
-ls "$LIBDIR"/libpython3.12* 2>/dev/null || ldconfig -p | grep libpython3.12 || echo "no libpython3.12 found"
-python3 -c 'import google.protobuf, grpc; print("protobuf", google.protobuf.__version__, "grpcio", grpc.__version__)'
+source scripts/gpu_setup.sh gpu_path
 python3 scripts/gpu_path.py "$OUT"
