@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune import hostlock, sim, stopping, tuner
 from autotune.events import Events
-from autotune.launch import make_launcher
+from autotune.launch import make_launcher, server_gpus
 from autotune.objective import Sla
 from autotune.points import RULES_INTERVALS, WindowPlan
 from autotune.rundir import RunDir, RunRecord
@@ -71,10 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = RunSettings(
         model=args.model, repository=repository, sla=sla, search_space=args.search_space, output_check=False
     )
-    prep = tuner.prepare(settings)
+    gpus = server_gpus(settings.launch)  # a KIND_GPU space stays on the GPU where there is one
+    prep = tuner.prepare(settings, server_gpus=gpus.count)
     data = _read(args.out) or {
         "version": sim.SURVEY_VERSION, "model": args.model, "percentile": sla.percentile,
-        "limit_ms": sla.limit_ms, "cores": os.cpu_count() or 1, "window_s": args.window, "windows": {},
+        "limit_ms": sla.limit_ms, "cores": os.cpu_count() or 1, "gpus": gpus.count,
+        "window_s": args.window, "windows": {},
     }  # fmt: skip
     configs = sim.candidates(prep.space)
     if args.configs:
