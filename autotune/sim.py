@@ -44,7 +44,7 @@ from autotune.points import (
 )
 from autotune.results import TrialResult, Verification, recommendation
 from autotune.rundir import RunDir, RunRecord
-from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space
+from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, parse_search_space
 from autotune.settings import Launch, RunSettings, Traffic
 from autotune.study import Study
 from autotune.traffic import Loader
@@ -357,6 +357,16 @@ class SimOutcome:
     honest: bool
 
 
+def space_of(surface: Surface) -> SearchSpace:
+    """The space a surface is tuned in: a survey's own, else :func:`default_space`."""
+    return getattr(surface, "space", None) or default_space()
+
+
+def baseline_of(surface: Surface) -> Candidate:
+    """The config a surface's tuning starts from: a survey's model's own, else :data:`BASELINE`."""
+    return getattr(surface, "baseline", None) or BASELINE
+
+
 def default_space() -> SearchSpace:
     """The default search space as a CPU model that batches sees it."""
     space = load_search_space(bundled("default"))
@@ -370,14 +380,15 @@ def simulate(
     surface: Surface,
     seed: int,
     space: SearchSpace | None = None,
-    baseline: Candidate = BASELINE,
+    baseline: Candidate | None = None,
     workdir: Path | None = None,
     rules: str = RULES_STABILITY,
     **options: Any,
 ) -> SimOutcome:
     """One tuning run against ``surface``, with the CLI's defaults (``options``: RunSettings
     fields to change, such as ``max_trials``) and the sampler seeded with ``seed``."""
-    user = space or default_space()
+    user = space or space_of(surface)
+    baseline = baseline if baseline is not None else baseline_of(surface)
     settings = RunSettings(
         model="sim", repository=Path("."), sla=surface.sla, seed=seed, output_check=False,
         open_loop_check=False, batching_headroom=1.0, **options,
@@ -385,7 +396,7 @@ def simulate(
     settings = replace(settings, plan=search_plan(surface.sla, settings.margin, 0.5, rules))
     prep = tuner.Prepared(
         settings, mcfg.ModelConfig(name="sim"), Path("."), user, baseline, None,
-        Loader(Traffic()), cores=surface.cores,
+        Loader(Traffic()), server_gpus=getattr(surface, "gpus", 0), cores=surface.cores,
     )  # fmt: skip
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         record = RunRecord(
@@ -467,6 +478,9 @@ class Surveyed:
     cores: int
     windows: dict[str, dict[int, tuple[tuple[float, float], ...]]]  # label -> level -> (thr, ms)
     start_s: float = 3.0
+    space: SearchSpace | None = None  # the space surveyed (None: the default, as a CPU model sees it)
+    baseline: Candidate | None = None  # the model's own config (None: the examples' :data:`BASELINE`)
+    gpus: int = 0  # the server's GPUs
 
     @classmethod
     def load(cls, path: Path, sla: Sla | None = None) -> Surveyed:
@@ -486,7 +500,21 @@ class Surveyed:
             for label, levels in data["windows"].items()
         }
         chosen = sla or Sla(int(data["percentile"]), float(data["limit_ms"]))
-        return cls(str(data["model"]), chosen, int(data["cores"]), windows)
+        gpus = int(data.get("gpus", 0))
+        space = None
+        if "space" in data:  # the space file's document, as the machine's server could run it
+            space = parse_search_space(data["space"], gpu_available=gpus > 0).restricted(
+                batching=True, gpu=gpus > 0, tensorrt=False, gpu_count=gpus
+            )
+        baseline = None
+        if "baseline" in data:
+            fields: dict[str, Any] = {
+                k: tuple(v) if isinstance(v, list) else v for k, v in data["baseline"].items()
+            }
+            baseline = Candidate(**fields)
+        return cls(
+            str(data["model"]), chosen, int(data["cores"]), windows, space=space, baseline=baseline, gpus=gpus
+        )
 
     @property
     def cv(self) -> float:

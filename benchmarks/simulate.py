@@ -13,7 +13,8 @@ run's study was told only what it measured (``honest``). The acceptance of issue
     python benchmarks/simulate.py --survey benchmarks/surveys/cnn.json.gz --no-synthetic
                                                        # a surface surveyed on a real server
 
-A survey (``benchmarks/survey.py``) must hold every config of the default space: one that
+A survey (``benchmarks/survey.py``) must hold every config of its space (the default, unless it
+records another): one that
 stopped part way is refused with how many it lacks (the same survey command completes it).
 """
 
@@ -38,9 +39,9 @@ def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
     out: list[sim.Surface] = []
     for path in args.survey or ():
         surveyed = sim.Surveyed.load(path)
-        missing = surveyed.missing(sim.default_space())
+        missing = surveyed.missing(sim.space_of(surveyed))
         if missing:
-            raise SystemExit(f"{path}: {missing} config(s) of the default space not surveyed yet")
+            raise SystemExit(f"{path}: {missing} config(s) of its space not surveyed yet")
         out.append(surveyed)
     if not args.synthetic:
         return out
@@ -52,7 +53,7 @@ def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
 
 
 def run_surface(surface: sim.Surface, runs: int, rules: str) -> tuple[sim.Surface, str, sim.Tally]:
-    space = sim.default_space()
+    space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
     tally = sim.Tally()
     for seed in range(runs):

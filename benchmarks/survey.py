@@ -26,10 +26,12 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import yaml
 
 from autotune import hostlock, sim, stopping, tuner
 from autotune.events import Events
@@ -39,6 +41,7 @@ from autotune.points import RULES_INTERVALS, WindowPlan
 from autotune.rundir import RunDir, RunRecord
 from autotune.settings import Launch, RunSettings
 from autotune.trials import Trials
+from autotune.tuner import default_space_path
 
 LEVELS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 # a config's levels end at the first whose latency is this many times the limit: above it a
@@ -77,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         "version": sim.SURVEY_VERSION, "model": args.model, "percentile": sla.percentile,
         "limit_ms": sla.limit_ms, "cores": os.cpu_count() or 1, "gpus": gpus.count,
         "window_s": args.window, "windows": {},
+        # what the simulator tunes in, and from: the space file's document and the model's config
+        "space": yaml.safe_load((args.search_space or default_space_path()).read_text(encoding="utf-8")),
+        "baseline": asdict(prep.baseline),
     }  # fmt: skip
     configs = sim.candidates(prep.space)
     if args.configs:

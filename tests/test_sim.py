@@ -94,6 +94,36 @@ def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tm
     assert surface.missing(SPACE) == len(sim.candidates(SPACE)) - 2  # a survey that stopped part way
 
 
+def test_a_survey_of_a_gpu_model_is_tuned_in_its_own_space_from_its_own_config(tmp_path: Path) -> None:
+    """A survey that records its space and the model's config (benchmarks/survey.py, as the GPU
+    survey does) is simulated in that space, on the server's GPUs, from that config; one that does
+    not (an older file) in the default space from the examples' config."""
+    space = {"instance_group": {"count": [1, 2], "kind": ["KIND_GPU"], "gpus": [[0]]},
+             "max_batch_size": [8], "dynamic_batching": {"enabled": [True, False]},
+             "load": {"concurrency": {"min": 1, "max": 4}}}  # fmt: skip
+    mine = Candidate(1, "KIND_GPU", (0,), 8, False, (), 0, False)
+    gpu = sim.Surveyed("gpu", Sla(95, 8.0), 16, {}, space=None, gpus=1)
+    data = {"version": sim.SURVEY_VERSION, "model": "mlp", "percentile": 95, "limit_ms": 8.0, "cores": 16,
+            "gpus": 1, "window_s": 0.5, "space": space, "baseline": {**vars(mine), "gpus": [0]}}  # fmt: skip
+    data["windows"] = {
+        sim.survey_label(c): {
+            "1": [[100.0 * c.instance_count, 2.0]] * 2,
+            "4": [[300.0 * c.instance_count, 7.0]] * 2,
+        }
+        for c in sim.candidates(sim.parse_search_space(space, gpu_available=True))
+    }
+    path = tmp_path / "mlp.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    surface = sim.Surveyed.load(path)
+    assert surface.gpus == 1 and surface.baseline == mine
+    tuned_in = sim.space_of(surface)
+    assert tuned_in.kind == ("KIND_GPU",) and tuned_in.concurrency_max == 4 and surface.missing(tuned_in) == 0
+    outcome = sim.simulate(surface, 0, rules="intervals")
+    assert outcome.results[0].candidate == mine  # yours first, as a run measures it
+    assert all(r.candidate is None or r.candidate.kind == "KIND_GPU" for r in outcome.results)
+    assert sim.space_of(gpu) == SPACE and sim.baseline_of(gpu) == sim.BASELINE  # no space recorded
+
+
 def test_a_space_that_only_batches_never_measures_a_config_without_batching_but_yours() -> None:
     """The issue's new user: dynamic_batching.enabled [true] only, your config without it. Your
     config is measured (as it is: its trial has no params, the sampler never takes its figures
