@@ -768,9 +768,16 @@ def _clean(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    stopping.install()  # SIGTERM unwinds like Ctrl-C: servers stopped, trial marked
+    restore = stopping.install()  # SIGTERM unwinds like Ctrl-C: servers stopped, trial marked
     with contextlib.suppress(ValueError, AttributeError):  # kill -USR2 PID: every thread's stack
         faulthandler.register(signal.SIGUSR2, all_threads=True)
+    try:
+        return _main(argv, debug)
+    finally:
+        restore()
+
+
+def _main(argv: list[str], debug: bool) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.argv = argv  # the run's record shows the command line that made it

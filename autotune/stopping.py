@@ -5,14 +5,30 @@ exception raised while Python runs a finalizer (a socket's ``__del__``, a garbag
 generator) is printed as "Exception ignored" and swallowed, and the tuner would go on as if
 nothing happened. So the request is also remembered, and the long loops look at it between
 steps: a stop is never missed, at worst it takes effect one measurement later.
+
+A stop must also end. Unwinding from wherever the signal lands can leave a lock held (an
+exception between a lock's ``__enter__`` and its block, which Python does not guard), and the
+clean-up then waits on it for ever (a run hung so once after Ctrl-C, of 27 tries). So a signal
+also arms a watchdog: a command still stopping :data:`GRACE_S` later prints every thread's stack
+and ends with exit code 130. Its servers end with it (:mod:`autotune.guard`); its finished
+trials are kept, and the interrupted one is measured again on resume, as after ``kill -9``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import os
 import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+GRACE_S = 120.0  # once a signal asks a command to stop, how long its clean-up may take
 
 _requested = False
+_watchdog: threading.Timer | None = None
 
 
 def request(signum: int = 0, frame: object = None) -> None:
@@ -28,12 +44,52 @@ def check() -> None:
         raise KeyboardInterrupt
 
 
-def install() -> None:
+def install() -> Callable[[], None]:
     """Route SIGINT and SIGTERM through :func:`request` (main thread only), at the start of a
     command: no stop is pending then (one requested in an earlier command in this process,
-    e.g. a test calling ``autotune.cli.main`` again, was acted upon by that command)."""
+    e.g. a test calling ``autotune.cli.main`` again, was acted upon by that command). Returns
+    what undoes it when the command ends: the handlers before it back, no watchdog left."""
     global _requested
     _requested = False
+    _disarm()
+    previous: dict[int, Any] = {}  # a handler, or SIG_DFL / SIG_IGN
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(ValueError):  # not the main thread (e.g. a test's worker thread)
-            signal.signal(signum, request)
+            before = signal.signal(signum, _on_signal)
+            if before is not None:
+                previous[signum] = before
+
+    def restore() -> None:
+        _disarm()
+        for signum, handler in previous.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(signum, handler)
+
+    return restore
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    """The installed handler: the watchdog armed (once), then :func:`request`."""
+    global _watchdog
+    if _watchdog is None:
+        _watchdog = threading.Timer(GRACE_S, _expire)
+        _watchdog.daemon = True
+        _watchdog.start()
+    request(signum, frame)
+
+
+def _disarm() -> None:
+    global _watchdog
+    if _watchdog is not None:
+        _watchdog.cancel()
+        _watchdog = None
+
+
+def _expire() -> None:
+    faulthandler.dump_traceback(all_threads=True)
+    sys.stderr.write(
+        f"autotune: stopping took over {GRACE_S:g} s, so it ended where it stood (stacks above); its "
+        "servers end with it, finished trials are kept (resume with --resume RUN_DIR)\n"
+    )
+    sys.stderr.flush()
+    os._exit(130)
