@@ -36,6 +36,16 @@ def toy_run_args(repo: Path, space: Path, reports: Path, *extra: str) -> list[st
             "--window", "0.5", "--finalists", "1", "--no-open-loop-check", *extra]  # fmt: skip
 
 
+def files_of(folder: Path) -> dict[Path, bytes]:
+    """Every file under ``folder`` and its bytes: a repository before and after a command."""
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def changed_files(folder: Path, before: dict[Path, bytes]) -> list[Path]:
+    """The files under ``folder`` that are new or differ from ``before``."""
+    return [p for p, data in files_of(folder).items() if before.get(p) != data]
+
+
 def examples_builder() -> ModuleType:
     """examples/build_models.py, imported by path (it is a script, not a package module)."""
     name = "autotune_examples_builder"

@@ -13,6 +13,7 @@ import pytest
 from autotune.errors import ConfigError, UsageError
 from autotune.model_config import load_config
 from autotune.pipeline import BLS, ENSEMBLE, for_step, read_pipeline
+from tests.conftest import changed_files, files_of
 
 
 def _model(repo: Path, name: str, text: str) -> None:
@@ -181,7 +182,7 @@ def test_a_step_of_an_ensemble_is_tuned_end_to_end_and_written_back_alone(
     from tests.conftest import servers_of, staged_servers
 
     repo = _toy_pipeline(toy_repo)
-    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    before = files_of(repo)
     reports = tmp_path / "reports"
     argv = ["run", "--model", "pipe", "--step", "slow", "--model-repository", str(repo),
             "--sla-p95-ms", "80", "--reports-dir", str(reports), "--search-space", str(small_space),
@@ -200,9 +201,9 @@ def test_a_step_of_an_ensemble_is_tuned_end_to_end_and_written_back_alone(
     assert (
         base is not None and set(base.server.steps) == {"toy", "slow"} and base.server.bottleneck() == "slow"
     )
-    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    assert files_of(repo) == before
     assert main(["apply", str(run_dir)]) == 0
-    changed = [p for p in repo.rglob("*") if p.is_file() and before.get(p) != p.read_bytes()]
+    changed = changed_files(repo, before)
     assert [p.relative_to(repo).as_posix() for p in changed if ".autotune-" not in p.name] == [
         "slow/config.pbtxt"
     ]
@@ -226,7 +227,7 @@ def test_without_step_an_ensemble_is_tuned_in_rounds_and_written_back_whole(
     from tests.conftest import staged_servers
 
     repo = _toy_pipeline(toy_repo, per_item_ms="1.5")
-    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    before = files_of(repo)
     reports = tmp_path / "reports"
     argv = ["run", "--model", "pipe", "--model-repository", str(repo), "--sla-p95-ms", "80",
             "--reports-dir", str(reports), "--search-space", str(small_space), "--window", "0.5",
@@ -243,13 +244,13 @@ def test_without_step_an_ensemble_is_tuned_in_rounds_and_written_back_whole(
     assert two.step == "toy" and two.rounds and [t.model for t in two.tuned_steps] == ["slow"]
     assert two.tuned_steps[0].config == (first / "winner.pbtxt").read_text()
     assert "slow (run " in two.made["tuned in earlier rounds"]
-    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    assert files_of(repo) == before
 
     capsys.readouterr()
     assert main(["apply", str(second)]) == 0
     out = capsys.readouterr().out
     assert "toy/config.pbtxt" in out and "slow/config.pbtxt" in out and "loaded them in Triton" in out
-    changed = [p for p in repo.rglob("*") if p.is_file() and before.get(p) != p.read_bytes()]
+    changed = changed_files(repo, before)
     assert sorted(p.relative_to(repo).as_posix() for p in changed if ".autotune-" not in p.name) == [
         "slow/config.pbtxt", "toy/config.pbtxt"
     ]  # fmt: skip
@@ -359,7 +360,7 @@ def test_a_model_a_bls_model_calls_is_tuned_through_it(
     from tests.conftest import servers_of, staged_servers
 
     repo = _caller(toy_repo)
-    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    before = files_of(repo)
     reports = tmp_path / "reports"
     argv = ["run", "--model", "caller", "--composing-models", "slow", "--step", "slow",
             "--model-repository", str(repo), "--sla-p95-ms", "80", "--reports-dir", str(reports),
@@ -373,10 +374,10 @@ def test_a_model_a_bls_model_calls_is_tuned_through_it(
     record = json.loads((run_dir / "run.json").read_text())
     assert record["step"] == "slow" and record["composing"] == ["slow"]
     assert "slow, called by caller (BLS, calling slow)" in unescape((run_dir / "report.html").read_text())
-    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    assert files_of(repo) == before
     if outcome.winner.number != outcome.baseline.number:
         assert main(["apply", str(run_dir)]) == 0
-        changed = [p for p in repo.rglob("*") if p.is_file() and before.get(p) != p.read_bytes()]
+        changed = changed_files(repo, before)
         assert {p.relative_to(repo).as_posix() for p in changed if ".autotune-" not in p.name} == {
             "slow/config.pbtxt"
         }
@@ -462,7 +463,7 @@ def test_a_pipeline_run_killed_mid_trial_changes_no_file_and_resumes(
     from tests.conftest import CLI, servers_of
 
     repo = _toy_pipeline(toy_repo)
-    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    before = files_of(repo)
     reports = tmp_path / "reports"
     argv = [*CLI, "run", "--model", "pipe", "--step", "slow", "--model-repository", str(repo),
             "--sla-p95-ms", "80", "--reports-dir", str(reports), "--search-space", str(small_space),

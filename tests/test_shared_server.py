@@ -16,6 +16,7 @@ from autotune.errors import UsageError
 from autotune.objective import Sla
 from autotune.points import Point
 from autotune.settings import CoModel, Workload, read_models
+from tests.conftest import files_of
 
 SLA = Sla(95, 50.0, others=(("twin", Sla(99, 20.0)),))
 SLA80 = Sla(95, 80.0)
@@ -132,7 +133,7 @@ def test_two_models_on_one_server_are_tuned_in_rounds_and_written_back_together(
     from tests.conftest import staged_servers
 
     repo = _twin_repo(toy_repo)
-    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    before = files_of(repo)
     reports = tmp_path / "reports"
     argv = ["run", "--model", "toy", "--model", "twin", "--model-repository", str(repo),
             "--sla-p95-ms", "80", "--reports-dir", str(reports), "--search-space", str(small_space),
@@ -154,7 +155,7 @@ def test_two_models_on_one_server_are_tuned_in_rounds_and_written_back_together(
         assert [name for name, _ in best.others] == [model, "twin" if model == "toy" else "toy"]
         assert all(p.latency_ms(95) <= 80 and p.throughput > 0 for _, p in best.others)
         assert best.throughput == pytest.approx(sum(p.throughput for _, p in best.others))
-    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    assert files_of(repo) == before
 
     capsys.readouterr()
     assert main(["apply", str(second)]) == 0
