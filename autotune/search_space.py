@@ -321,6 +321,12 @@ def load_search_space(
         raise SearchSpaceError(f"{_resolved(path)}: {exc}") from exc
 
 
+def space_document(path: Path) -> Any:
+    """The YAML document of a search space file, or of a bundled one by its name (what a survey
+    records of the space it measured)."""
+    return _read(path)
+
+
 def check_sections(path: Path, served: Sequence[str]) -> None:
     """A SearchSpaceError when the file has a section (``models:``) for a model the run does not
     serve (``served``: the tuned model, a pipeline's members, the models beside it)."""

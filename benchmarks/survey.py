@@ -31,14 +31,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import yaml
-
 from autotune import hostlock, sim, stopping, tuner
 from autotune.events import Events
 from autotune.launch import make_launcher, server_gpus
 from autotune.objective import Sla
 from autotune.points import RULES_INTERVALS, WindowPlan
 from autotune.rundir import RunDir, RunRecord
+from autotune.search_space import space_document
 from autotune.settings import Launch, RunSettings
 from autotune.trials import Trials
 from autotune.tuner import default_space_path
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         "limit_ms": sla.limit_ms, "cores": os.cpu_count() or 1, "gpus": gpus.count,
         "window_s": args.window, "windows": {},
         # what the simulator tunes in, and from: the space file's document and the model's config
-        "space": yaml.safe_load((args.search_space or default_space_path()).read_text(encoding="utf-8")),
+        "space": space_document(args.search_space or default_space_path()),
         "baseline": asdict(prep.baseline),
     }  # fmt: skip
     configs = sim.candidates(prep.space)
