@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune import sim
+from autotune.model_config import candidate_of, load_config
 from autotune.search_space import load_search_space
 from tests.conftest import staged_servers
 
@@ -37,6 +38,9 @@ def test_a_survey_measures_every_config_at_every_level_and_resumes(
     surface = sim.Surveyed.load(out)
     space = load_search_space(small_space)
     configs = sim.candidates(space)
+    # it records what the simulator tunes it in, and from: this space and toy's own config
+    assert sim.space_of(surface).instance_count == space.instance_count and surface.gpus == 0
+    assert surface.baseline == candidate_of(load_config(toy_repo, "toy"))
     assert len(configs) >= 3 and set(surface.windows) == {sim.survey_label(c) for c in configs}
     for config in configs:
         levels = surface.windows[sim.survey_label(config)]
