@@ -74,6 +74,9 @@ class Surface(Protocol):
     sla: Sla  # the SLA the surface is tuned for
     cores: int  # the machine's (the seeds' "many instances")
     start_s: float  # a server's start, in simulated seconds
+    space: SearchSpace | None  # the space it is tuned in (None: :func:`default_space`)
+    baseline: Candidate | None  # the config its tuning starts from (None: :data:`BASELINE`)
+    gpus: int  # the server's GPUs
 
     def truth(self, candidate: Candidate, level: int) -> Reading: ...
 
@@ -111,6 +114,9 @@ class Synthetic:
     cv: float = 0.05
     stall: float = 0.0
     start_s: float = 3.0
+    space: SearchSpace | None = None
+    baseline: Candidate | None = None
+    gpus: int = 0
 
     def truth(self, candidate: Candidate, level: int) -> Reading:
         c = float(level)
@@ -359,12 +365,12 @@ class SimOutcome:
 
 def space_of(surface: Surface) -> SearchSpace:
     """The space a surface is tuned in: a survey's own, else :func:`default_space`."""
-    return getattr(surface, "space", None) or default_space()
+    return surface.space or default_space()
 
 
 def baseline_of(surface: Surface) -> Candidate:
     """The config a surface's tuning starts from: a survey's model's own, else :data:`BASELINE`."""
-    return getattr(surface, "baseline", None) or BASELINE
+    return surface.baseline or BASELINE
 
 
 def default_space() -> SearchSpace:
@@ -396,7 +402,7 @@ def simulate(
     settings = replace(settings, plan=search_plan(surface.sla, settings.margin, 0.5, rules))
     prep = tuner.Prepared(
         settings, mcfg.ModelConfig(name="sim"), Path("."), user, baseline, None,
-        Loader(Traffic()), server_gpus=getattr(surface, "gpus", 0), cores=surface.cores,
+        Loader(Traffic()), server_gpus=surface.gpus, cores=surface.cores,
     )  # fmt: skip
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         record = RunRecord(
