@@ -7,18 +7,9 @@
 # SECONDS (default 450) bounds the survey; the configs measured by then are kept in the file.
 set -uo pipefail
 source scripts/gpu_setup.sh gpu_survey
-cat > /tmp/gpu-space.yaml <<'SPACE'
-instance_group:
-  count: [1, 2]
-  kind: [KIND_GPU]
-  gpus: [[0]]
-max_batch_size: [8, 32]
-dynamic_batching:
-  enabled: [true, false]
-  max_queue_delay_microseconds: [0, 500]
-load:
-  concurrency: {min: 1, max: 128}
-SPACE
+# the GPU path's space (scripts/gpu_path.py), its clients up to 128
+python3 -c 'import sys; sys.path.insert(0, "scripts"); import gpu_path
+print(gpu_path.SPACE.replace("max: 64}", "max: 128}"), end="")' > /tmp/gpu-space.yaml || exit 1
 cd /tmp && timeout -s TERM "${1:-450}" python3 "$OLDPWD/benchmarks/survey.py" --model torch_mlp \
   --model-repository "$OLDPWD/tests/gpu_models" --sla-p95-ms 5 --search-space /tmp/gpu-space.yaml \
   --levels 1 4 16 32 64 128 --windows 8 --out "$OUT/torch_mlp_gpu.json.gz"
