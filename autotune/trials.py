@@ -165,7 +165,7 @@ class Trials:
                 protocol=self.prep.settings.protocol, plan=plan, workload=co.workload, data=data,
                 preflight=not self._beside_checked,
             )  # fmt: skip
-            beside.append(Beside(gen, 1.0, co.weight, co.sla.percentile))
+            beside.append(Beside(gen, co.weight, co.sla.percentile))
         self._beside_checked = True
         return beside
 

@@ -48,7 +48,7 @@ def test_a_point_with_models_beside_counts_their_weighted_throughputs() -> None:
     mine = replace(MINE, window_throughputs=(190.0, 210.0))
     theirs = replace(MINE, throughput=100.0, errors=2, window_throughputs=(90.0, 110.0), first_error="x")
     gen = type("Gen", (), {"io": type("IO", (), {"name": "twin"})()})()
-    point = _combined(mine, "toy", 2.0, [Beside(gen, 1.0, 0.5, 99)], [theirs])  # type: ignore[arg-type]
+    point = _combined(mine, "toy", 2.0, [Beside(gen, 0.5, 99)], [theirs])  # type: ignore[arg-type]
     assert point.throughput == pytest.approx(2.0 * 200 + 0.5 * 100)
     assert point.window_throughputs == pytest.approx((2 * 190 + 0.5 * 90, 2 * 210 + 0.5 * 110))
     assert point.p95_ms == MINE.p95_ms and point.errors == 2 and point.first_error == "x"

@@ -184,14 +184,15 @@ class LoadGenerator:
             answers.append(answer)
             return StatsSnapshot.parse(answer, model=self.io.name, steps=self.steps)
 
-        levels = [b.clients(concurrency) for b in self.beside]
         try:
             with _quiet_gc():
                 async with AsyncExitStack() as stack:
                     source = await stack.enter_async_context(_running(endpoint, job, self.workers))
                     theirs = [
-                        await stack.enter_async_context(_running(b.gen.endpoint(n), Job(concurrency=n), 1))
-                        for b, n in zip(self.beside, levels, strict=True)
+                        await stack.enter_async_context(
+                            _running(b.gen.endpoint(concurrency), Job(concurrency=concurrency), 1)
+                        )
+                        for b in self.beside
                     ]
                     before, windows = await run_windows(source, stats, self.plan, self.gpu_probe, theirs)
         finally:
@@ -202,7 +203,7 @@ class LoadGenerator:
         if not self.beside:
             return point
         besides = [
-            b.point(answers, [w.beside[i] for w in windows], self.plan, levels[i])
+            b.point(answers, [w.beside[i] for w in windows], self.plan, concurrency)
             for i, b in enumerate(self.beside)
         ]
         return _combined(point, self.io.name, self.weight, self.beside, besides)
@@ -296,17 +297,12 @@ class LoadGenerator:
 @dataclass(frozen=True)
 class Beside:
     """A model served beside the measured one (several models on one server): its own load
-    generator (its workload), its clients per client of the measured model (``share``), its
-    weight in a point's throughput, and the percentile its SLA reads (its windows' latencies
-    are kept at it)."""
+    generator (its workload), as many clients as the measured model, its weight in a point's
+    throughput, and the percentile its SLA reads (its windows' latencies are kept at it)."""
 
     gen: LoadGenerator
-    share: float = 1.0
     weight: float = 1.0
     percentile: int = 95
-
-    def clients(self, concurrency: int) -> int:
-        return max(1, round(concurrency * self.share))
 
     def point(
         self, answers: Sequence[Any], tallies: Sequence[Tally], plan: WindowPlan, clients: int
