@@ -83,7 +83,8 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     headroom: :func:`decide.headroom`; :func:`rules.rounds_break`) it goes one level down
     (:func:`rules.level_below`; none left: it leaves the race); undecided, it stays for the
     next round to tell; after each round those worse
-    than the leader leave (:func:`rules.outraced`); the race ends when one is left that has run
+    than the leader leave (:func:`rules.outraced`; in a closed loop each round's throughput
+    carried to the limit: :func:`rules.to_limit`); the race ends when one is left that has run
     two rounds, or after the last round. Each contender's rounds at the level it ended on are
     its verification (the levels it left, with theirs, its ``others``); the winner is
     :func:`rules.race_winner`'s. A race already recorded in the study (a resumed run, another
@@ -101,6 +102,12 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     rounds: dict[int, list[Point]] = {n: [] for n in shares}
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = {n: [] for n in shares}
     count = dict.fromkeys(shares, 0)
+    pct = settings.sla.percentile
+    carries = (
+        None
+        if prep.loader.open_loop
+        else {r.number: rules.to_limit(r, slas[r.number].limit_ms, pct) for r in ranked}
+    )
 
     def one_round(result: TrialResult) -> bool:
         """One more round of ``result`` at its level; its rounds there breaking the SLA send it
@@ -129,7 +136,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     alive = list(ranked)
     for _ in range(settings.repeats):
         alive = [r for r in alive if one_round(r)]
-        left = rules.outraced({r.number: rounds[r.number] for r in alive}, shares)
+        left = rules.outraced({r.number: rounds[r.number] for r in alive}, shares, carries)
         alive = [r for r in alive if r.number not in left]
         if len(alive) <= 1 and all(len(rounds[r.number]) >= 2 for r in alive):
             break
@@ -138,7 +145,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         standing = {
             n: points for n, points in rounds.items() if points and not rules.rounds_break(points, slas[n])
         }
-        n = rules.race_leader(standing, shares, settings.sla.percentile)
+        n = rules.race_leader(standing, shares, pct, carries)
         if n is None or rules.rounds_meet(rounds[n], slas[n]):
             break
         if down(n):
@@ -153,7 +160,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
             at, points = past.pop()
         concurrency, rate = (0, at) if prep.loader.open_loop else (int(at), 0.0)
         met = len(points) if rules.rounds_meet(points, slas[n]) else sum(slas[n].met_by(p) for p in points)
-        out.append(Verification(n, concurrency, points, met, rate, tuple(past)))
+        out.append(Verification(n, concurrency, points, met, rate, tuple(past), limit_ms=slas[n].limit_ms))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))
 

@@ -78,6 +78,9 @@ class Verification:
     # repeats set aside and measured again, with their levels: our client's stalls may have
     # decided their tails (autotune.decide.client_decided)
     redone: tuple[tuple[float, Point], ...] = ()
+    # the latency limit a race held its rounds to (the search's headroom; 0.0: not raced, or
+    # recorded before races kept it): what autotune.rules.to_limit carries them to
+    limit_ms: float = 0.0
 
     @property
     def where(self) -> str:
@@ -114,6 +117,7 @@ class Verification:
                 {"level": level, "points": [p.to_dict() for p in points]} for level, points in self.others
             ],
             "redone": [{"level": level, "point": p.to_dict()} for level, p in self.redone],
+            "limit_ms": self.limit_ms,
         }
 
     @classmethod
@@ -126,7 +130,7 @@ class Verification:
         )
         redone = tuple((float(r["level"]), Point.from_dict(r["point"])) for r in data.get("redone", ()))
         trial, concurrency, met = int(data["trial"]), int(data["concurrency"]), int(data["sla_met"])
-        return cls(trial, concurrency, points, met, rate, others, redone)
+        return cls(trial, concurrency, points, met, rate, others, redone, float(data.get("limit_ms", 0.0)))
 
 
 @dataclass(frozen=True)

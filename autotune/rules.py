@@ -19,9 +19,10 @@ budget, ``--finalists`` and ``--repeats``).
   (:meth:`~autotune.noise.Estimate.across_servers`): :func:`better_trial`.
 - **The finalists** are the trials that are not worse than the best (at most ``--finalists``),
   raced on fresh servers (:func:`autotune.finals.race`): a contender's rounds at a level are
-  judged together (:func:`rounds_meet`, :func:`rounds_break`), its throughput over them with
-  its windows' error and the servers' (:func:`raced`); it steps down by :func:`level_below`;
-  the leader (:func:`race_leader`) must meet the SLA where it stands.
+  judged together (:func:`rounds_meet`, :func:`rounds_break`), in a closed loop each round's
+  throughput carried to the limit along its search's slopes (:func:`to_limit`), over the rounds
+  with their spread (:func:`raced`); it steps down by :func:`level_below`; the leader
+  (:func:`race_leader`) must meet the SLA where it stands.
 """
 
 from __future__ import annotations
@@ -183,12 +184,63 @@ def finalists(results: Sequence[TrialResult], count: int, scoring: Scoring = RAW
     return [r for r in ranked if not better_trial(ranked[0], r, scoring)][:count]
 
 
-def raced(points: Sequence[Point], share: int = 1) -> Estimate:
-    """A contender's throughput over its race's rounds, each on a fresh server: their mean, its
-    error each round's windows' (the noise pooled over the rounds) and
+Carry = Callable[[Point], float]
+
+
+def to_limit(result: TrialResult, limit_ms: float, percentile: int) -> Carry:
+    """How a closed loop's race compares a contender's rounds: each round's throughput carried to
+    the level at which its latency would reach ``limit_ms``, along the slopes of log latency and
+    log throughput over the level that the contender's search measured within one doubling of
+    its operating point (least squares), no further than the levels they were fitted over. A
+    fresh server's bias scales a curve, not its slopes; carried, rounds with room left under the
+    limit, or at other levels, compare where each config would serve: at the limit. Where the
+    search gave no such slopes (one level there, or latency that does not grow), a round's
+    throughput as measured."""
+    best, measurement = result.best, result.measurement
+    if best is None or measurement is None or not best.concurrency:
+        return _measured
+    top = best.level
+    near = [p for p in measurement.points if top / 2 <= p.level <= top * 2 and p.throughput > 0]
+    if len({p.level for p in near}) < 2 or any(p.latency_ms(percentile) <= 0 for p in near):
+        return _measured
+    levels = [p.level for p in near]
+    latency = _slope(levels, [math.log(p.latency_ms(percentile)) for p in near])
+    throughput = _slope(levels, [math.log(p.throughput) for p in near])
+    if latency <= 0:
+        return _measured
+    low, high = min(levels), max(levels)
+
+    def carried(point: Point) -> float:
+        measured = point.latency_ms(percentile)
+        if measured <= 0 or point.throughput <= 0:
+            return point.throughput
+        level = point.level + (math.log(limit_ms) - math.log(measured)) / latency
+        level = min(max(level, low), high)
+        return point.throughput * math.exp(throughput * (level - point.level))
+
+    return carried
+
+
+def _measured(point: Point) -> float:
+    return point.throughput
+
+
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """The least-squares slope of ``ys`` over ``xs`` (at least two distinct ``xs``)."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def raced(points: Sequence[Point], share: int = 1, carry: Carry | None = None) -> Estimate:
+    """A contender's throughput over its race's rounds, each on a fresh server. Carried to the
+    limit (``carry``: :func:`to_limit`): the carried figures' mean with their spread over the
+    rounds (which holds the servers' and the latency's noise; one round: no error yet). Else
+    their mean, its error each round's windows' (the noise pooled over the rounds) and
     :data:`autotune.noise.SERVER_CV` between the servers, both shrinking with the rounds."""
     if not points:
         return Estimate(0.0, float("inf"), 0)
+    if carry is not None:
+        return Estimate.of([carry(p) for p in points]).scaled(1 / share)
     noise = noise_of(points)
     each = [p.throughput_estimate(noise).across_servers() for p in points]
     mean = sum(e.mean for e in each) / len(each)
@@ -228,25 +280,42 @@ def rounds_break(points: Sequence[Point], sla: Sla) -> bool:
     return rounds_latency(points, sla.percentile).low > sla.limit_ms
 
 
-def outraced(rounds: dict[int, Sequence[Point]], shares: dict[int, int]) -> set[int]:
+def outraced(
+    rounds: dict[int, Sequence[Point]], shares: dict[int, int], carries: Mapping[int, Carry] | None = None
+) -> set[int]:
     """The contenders (by trial number, each with the rounds it met the SLA in) worse than the
-    leader, the one with the most throughput: they leave the race."""
-    found = {n: raced(points, shares.get(n, 1)) for n, points in rounds.items() if points}
+    leader, the one with the most throughput (carried to the limit where ``carries`` has the
+    contender's: :func:`raced`): they leave the race."""
+    found = _raced(rounds, shares, carries)
     if not found:
         return set()
     leader = max(found.values(), key=lambda e: e.mean)
     return {n for n, e in found.items() if better(leader, e)}
 
 
+def _raced(
+    rounds: Mapping[int, Sequence[Point]], shares: Mapping[int, int], carries: Mapping[int, Carry] | None
+) -> dict[int, Estimate]:
+    carry = carries or {}
+    return {n: raced(points, shares.get(n, 1), carry.get(n)) for n, points in rounds.items() if points}
+
+
 def race_leader(
-    rounds: Mapping[int, Sequence[Point]], shares: Mapping[int, int], percentile: int
+    rounds: Mapping[int, Sequence[Point]],
+    shares: Mapping[int, int],
+    percentile: int,
+    carries: Mapping[int, Carry] | None = None,
 ) -> int | None:
-    """Of the contenders (by trial number, each with its rounds at its level), the ones not
-    worse than the one with the most throughput (:func:`raced`), the lowest latency at
-    ``percentile`` (their rounds' median); None without any."""
-    found = {n: raced(points, shares.get(n, 1)) for n, points in rounds.items() if points}
+    """Of the contenders (by trial number, each with its rounds at its level): carried to the
+    limit (``carries``, one for each: :func:`to_limit`), the one with the most throughput there
+    (latency left under the limit is throughput it would serve, so the tie the intervals leave
+    goes by it too); else, of the ones not worse than the one with the most throughput
+    (:func:`raced`), the lowest latency at ``percentile`` (their rounds' median). None without any."""
+    found = _raced(rounds, shares, carries)
     if not found:
         return None
+    if carries is not None and all(n in carries for n in found):
+        return max(found, key=lambda n: found[n].mean)
     leader = max(found.values(), key=lambda e: e.mean)
     tied = [n for n, e in found.items() if not better(leader, e)]
     return min(tied, key=lambda n: statistics.median_high(p.latency_ms(percentile) for p in rounds[n]))
@@ -256,12 +325,19 @@ def race_winner(
     verifications: Sequence[Verification], results: Sequence[TrialResult], sla: Sla, scoring: Scoring = RAW
 ) -> int | None:
     """The race's winner: :func:`race_leader` of the contenders whose rounds at their level met
-    the SLA together (:attr:`Verification.passed`, as :func:`autotune.finals.race` records it);
-    with none such, the trial of the best goodput not raced."""
+    the SLA together (:attr:`Verification.passed`, as :func:`autotune.finals.race` records it),
+    in a closed loop carried to the limit each was raced against (:attr:`Verification.limit_ms`,
+    :func:`to_limit`); with none such, the trial of the best goodput not raced."""
     shares = {r.number: scoring.share(r.candidate) for r in results}
     passed = {v.trial: v.points for v in verifications if v.passed}
     if passed:
-        return race_leader(passed, shares, sla.percentile)
+        by_number = {r.number: r for r in results}
+        carries = {
+            v.trial: to_limit(by_number[v.trial], v.limit_ms, sla.percentile)
+            for v in verifications
+            if v.passed and v.concurrency and v.limit_ms > 0 and v.trial in by_number
+        }
+        return race_leader(passed, shares, sla.percentile, carries if len(carries) == len(passed) else None)
     raced_trials = {v.trial for v in verifications}
     rest = [r for r in results if r.feasible and r.reused_from is None and r.number not in raced_trials]
     if not rest:

@@ -198,3 +198,40 @@ def test_the_race_leader_is_the_lowest_latency_of_those_not_worse_than_the_best(
     assert rules.race_leader({0: fast, 1: close, 2: slow}, {}, 95) == 1
     assert rules.race_leader({0: fast, 2: slow}, {}, 95) == 0  # less latency, but worse
     assert rules.race_leader({}, {}, 95) is None
+
+
+def test_a_round_is_carried_to_the_limit_along_its_searchs_slopes() -> None:
+    """Latency doubling and throughput growing by half over 8 clients in the search: a round
+    with room under the limit is credited what it would serve there, one over it less, never
+    further than the levels the slopes came from; without slopes, as measured."""
+    search = [windowed(8, 1000.0, 10.0), windowed(12, 1225.0, 14.14), windowed(16, 1500.0, 20.0)]
+    carry = rules.to_limit(_trial(0, search), 20.0, 95)
+    assert carry(windowed(12, 1225.0, 14.14)) == pytest.approx(1500.0, rel=0.01)  # room for 4 clients
+    assert carry(windowed(16, 1500.0, 20.0)) == pytest.approx(1500.0)  # at the limit already
+    assert carry(windowed(12, 1225.0, 28.28)) == pytest.approx(1000.0, rel=0.01)  # 8 clients over
+    assert carry(windowed(12, 1225.0, 2.0)) == pytest.approx(1500.0, rel=0.01)  # to 16 clients at most
+    flat = rules.to_limit(_trial(1, [windowed(8, 1000.0, 10.0), windowed(16, 1000.0, 10.0)]), 20.0, 95)
+    assert flat(windowed(8, 990.0, 10.0)) == 990.0  # latency that does not grow: no slope to carry on
+    alone = rules.to_limit(_trial(2, [windowed(8, 1000.0, 10.0)]), 20.0, 95)
+    assert alone(windowed(8, 990.0, 10.0)) == 990.0
+
+
+def test_carried_to_the_limit_the_config_that_would_serve_most_there_leads_the_race() -> None:
+    """Raced at one level, two contenders serve alike and the one of lower latency would lead
+    by the intervals' tie; carried to the limit along their searches' slopes, the other, whose
+    latency grows slower with the clients, would serve more there, and leads. Recorded with
+    the limit it was raced against, the race's winner is chosen the same way; a race recorded
+    without it, by the latency."""
+    steep = [windowed(8, 1000.0, 10.0), windowed(16, 1500.0, 20.0)]
+    gentle = [windowed(8, 1000.0, 10.0), windowed(16, 1800.0, 15.0)]
+    a = [windowed(12, v, 13.0) for v in (1200.0, 1190.0, 1210.0)]
+    b = [windowed(12, v, 13.5) for v in (1190.0, 1180.0, 1200.0)]
+    results = [_trial(0, steep), _trial(1, gentle)]
+    carries = {r.number: rules.to_limit(r, 20.0, 95) for r in results}
+    assert rules.race_leader({0: a, 1: b}, {}, 95) == 0  # tied, less latency
+    assert rules.race_leader({0: a, 1: b}, {}, 95, carries) == 1
+    assert rules.outraced({0: a, 1: b}, {}, carries) == {0}
+    made = [Verification(n, 12, tuple(p), 3, limit_ms=20.0) for n, p in enumerate((a, b))]
+    assert rules.race_winner(made, results, SLA) == 1
+    assert Verification.from_json(made[0].to_json()) == made[0]
+    assert rules.race_winner([replace(v, limit_ms=0.0) for v in made], results, SLA) == 0
