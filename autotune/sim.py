@@ -196,13 +196,17 @@ def synthetic_family(count: int, cv: float, seed: int = 0, stall: float = 0.0) -
 # ---------------------------------------------------------------- the truth
 
 
-def true_goodput(surface: Surface, candidate: Candidate, space: SearchSpace) -> tuple[float, int]:
-    """A candidate's true goodput under the surface's SLA, and its level (0, 0: none meets it)."""
+def true_goodput(
+    surface: Surface, candidate: Candidate, space: SearchSpace, limit_ms: float | None = None
+) -> tuple[float, int]:
+    """A candidate's true goodput under the surface's SLA (or ``limit_ms``), and its level (0, 0:
+    none meets it)."""
     sla = surface.sla
+    limit = sla.limit_ms if limit_ms is None else limit_ms
     best = (0.0, 0)
     for level in range(space.concurrency_min, space.concurrency_max + 1):
         true = surface.truth(candidate, level)
-        if true.latency_ms(sla.percentile) <= sla.limit_ms and true.throughput > best[0]:
+        if true.latency_ms(sla.percentile) <= limit and true.throughput > best[0]:
             best = (true.throughput, level)
     return best
 
@@ -244,10 +248,20 @@ class Judged:
     sim_s: float  # the simulated tuning time
     trials: int  # trials measured (not pruned, not failed)
     honest: bool  # every trial the study was told of carries only what was measured for it
+    # the same as ratio at the search's limit (the SLA less the margin, where the run compares
+    # configs) against the surface's best there (0.0: not asked for)
+    ratio_at_limit: float = 0.0
 
 
-def judge(surface: Surface, space: SearchSpace, outcome: SimOutcome, best: float) -> Judged:
-    """``outcome`` against the surface's truth (``best``: its best true goodput in ``space``)."""
+def judge(
+    surface: Surface,
+    space: SearchSpace,
+    outcome: SimOutcome,
+    best: float,
+    at_limit: tuple[float, float] = (0, 0),
+) -> Judged:
+    """``outcome`` against the surface's truth (``best``: its best true goodput in ``space``;
+    ``at_limit``: a limit and the best true goodput under it, for :attr:`Judged.ratio_at_limit`)."""
     winner = next((r for r in outcome.results if r.number == outcome.winner), None)
     if winner is None or winner.candidate is None:
         return Judged(
@@ -259,8 +273,10 @@ def judge(surface: Surface, space: SearchSpace, outcome: SimOutcome, best: float
     true = surface.truth(winner.candidate, level) if level else None
     meets = true is not None and true.latency_ms(surface.sla.percentile) <= surface.sla.limit_ms
     ratio = goodput / best if best > 0 else 0.0
+    limit, best_there = at_limit
+    there = true_goodput(surface, winner.candidate, space, limit)[0] / best_there if best_there > 0 else 0.0
     return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, meets, outcome.sim_s,
-                  outcome.measured, outcome.honest)  # fmt: skip
+                  outcome.measured, outcome.honest, there)  # fmt: skip
 
 
 # ---------------------------------------------------------------- simulated servers and load
@@ -453,6 +469,11 @@ class Tally:
     def good(self) -> float:
         """Runs whose winner's true goodput is at least 0.95 of the best."""
         return self.share(lambda j: j.ratio >= 0.95)
+
+    @property
+    def good_at_limit(self) -> float:
+        """Runs whose winner's true goodput at the search's limit is at least 0.95 of the best there."""
+        return self.share(lambda j: j.ratio_at_limit >= 0.95)
 
     @property
     def meets(self) -> float:
