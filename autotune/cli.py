@@ -253,7 +253,8 @@ def _add_run(sub: Any) -> None:
         help="what decides: 'stability' (the default: perf_analyzer's stable windows and the "
         "search's rules fitted around them) or 'intervals' (the noise model: each point's windows "
         "go on until the interval of its latency lies on one side of the SLA; configs compare by "
-        "intervals; the finalists race on fresh servers; see docs/search.md)",
+        "intervals; the finalists race on fresh servers, compared by what each would serve at the "
+        "limit; see docs/search.md)",
     )
     run.add_argument(
         "--trt-build-timeout-s",
