@@ -832,10 +832,11 @@ def perf_analyzer(
     window_ms: int,
     out_csv: Path,
     stability: int,
+    extra: Sequence[str] = (),
 ) -> PaPoint | None:
     """One perf_analyzer measurement: its stability rule on p99 with ``stability`` percent (100
     takes the first 3 windows: a fixed length); one that never settles is taken again with
-    the rule relaxed and marked unstable."""
+    the rule relaxed and marked unstable. ``extra``: further options (``--input-data FILE``)."""
     for attempt_stability in (stability, 100):
         out_csv.unlink(missing_ok=True)
         cmd = [
@@ -853,6 +854,7 @@ def perf_analyzer(
             "--max-trials=10",
             "-f",
             str(out_csv),
+            *extra,
         ]
         proc = subprocess.run(cmd, env=pa.env(), capture_output=True, text=True, check=False, timeout=600)
         if proc.returncode == 0 and out_csv.is_file():
