@@ -457,9 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = replace(budget, repeats=args.repeats if not args.smoke else 1)
     work = (args.work or Path(tempfile.mkdtemp(prefix="pipeline-vs-ma-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    members = sorted({m for model in args.models for m in (model, *COMPOSING.get(model, ()))})
     try:
-        peers = vma.install(work, [*members, "bertQA_tokenizer", "bertQA", "bertQA_answer"], worktree=False)
+        peers = vma.install(work, args.models, worktree=False)  # a pipeline's build makes its members
         space_file = work / "space.yaml"
         space_file.write_text(yaml.safe_dump(budget.space, sort_keys=False), encoding="utf-8")
         stamp = datetime.now(timezone.utc)
