@@ -333,8 +333,10 @@ def measure(
 
 
 def describe(winner: Winner, spec: Pipeline) -> str:
-    """Each member's config in vs_model_analyzer's short form, in the order data flows."""
-    return "; ".join(f"{m}: {vma.describe(winner.configs[m])}" for m in spec.members if m in winner.configs)
+    """Each model's config in vs_model_analyzer's short form (a BLS model's own first, then its
+    members in the order data flows; an ensemble's own has no instances to tell)."""
+    names = spec.members if spec.kind != BLS else spec.models
+    return "; ".join(f"{m}: {vma.describe(winner.configs[m])}" for m in names if m in winner.configs)
 
 
 def table(
