@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -259,34 +258,9 @@ def run_autotune(
 # ---------------------------------------------------------------- the common instrument
 
 
-@dataclass(frozen=True)
-class Remeasured:
-    tool: str
-    concurrency: int
-    points: tuple[vma.PaPoint, ...]
-    sla_ms: float
-
-    @property
-    def met(self) -> int:
-        return sum(p.p99_ms <= self.sla_ms for p in self.points)
-
-    @property
-    def median_throughput(self) -> float:
-        return statistics.median(p.throughput for p in self.points) if self.points else 0.0
-
-    @property
-    def median_p99(self) -> float:
-        return statistics.median(p.p99_ms for p in self.points) if self.points else 0.0
-
-    @property
-    def goodput(self) -> float:
-        """The median throughput where most repeats met the SLA, else 0."""
-        return self.median_throughput if self.points and self.met * 2 > len(self.points) else 0.0
-
-
 def remeasure(
     spec: Pipeline, runs: list[ToolRun], sla_ms: float, work: Path, peers: vma.Peers, budget: vma.Budget
-) -> list[Remeasured]:
+) -> list[vma.Remeasured]:
     """Each tool's winner, ``repeats`` times round-robin, on a fresh server each time."""
     chosen = [r for r in runs if r.winner is not None]
     points: dict[str, list[vma.PaPoint]] = {r.tool: [] for r in chosen}
@@ -307,7 +281,9 @@ def remeasure(
             if point is not None:
                 points[run.tool].append(point)
     return [
-        Remeasured(r.tool, r.winner.concurrency, tuple(points[r.tool]), sla_ms) for r in chosen if r.winner
+        vma.Remeasured(r.tool, r.winner.concurrency, tuple(points[r.tool]), sla_ms)
+        for r in chosen
+        if r.winner
     ]
 
 
@@ -340,7 +316,7 @@ def describe(winner: Winner, spec: Pipeline) -> str:
 
 
 def table(
-    spec: Pipeline, sla_ms: float, runs: list[ToolRun], measured: list[Remeasured], budget: vma.Budget
+    spec: Pipeline, sla_ms: float, runs: list[ToolRun], measured: list[vma.Remeasured], budget: vma.Budget
 ) -> str:
     by_tool = {m.tool: m for m in measured}
     lines = [
