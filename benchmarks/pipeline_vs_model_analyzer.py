@@ -113,6 +113,7 @@ def run_model_analyzer(
     folder: Path,
     peers: vma.Peers,
     budget: vma.Budget,
+    space_file: Path,
     monitor: vma.LoadMonitor,
 ) -> ToolRun:
     repo, out = folder / "repo", folder / "out"
@@ -124,7 +125,7 @@ def run_model_analyzer(
     }
     if spec.kind == BLS:
         extra["bls_composing_models"] = list(spec.members)
-    space = load_search_space_of(budget)
+    space = load_search_space(space_file)  # the file autotune is given too
     config = vma.ma_config(spec.model, sla_ms, "quick", repo, out, peers, vma.ma_bounds(space), extra)
     config_path = folder / "config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -186,15 +187,6 @@ def _config_text(data: dict[str, Any], name: str) -> str:
     config = json_format.ParseDict(data, mcfg.ModelConfig(), ignore_unknown_fields=True)
     config.name = name
     return mcfg.config_text(config)
-
-
-def load_search_space_of(budget: vma.Budget) -> Any:
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump(budget.space, f, sort_keys=False)
-    try:
-        return load_search_space(Path(f.name))
-    finally:
-        Path(f.name).unlink()
 
 
 def run_autotune(
@@ -375,7 +367,8 @@ def bench(
     spec = pipeline_of(peers.models, model)
     runs = [
         once(
-            work / model / "ma-quick", lambda f: run_model_analyzer(spec, sla_ms, f, peers, budget, monitor)
+            work / model / "ma-quick",
+            lambda f: run_model_analyzer(spec, sla_ms, f, peers, budget, space_file, monitor),
         ),
         once(
             work / model / "autotune",
