@@ -189,7 +189,10 @@ def _memory_over(point: Point, limit: float | None) -> str:
     return f"; GPU memory {peak:.0f} MiB > {limit:g} MiB"
 
 
-def print_summary(outcome: Outcome) -> None:
+def print_summary(outcome: Outcome, apply_line: bool = True) -> None:
+    """The run's end on the console: the winner against your config, what changed, where the
+    report is and (``apply_line``) the command that applies it; a round of a run in rounds gets
+    none, as the rounds' last line names the command that applies them all."""
     out = Console(highlight=False)
     info, winner, base = outcome.info, outcome.winner, outcome.baseline
     table = _summary_table(outcome)
@@ -216,7 +219,7 @@ def print_summary(outcome: Outcome) -> None:
         out.print("changes against your config.pbtxt:")
         out.print(info.winner_diff, markup=False, highlight=False)
     out.print(f"report: {outcome.run_dir / 'report.html'}")
-    if winner is not None:
+    if winner is not None and apply_line:
         out.print(f"apply it: autotune apply {outcome.run_dir}")
 
 

@@ -699,7 +699,7 @@ def _tune_once(
             else exc.hint
         )
         raise
-    print_summary(outcome)
+    print_summary(outcome, apply_line=not settings.rounds)  # rounds: the last round's line says it
     if outcome.all_failed:
         raise MeasurementError(
             f"every trial failed: {_first_reason(outcome)}",

@@ -62,6 +62,15 @@ def test_a_cpu_run_shows_no_gpu_column(capsys: pytest.CaptureFixture[str], tmp_p
     out = capsys.readouterr().out
     assert "GPU" not in out and "per GPU" not in out
     assert "3.00x throughput at the SLA" in out
+    assert f"apply it: autotune apply {tmp_path}" in out
+
+
+def test_a_round_names_no_apply_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A round of a run in rounds: the rounds' last line names the one command that applies them."""
+    both = (trial(0, point(2, 100, 5), baseline=True), trial(1, point(4, 300, 9)))
+    print_summary(Outcome(tmp_path, info(), both), apply_line=False)
+    out = capsys.readouterr().out
+    assert "3.00x throughput at the SLA" in out and "apply it" not in out
 
 
 def test_gpu_columns_show_the_recommended_points_figures(
