@@ -61,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=10, help="windows per level (default 10)")
     parser.add_argument("--window", type=float, default=0.5, help="seconds a window lasts (default 0.5)")
     parser.add_argument("--configs", type=int, default=0, help="survey at most this many configs (0: all)")
+    parser.add_argument(
+        "--only", action="append", metavar="LABEL",
+        help="survey only this config (its label as the survey prints it; repeatable): a second "
+        "server's reading of chosen configs, in a file of its own, for their server-to-server spread",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="the survey file (.json.gz)")
     args = parser.parse_args(argv)
     stopping.install()  # SIGTERM unwinds like Ctrl-C: the server stopped, the file whole
@@ -84,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": asdict(prep.baseline),
     }  # fmt: skip
     configs = sim.candidates(prep.space)
+    if args.only:
+        unknown = sorted(set(args.only) - {sim.survey_label(c) for c in configs})
+        if unknown:
+            parser.error(f"--only {unknown[0]!r}: no config of the space has that label")
+        configs = [c for c in configs if sim.survey_label(c) in args.only]
     if args.configs:
         configs = configs[: args.configs]
     plan = WindowPlan(
