@@ -251,6 +251,9 @@ class Judged:
     # the same as ratio at the search's limit (the SLA less the margin, where the run compares
     # configs) against the surface's best there (0.0: not asked for)
     ratio_at_limit: float = 0.0
+    # the best true goodput among the configs the search measured, over the surface's best: the
+    # most its decisions could have won (below 0.95: the search never measured a good config)
+    seen: float = 0.0
 
 
 def judge(
@@ -263,10 +266,14 @@ def judge(
     """``outcome`` against the surface's truth (``best``: its best true goodput in ``space``;
     ``at_limit``: a limit and the best true goodput under it, for :attr:`Judged.ratio_at_limit`)."""
     winner = next((r for r in outcome.results if r.number == outcome.winner), None)
+    measured = {survey_label(r.candidate): r.candidate for r in outcome.results if r.candidate and r.best}
+    seen = max((true_goodput(surface, c, space)[0] for c in measured.values()), default=0.0)
+    seen = seen / best if best > 0 else 0.0
     if winner is None or winner.candidate is None:
         return Judged(
-            surface.name, outcome.seed, None, 0, 0.0, False, outcome.sim_s, outcome.measured, outcome.honest
-        )
+            surface.name, outcome.seed, None, 0, 0.0, False, outcome.sim_s, outcome.measured, outcome.honest,
+            seen=seen,
+        )  # fmt: skip
     rec = recommendation(winner, outcome.verifications, surface.sla.percentile)
     level = rec.concurrency if rec is not None else 0
     goodput, _ = true_goodput(surface, winner.candidate, space)
@@ -276,7 +283,7 @@ def judge(
     limit, best_there = at_limit
     there = true_goodput(surface, winner.candidate, space, limit)[0] / best_there if best_there > 0 else 0.0
     return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, meets, outcome.sim_s,
-                  outcome.measured, outcome.honest, there)  # fmt: skip
+                  outcome.measured, outcome.honest, there, seen)  # fmt: skip
 
 
 # ---------------------------------------------------------------- simulated servers and load
@@ -478,6 +485,12 @@ class Tally:
     @property
     def meets(self) -> float:
         return self.share(lambda j: j.meets)
+
+    @property
+    def seen(self) -> float:
+        """Runs whose search measured a config of at least 0.95 of the best (the rest: ``good``
+        was lost before any decision between good configs)."""
+        return self.share(lambda j: j.seen >= 0.95)
 
     @property
     def median_s(self) -> float:

@@ -44,6 +44,7 @@ def test_on_a_noise_free_surface_every_run_finds_the_best_and_tells_only_what_it
     best = max(sim.true_goodput(QUIET, c, SPACE)[0] for c in sim.candidates(SPACE))
     judged = [sim.judge(QUIET, SPACE, sim.simulate(QUIET, seed), best) for seed in range(5)]
     assert all(j.honest and j.meets and j.ratio >= 0.95 for j in judged), judged
+    assert all(j.seen >= j.ratio for j in judged)  # the winner is among the configs measured
     assert all(0 < j.sim_s < 12 * 60 and j.trials >= 6 for j in judged)
 
 
