@@ -266,7 +266,9 @@ def judge(
     """``outcome`` against the surface's truth (``best``: its best true goodput in ``space``;
     ``at_limit``: a limit and the best true goodput under it, for :attr:`Judged.ratio_at_limit`)."""
     winner = next((r for r in outcome.results if r.number == outcome.winner), None)
-    measured = {survey_label(r.candidate): r.candidate for r in outcome.results if r.candidate and r.best}
+    measured = {
+        survey_label(r.candidate): r.candidate for r in outcome.results if r.candidate and r.measurement
+    }
     seen = max((true_goodput(surface, c, space)[0] for c in measured.values()), default=0.0)
     seen = seen / best if best > 0 else 0.0
     if winner is None or winner.candidate is None:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune import hostlock
+from autotune import hostlock, stopping
 from autotune.cli import main
 from autotune.hostlock import Holder, MachineBusyError, measuring
 
 HOLD = """
 import sys, time
-from autotune import hostlock
+from autotune import hostlock, stopping
 with hostlock.measuring("autotune run") as lease:
     lease.name(sys.argv[1])
     print("held", flush=True)
@@ -77,13 +77,22 @@ def test_kill_9_leaves_no_lock_behind(lock: Path) -> None:
 
 
 def test_a_stop_request_ends_the_wait(lock: Path) -> None:
+    """As in a command: its handlers installed (not whatever an earlier test left), and Ctrl-C
+    sent to the main thread, which a signal to the process may not interrupt when another
+    thread takes it."""
     other = _holder("reports/toy/1", 30)
+    restore = stopping.install()
     try:
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        main_thread = threading.main_thread().ident
+        assert main_thread is not None
+        timer = threading.Timer(0.5, signal.pthread_kill, (main_thread, signal.SIGINT))
         timer.start()
+        start = time.monotonic()
         with pytest.raises(KeyboardInterrupt), measuring("autotune run", wait=True):
             pass
+        assert time.monotonic() - start < 10  # the wait ended, not the other's 30 s hold
     finally:
+        restore()
         other.kill()
         other.wait()
 
