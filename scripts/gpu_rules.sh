@@ -4,4 +4,4 @@
 #   device run: bash scripts/gpu_rules.sh [SECONDS]     carry: [".gpu"]     what comes back: $OUT
 set -uo pipefail
 source scripts/gpu_setup.sh gpu_rules
-python3 scripts/gpu_rules.py "$OUT" "${1:-480}"
+python3 scripts/gpu_rules.py "$OUT" "$@"  # SECONDS: gpu_rules.py's default when not given
