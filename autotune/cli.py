@@ -134,9 +134,11 @@ def _add_run(sub: Any) -> None:
         default=None,
         metavar="A,B",
         help="with a BLS --model (a python model that calls others): the models it calls, served "
-        "with it; --step picks one of them (or the BLS model itself) to tune; without --step, rounds: "
-        "the BLS model first, then the model it calls where requests spend the most time at the last "
-        "winner's operating point, until that is one tuned already; --resume: the run's",
+        "with it; --step picks one of them (or the BLS model itself) to tune; without --step, rounds "
+        "as for an ensemble's steps: first the model it calls of least capacity, then the one where "
+        "requests spend the most time at the last winner's operating point, until that is one tuned "
+        "already; while a model it calls is tuned the BLS model runs at least as many instances as "
+        "each (apply writes it so); --resume: the run's",
     )
     sla = run.add_mutually_exclusive_group()
     for p in (50, 90, 95, 99):
@@ -519,27 +521,24 @@ def resume_line(run_dir: Path, storage: str | None) -> str:
 
 
 def _bottleneck_step(settings: RunSettings, wait: bool) -> RunSettings:
-    """A pipeline without --step is tuned in rounds: an ensemble's first round tunes its step of
-    least capacity (:mod:`autotune.bottleneck`), found on the pipeline as the repository has it;
-    a BLS model's, the BLS model itself (the models it calls next, where requests spend the most
-    time); any other model: ``settings`` as they are."""
+    """A pipeline without --step is tuned in rounds: the first round tunes its step of least
+    capacity (:mod:`autotune.bottleneck`; an ensemble's step, or a model a BLS model calls, the
+    BLS model served with at least as many instances as each: :func:`autotune.pipeline.caller_served`),
+    found on the pipeline as the repository has it; any other model: ``settings`` as they are."""
     from autotune import bottleneck
     from autotune.pipeline import ENSEMBLE, read_pipeline
 
     found = read_pipeline(settings.repository, settings.model, settings.composing)  # broken: its one line
     if found is None:
         return settings
+    flow = " -> ".join(found.members) if found.kind == ENSEMBLE else f"calls {', '.join(found.members)}"
+    print(f"{settings.model}: {flow}; finding its bottleneck at one client", file=sys.stderr)
     if found.kind != ENSEMBLE:
         print(
-            f"{settings.model} calls {', '.join(found.members)}: round 1 tunes {settings.model}, later "
-            "rounds the model it calls where requests spend the most time",
+            f"{settings.model} is served with at least as many instances as each model it calls "
+            "(an instance holds a request until its calls return)",
             file=sys.stderr,
         )
-        return replace(settings, rounds=True)
-    print(
-        f"{settings.model}: {' -> '.join(found.members)}; finding its bottleneck at one client",
-        file=sys.stderr,
-    )
     step, read = bottleneck.find(settings, found, wait=wait)
     print(
         f"compute per request and instances: {read}; the least capacity: {step}; round 1 tunes it",

@@ -20,8 +20,8 @@ through the ensemble.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +135,39 @@ def tuned_configs(tuned: Sequence[TunedStep]) -> dict[str, mcfg.ModelConfig]:
     """The configs earlier rounds chose for their steps, by model: served in place of the
     repository's (:func:`autotune.staging.stage_members`)."""
     return {t.model: mcfg.parse_config(t.config, f"{t.run} ({t.model})") for t in tuned}
+
+
+def caller_served(caller: mcfg.ModelConfig, members: Sequence[mcfg.ModelConfig]) -> mcfg.ModelConfig:
+    """A BLS model's config as it is served while a model it calls is tuned: an instance of it
+    holds a request until every call it makes returns, so it runs at least as many instances as
+    any model it calls (its count raised to that; ``caller`` itself when it has them)."""
+
+    def total(config: mcfg.ModelConfig) -> int:
+        count, _, gpus = mcfg.instances_of(config)
+        return count * max(1, len(gpus))
+
+    need = max((total(m) for m in members), default=1)
+    if total(caller) >= need:
+        return caller
+    own = mcfg.candidate_of(caller)
+    return mcfg.apply_candidate(caller, replace(own, instance_count=-(-need // max(1, len(own.gpus)))))
+
+
+def with_caller(
+    found: Pipeline, repository: Path, configs: Mapping[str, mcfg.ModelConfig]
+) -> dict[str, mcfg.ModelConfig]:
+    """``configs`` (by model, served in place of the repository's) and, for a BLS model while a
+    model it calls is tuned, the BLS model's config as :func:`caller_served` serves it beside
+    theirs (where it differs from its own: tuned in ``configs``, else the repository's)."""
+    out = dict(configs)
+    if found.kind != BLS:
+        return out
+    caller = out.get(found.model) or mcfg.load_config(repository, found.model)
+    members = [out.get(m) or mcfg.load_config(repository, m) for m in found.members]
+    served = caller_served(caller, members)
+    if served is not caller:
+        out[found.model] = served
+    return out
 
 
 def describe(found: Pipeline, tuned: str) -> str:

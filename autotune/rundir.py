@@ -67,6 +67,9 @@ class RunRecord:
     made: dict[str, str] = field(default_factory=dict)
     step: str = ""  # the ensemble's step whose config was tuned ("": the model's own)
     composing: tuple[str, ...] = ()  # the models a BLS model calls (--composing-models)
+    # a BLS round tuning a model it calls: the BLS model's config.pbtxt's sha256 as the round
+    # began (apply writes it with the instances it was served with: pipeline.caller_served)
+    caller_digest: str = ""
     rounds: bool = False  # a round of a run tuned in rounds (a pipeline's steps, models on one server)
     tuned_steps: tuple[TunedStep, ...] = ()  # the steps earlier rounds tuned, served with their winners
     beside: tuple[CoModel, ...] = ()  # models served beside the tuned one (--models)
@@ -114,6 +117,7 @@ class RunRecord:
             "model": self.model,
             "step": self.step,
             "composing": list(self.composing),
+            "caller_digest": self.caller_digest,
             "rounds": self.rounds,
             "tuned_steps": [t.to_json() for t in self.tuned_steps],
             "beside": [c.to_json() for c in self.beside],
@@ -150,6 +154,7 @@ class RunRecord:
             model=str(data["model"]),
             step=str(data.get("step", "")),
             composing=tuple(str(m) for m in data.get("composing", ())),
+            caller_digest=str(data.get("caller_digest", "")),
             rounds=bool(data.get("rounds", False)),
             tuned_steps=tuple(TunedStep.from_json(t) for t in data.get("tuned_steps", ())),
             beside=tuple(CoModel.from_json(c) for c in data.get("beside", ())),

@@ -41,7 +41,7 @@ from autotune.measure import pass_plan, second_look, settled, with_bands
 from autotune.noise import Estimate
 from autotune.objective import Sla
 from autotune.outputs import Reference, check_requests, compare, parse_tolerance
-from autotune.pipeline import tuned_configs
+from autotune.pipeline import tuned_configs, with_caller
 from autotune.points import RULES_INTERVALS, Measurement, Point, WindowPlan, errors_line
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
@@ -300,9 +300,9 @@ class Trials:
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[Server]:
         """The candidate staged (:func:`autotune.staging.stage_model`; with ``--step``, beside the
         ensemble and its other steps as they are, or with the configs earlier rounds chose for
-        them) and served (a config with TensorRT gets
-        --trt-build-timeout-s to build its engine); the staged folder is removed when the
-        server's context ends."""
+        them, a BLS model with :func:`autotune.pipeline.caller_served`'s instances) and served
+        (a config with TensorRT gets --trt-build-timeout-s to build its engine); the staged
+        folder is removed when the server's context ends."""
         config = mcfg.apply_candidate(self.prep.original, candidate)
         if self._stages is None:
             self._stages = Stages.for_run(self.run_dir.record.run_id)
@@ -312,8 +312,13 @@ class Trials:
             s = self.prep.settings
             models = self.prep.pipeline.models if self.prep.pipeline else ()
             others = [name for name in models if name != config.name] + [c.model for c in s.beside]
-            # the ensemble and its other steps as they are, or as earlier rounds tuned them
-            stage_members(s.repository, others, stage, tuned_configs(s.tuned_steps))
+            # the ensemble and its other steps as they are, or as earlier rounds tuned them; a
+            # BLS model calling the tuned one with at least as many instances as it
+            served = tuned_configs(s.tuned_steps)
+            pipeline = self.prep.pipeline
+            if pipeline is not None and config.name != pipeline.model:
+                served = with_caller(pipeline, s.repository, {**served, config.name: config})
+            stage_members(s.repository, others, stage, served)
             with trt_build.serving(self.launcher, stage, s.model, log, config, s.trt_build_timeout_s) as srv:
                 yield srv
         finally:

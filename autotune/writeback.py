@@ -34,7 +34,7 @@ from autotune.files import copy_atomic, file_digest, write_text_atomic
 from autotune.launch import Launcher, make_launcher
 from autotune.loadgen import LoadGenerator
 from autotune.outputs import compare, parse_tolerance
-from autotune.pipeline import read_pipeline
+from autotune.pipeline import BLS, Pipeline, read_pipeline, with_caller
 from autotune.rundir import WINNER_CONFIG, RunDir, RunRecord
 from autotune.staging import Stages, mirror
 
@@ -88,13 +88,25 @@ class _Target:
 
 
 def _targets(run_dir: Path, record: RunRecord) -> list[_Target]:
-    """The run's own winner, then each model earlier rounds tuned (:attr:`RunRecord.tuned_steps`)."""
+    """The run's own winner, then each model earlier rounds tuned (:attr:`RunRecord.tuned_steps`),
+    and a BLS model with the instances it was served with (:func:`autotune.pipeline.with_caller`)."""
     winner_file = run_dir / WINNER_CONFIG
     own = mcfg.parse_config(winner_file.read_text(encoding="utf-8"), str(winner_file))
     found = [(record.tuned, own, record.original_digest, "original.pbtxt")]
     for t in record.tuned_steps:
         config = mcfg.parse_config(t.config, f"{t.run} ({t.model})")
         found.append((t.model, config, t.digest, f"original-{t.model}.pbtxt"))
+    if record.caller_digest:  # a BLS model, served with as many instances as the models it calls
+        chosen = {model: config for model, config, _, _ in found}
+        bls = Pipeline(record.model, BLS, record.composing)
+        caller = with_caller(bls, record.repository, chosen).get(record.model)
+        if caller is not None and caller is not chosen.get(record.model):
+            earlier = [i for i, (model, *_) in enumerate(found) if model == record.model]
+            if earlier:
+                model, _, digest, original = found[earlier[0]]
+                found[earlier[0]] = (model, caller, digest, original)
+            else:
+                found.append((record.model, caller, record.caller_digest, f"original-{record.model}.pbtxt"))
     backup = f"{mcfg.CONFIG_NAME}.autotune-{record.run_id}.bak"
     targets = []
     for model, config, digest, original in found:

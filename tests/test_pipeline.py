@@ -334,16 +334,16 @@ class TritonPythonModel:
 '''
 
 
-def _caller(toy_repo: Path) -> Path:
-    """``caller``, a BLS model (4 instances) that sends each request on to ``slow``, beside the
-    toy pipeline's models in ``toy_repo``."""
+def _caller(toy_repo: Path, instances: int = 4) -> Path:
+    """``caller``, a BLS model (``instances`` instances) that sends each request on to ``slow``,
+    beside the toy pipeline's models in ``toy_repo``."""
     repo = _toy_pipeline(toy_repo)
     (repo / "caller" / "1").mkdir(parents=True)
     (repo / "caller" / "1" / "model.py").write_text(CALLER)
     toy = (repo / "toy" / "config.pbtxt").read_text()
     head, _, _ = toy.partition("instance_group")
     caller = head.replace('name: "toy"', 'name: "caller"')
-    caller += "instance_group [{ count: 4 kind: KIND_CPU }]\n"
+    caller += f"instance_group [{{ count: {instances} kind: KIND_CPU }}]\n"
     caller += 'parameters { key: "calls" value { string_value: "slow" } }\n'
     (repo / "caller" / "config.pbtxt").write_text(caller)
     return repo
@@ -385,16 +385,18 @@ def test_a_model_a_bls_model_calls_is_tuned_through_it(
 
 
 @pytest.mark.integration
-def test_without_step_a_bls_model_is_tuned_first_then_the_model_it_calls(
+def test_without_step_a_bls_model_is_tuned_through_the_model_it_calls(
     toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--composing-models without --step: round 1 tunes the BLS model itself, round 2 the model
-    it calls (the one step whose time it records), with the caller's winner served; then that
-    step is tuned already and the rounds end; apply on round 2 writes both configs."""
+    """--composing-models without --step: round 1 tunes the model it calls of least capacity
+    (found at one client: slow, the only one), the BLS model (one instance) served with as many
+    instances as it; slow is then tuned already and the rounds end; apply writes slow's winner
+    and the BLS model with its instances, --undo puts both back."""
     from autotune.cli import main
+    from autotune.model_config import instances_of, parse_config
     from autotune.rundir import RunDir
 
-    repo = _caller(toy_repo)
+    repo = _caller(toy_repo, instances=1)
     reports = tmp_path / "reports"
     argv = ["run", "--model", "caller", "--composing-models", "slow", "--model-repository", str(repo),
             "--sla-p95-ms", "80", "--reports-dir", str(reports), "--search-space", str(small_space),
@@ -402,17 +404,19 @@ def test_without_step_a_bls_model_is_tuned_first_then_the_model_it_calls(
             "--max-trials", "2", "--seed", "1"]  # fmt: skip
     assert main(argv) == 0
     err = capsys.readouterr().err
-    assert "caller calls slow: round 1 tunes caller" in err and "tuning slow" in err and "rounds done" in err
-    first, second = sorted((reports / "caller").iterdir())
-    one, two = RunDir.load(first).record, RunDir.load(second).record
-    assert (one.tuned, one.rounds) == ("caller", True)
-    assert two.tuned == "slow" and [t.model for t in two.tuned_steps] == ["caller"]
+    assert "caller: calls slow; finding its bottleneck at one client" in err
+    assert "the least capacity: slow; round 1 tunes it" in err and "rounds done" in err
+    (run_dir,) = list((reports / "caller").iterdir())
+    record = RunDir.load(run_dir).record
+    assert (record.tuned, record.rounds, record.tuned_steps) == ("slow", True, ())
+    assert record.caller_digest
+    count = instances_of(parse_config((run_dir / "winner.pbtxt").read_text(), "winner"))[0]
     configs = [repo / "caller" / "config.pbtxt", repo / "slow" / "config.pbtxt"]
     before = [c.read_bytes() for c in configs]
-    assert main(["apply", str(second)]) == 0
-    assert (repo / "caller" / "config.pbtxt").read_text() == (first / "winner.pbtxt").read_text()
-    assert (repo / "slow" / "config.pbtxt").read_text() == (second / "winner.pbtxt").read_text()
-    assert main(["apply", "--undo", str(second)]) == 0
+    assert main(["apply", str(run_dir)]) == 0
+    assert (repo / "slow" / "config.pbtxt").read_text() == (run_dir / "winner.pbtxt").read_text()
+    assert instances_of(load_config(repo, "caller"))[0] == count
+    assert main(["apply", "--undo", str(run_dir)]) == 0
     assert [c.read_bytes() for c in configs] == before
 
 
@@ -518,6 +522,86 @@ def test_the_step_of_least_capacity_counts_its_instances() -> None:
     assert slowest(point, {"toy": 1, "slow": 2}) == "toy"
     assert line(point, {"toy": 1, "slow": 2}) == "toy 4.0 ms x1, slow 6.0 ms x2"
     assert slowest(Point(1, 0.0, 1.0, 1, 1, 1, 1, 1, 1, 0, 1.0, 1, True), {}) == ""
+
+
+def test_a_bls_model_runs_at_least_as_many_instances_as_each_model_it_calls(tmp_path: Path) -> None:
+    """While a model it calls is tuned, a BLS model is served with as many instances as the
+    busiest model it calls runs (its own when it has more; GPU instances count on each GPU)."""
+    from autotune.model_config import instances_of, parse_config
+    from autotune.pipeline import Pipeline, caller_served, with_caller
+
+    def config(name: str, groups: str) -> object:
+        return parse_config(f'name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n{groups}', name)
+
+    one = config(
+        "caller",
+        'instance_group [{ count: 1 kind: KIND_CPU }]\nparameters { key: "k" value { string_value: "v" } }',
+    )
+    three = config("a", "instance_group [{ count: 3 kind: KIND_CPU }]")
+    gpus = config("b", "instance_group [{ count: 2 kind: KIND_GPU gpus: [0, 1] }]")
+    assert instances_of(caller_served(one, [three, config("c", "")])) == (3, "KIND_CPU", ())
+    served = caller_served(one, [three, gpus])
+    assert instances_of(served) == (4, "KIND_CPU", ()) and served.parameters["k"].string_value == "v"
+    four = config("caller", "instance_group [{ count: 4 kind: KIND_CPU }]")
+    assert caller_served(four, [three]) is four and caller_served(one, []) is one
+
+    repo = tmp_path / "repo"
+    for name, text in (("caller", one), ("a", three)):
+        (repo / name).mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(str(text))
+    bls = Pipeline("caller", BLS, ("a",))
+    assert instances_of(with_caller(bls, repo, {})["caller"])[0] == 3  # the repository's a: 3
+    tuned_a = config("a", "instance_group [{ count: 1 kind: KIND_CPU }]")
+    assert "caller" not in with_caller(bls, repo, {"a": tuned_a})  # one instance each: as it is
+    assert with_caller(replace(bls, kind=ENSEMBLE), repo, {}) == {}
+
+
+def test_apply_writes_a_bls_model_with_the_instances_it_was_served_with(tmp_path: Path) -> None:
+    """A round that tuned a model a BLS model calls: apply writes that model's winner and the BLS
+    model with as many instances (it was served so); --undo puts both back byte for byte; a BLS
+    model changed since the round began is refused, nothing written."""
+    from autotune.errors import WriteBackError
+    from autotune.files import file_digest
+    from autotune.launch import Launch
+    from autotune.model_config import instances_of
+    from autotune.objective import Sla
+    from autotune.rundir import RunDir, RunRecord
+    from autotune.writeback import undo, write_back
+
+    repo = tmp_path / "repo"
+    _model(
+        repo, "caller", 'backend: "python"\nmax_batch_size: 8\ninstance_group [{ count: 1 kind: KIND_CPU }]\n'
+    )
+    _model(
+        repo, "slow", 'backend: "python"\nmax_batch_size: 8\ninstance_group [{ count: 1 kind: KIND_CPU }]\n'
+    )
+    configs = {m: repo / m / "config.pbtxt" for m in ("caller", "slow")}
+    before = {m: p.read_bytes() for m, p in configs.items()}
+
+    def round_dir(name: str) -> Path:
+        record = RunRecord(
+            run_id=name, model="caller", step="slow", composing=("slow",), repository=repo.resolve(),
+            sla=Sla(95, 80.0), launch=Launch(), protocol="http", study_name=name, storage=None,
+            original_config=before["slow"].decode(), original_digest=file_digest(configs["slow"]),
+            caller_digest=file_digest(configs["caller"]), started="", winner=1, rounds=True,
+        )  # fmt: skip
+        run = RunDir.create(tmp_path / name, record)
+        winner = before["slow"].decode().replace("count: 1", "count: 2")
+        (run.path / "winner.pbtxt").write_text(winner)
+        return run.path
+
+    run_dir = round_dir("round")
+    write_back(run_dir, verify=False)
+    assert (
+        instances_of(load_config(repo, "slow"))[0] == 2 and instances_of(load_config(repo, "caller"))[0] == 2
+    )
+    undo(run_dir)
+    assert {m: p.read_bytes() for m, p in configs.items()} == before
+    changed = round_dir("changed")
+    configs["caller"].write_text(before["caller"].decode() + "\n# edited\n")
+    with pytest.raises(WriteBackError):
+        write_back(changed, verify=False)
+    assert configs["slow"].read_bytes() == before["slow"]
 
 
 @pytest.mark.integration
