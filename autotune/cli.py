@@ -584,6 +584,7 @@ def _next_round(settings: RunSettings, outcome: Outcome) -> RunSettings | None:
     from autotune._console import bottleneck_line
     from autotune.pipeline import TunedStep
     from autotune.rundir import WINNER_CONFIG, RunDir
+    from autotune.writeback import models_written
 
     winner = outcome.winner
     if not settings.rounds or winner is None or winner.best is None:
@@ -603,7 +604,8 @@ def _next_round(settings: RunSettings, outcome: Outcome) -> RunSettings | None:
     if not step:
         print(
             f"rounds done: at the winner's operating point {where}, a step tuned already; "
-            f"autotune apply {shlex.quote(str(outcome.run_dir))} writes every tuned step's config",
+            f"autotune apply {shlex.quote(str(outcome.run_dir))} writes the configs of "
+            f"{', '.join(models_written(outcome.run_dir))}",
             file=sys.stderr,
         )
         return None

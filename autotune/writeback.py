@@ -115,6 +115,12 @@ def _targets(run_dir: Path, record: RunRecord) -> list[_Target]:
     return targets
 
 
+def models_written(run_dir: Path) -> list[str]:
+    """The models whose configs :func:`write_back` would replace (the run's winner first)."""
+    record = RunDir.load(run_dir).record
+    return [t.path.parent.name for t in _targets(run_dir, record)]
+
+
 def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
     """Write the run's winner (and, after rounds, every earlier round's) over the repository's
     configs: each checked unchanged since its run began and its folder writable before any is

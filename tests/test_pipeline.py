@@ -411,6 +411,8 @@ def test_without_step_a_bls_model_is_tuned_through_the_model_it_calls(
     assert (record.tuned, record.rounds, record.tuned_steps) == ("slow", True, ())
     assert record.caller_digest
     count = instances_of(parse_config((run_dir / "winner.pbtxt").read_text(), "winner"))[0]
+    written = "slow, caller" if count > 1 else "slow"
+    assert f"autotune apply {run_dir} writes the configs of {written}\n" in err
     configs = [repo / "caller" / "config.pbtxt", repo / "slow" / "config.pbtxt"]
     before = [c.read_bytes() for c in configs]
     assert main(["apply", str(run_dir)]) == 0
@@ -566,7 +568,7 @@ def test_apply_writes_a_bls_model_with_the_instances_it_was_served_with(tmp_path
     from autotune.model_config import instances_of
     from autotune.objective import Sla
     from autotune.rundir import RunDir, RunRecord
-    from autotune.writeback import undo, write_back
+    from autotune.writeback import models_written, undo, write_back
 
     repo = tmp_path / "repo"
     _model(
@@ -591,6 +593,7 @@ def test_apply_writes_a_bls_model_with_the_instances_it_was_served_with(tmp_path
         return run.path
 
     run_dir = round_dir("round")
+    assert models_written(run_dir) == ["slow", "caller"]
     write_back(run_dir, verify=False)
     assert (
         instances_of(load_config(repo, "slow"))[0] == 2 and instances_of(load_config(repo, "caller"))[0] == 2
