@@ -27,6 +27,7 @@ from typing import Any
 
 from autotune import model_config as mcfg
 from autotune.errors import ConfigError, ModelNotFoundError, UsageError
+from autotune.files import file_digest
 
 ENSEMBLE = "ensemble"
 BLS = "bls"
@@ -151,6 +152,15 @@ def caller_served(caller: mcfg.ModelConfig, members: Sequence[mcfg.ModelConfig])
         return caller
     own = mcfg.candidate_of(caller)
     return mcfg.apply_candidate(caller, replace(own, instance_count=-(-need // max(1, len(own.gpus)))))
+
+
+def caller_digest(found: Pipeline | None, tuned: str, repository: Path) -> str:
+    """A BLS round tuning ``tuned``, a model the BLS model calls: the BLS model's config.pbtxt's
+    sha256 (its instances follow: :func:`caller_served`; apply refuses it changed since);
+    otherwise ""."""
+    if found is None or found.kind != BLS or tuned == found.model:
+        return ""
+    return file_digest(mcfg.model_dir(repository, found.model) / mcfg.CONFIG_NAME)
 
 
 def with_caller(

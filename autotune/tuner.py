@@ -25,7 +25,7 @@ from autotune.files import Room, disk_full, file_digest, free_bytes, mib, write_
 from autotune.launch import make_launcher
 from autotune.loadgen import ModelIO, WorkloadData, read_workload
 from autotune.objective import RAW, Scoring, scoring_for
-from autotune.pipeline import BLS, ENSEMBLE, Pipeline, describe, for_step
+from autotune.pipeline import ENSEMBLE, Pipeline, caller_digest, describe, for_step
 from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult
@@ -287,7 +287,7 @@ def _open_run(prep: Prepared, path: Path, study_name: str, resumed: RunDir | Non
         model=settings.model,
         step=settings.step,
         composing=settings.composing,
-        caller_digest=_caller_digest(prep),
+        caller_digest=caller_digest(prep.pipeline, prep.original.name, settings.repository),
         rounds=settings.rounds,
         tuned_steps=settings.tuned_steps,
         beside=settings.beside,
@@ -309,15 +309,6 @@ def _open_run(prep: Prepared, path: Path, study_name: str, resumed: RunDir | Non
         made=made(prep),
     )
     return RunDir.create(path, record)
-
-
-def _caller_digest(prep: Prepared) -> str:
-    """A BLS round tuning a model the BLS model calls: the BLS model's config.pbtxt's sha256
-    (its instances follow the tuned model's: :func:`autotune.pipeline.caller_served`); else ""."""
-    found = prep.pipeline
-    if found is None or found.kind != BLS or prep.original.name == found.model:
-        return ""
-    return file_digest(mcfg.model_dir(prep.settings.repository, found.model) / mcfg.CONFIG_NAME)
 
 
 def made(prep: Prepared) -> dict[str, str]:
