@@ -58,14 +58,16 @@ def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
     return out
 
 
-def run_surface(surface: sim.Surface, runs: int, rules: str) -> tuple[sim.Surface, str, sim.Tally]:
+def run_surface(
+    surface: sim.Surface, runs: int, rules: str, max_trials: int = RunSettings.max_trials
+) -> tuple[sim.Surface, str, sim.Tally]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
     limit = surface.sla.tightened(RunSettings.margin).limit_ms  # where the run compares configs
     there = max(sim.true_goodput(surface, c, space, limit)[0] for c in sim.candidates(space))
     tally = sim.Tally()
     for seed in range(runs):
-        outcome = sim.simulate(surface, seed, rules=rules)
+        outcome = sim.simulate(surface, seed, rules=rules, max_trials=max_trials)
         tally.judged.append(sim.judge(surface, space, outcome, best, (limit, there)))
     return surface, rules, tally
 
@@ -86,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-synthetic", dest="synthetic", action="store_false", help="only the --survey surfaces"
     )
+    parser.add_argument(
+        "--max-trials", type=int, default=RunSettings.max_trials,
+        help=f"each run's --max-trials (default the CLI's, {RunSettings.max_trials})",
+    )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -96,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows: list[tuple[sim.Surface, str, sim.Tally]] = []
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_surface, s, args.runs, r) for s in surfaces(args) for r in rules]
+        futures = [
+            pool.submit(run_surface, s, args.runs, r, args.max_trials) for s in surfaces(args) for r in rules
+        ]
         for future in futures:
             surface, rule, tally = future.result()
             rows.append((surface, rule, tally))
