@@ -605,7 +605,7 @@ def _next_round(settings: RunSettings, outcome: Outcome) -> RunSettings | None:
         print(
             f"rounds done: at the winner's operating point {where}, a step tuned already; "
             f"autotune apply {shlex.quote(str(outcome.run_dir))} writes the configs of "
-            f"{', '.join(models_written(outcome.run_dir))}",
+            f"{', '.join(models_written(outcome.run_dir, record))}",
             file=sys.stderr,
         )
         return None

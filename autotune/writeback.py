@@ -92,32 +92,28 @@ def _targets(run_dir: Path, record: RunRecord) -> list[_Target]:
     and a BLS model with the instances it was served with (:func:`autotune.pipeline.with_caller`)."""
     winner_file = run_dir / WINNER_CONFIG
     own = mcfg.parse_config(winner_file.read_text(encoding="utf-8"), str(winner_file))
-    found = [(record.tuned, own, record.original_digest, "original.pbtxt")]
+    found = {record.tuned: (own, record.original_digest, "original.pbtxt")}
     for t in record.tuned_steps:
         config = mcfg.parse_config(t.config, f"{t.run} ({t.model})")
-        found.append((t.model, config, t.digest, f"original-{t.model}.pbtxt"))
+        found[t.model] = (config, t.digest, f"original-{t.model}.pbtxt")
     if record.caller_digest:  # a BLS model, served with as many instances as the models it calls
-        chosen = {model: config for model, config, _, _ in found}
         bls = Pipeline(record.model, BLS, record.composing)
-        caller = with_caller(bls, record.repository, chosen).get(record.model)
-        if caller is not None and caller is not chosen.get(record.model):
-            earlier = [i for i, (model, *_) in enumerate(found) if model == record.model]
-            if earlier:
-                model, _, digest, original = found[earlier[0]]
-                found[earlier[0]] = (model, caller, digest, original)
-            else:
-                found.append((record.model, caller, record.caller_digest, f"original-{record.model}.pbtxt"))
+        served = with_caller(bls, record.repository, {m: c for m, (c, _, _) in found.items()})
+        if record.model in served:
+            _, digest, original = found.get(
+                record.model, (None, record.caller_digest, f"original-{record.model}.pbtxt")
+            )
+            found[record.model] = (served[record.model], digest, original)
     backup = f"{mcfg.CONFIG_NAME}.autotune-{record.run_id}.bak"
     targets = []
-    for model, config, digest, original in found:
+    for model, (config, digest, original) in found.items():
         path = record.repository / model / mcfg.CONFIG_NAME
         targets.append(_Target(path, config, digest, original, path.with_name(backup)))
     return targets
 
 
-def models_written(run_dir: Path) -> list[str]:
+def models_written(run_dir: Path, record: RunRecord) -> list[str]:
     """The models whose configs :func:`write_back` would replace (the run's winner first)."""
-    record = RunDir.load(run_dir).record
     return [t.path.parent.name for t in _targets(run_dir, record)]
 
 

@@ -18,7 +18,7 @@ from autotune.hostlock import Holder, MachineBusyError, measuring
 
 HOLD = """
 import sys, time
-from autotune import hostlock, stopping
+from autotune import hostlock
 with hostlock.measuring("autotune run") as lease:
     lease.name(sys.argv[1])
     print("held", flush=True)

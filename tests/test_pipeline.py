@@ -593,7 +593,7 @@ def test_apply_writes_a_bls_model_with_the_instances_it_was_served_with(tmp_path
         return run.path
 
     run_dir = round_dir("round")
-    assert models_written(run_dir) == ["slow", "caller"]
+    assert models_written(run_dir, RunDir.load(run_dir).record) == ["slow", "caller"]
     write_back(run_dir, verify=False)
     assert (
         instances_of(load_config(repo, "slow"))[0] == 2 and instances_of(load_config(repo, "caller"))[0] == 2
