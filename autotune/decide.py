@@ -236,6 +236,26 @@ def unexplored(
     return out
 
 
+def climb(
+    results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW, rules: str = RULES_STABILITY
+) -> Candidate | None:
+    """The search's next step while nothing is queued: the first of :func:`unexplored`'s
+    neighbours if it is one of the best trial's (by its figure, :func:`score`), else None (the
+    sampler proposes). A walk from the best point so far, one step at a time: each step
+    measured may become the best, and the next step is taken from there."""
+    best = max(
+        (r for r in results if r.feasible and r.candidate is not None and r.reused_from is None),
+        key=lambda r: score(r, scoring),
+        default=None,
+    )
+    if best is None:
+        return None
+    assert best.candidate is not None
+    steps = unexplored(results, space, scoring, rules)
+    mine = neighbours(best.candidate, space)
+    return steps[0] if steps and any(equivalent(steps[0], c) for c in mine) else None
+
+
 def losing_steps(
     results: Sequence[TrialResult], scoring: Scoring = RAW, rules: str = RULES_STABILITY
 ) -> set[tuple[int, int]]:

@@ -135,6 +135,10 @@ class Study:
         used = params_of(self.space.suggest(_Queued(params)))
         self._study.enqueue_trial(used, user_attrs=attrs, skip_if_exists=not again)
 
+    def queued(self) -> bool:
+        """Whether a trial is queued (:meth:`enqueue`) and not yet asked for."""
+        return bool(self._study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+
     def ask(self) -> Asked:
         """The next trial: an interrupted one to measure again (:meth:`interrupted`), else the
         first queued, else the sampler's."""

@@ -10,6 +10,7 @@ import pytest
 from autotune.decide import (
     choose_winner,
     client_decided,
+    climb,
     converged,
     could_beat,
     dominated,
@@ -298,6 +299,25 @@ def test_the_search_does_not_end_while_a_neighbour_of_the_best_is_untried() -> N
     gentle = replace(best, dynamic_batching=True, max_batch_size=2)
     assert unexplored(tried, space) == [replace(best, dynamic_batching=True), gentle]
     assert unexplored([failed(0), measured(1, 0.0, candidate=best)], space) == []  # nothing feasible yet
+
+
+def test_the_walk_steps_from_the_best_trial_one_untried_neighbour_at_a_time() -> None:
+    space = parse_search_space(DEFAULT_LIKE)
+    best = Candidate(2, "KIND_CPU", (), 16, True, (), 0, False)
+    other = replace(best, instance_count=1)
+    results = [measured(0, 100.0, candidate=other), measured(1, 150.0, candidate=best)]
+    first = climb(results, space)
+    assert first is not None and first in neighbours(best, space) and first != other
+    assert first == unexplored(results, space)[0]
+    stepped = [*results, measured(2, 140.0, candidate=first)]  # no better: the next step from the best
+    second = climb(stepped, space)
+    assert second is not None and second in neighbours(best, space) and second not in (first, other)
+    moved = [*results, measured(2, 180.0, candidate=first)]  # better: the walk goes on from there
+    third = climb(moved, space)
+    assert third is not None and third in neighbours(first, space) and third != best
+    done = [*results, *(measured(2 + i, 90.0, candidate=c) for i, c in enumerate(neighbours(best, space)))]
+    assert climb(done, space) is None  # the best's neighbours all measured: the sampler proposes
+    assert climb([failed(0)], space) is None  # nothing met the SLA yet
 
 
 def test_the_neighbours_of_a_config_tied_with_the_best_are_tried_too() -> None:
