@@ -59,7 +59,11 @@ def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
 
 
 def run_surface(
-    surface: sim.Surface, runs: int, rules: str, max_trials: int = RunSettings.max_trials
+    surface: sim.Surface,
+    runs: int,
+    rules: str,
+    max_trials: int = RunSettings.max_trials,
+    repeats: int = RunSettings.repeats,
 ) -> tuple[sim.Surface, str, sim.Tally]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
@@ -67,7 +71,7 @@ def run_surface(
     there = max(sim.true_goodput(surface, c, space, limit)[0] for c in sim.candidates(space))
     tally = sim.Tally()
     for seed in range(runs):
-        outcome = sim.simulate(surface, seed, rules=rules, max_trials=max_trials)
+        outcome = sim.simulate(surface, seed, rules=rules, max_trials=max_trials, repeats=repeats)
         tally.judged.append(sim.judge(surface, space, outcome, best, (limit, there)))
     return surface, rules, tally
 
@@ -92,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         "--max-trials", type=int, default=RunSettings.max_trials,
         help=f"each run's --max-trials (default the CLI's, {RunSettings.max_trials})",
     )  # fmt: skip
+    parser.add_argument(
+        "--repeats", type=int, default=RunSettings.repeats,
+        help=f"each run's --repeats: the finalists' rounds at most (default {RunSettings.repeats})",
+    )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -103,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[sim.Surface, str, sim.Tally]] = []
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(run_surface, s, args.runs, r, args.max_trials) for s in surfaces(args) for r in rules
+            pool.submit(run_surface, s, args.runs, r, args.max_trials, args.repeats)
+            for s in surfaces(args)
+            for r in rules
         ]
         for future in futures:
             surface, rule, tally = future.result()
