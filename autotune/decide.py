@@ -228,20 +228,30 @@ def unexplored(
     lost = losing_steps(results, scoring, rules)
     out: list[Candidate] = []
     for result in tied:
-        assert result.candidate is not None
-        here = result.candidate.instance_count
-        for c in neighbours(result.candidate, space):
-            if (here, c.instance_count) not in lost and not any(equivalent(c, t) for t in (*tried, *out)):
-                out.append(c)
+        out += _untried(result, space, [*tried, *out], lost)
+    return out
+
+
+def _untried(
+    result: TrialResult, space: SearchSpace, tried: Sequence[Candidate], lost: set[tuple[int, int]]
+) -> list[Candidate]:
+    """``result``'s one-step :func:`neighbours` that no config of ``tried`` is, nor a ``lost``
+    instance step (:func:`losing_steps`)."""
+    assert result.candidate is not None
+    here = result.candidate.instance_count
+    out: list[Candidate] = []
+    for c in neighbours(result.candidate, space):
+        if (here, c.instance_count) not in lost and not any(equivalent(c, t) for t in (*tried, *out)):
+            out.append(c)
     return out
 
 
 def climb(
     results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW, rules: str = RULES_STABILITY
 ) -> Candidate | None:
-    """The search's next step while nothing is queued: the first of :func:`unexplored`'s
-    neighbours if it is one of the best trial's (by its figure, :func:`score`), else None (the
-    sampler proposes). A walk from the best point so far, one step at a time: each step
+    """The search's next step while nothing is queued: the first untried one-step neighbour of
+    the best trial (by its figure, :func:`score`; as :func:`unexplored` takes them), else None
+    (the sampler proposes). A walk from the best point so far, one step at a time: each step
     measured may become the best, and the next step is taken from there."""
     best = max(
         (r for r in results if r.feasible and r.candidate is not None and r.reused_from is None),
@@ -250,10 +260,9 @@ def climb(
     )
     if best is None:
         return None
-    assert best.candidate is not None
-    steps = unexplored(results, space, scoring, rules)
-    mine = neighbours(best.candidate, space)
-    return steps[0] if steps and any(equivalent(steps[0], c) for c in mine) else None
+    tried = [r.candidate for r in results if r.candidate is not None]
+    steps = _untried(best, space, tried, losing_steps(results, scoring, rules))
+    return steps[0] if steps else None
 
 
 def losing_steps(
