@@ -17,9 +17,11 @@ from autotune import __version__, stopping
 from autotune.decide import IMPROVEMENT
 from autotune.errors import AutotuneError, DiskFullError, MeasurementError, UsageError
 from autotune.objective import Sla
+from autotune.points import RULES_INTERVALS
 from autotune.results import FAIL
 from autotune.settings import (
     LAUNCHERS,
+    RACE_ROUNDS,
     CoModel,
     DockerOptions,
     Launch,
@@ -233,7 +235,10 @@ def _add_run(sub: Any) -> None:
         f"that met the SLA every time only if it could beat it by {GAIN}",
     )
     run.add_argument(
-        "--repeats", type=int, help=f"re-measurements of each finalist (default {DEFAULTS.repeats})"
+        "--repeats",
+        type=int,
+        help=f"re-measurements of each finalist (default {DEFAULTS.repeats}; with --rules intervals, "
+        f"the race's rounds at most, default {RACE_ROUNDS})",
     )
     run.add_argument(
         "--no-open-loop-check",
@@ -440,6 +445,8 @@ def _options(args: argparse.Namespace, record: RunRecord | None) -> RunOptions:
         given["search_space"] = str(args.search_space)
     if args.output_check is not None:
         given["output_check"] = args.output_check == "on"
+    if record is None and given["repeats"] is None and given["rules"] == RULES_INTERVALS:
+        given["repeats"] = RACE_ROUNDS
     return RunOptions(
         **{name: getattr(kept, name) if value is None else value for name, value in given.items()}
     )

@@ -82,10 +82,10 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     operating point). Once its rounds at a level break the SLA together (with the search's
     headroom: :func:`decide.headroom`; :func:`rules.rounds_break`) it goes one level down
     (:func:`rules.level_below`; none left: it leaves the race); undecided, it stays for the
-    next round to tell; after each round those worse
-    than the leader leave (:func:`rules.outraced`; in a closed loop each round's throughput
-    carried to the limit: :func:`rules.to_limit`); the race ends when one is left that has run
-    two rounds, or after the last round. Each contender's rounds at the level it ended on are
+    next round to tell; after each round those worse than the leader or shown equal to it
+    leave (:func:`rules.outraced`; in a closed loop each round's throughput carried to the
+    limit: :func:`rules.to_limit`); the race ends when one is left that has run two rounds, or
+    after the last round. Each contender's rounds at the level it ended on are
     its verification (the levels it left, with theirs, its ``others``); the winner is
     :func:`rules.race_winner`'s. A race already recorded in the study (a resumed run, another
     worker) is not run again."""

@@ -2,8 +2,8 @@
 
 Every rule here is a verdict of :mod:`autotune.noise` on measured intervals; its only knobs
 are the noise model's (:data:`~autotune.noise.CONFIDENCE`, :data:`~autotune.noise.SERVER_CV`,
-:data:`~autotune.noise.MIN_WINDOWS`) and the run's settings (the SLA and its margin, the
-budget, ``--finalists`` and ``--repeats``).
+:data:`~autotune.noise.MIN_WINDOWS`, :data:`~autotune.noise.RESOLUTION`) and the run's
+settings (the SLA and its margin, the budget, ``--finalists`` and ``--repeats``).
 
 - **A point** meets the SLA when its latency's upper bound is within the limit
   (:meth:`autotune.objective.Sla.met_by`); its windows go on until that or the opposite is
@@ -21,7 +21,8 @@ budget, ``--finalists`` and ``--repeats``).
   raced on fresh servers (:func:`autotune.finals.race`): a contender's rounds at a level are
   judged together (:func:`rounds_meet`, :func:`rounds_break`), in a closed loop each round's
   throughput carried to the limit along its search's slopes (:func:`to_limit`), over the rounds
-  with their spread (:func:`raced`); it steps down by :func:`level_below`; the leader
+  with their spread (:func:`raced`); it steps down by :func:`level_below`; after each round
+  those worse than the leader or shown equal to it leave (:func:`outraced`); the leader
   (:func:`race_leader`) must meet the SLA where it stands.
 """
 
@@ -31,7 +32,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from autotune.noise import Estimate, Noise, better
+from autotune.noise import Estimate, Noise, better, equal
 from autotune.objective import RAW, Scoring, Sla
 from autotune.points import Measurement, Point
 from autotune.results import TrialResult, Verification
@@ -283,14 +284,17 @@ def rounds_break(points: Sequence[Point], sla: Sla) -> bool:
 def outraced(
     rounds: dict[int, Sequence[Point]], shares: dict[int, int], carries: Mapping[int, Carry] | None = None
 ) -> set[int]:
-    """The contenders (by trial number, each with the rounds it met the SLA in) worse than the
-    leader, the one with the most throughput (carried to the limit where ``carries`` has the
-    contender's: :func:`raced`): they leave the race."""
+    """The contenders (by trial number, each with the rounds it met the SLA in) that leave the
+    race: those worse than the leader, the one with the most throughput (carried to the limit
+    where ``carries`` has the contender's: :func:`raced`), and those shown equal to it
+    (:func:`autotune.noise.equal`: more rounds could not tell them apart by a difference worth
+    having). Those that leave keep their rounds: the winner is chosen from all of them."""
     found = _raced(rounds, shares, carries)
     if not found:
         return set()
-    leader = max(found.values(), key=lambda e: e.mean)
-    return {n for n, e in found.items() if better(leader, e)}
+    top = max(found, key=lambda n: found[n].mean)
+    lead = found[top]
+    return {n for n, e in found.items() if n != top and (better(lead, e) or equal(lead, e))}
 
 
 def _raced(

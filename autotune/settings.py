@@ -362,6 +362,11 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     return Workload(data, tuple(parse_shape(t) for t in args.shape), batch, order)
 
 
+# --rules intervals: the race's rounds at most (--repeats). 8: with fewer the race left finalists
+# 3% apart undecided and took the wrong one (benchmarks/results/simulate-20261128-walk-repeats8.txt)
+RACE_ROUNDS = 8
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a run searches and measures, as ``autotune run``'s flags gave it: what a run directory
@@ -376,7 +381,7 @@ class RunOptions:
     # (and runs of 11 or more configs twice as often) for under 1% of goodput, inside the noise.
     patience: int = 4
     finalists: int = 2
-    repeats: int = 3
+    repeats: int = 3  # under --rules intervals, RACE_ROUNDS unless given
     # The search keeps this fraction of headroom under the SLA. 0.10, not 0.05: every winner of
     # benchmarks/vs_model_analyzer.py whose search p99 lay within 10% of the SLA broke it in
     # 1 to 8 of 10 re-measurements by perf_analyzer (benchmarks/results/headroom-20261122.txt).

@@ -45,7 +45,7 @@ from autotune.points import (
 from autotune.results import TrialResult, Verification, recommendation
 from autotune.rundir import RunDir, RunRecord
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, parse_search_space
-from autotune.settings import Launch, RunSettings, Traffic
+from autotune.settings import RACE_ROUNDS, Launch, RunSettings, Traffic
 from autotune.study import Study
 from autotune.traffic import Loader
 from autotune.trials import Trials
@@ -420,6 +420,8 @@ def simulate(
     fields to change, such as ``max_trials``) and the sampler seeded with ``seed``."""
     user = space or space_of(surface)
     baseline = baseline if baseline is not None else baseline_of(surface)
+    if rules == RULES_INTERVALS:
+        options.setdefault("repeats", RACE_ROUNDS)
     settings = RunSettings(
         model="sim", repository=Path("."), sla=surface.sla, seed=seed, output_check=False,
         open_loop_check=False, batching_headroom=1.0, **options,

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune import sim
 from autotune.points import RULES
-from autotune.settings import RunSettings
+from autotune.settings import RACE_ROUNDS, RunSettings
 
 CVS = (0.02, 0.05, 0.10, 0.15, 0.20)
 
@@ -63,7 +63,7 @@ def run_surface(
     runs: int,
     rules: str,
     max_trials: int = RunSettings.max_trials,
-    repeats: int = RunSettings.repeats,
+    repeats: int | None = None,
 ) -> tuple[sim.Surface, str, sim.Tally]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
@@ -71,7 +71,8 @@ def run_surface(
     there = max(sim.true_goodput(surface, c, space, limit)[0] for c in sim.candidates(space))
     tally = sim.Tally()
     for seed in range(runs):
-        outcome = sim.simulate(surface, seed, rules=rules, max_trials=max_trials, repeats=repeats)
+        given = {} if repeats is None else {"repeats": repeats}
+        outcome = sim.simulate(surface, seed, rules=rules, max_trials=max_trials, **given)
         tally.judged.append(sim.judge(surface, space, outcome, best, (limit, there)))
     return surface, rules, tally
 
@@ -97,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         help=f"each run's --max-trials (default the CLI's, {RunSettings.max_trials})",
     )  # fmt: skip
     parser.add_argument(
-        "--repeats", type=int, default=RunSettings.repeats,
-        help=f"each run's --repeats: the finalists' rounds at most (default {RunSettings.repeats})",
+        "--repeats", type=int,
+        help=f"each run's --repeats (default the CLI's: {RunSettings.repeats}; intervals: {RACE_ROUNDS})",
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)

@@ -287,6 +287,19 @@ def test_a_model_named_by_its_folder(toy_repo: Path, tmp_path: Path, monkeypatch
     assert settings("--model", "toy/", "--model-repository", ".").model == "toy"
 
 
+def test_under_the_intervals_the_race_has_eight_rounds_unless_repeats_is_given(toy_repo: Path) -> None:
+    from autotune.cli import build_parser, settings_from
+    from autotune.settings import RACE_ROUNDS
+
+    def repeats(*argv: str) -> int:
+        base = ["run", "--model", "toy", "--model-repository", str(toy_repo), "--sla-p95-ms", "50"]
+        return settings_from(build_parser().parse_args([*base, *argv])).repeats
+
+    assert repeats("--rules", "intervals") == RACE_ROUNDS == 8
+    assert repeats("--rules", "intervals", "--repeats", "4") == 4
+    assert repeats() == repeats("--rules", "stability") == 3
+
+
 def test_a_model_folder_without_a_version_folder_is_refused_in_tritons_words(
     toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

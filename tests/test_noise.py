@@ -139,11 +139,22 @@ def test_trials_compare_across_servers_and_a_tie_is_no_progress() -> None:
     assert [r.number for r in rules.finalists([a, b], 3)] == [1, 0]
 
 
-def test_the_race_keeps_those_not_worse_than_the_leader_and_the_lowest_latency_wins() -> None:
-    fast = [windowed(8, v, 15.0) for v in (1000.0, 1010.0, 990.0)]
-    close = [windowed(8, v, 11.0) for v in (995.0, 1005.0, 1000.0)]
+def test_two_figures_are_equal_only_when_their_difference_is_shown_within_the_resolution() -> None:
+    """Two one-sided tests: both bounds of the difference inside +-RESOLUTION of the first figure."""
+    a = Estimate.of([1000.0, 1010.0, 990.0, 1000.0])
+    assert noise.equal(a, Estimate.of([1010.0, 1020.0, 1000.0, 1010.0]))  # 1% apart, shown within 5%
+    assert not noise.equal(a, Estimate.of([1080.0, 1090.0, 1070.0, 1080.0]))  # 8% apart
+    assert not noise.equal(a, Estimate.of([900.0, 1100.0, 1000.0, 1000.0]))  # too wide to show either
+    assert not noise.equal(a, Estimate.of([1000.0]))  # one reading shows nothing
+    assert noise.equal(a, Estimate.of([1060.0, 1070.0, 1050.0, 1060.0]), within=0.10)
+
+
+def test_the_race_drops_those_worse_than_or_equal_to_the_leader_and_the_lowest_latency_wins() -> None:
+    fast = [windowed(8, v, 15.0) for v in (1000.0, 1010.0, 990.0, 1000.0)]
+    close = [windowed(8, v, 11.0) for v in (995.0, 1005.0, 1000.0, 1000.0)]  # 4 rounds: shown within 5%
     slow = [windowed(8, v, 9.0) for v in (700.0, 710.0, 690.0)]
-    assert rules.outraced({0: fast, 1: close, 2: slow}, {}) == {2}
+    unsure = [windowed(8, 1000.0, 11.0)]  # one round: tied, but not shown within 5%
+    assert rules.outraced({0: fast, 1: close, 2: slow, 3: unsure}, {}) == {1, 2}
     verifications = [Verification(n, 8, tuple(p), len(p)) for n, p in enumerate((fast, close, slow))]
     assert rules.race_winner(verifications, [], SLA) == 1  # tied with the leader, less latency
     failed = [replace(verifications[0], sla_met=2), replace(verifications[1], sla_met=1)]
