@@ -445,7 +445,8 @@ def _options(args: argparse.Namespace, record: RunRecord | None) -> RunOptions:
         given["search_space"] = str(args.search_space)
     if args.output_check is not None:
         given["output_check"] = args.output_check == "on"
-    if record is None and given["repeats"] is None and given["rules"] == RULES_INTERVALS:
+    rules = kept.rules if given["rules"] is None else given["rules"]
+    if record is None and given["repeats"] is None and rules == RULES_INTERVALS:
         given["repeats"] = RACE_ROUNDS
     return RunOptions(
         **{name: getattr(kept, name) if value is None else value for name, value in given.items()}
