@@ -33,9 +33,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from autotune import sim
-from autotune.points import RULES
+from autotune.points import RULES, RULES_INTERVALS
 from autotune.settings import RACE_ROUNDS, RunSettings
 
 CVS = (0.02, 0.05, 0.10, 0.15, 0.20)
@@ -102,9 +103,17 @@ def main(argv: list[str] | None = None) -> int:
         help=f"each run's --repeats (default the CLI's: {RunSettings.repeats}; intervals: {RACE_ROUNDS})",
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--picture", type=Path, metavar="SVG",
+        help="draw one run's decisions instead (the first surface chosen, --seed, the first --rules; "
+        "default intervals) and stop",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="--picture: the run's sampler seed")
     args = parser.parse_args(argv)
     started = time.monotonic()
     rules = args.rules or list(RULES)
+    if args.picture:
+        return draw_one(args)
     print(
         f"{'surface':<28} {'SLA':<15} {'rules':<9} {'good':>6} {'meets':>6} {'worst':>5} {'sim s':>6} "
         "trials honest good@lim   seen"
@@ -141,6 +150,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"{rule:<9} {where}: good >= 95% on {good}/{len(mine)} surfaces, meets >= 95% on "
                 f"{meets}/{len(mine)}, median of the surfaces' median simulated time {times:.0f} s"
             )
+    return 0
+
+
+def draw_one(args: argparse.Namespace) -> int:
+    """``--picture``: one run on the first surface chosen, drawn (:mod:`picture`)."""
+    from picture import draw
+
+    surface = surfaces(args)[0]
+    rules = (args.rules or [RULES_INTERVALS])[0]
+    outcome = sim.simulate(surface, args.seed, rules=rules, max_trials=args.max_trials)
+    args.picture.write_text(draw(surface, outcome, rules), encoding="utf-8")
+    print(f"{args.picture}: {surface.name}, --rules {rules}, seed {args.seed}, winner trial {outcome.winner}")
     return 0
 
 

@@ -158,3 +158,27 @@ def test_after_the_seeds_the_search_walks_from_the_best_trial() -> None:
         assert best.candidate is not None and told[i].candidate is not None
         assert told[i].candidate in decide.neighbours(best.candidate, SPACE), (i, told[i].candidate)
         assert not any(decide.equivalent(told[i].candidate, r.candidate) for r in told[:i] if r.candidate)
+
+
+def test_the_picture_of_a_run_draws_every_trial_each_race_round_and_the_winner() -> None:
+    """benchmarks/simulate.py --picture: an SVG with a label per trial, a mark or an interval
+    for each (an x where none met the SLA), a dot per race round and the winner's label."""
+    import sys
+    import xml.etree.ElementTree as ET
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from picture import draw  # type: ignore[import-not-found]
+
+    from autotune import rules
+
+    surface = sim.synthetic_family(1, 0.05, seed=1)[0]
+    outcome = sim.simulate(surface, seed=0, rules="intervals", max_trials=10)
+    root = ET.fromstring(draw(surface, outcome, "intervals"))
+    texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert [t for t in texts if t.isdigit()] == [str(i) for i in range(len(outcome.results))]
+    without = sum(rules.trial_estimate(r) is None for r in outcome.results)
+    assert texts.count("x") == without and 0 < without < len(outcome.results)
+    rounds = sum(len(v.points) for v in outcome.verifications)
+    dots = [c for c in root.iter("{http://www.w3.org/2000/svg}circle") if c.get("r") == "2.5"]
+    assert rounds >= 2 and len(dots) == rounds
+    assert f"#{outcome.winner} won" in texts
