@@ -525,6 +525,8 @@ class Surveyed:
     space: SearchSpace | None = None  # the space surveyed (None: the default, as a CPU model sees it)
     baseline: Candidate | None = None  # the model's own config (None: the examples' :data:`BASELINE`)
     gpus: int = 0  # the server's GPUs
+    # how far a fresh server reads off the truth (relative sd); None: half the windows' spread
+    server_cv: float | None = None
 
     @classmethod
     def load(cls, path: Path, sla: Sla | None = None) -> Surveyed:
@@ -556,9 +558,11 @@ class Surveyed:
                 k: tuple(v) if isinstance(v, list) else v for k, v in data["baseline"].items()
             }
             baseline = Candidate(**fields)
+        server_cv = float(data["server_cv"]) if "server_cv" in data else None
         return cls(
-            str(data["model"]), chosen, int(data["cores"]), windows, space=space, baseline=baseline, gpus=gpus
-        )
+            str(data["model"]), chosen, int(data["cores"]), windows, space=space, baseline=baseline,
+            gpus=gpus, server_cv=server_cv,
+        )  # fmt: skip
 
     @property
     def cv(self) -> float:
@@ -613,7 +617,10 @@ class Surveyed:
         return Reading(throughput * bias, latency, latency, latency, latency)
 
     def server_bias(self, rng: random.Random) -> float:
-        return max(0.5, 1 + rng.gauss(0, self.cv / 2))
+        """A fresh server's factor: :attr:`server_cv` when the survey measured it, else half the
+        windows' spread."""
+        spread = self.cv / 2 if self.server_cv is None else self.server_cv
+        return max(0.5, 1 + rng.gauss(0, spread))
 
 
 def survey_label(candidate: Candidate) -> str:

@@ -30,6 +30,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -49,6 +50,8 @@ def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
         missing = surveyed.missing(sim.space_of(surveyed))
         if missing:
             raise SystemExit(f"{path}: {missing} config(s) of its space not surveyed yet")
+        if args.server_spread is not None:
+            surveyed = replace(surveyed, server_cv=args.server_spread)
         out.append(surveyed)
     if not args.synthetic:
         return out
@@ -101,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats", type=int,
         help=f"each run's --repeats (default the CLI's: {RunSettings.repeats}; intervals: {RACE_ROUNDS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--server-spread", type=float, metavar="SD",
+        help="a surveyed surface's fresh servers read off its truth by this relative sd "
+        "(default: the survey's own, else half its windows' spread)",
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(

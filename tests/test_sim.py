@@ -182,3 +182,16 @@ def test_the_picture_of_a_run_draws_every_trial_each_race_round_and_the_winner()
     dots = [c for c in root.iter("{http://www.w3.org/2000/svg}circle") if c.get("r") == "2.5"]
     assert rounds >= 2 and len(dots) == rounds
     assert f"#{outcome.winner} won" in texts
+
+
+def test_a_surveyed_surfaces_fresh_servers_spread_as_measured_else_by_half_the_windows() -> None:
+    """Surveyed.server_cv (a survey's "server_cv", or simulate.py --server-spread) sets how far a
+    fresh server reads off the truth; without it, half the windows' pooled spread."""
+    import statistics
+
+    surveyed = sim.Surveyed.load(Path(__file__).resolve().parents[1] / "benchmarks/surveys/cnn.json.gz")
+    rng = random.Random(3)
+    own = statistics.stdev(surveyed.server_bias(rng) for _ in range(4000))
+    assert surveyed.server_cv is None and own == pytest.approx(surveyed.cv / 2, rel=0.1)
+    wide = replace(surveyed, server_cv=0.09)
+    assert statistics.stdev(wide.server_bias(rng) for _ in range(4000)) == pytest.approx(0.09, rel=0.1)
