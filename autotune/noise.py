@@ -133,15 +133,19 @@ def breaks(latency: Estimate, limit_ms: float) -> bool:
 def better(a: Estimate, b: Estimate) -> bool:
     """``a`` is higher than ``b``: the difference's lower bound (both errors, the fewer degrees
     of freedom of the two) is above zero."""
-    se = math.hypot(a.se, b.se)
-    return a.mean - b.mean - t95(min(a.df, b.df)) * se > 0
+    return a.mean - b.mean - _bound(a, b) > 0
 
 
 def equal(a: Estimate, b: Estimate, within: float = RESOLUTION) -> bool:
     """``a`` and ``b`` are shown equal: the difference's upper and lower bounds (both errors,
     the fewer degrees of freedom) both lie within ``within`` of ``a``'s figure."""
-    bound = t95(min(a.df, b.df)) * math.hypot(a.se, b.se)
-    return abs(a.mean - b.mean) + bound < within * abs(a.mean)
+    return abs(a.mean - b.mean) + _bound(a, b) < within * abs(a.mean)
+
+
+def _bound(a: Estimate, b: Estimate) -> float:
+    """How far the difference of ``a`` and ``b`` may lie from its figure, one-sided at
+    :data:`CONFIDENCE` (both errors, the fewer degrees of freedom of the two)."""
+    return t95(min(a.df, b.df)) * math.hypot(a.se, b.se)
 
 
 def _stdev(values: Sequence[float], mean: float) -> float:

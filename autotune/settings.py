@@ -362,8 +362,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     return Workload(data, tuple(parse_shape(t) for t in args.shape), batch, order)
 
 
-# --rules intervals: the race's rounds at most (--repeats). 8: with fewer the race left finalists
-# 3% apart undecided and took the wrong one (benchmarks/results/simulate-20261128-walk-repeats8.txt)
+# --rules intervals: the race's budget, its rounds at most (--repeats unless given; docs/search.md)
 RACE_ROUNDS = 8
 
 
