@@ -14,14 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import __version__, stopping
-from autotune.decide import IMPROVEMENT
 from autotune.errors import AutotuneError, DiskFullError, MeasurementError, UsageError
 from autotune.objective import Sla
-from autotune.points import RULES_INTERVALS
 from autotune.results import FAIL
 from autotune.settings import (
     LAUNCHERS,
-    RACE_ROUNDS,
     CoModel,
     DockerOptions,
     Launch,
@@ -45,8 +42,6 @@ if TYPE_CHECKING:
     from autotune.results import Outcome
     from autotune.rundir import RunRecord
 
-# what counts as progress, and as a finalist worth verifying ("%%": argparse formats help text)
-GAIN = f"{IMPROVEMENT * 100:g}%%"
 DEFAULTS = RunOptions()  # each option's default, in one place
 
 EPILOG_RUN = """examples:
@@ -180,8 +175,9 @@ def _add_run(sub: Any) -> None:
     budget.add_argument(
         "--patience",
         type=int,
-        help=f"stop after this many measured configs in a row without a goodput {GAIN} better "
-        "than the best, once every one-step change of the best config (an instance more or fewer, "
+        help="stop after this many measured configs in a row without a goodput shown better "
+        "than the best (its interval above the best's), once every one-step change of the best "
+        "config (an instance more or fewer, "
         "unless that step lost elsewhere without batching, "
         "batching on or off, the next max batch size, queue delay or preferred size) is measured "
         f"too (default {DEFAULTS.patience}; 0: never)",
@@ -224,21 +220,21 @@ def _add_run(sub: Any) -> None:
         type=float,
         help="latency headroom kept under the SLA: while searching, a point counts as meeting "
         "the SLA only below (1 - margin) x the limit (1 - 2 x margin with dynamic batching, where "
-        "other load generators read the tail highest), and every verification repeat of a "
-        "finalist must stay below that too (else a lower level is verified), so that "
+        "other load generators read the tail highest), and a finalist's race rounds must meet "
+        "that too (else it races a level lower), so that "
         f"re-measuring the winner meets it (default {DEFAULTS.margin:g} = {DEFAULTS.margin * 100:g}%%)",
     )
     run.add_argument(
         "--finalists",
         type=int,
-        help=f"top configs re-measured at the end (default {DEFAULTS.finalists}); one after a finalist "
-        f"that met the SLA every time only if it could beat it by {GAIN}",
+        help=f"configs raced at the end: the best one and those not shown worse than it, at most "
+        f"this many (default {DEFAULTS.finalists})",
     )
     run.add_argument(
         "--repeats",
         type=int,
-        help=f"re-measurements of each finalist (default {DEFAULTS.repeats}; with --rules intervals, "
-        f"the race's rounds at most, default {RACE_ROUNDS})",
+        help=f"the race's rounds at most: each finalist re-measured once a round on a fresh server, "
+        f"until one is left (default {DEFAULTS.repeats}; 0: no race, the best trial wins)",
     )
     run.add_argument(
         "--no-open-loop-check",
@@ -251,17 +247,8 @@ def _add_run(sub: Any) -> None:
     run.add_argument(
         "--window",
         type=float,
-        help="measurement window in seconds while searching; finalists are verified with "
-        f"windows twice as long (default {DEFAULTS.window:g})",
-    )
-    run.add_argument(
-        "--rules",
-        choices=("stability", "intervals"),
-        help="what decides: 'stability' (the default: perf_analyzer's stable windows and the "
-        "search's rules fitted around them) or 'intervals' (the noise model: each point's windows "
-        "go on until the interval of its latency lies on one side of the SLA; configs compare by "
-        "intervals; the finalists race on fresh servers, compared by what each would serve at the "
-        "limit; see docs/search.md)",
+        help="measurement window in seconds; a point gets windows until its latency's interval "
+        f"lies on one side of the SLA (default {DEFAULTS.window:g})",
     )
     run.add_argument(
         "--trt-build-timeout-s",
@@ -445,9 +432,6 @@ def _options(args: argparse.Namespace, record: RunRecord | None) -> RunOptions:
         given["search_space"] = str(args.search_space)
     if args.output_check is not None:
         given["output_check"] = args.output_check == "on"
-    rules = kept.rules if given["rules"] is None else given["rules"]
-    if record is None and given["repeats"] is None and rules == RULES_INTERVALS:
-        given["repeats"] = RACE_ROUNDS
     return RunOptions(
         **{name: getattr(kept, name) if value is None else value for name, value in given.items()}
     )
@@ -456,7 +440,7 @@ def _options(args: argparse.Namespace, record: RunRecord | None) -> RunOptions:
 def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> RunSettings:
     """The run's settings: each flag as given, else (``record``: a run to resume) the run's
     own, else its default."""
-    from autotune.measure import search_plan
+    from autotune.rules import search_plan
 
     opts = _options(args, record)
     served = None
@@ -514,7 +498,7 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
         settings = serving(
             replace(settings, rounds=True), CoModel(model, settings.sla, 1.0, settings.workload), beside
         )
-    plan = search_plan(settings.sla, opts.margin, opts.window, opts.rules)  # a trial draws its own bands
+    plan = search_plan(settings.sla, opts.window)  # a trial draws its limit
     return replace(settings, plan=plan)
 
 
@@ -648,12 +632,12 @@ def _next_beside(settings: RunSettings, steps: tuple[TunedStep, ...], run_dir: P
 def _swapped(settings: RunSettings, following: CoModel) -> RunSettings:
     """Several models on one server: ``settings`` with ``following`` tuned, the tuned model
     served beside it in its place."""
-    from autotune.measure import search_plan
+    from autotune.rules import search_plan
 
     me = CoModel(settings.model, replace(settings.sla, others=()), settings.weight, settings.workload)
     beside = tuple(me if c.model == following.model else c for c in settings.beside)
     swapped = serving(settings, following, beside)
-    plan = search_plan(swapped.sla, swapped.margin, swapped.plan.window_s, swapped.plan.rules)  # its SLA's
+    plan = search_plan(swapped.sla, swapped.plan.window_s)  # its SLA's percentile
     return replace(swapped, plan=plan)
 
 

@@ -6,12 +6,10 @@
 - whether a candidate, or an :func:`equivalent` one, was measured already (:func:`measured_before`),
   or its instance count lost with and without batching (:func:`dominated`): :func:`stand_in`;
 - when the search has converged (:func:`converged`) or the time budget is spent (:func:`time_left`);
-- which finalists to verify (:func:`finalists`, :func:`could_beat`), at which levels
-  (:func:`verify_levels`), when a level is verified (:func:`level_settled`, :func:`verified_level`)
-  and which repeat is measured again (:func:`client_decided`);
-- the winner (:func:`choose_winner`).
+- the SLA a candidate's points and race rounds are held to (:func:`headroom`).
 
-Every comparison of goodputs goes through the run's :class:`~autotune.objective.Scoring`
+Whether one trial is better than another is :func:`autotune.rules.better_trial`'s verdict on
+intervals; every ranking by figure goes through the run's :class:`~autotune.objective.Scoring`
 (:func:`score`): the throughput, or the throughput per GPU used when the space's candidates
 use different numbers of GPUs. The default, ``RAW``, compares throughputs.
 
@@ -26,9 +24,8 @@ from dataclasses import replace
 from typing import Any
 
 from autotune.objective import RAW, Scoring, Sla
-from autotune.points import RULES_INTERVALS, RULES_STABILITY, Point
-from autotune.results import COMPLETE, FAIL, PRUNED, TrialResult, Verification
-from autotune.rules import better_trial, race_winner
+from autotune.results import COMPLETE, FAIL, PRUNED, TrialResult
+from autotune.rules import better_trial
 from autotune.search_space import (
     Candidate,
     SearchSpace,
@@ -38,38 +35,12 @@ from autotune.search_space import (
     params_of,
 )
 
-# A goodput this much better than the best so far counts as progress, not noise: short screening
-# windows differ by 5-10% on a busy two-core machine (cnn: 0.5 s windows). At 5%, one cnn run
-# went on for 20 trials on gains of 5.3% and 7.7% that re-measurement could not tell apart.
-IMPROVEMENT = 0.08
-TIE = 0.02  # verified throughputs this close are a tie: the lower latency wins
-CLEAR_LOSS = 0.25  # an instance count this far below another's, with and without batching: dominated()
 GPU_SEED_COUNTS = (1, 2)  # instances per GPU the seeds of a KIND_GPU space try
 
 
 def score(result: TrialResult, scoring: Scoring = RAW) -> float:
     """A trial's goodput as the objective counts it (per GPU used, where the run compares so)."""
     return scoring.score(result.goodput(), result.candidate)
-
-
-def ahead(
-    a: TrialResult, b: TrialResult, ratio: float, scoring: Scoring = RAW, rules: str = RULES_STABILITY
-) -> bool:
-    """Whether ``a``'s goodput is ahead of ``b``'s: by more than ``ratio`` times it, or under
-    :data:`RULES_INTERVALS` better across servers (:func:`autotune.rules.better_trial`)."""
-    if rules == RULES_INTERVALS:
-        return better_trial(a, b, scoring)
-    return score(a, scoring) > score(b, scoring) * ratio
-
-
-def verified_score(v: Verification, results: Sequence[TrialResult], scoring: Scoring = RAW) -> float:
-    """A verification's median throughput as the objective counts it (its trial's GPUs)."""
-    trial = _trial_of(v, results)
-    return scoring.score(v.median_throughput, trial.candidate if trial is not None else None)
-
-
-def _trial_of(v: Verification, results: Sequence[TrialResult]) -> TrialResult | None:
-    return next((r for r in results if r.number == v.trial), None)
 
 
 def heuristic_seeds(
@@ -86,11 +57,8 @@ def heuristic_seeds(
     takes the ones that apply).
 
     Many before one with batching: a candidate is measured from the best one's level, and one
-    that breaks the SLA there below the best's goodput stops (:func:`autotune.measure.find_goodput`).
-    One instance first became the best so far on the embedder and had its knee searched, in
-    14-25 s of each run's 75-93 s of trials, for half the goodput the two instances measured
-    next (benchmarks/experiments/run_timeline.py on the runs of
-    benchmarks/results/vs_model_analyzer-20261126-1424.txt); after them it is settled at one level."""
+    that cannot win there stops (:func:`autotune.rules.find_goodput`), so the one instance
+    measured after the many is settled at one level."""
     seeds: list[dict[str, Any]] = []
     if baseline is not None and baseline.kind in space.kind:
         many = seed_counts(space, baseline.kind, cores)[-1]
@@ -179,10 +147,7 @@ def gentlest_batch(space: SearchSpace) -> int:
     """The max batch size that turns batching on most gently: the space's choice next above its
     least (the least holds one request of the workload's batch at least; the next, in the
     default space's doublings, two). A config without batching keeps whatever max batch size
-    it came with (the examples' 16), and batching at 16 is not batching at 2: mobilenet's 2
-    instances served 525 infer/s without batching, 585 with max batch 2, and under the SLA not
-    569 with max batch 16; 3 of 5 runs stopped on 2 instances without batching, having tried
-    batching at 16 only (benchmarks/README.md, 2026-11-25 18:34)."""
+    it came with (the examples' 16), and batching at 16 is not batching at 2."""
     sizes = sorted(m for m in space.max_batch_size if m > 0)
     return sizes[1] if len(sizes) > 1 else sizes[0]
 
@@ -203,19 +168,14 @@ def _steps(choices: Sequence[int], value: int) -> list[int]:
     return ([max(below)] if below else []) + ([min(above)] if above else [])
 
 
-def unexplored(
-    results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW, rules: str = RULES_STABILITY
-) -> list[Candidate]:
+def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW) -> list[Candidate]:
     """The one-step :func:`neighbours` that no trial has tried (measured, failed or under way)
-    of the incumbent, then of each config that measured within ``IMPROVEMENT`` of it: the
-    search does not call itself converged while one is left, so that an obvious change of the
-    best config (one instance more, batching off) is never missed because the sampler wandered
-    elsewhere. The search counts a config within ``IMPROVEMENT`` as no better, so which of
-    such a tie is the incumbent is the screening's noise: a mobilenet run stopped on 2
-    instances with max batch 16 and batching (458 infer/s) without trying max batch 2, the
-    gentle batching of 2 instances without batching (442), where the best known config is
-    (benchmarks/README.md, 2026-11-25 21:45). An instance step that lost where both sides were
-    measured (:func:`losing_steps`) is not taken again."""
+    of the incumbent, then of each config the incumbent is not better than
+    (:func:`autotune.rules.better_trial`: which of a tie leads is the noise's): the search does
+    not call itself converged while one is left, so that an obvious change of the best config
+    (one instance more, batching off) is never missed because the sampler wandered elsewhere.
+    An instance step that lost where both sides were measured (:func:`losing_steps`) is not
+    taken again."""
     ranked = sorted(
         (r for r in results if r.feasible and r.candidate is not None and r.reused_from is None),
         key=lambda r: score(r, scoring),
@@ -223,9 +183,9 @@ def unexplored(
     )
     if not ranked:
         return []
-    tied = [r for r in ranked if not ahead(ranked[0], r, 1 + IMPROVEMENT, scoring, rules)]
+    tied = [r for r in ranked if not better_trial(ranked[0], r, scoring)]
     tried = [r.candidate for r in results if r.candidate is not None]
-    lost = losing_steps(results, scoring, rules)
+    lost = losing_steps(results, scoring)
     out: list[Candidate] = []
     for result in tied:
         out += _untried(result, space, [*tried, *out], lost)
@@ -246,9 +206,7 @@ def _untried(
     return out
 
 
-def climb(
-    results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW, rules: str = RULES_STABILITY
-) -> Candidate | None:
+def climb(results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW) -> Candidate | None:
     """The search's next step while nothing is queued: the first untried one-step neighbour of
     the best trial (by its figure, :func:`score`; as :func:`unexplored` takes them), else None
     (the sampler proposes). A walk from the best point so far, one step at a time: each step
@@ -261,39 +219,30 @@ def climb(
     if best is None:
         return None
     tried = [r.candidate for r in results if r.candidate is not None]
-    steps = _untried(best, space, tried, losing_steps(results, scoring, rules))
+    steps = _untried(best, space, tried, losing_steps(results, scoring))
     return steps[0] if steps else None
 
 
-def losing_steps(
-    results: Sequence[TrialResult], scoring: Scoring = RAW, rules: str = RULES_STABILITY
-) -> set[tuple[int, int]]:
+def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[tuple[int, int]]:
     """The instance-count steps (from, to) that lost where the search measured both sides
-    without dynamic batching: a config with ``to`` instances scored below the same config with
-    ``from`` by more than ``IMPROVEMENT`` (or had no feasible point). :func:`unexplored` does
-    not take such a step again from another config: the seeds measure the baseline with one
-    instance per core, and without batching what an instance more or fewer does is the model's
-    and the machine's trade alone. On these two cores every winner of every run had 2 instances,
-    and the 1-instance neighbours of the best config and of its ties took 4 of cnn's 12 configs
-    in one run (4.4 s each, each broke the SLA at its first point: 2026-11-26 03:49). With
-    batching the instances share the batches out, and a loss is that batch size's: recommender
-    (which waits 4 ms a request of a batch) pruned 4 instances at max batch 16 against 3 (583
-    infer/s), where 4 at max batch 2 was its best config (809); a run whose 4 instances at max
-    batch 4 lost (to a disturbed pass) never measured 4 instances without batching, nor its
-    best config, and scored 0.66 of it (benchmarks/results/vs_model_analyzer-20261126-0659.txt)."""
+    without dynamic batching: the same config with ``from`` instances was better than with
+    ``to`` (:func:`autotune.rules.better_trial`; or ``to`` had no feasible point).
+    :func:`unexplored` does not take such a step again from another config: without batching
+    what an instance more or fewer does is the model's and the machine's trade alone. With
+    batching the instances share the batches out, and a loss is that batch size's."""
     return {
         (winner.instance_count, loser.instance_count)
-        for (_, loser), (_, winner) in instance_losses(results, 1 + IMPROVEMENT, scoring, rules)
+        for (_, loser), (_, winner) in instance_losses(results, scoring)
         if not loser.dynamic_batching
     }
 
 
 def instance_losses(
-    results: Sequence[TrialResult], by: float, scoring: Scoring = RAW, rules: str = RULES_STABILITY
+    results: Sequence[TrialResult], scoring: Scoring = RAW
 ) -> list[tuple[tuple[TrialResult, Candidate], tuple[TrialResult, Candidate]]]:
     """Every (loser, winner) pair of measured trials (each with its candidate) whose configs
-    differ in their instance count alone (:func:`equivalent`) and where the winner is
-    :func:`ahead` of the loser by ``by`` (:func:`losing_steps`, :func:`dominated`)."""
+    differ in their instance count alone (:func:`equivalent`) and where the winner is better
+    (:func:`autotune.rules.better_trial`: :func:`losing_steps`, :func:`dominated`)."""
     done = [
         (r, r.candidate) for r in results
         if r.state == COMPLETE and r.reused_from is None and r.candidate is not None
@@ -304,17 +253,16 @@ def instance_losses(
         for winner, theirs in done
         if mine.instance_count != theirs.instance_count
         and equivalent(replace(theirs, instance_count=mine.instance_count), mine)
-        and ahead(winner, loser, by, scoring, rules)
+        and better_trial(winner, loser, scoring)
     ]
 
 
 def out_of_ideas(results: Sequence[TrialResult]) -> bool:
     """Whether the sampler's latest proposal was not worth measuring (pruned: a config measured
-    before, or one outside the space): in
-    a small space it goes on proposing them, and each uses a trial of the budget, so the
-    incumbent's :func:`unexplored` neighbours are measured next, before the budget runs out
-    (mobilenet runs spent 11 and 14 of their 20 trials on repeats and never tried 2 instances
-    with max batch 4: benchmarks/results/vs_model_analyzer-20261124-2244.txt)."""
+    before, or one outside the space): in a small space it goes on proposing them, and each
+    uses a trial of the budget, so the incumbent's :func:`unexplored` neighbours are measured
+    next, before the budget runs out."""
+
     told = [r for r in results if r.state in TOLD and not r.interrupted]
     return bool(told) and max(told, key=lambda r: r.number).state == PRUNED
 
@@ -333,12 +281,10 @@ def closest(choices: Sequence[int], target: int) -> int:
     return min(choices, key=lambda c: (abs(c - target), c))
 
 
-def converged(
-    results: Sequence[TrialResult], patience: int, scoring: Scoring = RAW, rules: str = RULES_STABILITY
-) -> bool:
+def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = RAW) -> bool:
     """Whether the last ``patience`` configs measured (pruned ones are free and do not count,
-    nor do interrupted ones) brought no goodput :func:`ahead` of the best before them (by
-    ``IMPROVEMENT``, or under :data:`RULES_INTERVALS` better across servers)."""
+    nor do interrupted ones) brought no goodput better than the best before them
+    (:func:`autotune.rules.better_trial`: across servers)."""
     if patience < 1:
         return False
     best: TrialResult | None = None
@@ -346,7 +292,7 @@ def converged(
     for result in sorted(results, key=lambda r: r.number):
         if result.reused_from is not None or result.interrupted or result.state not in (COMPLETE, FAIL):
             continue
-        if result.feasible and (best is None or ahead(result, best, 1 + IMPROVEMENT, scoring, rules)):
+        if result.feasible and (best is None or better_trial(result, best, scoring)):
             best, since = result, 0
         else:
             since += 1
@@ -359,9 +305,7 @@ TOLD = (COMPLETE, FAIL, PRUNED)  # the states of a trial that has ended
 def finished(results: Sequence[TrialResult]) -> int:
     """Trials that count against the budget: measured, pruned or failed; not interrupted ones
     (they are measured again). Reused ones count: a sampler that keeps proposing configs
-    measured before has run out of ideas. Not counting them was tried: runs went on to measure
-    up to every config of a 12-config space, 0.36-0.69 of Model Analyzer brute's wall time on
-    embedder and bertQA (benchmarks/results/vs_model_analyzer-20261124-1843.txt)."""
+    measured before has run out of ideas."""
     return sum(r.state in TOLD and not r.interrupted for r in results)
 
 
@@ -394,7 +338,6 @@ def stand_in(
     space: SearchSpace,
     scoring: Scoring = RAW,
     baseline: bool = False,
-    rules: str = RULES_STABILITY,
 ) -> tuple[int | None, str] | None:
     """Why a proposal is not measured, and the trial that stands in for it (None: none does),
     or None when it is to be measured: it lies outside the user's ``space`` (but for
@@ -413,25 +356,23 @@ def stand_in(
         same = earlier.candidate == candidate
         why = "same as" if same else "without dynamic batching the server runs it as"
         return earlier.number, f"{why} trial {earlier.number}"
-    found = dominated(results, candidate, scoring, rules)
+    found = dominated(results, candidate, scoring)
     return None if found is None else (found[0].number, found[1])
 
 
 def dominated(
-    results: Sequence[TrialResult], candidate: Candidate, scoring: Scoring = RAW, rules: str = RULES_STABILITY
+    results: Sequence[TrialResult], candidate: Candidate, scoring: Scoring = RAW
 ) -> tuple[TrialResult, str] | None:
-    """A trial to stand in for ``candidate``, and why, when its instance count lost clearly (a
-    goodput under ``1 - CLEAR_LOSS`` of the other's, or no feasible point) to another count both
-    without dynamic batching and with it, each time against the same config but for the count:
-    the loser measured with the candidate's batching (its max batch size first). Such a
-    proposal is told that trial's figures instead of a server's: a free trial, as a reused one
-    is. On these two cores the sampler went on proposing 1-instance configs after both seeds of
-    one instance had lost to two: in 16 of 25 runs of 2026-11-26 16:38-17:37, 4-11 s each, none
-    within a third of the best (benchmarks/README.md). One loss is not enough: with batching
-    the instances share the batches out, and a loss is that batch size's (:func:`losing_steps`)."""
+    """A trial to stand in for ``candidate``, and why, when its instance count lost (:func:`instance_losses`)
+    to another count both without dynamic batching and with it, each time against the same
+    config but for the count: the loser measured with the candidate's batching (its max batch
+    size first). The proposal is pruned with that reason, a free trial (the study is told no
+    figures for it: :meth:`autotune.study.Study.tell_pruned`). One loss is not enough: with
+    batching the instances share the batches out, and a loss is that batch size's
+    (:func:`losing_steps`)."""
     n = candidate.instance_count
     lost: dict[bool, list[tuple[tuple[TrialResult, Candidate], TrialResult]]] = {False: [], True: []}
-    for (loser, mine), (winner, _) in instance_losses(results, 1 / (1 - CLEAR_LOSS), scoring, rules):
+    for (loser, mine), (winner, _) in instance_losses(results, scoring):
         if mine.instance_count == n:
             lost[mine.dynamic_batching].append(((loser, mine), winner))
     if not lost[False] or not lost[True]:
@@ -469,230 +410,19 @@ def canonical(candidate: Candidate) -> Candidate:
     return candidate
 
 
-def incumbent(
-    results: Sequence[TrialResult], scoring: Scoring = RAW, candidate: Candidate | None = None
-) -> tuple[float | None, float]:
-    """Where the next goodput search starts (the best candidate's level: its concurrency, or
-    its request rate in an open loop) and the throughput ``candidate`` must beat to be worth
-    refining (see :func:`autotune.measure.find_goodput`): the best :func:`score`, in the
-    candidate's own throughput (per GPU: times the GPUs it uses)."""
+def start_level(results: Sequence[TrialResult], scoring: Scoring = RAW) -> float | None:
+    """Where the next goodput search starts: the best trial's level (its concurrency, or its
+    request rate in an open loop), by :func:`score`; None before any trial met the SLA. What
+    the search must beat is :func:`autotune.rules.incumbent`."""
     best = max((r for r in results if r.feasible), key=lambda r: score(r, scoring), default=None)
-    if best is None or best.best is None:
-        return None, 0.0
-    return best.best.level, score(best, scoring) * scoring.share(candidate)
-
-
-def finalists(results: Sequence[TrialResult], count: int, scoring: Scoring = RAW) -> list[TrialResult]:
-    """The contenders, best first: the top ``count`` feasible, measured trials by screening
-    goodput (:func:`score`). Whether one after the first is verified is :func:`could_beat`'s
-    call, against what the verifications before it found, not against the first's screening
-    figure: a mobilenet run screened 2 instances without batching at 621 infer/s, verified it
-    at 498, and never verified max batch 2 with batching, screened at 550 (under 90% of 621, the
-    cut there was then), the best config known (benchmarks/README.md, 2026-11-25 21:45)."""
-    ranked = sorted(
-        (r for r in results if r.feasible and r.reused_from is None),
-        key=lambda r: score(r, scoring),
-        reverse=True,
-    )
-    return ranked[:count]
-
-
-def could_beat(
-    result: TrialResult,
-    verified: Sequence[Verification],
-    scoring: Scoring = RAW,
-    results: Sequence[TrialResult] = (),
-) -> bool:
-    """Whether a finalist is worth verifying: yes unless a verified one met the SLA in every
-    repeat at a median throughput that this finalist's screening goodput does not clearly
-    (by ``IMPROVEMENT``) exceed. Screening figures are the noisy maxima of short windows, so
-    a finalist within that margin would be chosen by noise, at the price of a server and
-    several windows. Per GPU (``scoring``), each side counts its own GPUs (``results``: the
-    verified trials', to know their candidates). A verified one that passed only at a level
-    below its search's operating point (:func:`verify_levels`' fallback) has no margin: its
-    screening figure proved optimistic, so any finalist above its verified median is worth a
-    look (a bertQA finalist screened at 160 infer/s passed at 143 one level down; the other
-    finalist, screened at 152, was not verified, and re-measured 6% above the winner)."""
-    passed = [v for v in verified if v.passed]
-    return all(
-        score(result, scoring)
-        > verified_score(v, results, scoring) * (1 if fell_back(v, results) else 1 + IMPROVEMENT)
-        for v in passed
-    )
-
-
-def out_of_reach(
-    points: Sequence[Point],
-    repeats: int,
-    result: TrialResult,
-    verified: Sequence[Verification],
-    scoring: Scoring = RAW,
-    results: Sequence[TrialResult] = (),
-) -> bool:
-    """Whether a finalist's verification can stop: whatever its repeats still to come measure,
-    its median throughput (:attr:`Verification.median_throughput`, the middle of ``repeats``)
-    stays below a passed verification's by more than ``TIE``, so it cannot win
-    (:func:`choose_winner`), nor can its levels below. Known once more than half the repeats
-    are in: the median is then at most the lowest of the upper ones measured (of 3 repeats, the
-    higher of the first two). A second finalist verified only to lose so cost a whole level of
-    repeats, or two with its fallback (cnn, 2026-11-25 21:45: 15 s for a 1-instance config
-    verified far below the 2-instance winner)."""
-    passed = [v for v in verified if v.passed]
-    middle = repeats // 2
-    if not passed or len(points) <= middle:
-        return False
-    bound = sorted(p.throughput for p in points)[middle]
-    top = max(verified_score(v, results, scoring) for v in passed)
-    return scoring.score(bound, result.candidate) < top * (1 - TIE)
-
-
-def fell_back(v: Verification, results: Sequence[TrialResult]) -> bool:
-    """Whether ``v`` was measured below its trial's operating point (unknown trial: no)."""
-    trial = _trial_of(v, results)
-    return trial is not None and trial.best is not None and v.level < trial.best.level
-
-
-def verify_levels(result: TrialResult) -> list[float]:
-    """The levels (concurrencies, or request rates) to verify a finalist at: its operating
-    point, then (should a repeat break the SLA there) the level halfway down to the next lower
-    level it measured, then that one (none measured: :func:`_steps_down`). Halfway first: a
-    mobilenet finalist that broke the SLA at concurrency 10 fell back to the 7 its search had
-    measured, 30% less throughput, where 8 or 9 were never tried."""
-    assert result.best is not None and result.measurement is not None
-    top = result.best.level
-    lower = [p.level for p in result.measurement.points if p.level < top]
-    if not lower:
-        return [top, *_steps_down(top, bool(result.best.concurrency))]
-    below = max(lower)
-    if result.best.concurrency:
-        mid = float((int(top) + int(below)) // 2)
-    else:  # a rate: the geometric middle, to three significant digits as the rate search has them
-        mid = float(f"{(top * below) ** 0.5:.3g}")
-    return [top, *([mid] if below < mid < top else []), below]
+    return None if best is None or best.best is None else best.best.level
 
 
 def headroom(sla: Sla, margin: float, candidate: Candidate | None, batching: float = 2.0) -> Sla:
-    """The SLA a finalist's every verification repeat must keep (:func:`level_settled`): the
-    search's (the limit less ``margin``), and for a config with dynamic batching, ``batching``
-    times the margin (twice: :attr:`autotune.settings.RunSettings.batching_headroom`; the
-    simulator's surfaces have no such bias, and 1). There the two load generators disagree most
-    on the tail: perf_analyzer's median p99 of a batching winner was 0.90-1.22x ours (0.78-1.13x
-    without batching), and of the 14 batching winners whose slowest verification repeat lay over
-    80% of the limit, 5 met the SLA in fewer than 9 of 10 of perf_analyzer's repeats; of the 14
-    without batching, none did (nor of the 14 batching ones at or under 80%, but for 2). (Every
-    vs_model_analyzer result of 2026-11-25 that kept its verifications, 16:28 to 21:45.) The
-    search keeps the same headroom (:meth:`autotune.tuner.Trials.search_sla`): searched at the
-    single margin, mobilenet's batching finalists were ranked at concurrency 6 and verified at 4
-    (2026-11-25 23:30), a verification level spent in vain and a ranking its verification
-    overturned."""
+    """The SLA a candidate's points and race rounds are held to: the limit less ``margin``, and
+    for a config with dynamic batching less ``batching`` times it
+    (:attr:`autotune.settings.RunSettings.batching_headroom`: our load generator reads a
+    batching server's tail lower than perf_analyzer does; the simulator's surfaces have no
+    such bias, and 1)."""
     share = batching if candidate is not None and candidate.dynamic_batching else 1.0
     return sla.tightened(margin * share)
-
-
-def level_settled(points: Sequence[Point], repeats: int, sla: Sla, headroom: Sla) -> bool:
-    """Whether a finalist's verification may stop at this level: all ``repeats`` met the SLA and
-    each one's latency (at the SLA's percentile) is within ``headroom`` (:func:`headroom`: the
-    SLA tightened by ``--margin``, twice with dynamic batching). Winners whose median p99
-    perf_analyzer re-measured at 90-97% of the limit met the SLA in 9 or 10 of 10 repeats only
-    half the time (11 of 22, in every benchmarks/results/vs_model_analyzer-*.json of 2026-11-22
-    to 25), at 90% or below 133 of 140 times. Asking the headroom of the median only still let
-    7 of 28 winners through that failed perf_analyzer's 9 in 10 (2026-11-25 14:49 and 15:43);
-    asked of every repeat it would have sent 5 of them one level down, and 1 of the other 21
-    (benchmarks/results/headroom_replay-20261125.txt). One that lacks it is verified one level
-    down too."""
-    return _met_every(points, repeats, sla) and not short_of_headroom(points, headroom)
-
-
-def short_of_headroom(points: Sequence[Point], headroom: Sla) -> bool:
-    """Whether any of a level's repeats so far is over ``headroom`` (at its percentile): the
-    level cannot settle (:func:`level_settled`), so its verification may go one level down
-    without the rest (a repeat is 3 or more windows of twice the search's length)."""
-    return any(p.latency_ms(headroom.percentile) > headroom.limit_ms for p in points)
-
-
-def client_decided(point: Point, headroom: Sla) -> bool:
-    """Whether a verification repeat over ``headroom`` (at its percentile) may owe its tail to
-    the load generator rather than the server: its loop stalled (:attr:`Point.client_stalls`:
-    woken over 15 ms late, its thread waiting for a core) often enough that the answers in
-    flight at those moments, each stall delaying all of them at once, make up the percentile's
-    tail (1% of its requests for a p99). In flight: Little's law, requests per second times the
-    mean latency. Such a repeat is measured once more (:func:`autotune.finals.verify`):
-    perf_analyzer reads each answer on a thread of its own, and does not see them. At 26
-    embedder clients our p99 followed our stalls (15 in 6.4 s: 56 ms; 2: 33 ms), where
-    perf_analyzer read 33-41 ms on the same server (benchmarks/results/client_stalls-20261126.txt);
-    embedder verifications fell back from 21 to 14 clients, and 32 to 26, on such readings."""
-    over = point.latency_ms(headroom.percentile) > headroom.limit_ms
-    return over and stalls_could_make_tail(point, headroom.percentile)
-
-
-def stalls_could_make_tail(point: Point, percentile: int) -> bool:
-    """Whether the answers held at once by the point's client stalls (stalls x answers in
-    flight) reach ``percentile``'s tail share of its requests (see :func:`client_decided`)."""
-    if not point.client_stalls or point.requests <= 0 or point.duration_s <= 0:
-        return False
-    in_flight = point.requests / point.duration_s * point.avg_ms / 1000
-    return point.client_stalls * in_flight >= point.requests * (100 - percentile) / 100
-
-
-def verified_level(
-    tried: Sequence[Sequence[Point]], repeats: int, sla: Sla, out_of_reach: bool = False
-) -> int:
-    """Which of the levels verified (in :func:`verify_levels`' order, highest first) the
-    verification stands on: the lowest that met the SLA in every repeat (the last, when it
-    settled: :func:`level_settled`), else the last one tried. One stopped ``out_of_reach``
-    (:func:`out_of_reach`) stands on the last one tried, where it stopped: not on a level above
-    that met the SLA without the headroom and so never settled (a mobilenet finalist out of
-    reach at concurrency 7 stood on 9 so, won, and met perf_analyzer's SLA 8 times in 10)."""
-    if out_of_reach:
-        return len(tried) - 1
-    passed = [i for i, points in enumerate(tried) if _met_every(points, repeats, sla)]
-    return passed[-1] if passed else len(tried) - 1
-
-
-def _met_every(points: Sequence[Point], repeats: int, sla: Sla) -> bool:
-    """All ``repeats`` were measured and each met the SLA."""
-    return len(points) >= repeats and all(sla.met_by(p) for p in points)
-
-
-def _steps_down(top: float, concurrency: bool) -> list[float]:
-    """Where to fall back to when the search measured nothing below its operating point (it
-    started there, from the incumbent's level): seven eighths of it, then three quarters, then
-    half. An embedder finalist measured only at concurrency 32 broke the SLA there and had
-    nowhere to go, while another config won at 24; with three quarters first, two embedder
-    finalists whose repeats at 32 and 25 had lacked the headroom by a few milliseconds settled at
-    24 and 18, where perf_analyzer re-measured 0.77 and 0.74 of the best known goodput
-    (2026-11-25 18:34): one slow repeat cost a quarter of the throughput."""
-    if concurrency:
-        steps = {int(top) * 7 // 8, int(top) * 3 // 4, int(top) // 2}
-        return [float(c) for c in sorted(steps, reverse=True) if 1 <= c < top]
-    return [float(f"{top * f:.3g}") for f in (0.875, 0.75, 0.5)]
-
-
-def choose_winner(
-    results: Sequence[TrialResult],
-    verifications: Sequence[Verification],
-    percentile: int = 95,
-    scoring: Scoring = RAW,
-    sla: Sla | None = None,
-    rules: str = RULES_STABILITY,
-) -> int | None:
-    """Verified finalists that met the SLA in every repeat (else in most), by median
-    throughput (per GPU where ``scoring`` says so: :func:`verified_score`), a tie going to the
-    lower latency (more headroom under the SLA); else the best feasible trial not verified, by
-    its search measurement (:func:`score`). A finalist that could not
-    beat a passed one by ``IMPROVEMENT`` is not verified (:func:`could_beat`), so such
-    near-ties are settled by the search ranking."""
-    if rules == RULES_INTERVALS and sla is not None:
-        return race_winner(verifications, results, sla, scoring)
-    every = [v for v in verifications if v.passed]
-    most = [v for v in verifications if v.sla_met * 2 > len(v.points)]
-    for passing in (every, most):
-        if passing:
-            top = max(verified_score(v, results, scoring) for v in passing)
-            tied = [v for v in passing if verified_score(v, results, scoring) >= top * (1 - TIE)]
-            return min(tied, key=lambda v: v.median_latency_ms(percentile)).trial
-    verified = {v.trial for v in verifications}
-    feasible = [r for r in results if r.feasible and r.reused_from is None and r.number not in verified]
-    if feasible:
-        return max(feasible, key=lambda r: score(r, scoring)).number
-    return None

@@ -1,8 +1,8 @@
-"""The end of a tuning run: the finalists re-measured, and a concurrency run's winner under
-arrivals at a rate.
+"""The end of a tuning run: the finalists raced, and a concurrency run's winner under arrivals
+at a rate.
 
-:func:`verify_finalists` re-measures the finalists of :func:`autotune.decide.finalists` at their
-operating points (a concurrency, or a request rate in an open loop); :func:`check_open_loop`
+:func:`race` re-measures the finalists of :func:`autotune.rules.finalists` round after round on
+fresh servers until the rules of :mod:`autotune.rules` tell the winner; :func:`check_open_loop`
 measures the winner of a concurrency run in an open loop, so that the report shows the arrival
 rate it sustains beside the rate its closed loop was credited with. The tuner
 (:mod:`autotune.tuner`) calls both; they serve candidates through its trial runner.
@@ -10,15 +10,14 @@ rate it sustains beside the rate its closed loop was credited with. The tuner
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from autotune import decide, rules, stopping
+from autotune import rules, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.loadgen import LoadGenerator
-from autotune.measure import with_bands
-from autotune.points import RULES_INTERVALS, Point, WindowPlan
+from autotune.points import Point, WindowPlan
 from autotune.results import OpenLoopCheck, TrialResult, Verification, recommendation
 from autotune.rundir import RunDir
 from autotune.study import Study
@@ -31,58 +30,13 @@ if TYPE_CHECKING:
 RAMP_S = 0.3  # warm-up before each point after a server's first one (the first gets the plan's)
 
 
-def verify_finalists(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
-    """Re-measure the finalists (:func:`decide.finalists`) at their operating points, several
-    times on one server, so that noise cannot crown a loser nor hand the user a point that
-    breaks the SLA; once one has met the SLA in every repeat, only those that could still beat
-    it (:func:`decide.could_beat`; goodputs compared as the run's scoring says, per GPU or not).
-    Each verification is recorded as it ends, in the study (a resumed run, or another worker of
-    the study, does not repeat it) and in the run's record, which ends up holding exactly the
-    ones the winner is chosen from, each with the levels it measured besides the one it stands
-    on (:attr:`Verification.others`)."""
-    if prep.settings.plan.rules == RULES_INTERVALS:
-        return race(prep, trials, run, study)
-    out: list[Verification] = []
-    if prep.settings.repeats >= 1:
-        done = {v.trial: v for v in study.verifications()}
-        results, scoring, pct = study.results(), prep.scoring, prep.settings.sla.percentile
-        ranked = decide.finalists(results, prep.settings.finalists, scoring)
-        for i, result in enumerate(ranked):
-
-            def wins(v: Verification, later: list[TrialResult] = ranked[i + 1 :]) -> bool:
-                """Whether ``v`` is the winner already: no later finalist will be verified."""
-                known = [*out, v, *(done[r.number] for r in later if r.number in done)]
-                left = [r for r in later if r.number not in done]
-                return decide.choose_winner(results, known, pct, scoring) == v.trial and not any(
-                    decide.could_beat(r, known, scoring, results) for r in left
-                )
-
-            def hopeless(points: Sequence[Point], result: TrialResult = result) -> bool:
-                """Whether its repeats so far put it out of reach of one verified already."""
-                known = [*out, *(done[r.number] for r in ranked if r.number in done)]
-                return decide.out_of_reach(points, prep.settings.repeats, result, known, scoring, results)
-
-            if result.number in done:
-                out.append(done[result.number])
-            elif (
-                decide.could_beat(result, out, scoring, results)
-                and (verified := verify(prep, trials, result, wins, hopeless)) is not None
-            ):
-                verification, check = verified
-                out.append(verification)
-                study.record_verifications(list({**done, **{v.trial: v for v in out}}.values()))
-                run = run.update(verifications=tuple(out))
-                run = run if check is None else run.update(open_loop=check)
-    return run.update(verifications=tuple(out))
-
-
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     """The finalists (:func:`rules.finalists`) raced: round after round (``--repeats`` rounds
     at most), each contender is measured once more on a fresh server at its level (its search's
     operating point). Once its rounds at a level break the SLA together (with the search's
-    headroom: :func:`decide.headroom`; :func:`rules.rounds_break`) it goes one level down
+    headroom: :func:`autotune.decide.headroom`; :func:`rules.rounds_break`) it goes one level down
     (:func:`rules.level_below`; none left: it leaves the race); undecided, it stays for the
-    next round to tell; after each round those worse than the leader or shown equal to it
+    next round to tell; after each round those shown not ahead of the leader
     leave (:func:`rules.outraced`; in a closed loop each round's throughput carried to the
     limit: :func:`rules.to_limit`); the race ends when one is left that has run two rounds, or
     after the last round. Each contender's rounds at the level it ended on are
@@ -113,7 +67,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         """One more round of ``result`` at its level; its rounds there breaking the SLA send it
         a level down. False: it is out (not served, or no level left)."""
         n = result.number
-        plan = with_bands(settings.plan, slas[n].limit_ms)
+        plan = rules.judged_at(settings.plan, slas[n].limit_ms)
         point = _round(prep, trials, result, level[n], plan, count[n])
         count[n] += 1
         if point is None:
@@ -184,98 +138,6 @@ def _round(
         return None
     stopping.check()
     return point
-
-
-def verify(
-    prep: Prepared,
-    trials: Trials,
-    result: TrialResult,
-    wins: Callable[[Verification], bool],
-    hopeless: Callable[[Sequence[Point]], bool],
-) -> tuple[Verification, OpenLoopCheck | None] | None:
-    """Every repeat must meet the SLA, with the search's headroom (twice that with dynamic
-    batching: :func:`decide.headroom`, :func:`decide.level_settled`); if not, the level halfway
-    down to the next lower one its search measured is verified too, then that one
-    (:func:`decide.verify_levels`), on the same server, and the verification stands on the one
-    that settled (else on the lowest that met the SLA in every repeat:
-    :func:`decide.verified_level`). A level's repeats stop at the first that breaks the SLA,
-    and, while a level below is left, once one lacks the headroom
-    (:func:`decide.short_of_headroom`). Once its repeats so far say it cannot win
-    (``hopeless``: :func:`decide.out_of_reach`), it stops, and stands on the level being
-    measured (:func:`decide.verified_level`). It is not verified above its operating point:
-    cnn's climbs to a level its search had measured above (2026-11-26, 01:13 to 04:44) gained
-    nothing perf_analyzer could tell from noise without batching (889 infer/s at 9 clients,
-    917 for the same config at 8; another stayed at 8); at 10 clients, once with batching and
-    once without, they broke its SLA (met 7 and 8 times in 10). One paid, with batching (953
-    at 9, the best known), a case the climb had left out since 0edb4d5. A finalist that ``wins`` (the winner,
-    whatever the finalists after it) gets its open-loop check (:func:`check_open_loop`) on that
-    server too, before it stops.
-    None: it could not be measured (its server or a measurement failed)."""
-    assert result.candidate is not None
-    settings, name, loader = prep.settings, f"verify-{result.number:03d}", prep.loader
-    headroom = trials.search_sla(result.candidate)
-    # windows longer than screening's, their close-call bands drawn around the headroom
-    plan = with_bands(replace(settings.plan, window_s=settings.plan.window_s * 2), headroom.limit_ms)
-    ramp = replace(plan, warmup_s=min(plan.warmup_s, RAMP_S))
-    try:
-        with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
-            gen = trials.generator(server, plan)
-            levels, tried = decide.verify_levels(result), []
-            lost, redone = False, []
-
-            def repeat(level: float, i: int) -> Point:
-                """Repeat ``i`` at ``level`` (an open loop's repeats see other arrivals: seeds 1,
-                2, ...; the search had 0)."""
-                nonlocal gen
-                point = loader.point(replace(gen, seed=i + 1) if loader.open_loop else gen, level)
-                stopping.check()
-                gen = gen.with_plan(ramp)
-                return point
-
-            def repeats_at(level: float, below: bool) -> list[Point]:
-                """Up to ``repeats`` points at ``level``; ``below``: a level below is left to go
-                to, so a repeat without the headroom ends them. A repeat whose tail our own
-                client's stalls may have decided is measured once more (:func:`decide.client_decided`)."""
-                nonlocal lost
-                points: list[Point] = []
-                for i in range(settings.repeats):
-                    where = f"{level:.4g} req/s" if loader.open_loop else f"concurrency {level:.0f}"
-                    trials.events.verifying(result.number, where, i + 1, settings.repeats)
-                    point = repeat(level, i)
-                    if decide.client_decided(point, headroom):
-                        redone.append((level, point))
-                        point = repeat(level, i)
-                    points.append(point)
-                    if lost := hopeless(points):
-                        break  # it cannot win: no more repeats, nor levels
-                    if not settings.sla.met_by(points[-1]):
-                        break  # this level failed: no need to finish its repeats
-                    if below and decide.short_of_headroom(points, headroom):
-                        break  # it cannot settle: on to the level below
-                return points
-
-            for depth, level in enumerate(levels):
-                tried.append(repeats_at(level, below=depth + 1 < len(levels)))
-                if lost or decide.level_settled(tried[-1], settings.repeats, settings.sla, headroom):
-                    break  # else (a repeat broke the SLA, or it met it with no headroom) one level down
-            at = decide.verified_level(tried, settings.repeats, settings.sla, out_of_reach=lost)
-            level, points = levels[at], tried[at]
-            met = sum(settings.sla.met_by(p) for p in points)
-            concurrency, rate = (0, level) if loader.open_loop else (int(level), 0.0)
-            others = tuple((levels[i], tuple(pts)) for i, pts in enumerate(tried) if i != at)
-            verification = Verification(
-                result.number, concurrency, tuple(points), met, rate, others, tuple(redone)
-            )
-            check, credited = None, _credited(prep, result, (verification,))
-            if _checks(prep) and credited is not None and wins(verification):  # on this server, warm
-                try:
-                    check = _check_on(prep, trials, gen, result.number, credited)
-                except MeasurementError as exc:  # the verification stands; the winner's check is retried
-                    trials.events.verification_failed(result, f"open-loop check: {str(exc).splitlines()[0]}")
-    except (LaunchError, MeasurementError) as exc:
-        trials.events.verification_failed(result, str(exc).splitlines()[0])
-        return None
-    return verification, check
 
 
 def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialResult) -> RunDir:

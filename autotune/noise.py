@@ -15,9 +15,9 @@ The verdicts, each one rule:
   count it as not meeting);
 - **better**: a throughput's lower bound is over another's upper bound (the difference's
   bound, with both standard errors); **cannot win**: the best one's is better than this one;
-  neither: **tied**; **equal**: the difference's two bounds both lie within
-  :data:`RESOLUTION` of the first one's figure (two one-sided tests), a tie shown too narrow
-  to be worth telling apart.
+  neither: **tied**; **not ahead**: the difference's upper bound (this one less the other)
+  lies below :data:`RESOLUTION` of the other's figure: this one cannot beat it by a
+  difference worth having (a non-inferiority test, the other way round).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 CONFIDENCE = 0.95  # one-sided, per verdict: a verdict is wrong at most 5% of the times it is given
 SERVER_CV = 0.03  # how far a fresh server of one config reads off another's (relative sd)
 MIN_WINDOWS = 2  # the fewest windows a point is judged on (its variance needs two)
-RESOLUTION = 0.05  # throughputs shown within this share of each other are equal: not worth a round more
+RESOLUTION = 0.02  # a throughput shown not this share above another cannot beat it by enough to matter
 
 # Student's t at 95% one-sided, by degrees of freedom (1-30); above 30, the normal's 1.645.
 _T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771,
@@ -136,10 +136,11 @@ def better(a: Estimate, b: Estimate) -> bool:
     return a.mean - b.mean - _bound(a, b) > 0
 
 
-def equal(a: Estimate, b: Estimate, within: float = RESOLUTION) -> bool:
-    """``a`` and ``b`` are shown equal: the difference's upper and lower bounds (both errors,
-    the fewer degrees of freedom) both lie within ``within`` of ``a``'s figure."""
-    return abs(a.mean - b.mean) + _bound(a, b) < within * abs(a.mean)
+def not_ahead(a: Estimate, b: Estimate, by: float = RESOLUTION) -> bool:
+    """``a`` is shown not ahead of ``b`` by ``by`` of ``b``'s figure: the difference's upper
+    bound (``a`` less ``b``; both errors, the fewer degrees of freedom) is below it. Whatever is
+    worse than ``b`` (:func:`better`) is not ahead of it either."""
+    return a.mean - b.mean + _bound(a, b) < by * abs(b.mean)
 
 
 def _bound(a: Estimate, b: Estimate) -> float:

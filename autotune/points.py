@@ -3,9 +3,8 @@ windows are measured (:class:`WindowPlan`) and when they stop (:func:`windows_do
 
 A :class:`Point` is one level (a concurrency, or a request rate) measured in windows; a
 :class:`Measurement` is a candidate's search over levels for the best throughput that meets
-the SLA. The search policies that make them are elsewhere (:mod:`autotune.rules` on
-intervals, :mod:`autotune.measure` the stability rules); this module decides nothing but when a
-point's windows may stop.
+the SLA. The search policy that makes them is :mod:`autotune.rules`'; this module decides
+nothing but when a point's windows may stop.
 """
 
 from __future__ import annotations
@@ -51,27 +50,11 @@ class WindowPlan:
     max_windows: int = 8
     min_requests: int = 50  # a window is extended (up to 4x) until it has this many
     percentile: int = 95  # the latency the stability rule watches
-    # a point whose last DECIDED_WINDOWS windows each have a latency (at ``percentile``) above
-    # this many ms is decided: it breaks the SLA whatever more windows say (0: never)
-    fail_ms: float = 0.0
-    # windows whose latencies are all below this many ms need only a stable throughput: the
-    # point meets the SLA whatever their latencies' spread (0: latency must settle too)
-    clear_ms: float = 0.0
-    # nor do windows whose latencies are all above this many ms: the point breaks the SLA
-    # whatever their spread (0: latency must settle too)
-    over_ms: float = 0.0
-    # RULES_INTERVALS: windows until the latency's interval lies on one side of this limit
-    # (autotune.noise: meets or breaks), at least noise.MIN_WINDOWS, at most max_windows; the
-    # point's figures are every window's. 0, or RULES_STABILITY: the stability rule above.
+    # windows until the latency's interval (autotune.noise) lies on one side of this limit (meets
+    # or breaks it), at least noise.MIN_WINDOWS, at most max_windows; the point's figures are
+    # every window's, each window's kept as its sample. 0 (no limit: a point measured as
+    # perf_analyzer measures it): the stability rule above, the figures the last windows'.
     limit_ms: float = 0.0
-    rules: str = "stability"
-
-
-RULES_STABILITY = "stability"  # perf_analyzer's stability rule and the search's rules fitted around it
-RULES_INTERVALS = "intervals"  # the noise model's (autotune.noise) intervals decide
-RULES = (RULES_STABILITY, RULES_INTERVALS)
-# A point's windows stop once this many running are over WindowPlan.fail_ms (:func:`decided`).
-DECIDED_WINDOWS = 2
 
 
 @dataclass(frozen=True)
@@ -141,14 +124,14 @@ class Point:
     send_rate: float = 0.0  # open loop: requests actually sent per second
     send_late_p99_ms: float = 0.0  # open loop: p99 of (actual send - scheduled send)
     gpus: tuple[GpuFigures, ...] = ()  # the server's GPUs over the kept windows (none on a CPU server)
-    passes: int = 1  # measurements merged into it (:func:`merged`: a close call, a second look)
+    passes: int = 1  # measurements merged into it (runs recorded by the stability rules merged passes)
     # the load generator's loop stalled (woken over 15 ms late) this often, and this long in all,
     # over the kept windows: every answer in flight waited for it (autotune.loadgen._load)
     client_stalls: int = 0
     client_stall_ms: float = 0.0
     first_error: str = ""  # the first error the server answered over the kept windows ("" none)
-    # RULES_INTERVALS: each window's throughput, and its latency at ``window_percentile``: the
-    # sample the point's intervals come from (autotune.noise); none under the stability rule
+    # each kept window's throughput, and its latency at ``window_percentile``: the sample the
+    # point's intervals come from (autotune.noise); none in runs recorded by the stability rules
     window_throughputs: tuple[float, ...] = ()
     window_latencies_ms: tuple[float, ...] = ()
     window_percentile: int = 0
@@ -287,47 +270,30 @@ def errors_line(points: Sequence[Point]) -> str:
 # ---------------------------------------------------------------- when a point's windows stop
 
 
-def is_stable(
-    throughputs: Sequence[float],
-    latencies: Sequence[float],
-    tolerance: float,
-    clear: float = 0.0,
-    over: float = 0.0,
-) -> bool:
-    """perf_analyzer's rule: the last 3 windows each within ``tolerance`` of their mean; their
-    latencies need not be when each is below ``clear`` or each above ``over`` (> 0: clearly on one
-    side of the search's limit, see :func:`verdict_bands`)."""
+def is_stable(throughputs: Sequence[float], latencies: Sequence[float], tolerance: float) -> bool:
+    """perf_analyzer's rule: the last 3 windows' throughputs and latencies each within
+    ``tolerance`` of their mean."""
     if len(throughputs) < 3 or len(latencies) < 3:
         return False
-    last = latencies[-3:]
-    one_side = (clear > 0 and max(last) < clear) or (over > 0 and min(last) > over)
-    return _within(throughputs[-3:], tolerance) and (_within(last, tolerance) or one_side)
+    return _within(throughputs[-3:], tolerance) and _within(latencies[-3:], tolerance)
 
 
 def windows_done(
     throughputs: Sequence[float], latencies_ms: Sequence[float], plan: WindowPlan, tolerance: float
 ) -> tuple[bool, bool]:
     """Whether a point's windows so far (each one's throughput and latency, every window: the
-    rules read the last ones they need) may stop, and whether they are stable. Under
-    :data:`RULES_INTERVALS` with a limit: once at least :data:`autotune.noise.MIN_WINDOWS` put
-    the latency's interval on one side of it (they are then "stable"); else perf_analyzer's
-    stability (:func:`is_stable`, ``tolerance``) or a clear break (:func:`decided`)."""
-    if plan.rules == RULES_INTERVALS and plan.limit_ms > 0:
+    rules read the last ones they need) may stop, and whether they are stable. With a limit:
+    once at least :data:`autotune.noise.MIN_WINDOWS` put the latency's interval on one side of
+    it (they are then "stable"); without, perf_analyzer's stability (:func:`is_stable`,
+    ``tolerance``)."""
+    if plan.limit_ms > 0:
         if len(latencies_ms) < MIN_WINDOWS:
             return False, False
         latency = Estimate.of(latencies_ms)
         settled = meets(latency, plan.limit_ms) or breaks(latency, plan.limit_ms)
         return settled, settled
-    stable = is_stable(throughputs, latencies_ms, tolerance, plan.clear_ms, plan.over_ms)
-    return stable or decided(latencies_ms, plan), stable
-
-
-def decided(latencies_ms: Sequence[float], plan: WindowPlan) -> bool:
-    """Whether a point's windows so far (each one's latency at the plan's percentile) break the
-    SLA clearly: the last :data:`DECIDED_WINDOWS` each above ``plan.fail_ms`` (a percentile of
-    the windows merged is at least the smallest of theirs)."""
-    last = latencies_ms[-DECIDED_WINDOWS:]
-    return plan.fail_ms > 0 and len(last) == DECIDED_WINDOWS and all(v > plan.fail_ms for v in last)
+    stable = is_stable(throughputs, latencies_ms, tolerance)
+    return stable, stable
 
 
 def _within(values: Sequence[float], tolerance: float) -> bool:

@@ -72,11 +72,11 @@ class Verification:
     points: tuple[Point, ...]
     sla_met: int  # how many repeats met the SLA
     request_rate: float = 0.0
-    # the other levels its verification measured (autotune.decide.verify_levels' order, the one
-    # it stands on left out), each with its repeats: what a fallback cost, and why
+    # the levels a race left (autotune.rules.level_below), each with its rounds there; the one it
+    # stands on left out
     others: tuple[tuple[float, tuple[Point, ...]], ...] = ()
-    # repeats set aside and measured again, with their levels: our client's stalls may have
-    # decided their tails (autotune.decide.client_decided)
+    # repeats set aside and measured again, with their levels (runs recorded by the stability
+    # rules: our client's stalls may have decided their tails)
     redone: tuple[tuple[float, Point], ...] = ()
     # the latency limit a race held its rounds to (the search's headroom; 0.0: not raced, or
     # recorded before races kept it): what autotune.rules.to_limit carries them to

@@ -1,4 +1,4 @@
-"""The search's rules on intervals (:data:`autotune.measure.RULES_INTERVALS`), in one place.
+"""The search's rules, in one place: every one a verdict on measured intervals.
 
 Every rule here is a verdict of :mod:`autotune.noise` on measured intervals; its only knobs
 are the noise model's (:data:`~autotune.noise.CONFIDENCE`, :data:`~autotune.noise.SERVER_CV`,
@@ -8,13 +8,16 @@ settings (the SLA and its margin, the budget, ``--finalists`` and ``--repeats``)
 - **A point** meets the SLA when its latency's upper bound is within the limit
   (:meth:`autotune.objective.Sla.met_by`); its windows go on until that or the opposite is
   known, or the budget ends them (then it does not meet it: undecided).
+- **A point's plan** (:func:`search_plan`, :func:`judged_at`): windows until its latency's
+  interval lies on one side of the search's limit.
 - **A candidate's goodput search** (:func:`find_goodput`) doubles the clients while the SLA
   holds and the throughput is better than the last level's, halves while it breaks, then
   bisects between the last level that met it and the first that broke it while the broken
   one is better than the met one; it stops early (pruned) where the broken level, which
   bounds every level below it, cannot win against the best so far. Its operating point
   (:func:`best_point`) is the highest level of those that meet the SLA and are not worse
-  than the best of them.
+  than the best of them. In an open loop (:func:`find_rate_goodput`) the same over request
+  rates, bisected geometrically to :data:`RATE_RESOLUTION`.
 - **Trials** compare by their operating points' throughputs across servers
   (:meth:`~autotune.noise.Estimate.across_servers`): :func:`better_trial`.
 - **The finalists** are the trials that are not worse than the best (at most ``--finalists``),
@@ -22,7 +25,7 @@ settings (the SLA and its margin, the budget, ``--finalists`` and ``--repeats``)
   judged together (:func:`rounds_meet`, :func:`rounds_break`), in a closed loop each round's
   throughput carried to the limit along its search's slopes (:func:`to_limit`), over the rounds
   with their spread (:func:`raced`); it steps down by :func:`level_below`; after each round
-  those worse than the leader or shown equal to it leave (:func:`outraced`); the leader
+  those shown not ahead of the leader leave (:func:`outraced`); the leader
   (:func:`race_leader`) must meet the SLA where it stands.
 """
 
@@ -31,10 +34,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
-from autotune.noise import Estimate, Noise, better, equal
+from autotune.noise import Estimate, Noise, better, not_ahead
 from autotune.objective import RAW, Scoring, Sla
-from autotune.points import Measurement, Point
+from autotune.points import Measurement, Point, WindowPlan
 from autotune.results import TrialResult, Verification
 from autotune.search_space import Candidate
 
@@ -42,6 +46,19 @@ from autotune.search_space import Candidate
 def noise_of(points: Iterable[Point]) -> Noise:
     """The window noise of throughput pooled over ``points`` (:class:`autotune.noise.Noise`)."""
     return Noise.pooled(p.window_throughputs for p in points)
+
+
+def search_plan(sla: Sla, window_s: float) -> WindowPlan:
+    """A run's plan for its points: windows of ``window_s`` after a warm-up of at least a
+    second, the latency watched at the SLA's percentile (each search and race round draws its
+    limit: :func:`judged_at`)."""
+    return WindowPlan(window_s=window_s, warmup_s=max(window_s, 1.0), percentile=sla.percentile)
+
+
+def judged_at(plan: WindowPlan, limit_ms: float) -> WindowPlan:
+    """``plan`` with its points' windows going on until their latency's interval lies on one
+    side of ``limit_ms`` (a candidate's own search limit: :meth:`autotune.trials.Trials.search_sla`)."""
+    return replace(plan, limit_ms=limit_ms)
 
 
 def cannot_win(point: Point, beat: Estimate | None, noise: Noise) -> bool:
@@ -117,6 +134,73 @@ def find_goodput(
             bad = mid
     ordered = tuple(points[c] for c in sorted(points))
     return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
+
+
+MeasureRate = Callable[[float], Point]
+RATE_RESOLUTION = 0.10  # an open loop's search stops once its last good rate is this close to its first bad
+# Below this fraction of the limit a rate is far from the knee and the search doubles it; above,
+# it grows by twice the resolution, so that one bisection brackets the highest rate.
+RATE_HEADROOM = 0.6
+
+
+def find_rate_goodput(
+    measure_at: MeasureRate,
+    sla: Sla,
+    low: float,
+    high: float,
+    *,
+    start: float,
+    beat: Estimate | None = None,
+    resolution: float = RATE_RESOLUTION,
+) -> Measurement:
+    """An open loop's goodput search over request rates, from ``start`` (the best candidate's
+    rate, or a first guess): grows while the SLA holds (doubling while the latency is under
+    :data:`RATE_HEADROOM` of the limit, then by twice ``resolution``), or halves while it
+    breaks; then bisects, geometrically, between the last rate that met it and the first that
+    broke it until they are within ``resolution`` of each other. An open loop above what the
+    server sustains completes only what it can, so a broken rate's throughput bounds every
+    rate's below it: the search stops (pruned) once that cannot win against ``beat``
+    (:func:`cannot_win`). Rates are rounded to three significant digits (the figures people
+    read)."""
+    points: dict[float, Point] = {}
+
+    def at(rate: float) -> Point:
+        if rate not in points:
+            points[rate] = measure_at(rate)
+        return points[rate]
+
+    def hopeless(rate: float) -> bool:
+        return cannot_win(at(rate), beat, noise_of(points.values()))
+
+    rate = _nice(min(max(start, low), high))
+    good, bad = (rate, None) if sla.met_by(at(rate)) else (None, rate)
+    while good is not None and bad is None and good < high:  # grow
+        far = at(good).latency_ms(sla.percentile) < RATE_HEADROOM * sla.limit_ms
+        rate = _nice(min(good * (2.0 if far else 1 + 2 * resolution), high))
+        if rate <= good:
+            break
+        good, bad = (rate, None) if sla.met_by(at(rate)) else (good, rate)
+    pruned = False
+    while bad is not None and good is None and bad > low:  # descend
+        if pruned := hopeless(bad):
+            break
+        rate = _nice(max(bad / 2, low))
+        if rate >= bad:
+            break
+        good, bad = (rate, bad) if sla.met_by(at(rate)) else (None, rate)
+    while good is not None and bad is not None and bad > good * (1 + resolution):  # bisect
+        if pruned := hopeless(bad):
+            break
+        mid = _nice((good * bad) ** 0.5)
+        if not good < mid < bad:
+            break
+        good, bad = (mid, bad) if sla.met_by(at(mid)) else (good, mid)
+    ordered = tuple(points[r] for r in sorted(points))
+    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
+
+
+def _nice(rate: float) -> float:
+    return float(f"{rate:.3g}")
 
 
 def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
@@ -285,16 +369,17 @@ def outraced(
     rounds: dict[int, Sequence[Point]], shares: dict[int, int], carries: Mapping[int, Carry] | None = None
 ) -> set[int]:
     """The contenders (by trial number, each with the rounds it met the SLA in) that leave the
-    race: those worse than the leader, the one with the most throughput (carried to the limit
-    where ``carries`` has the contender's: :func:`raced`), and those shown equal to it
-    (:func:`autotune.noise.equal`: more rounds could not tell them apart by a difference worth
-    having). Those that leave keep their rounds: the winner is chosen from all of them."""
+    race: those shown not ahead of the leader, the one with the most throughput (carried to the
+    limit where ``carries`` has the contender's: :func:`raced`), by
+    :data:`~autotune.noise.RESOLUTION` (:func:`autotune.noise.not_ahead`: more rounds could not
+    show it the better by a difference worth having; the worse ones among them). Those that
+    leave keep their rounds: the winner is chosen from all of them."""
     found = _raced(rounds, shares, carries)
     if not found:
         return set()
     top = max(found, key=lambda n: found[n].mean)
     lead = found[top]
-    return {n for n, e in found.items() if n != top and (better(lead, e) or equal(lead, e))}
+    return {n for n, e in found.items() if n != top and not_ahead(e, lead)}
 
 
 def _raced(

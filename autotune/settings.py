@@ -19,7 +19,7 @@ from autotune.errors import UsageError
 from autotune.objective import Sla
 from autotune.outputs import parse_tolerance
 from autotune.pipeline import TunedStep
-from autotune.points import RULES_STABILITY, WindowPlan
+from autotune.points import WindowPlan
 
 LAUNCHERS = ("local", "docker", "remote")
 # How long a config with TensorRT may take to get ready (its engine is built while it loads):
@@ -362,7 +362,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
     return Workload(data, tuple(parse_shape(t) for t in args.shape), batch, order)
 
 
-# --rules intervals: the race's budget, its rounds at most (--repeats unless given; docs/search.md)
+# the race's budget, its rounds at most (--repeats; docs/search.md)
 RACE_ROUNDS = 8
 
 
@@ -376,16 +376,17 @@ class RunOptions:
     max_trials: int = 20
     time_budget_s: float | None = 12 * 60.0  # None: no limit
     # Stop after this many measured configs in a row without a better goodput; 0: off. 4, not 5:
-    # in benchmarks/experiments/search_replay.py the fifth config cost one more config per run
-    # (and runs of 11 or more configs twice as often) for under 1% of goodput, inside the noise.
+    # in benchmarks/experiments/search_replay.py at commit f7b0666 the fifth config cost one more
+    # config per run (and runs of 11 or more configs twice as often) for under 1% of goodput,
+    # inside the noise.
     patience: int = 4
     finalists: int = 2
-    repeats: int = 3  # under --rules intervals, RACE_ROUNDS unless given
+    repeats: int = RACE_ROUNDS
     # The search keeps this fraction of headroom under the SLA. 0.10, not 0.05: every winner of
     # benchmarks/vs_model_analyzer.py whose search p99 lay within 10% of the SLA broke it in
     # 1 to 8 of 10 re-measurements by perf_analyzer (benchmarks/results/headroom-20261122.txt).
     margin: float = 0.10
-    window: float = 0.5  # seconds a search window lasts (finalists get twice as long)
+    window: float = 0.5  # seconds a window lasts
     seed: int | None = None
     # A concurrency run's winner is measured under Poisson arrivals at the end (finals.check_open_loop).
     open_loop_check: bool = True
@@ -393,9 +394,6 @@ class RunOptions:
     write_back: bool = False
     output_check: bool = True  # each candidate's answers against your config's (autotune.outputs)
     output_tolerance: str = ""  # --output-tolerance as given ("": each float type's default)
-    # what decides: perf_analyzer's stability and the rules fitted around it, or the noise
-    # model's intervals (autotune.noise, autotune.rules); a resumed run keeps its own
-    rules: str = RULES_STABILITY
 
     @classmethod
     def of(cls, settings: RunSettings) -> RunOptions:
@@ -408,7 +406,7 @@ class RunOptions:
             margin=settings.margin, window=settings.plan.window_s, seed=settings.seed,
             open_loop_check=settings.open_loop_check, trt_build_timeout_s=settings.trt_build_timeout_s,
             write_back=settings.write_back, output_check=settings.output_check,
-            output_tolerance=settings.output_tolerance, rules=settings.plan.rules,
+            output_tolerance=settings.output_tolerance,
         )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:

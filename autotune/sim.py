@@ -6,7 +6,7 @@ search (:func:`autotune.tuner.search`: seeds, the sampler, stand-ins, every good
 convergence, the finalists' verification) and the real winner's choice against it, on a
 :class:`SimTrials`: servers that start in :attr:`Surface.start_s` and load generators whose
 windows are drawn from the surface and stopped by the load generator's own rule
-(:func:`autotune.measure.is_stable`, :func:`autotune.measure.decided`). Time is the simulated
+(:func:`autotune.points.windows_done`). Time is the simulated
 time those windows and starts take. :func:`judge` says how good the run's answer truly was:
 the winner's true goodput against the surface's best, and whether its operating point truly
 meets the SLA.
@@ -32,20 +32,18 @@ from typing import Any, Protocol
 from autotune import decide, tuner
 from autotune import model_config as mcfg
 from autotune.events import Events
-from autotune.measure import search_plan
 from autotune.objective import Sla, scores
 from autotune.points import (
-    RULES_INTERVALS,
-    RULES_STABILITY,
     UNSTABLE,
     Point,
     WindowPlan,
     windows_done,
 )
 from autotune.results import TrialResult, Verification, recommendation
+from autotune.rules import race_winner, search_plan
 from autotune.rundir import RunDir, RunRecord
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, parse_search_space
-from autotune.settings import RACE_ROUNDS, Launch, RunSettings, Traffic
+from autotune.settings import Launch, RunSettings, Traffic
 from autotune.study import Study
 from autotune.traffic import Loader
 from autotune.trials import Trials
@@ -342,11 +340,10 @@ class SimTrials(Trials):
 
     def point(self, server: SimServer, level: int, plan: WindowPlan) -> Point:
         """One point, as :func:`autotune.loadgen._windows.run_windows` measures it: windows until
-        the last ``stable_windows`` agree, or the point breaks the SLA clearly, or at most
-        ``max_windows``; its figures the kept windows' means."""
+        :func:`autotune.points.windows_done`, at most ``max_windows``; its figures the kept
+        windows' means."""
         self.now += plan.warmup_s
         readings: list[Reading] = []
-        intervals = plan.rules == RULES_INTERVALS
         stable = False
         while len(readings) < plan.max_windows:
             readings.append(
@@ -358,7 +355,7 @@ class SimTrials(Trials):
             if done:
                 stable = True
                 break
-        kept = readings if intervals else readings[-plan.stable_windows :]
+        kept = readings if plan.limit_ms > 0 else readings[-plan.stable_windows :]
 
         def mean(name: str) -> float:
             return sum(float(getattr(r, name)) for r in kept) / len(kept)
@@ -371,9 +368,9 @@ class SimTrials(Trials):
             p50_ms=mean("p50_ms"), p90_ms=mean("p90_ms"), p95_ms=mean("p95_ms"), p99_ms=mean("p99_ms"),
             requests=requests, errors=0, duration_s=duration, windows=len(readings), stable=stable,
             warnings=() if stable else (UNSTABLE,),
-            window_throughputs=tuple(r.throughput for r in kept) if intervals else (),
-            window_latencies_ms=tuple(r.latency_ms(plan.percentile) for r in kept) if intervals else (),
-            window_percentile=plan.percentile if intervals else 0,
+            window_throughputs=tuple(r.throughput for r in kept),
+            window_latencies_ms=tuple(r.latency_ms(plan.percentile) for r in kept),
+            window_percentile=plan.percentile,
         )  # fmt: skip
 
 
@@ -413,20 +410,17 @@ def simulate(
     space: SearchSpace | None = None,
     baseline: Candidate | None = None,
     workdir: Path | None = None,
-    rules: str = RULES_STABILITY,
     **options: Any,
 ) -> SimOutcome:
     """One tuning run against ``surface``, with the CLI's defaults (``options``: RunSettings
     fields to change, such as ``max_trials``) and the sampler seeded with ``seed``."""
     user = space or space_of(surface)
     baseline = baseline if baseline is not None else baseline_of(surface)
-    if rules == RULES_INTERVALS:
-        options.setdefault("repeats", RACE_ROUNDS)
     settings = RunSettings(
         model="sim", repository=Path("."), sla=surface.sla, seed=seed, output_check=False,
         open_loop_check=False, batching_headroom=1.0, **options,
     )  # fmt: skip
-    settings = replace(settings, plan=search_plan(surface.sla, settings.margin, 0.5, rules))
+    settings = replace(settings, plan=search_plan(surface.sla, 0.5))
     prep = tuner.Prepared(
         settings, mcfg.ModelConfig(name="sim"), Path("."), user, baseline, None,
         Loader(Traffic()), server_gpus=surface.gpus, cores=surface.cores,
@@ -444,9 +438,7 @@ def simulate(
         results = tuple(study.results())
         verifications = run.record.verifications
         s = prep.settings
-        winner = decide.choose_winner(
-            results, verifications, s.sla.percentile, prep.scoring, s.sla.tightened(s.margin), s.plan.rules
-        )
+        winner = race_winner(verifications, results, s.sla.tightened(s.margin), prep.scoring)
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
     return SimOutcome(seed, results, verifications, winner, trials.now, measured, honest(results, told, prep))

@@ -4,7 +4,7 @@
 pattern, read once) to the load generator: one point at a level, a candidate's goodput search,
 the levels a finalist is verified at, and the open-loop check of a concurrency run's winner.
 A level is a concurrency (closed loop) or a request rate in requests per second (open loop);
-:attr:`autotune.measure.Point.level` reads it back from a point.
+:attr:`autotune.points.Point.level` reads it back from a point.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.loadgen import LoadGenerator, read_intervals
-from autotune.measure import find_goodput, find_rate_goodput
+from autotune.noise import Estimate
 from autotune.objective import Sla
 from autotune.points import Measurement, Point
+from autotune.rules import find_goodput, find_rate_goodput
 from autotune.search_space import SearchSpace
 from autotune.settings import Traffic
 
@@ -56,20 +57,18 @@ class Loader:
         sla: Sla,
         space: SearchSpace,
         start: float | None,
-        beat: float,
+        beat: Estimate | None,
         first_guess: Callable[[], float],
-        batching: bool = False,
     ) -> Measurement:
-        """The candidate's goodput search from ``start`` (the best candidate's level; None for
-        the first candidate: a closed loop starts at the lowest concurrency, an open loop at
-        ``first_guess()``, the rate one client alone gets answered at); ``batching``: the
-        candidate batches dynamically (see :func:`autotune.measure.find_goodput`)."""
+        """The candidate's goodput search (:func:`autotune.rules.find_goodput`, or in an open loop
+        :func:`autotune.rules.find_rate_goodput`) from ``start`` (the best candidate's level; None
+        for the first candidate: a closed loop starts at the lowest concurrency, an open loop at
+        ``first_guess()``, the rate one client alone gets answered at); ``beat``: the best
+        trial's throughput so far, across servers."""
         if not self.open_loop:
             first = None if start is None else int(start)
             lo, hi = space.concurrency_min, space.concurrency_max
-            return find_goodput(
-                lambda c: at(float(c)), sla, lo, hi, start=first, beat=beat, batching=batching
-            )
+            return find_goodput(lambda c: at(float(c)), sla, lo, hi, start=first, beat=beat)
         rate = first_guess() if start is None else start
         return find_rate_goodput(at, sla, space.rate_min, space.rate_max, start=rate, beat=beat)
 

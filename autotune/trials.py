@@ -37,12 +37,11 @@ from autotune.gpu import GpuProbe
 from autotune.gpu_probe import at_server, choose_probe
 from autotune.launch import Launcher, Server, failure_line, read_tail
 from autotune.loadgen import Beside, LoadGenerator, ModelIO, Payload, WorkloadData, read_workload
-from autotune.measure import pass_plan, second_look, settled, with_bands
 from autotune.noise import Estimate
 from autotune.objective import Sla
 from autotune.outputs import Reference, check_requests, compare, parse_tolerance
 from autotune.pipeline import tuned_configs, with_caller
-from autotune.points import RULES_INTERVALS, Measurement, Point, WindowPlan, errors_line
+from autotune.points import Measurement, Point, WindowPlan, errors_line
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate
@@ -85,9 +84,8 @@ class Trials:
     def _measure_and_tell(
         self, study: Study, asked: Asked, results: list[TrialResult], start: float
     ) -> TrialResult:
-        policy = self.prep.settings.plan.rules
         yours = asked.baseline or asked.as_is  # your config, or its twin here: measured wherever it lies
-        pruned = decide.stand_in(results, asked.candidate, self.prep.space, self.prep.scoring, yours, policy)
+        pruned = decide.stand_in(results, asked.candidate, self.prep.space, self.prep.scoring, yours)
         try:
             if pruned is not None:
                 source, why = pruned
@@ -118,22 +116,23 @@ class Trials:
         return self.run_dir.log(f"trial-{number:03d}.log")
 
     def _measure_twice(self, asked: Asked, results: list[TrialResult]) -> Measurement:
-        """:meth:`measure` from the incumbent (:func:`decide.incumbent`), and once more on a new
+        """:meth:`measure` from the best level (:func:`decide.start_level`) against the best trial
+        (:func:`rules.incumbent`), and once more on a new
         server should the first die under load: the nvidia-pytriton wheel's tritonserver crashes
         now and then under the python backend with dynamic batching (an assertion in gRPC's
         sync.cc, or signal 11), and a failed config is not proposed again by the neighbour rule:
         a mobilenet run lost its best config so and stopped after 5 trials at 1198 infer/s, where
         the others found 1680-1760. The first server's log is kept (``trial-NNN.1.log``)."""
-        start, beat = decide.incumbent(results, self.prep.scoring, asked.candidate)
-        rival = rules.incumbent(results, self.prep.scoring, asked.candidate)
+        start = decide.start_level(results, self.prep.scoring)
+        beat = rules.incumbent(results, self.prep.scoring, asked.candidate)
         try:
-            return self.measure(asked, start, beat, rival)
+            return self.measure(asked, start, beat)
         except ServerExitedError as exc:
             log = self.log(asked.number)
             if log.exists():
                 log.replace(log.with_suffix(".1.log"))
             self.events.trial_retried(asked.number, str(exc).splitlines()[0])
-            return self.measure(asked, start, beat, rival)
+            return self.measure(asked, start, beat)
 
     def generator(self, server: Server, plan: WindowPlan) -> LoadGenerator:
         """The load for this server; the first server that answers also gets the preflight
@@ -170,21 +169,20 @@ class Trials:
         return beside
 
     def search_sla(self, candidate: Candidate) -> Sla:
-        """The SLA its search holds points to: its verification's headroom (:func:`decide.headroom`:
-        the margin, twice with dynamic batching, whichever rules decide)."""
+        """The SLA its search and race rounds hold points to (:func:`decide.headroom`: the
+        margin, twice with dynamic batching)."""
         settings = self.prep.settings
         return decide.headroom(settings.sla, settings.margin, candidate, settings.batching_headroom)
 
-    def measure(
-        self, asked: Asked, start: float | None = None, beat: float = 0.0, rival: Estimate | None = None
-    ) -> Measurement:
+    def measure(self, asked: Asked, start: float | None = None, beat: Estimate | None = None) -> Measurement:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
-        candidate's level, on a server of its own, within :meth:`search_sla` (:func:`with_bands`).
-        Errors are a verdict: a point with any breaks the SLA (:meth:`Sla.met_by`), and a
-        candidate whose every point got them fails, naming their share and the server's first."""
+        candidate's level, against ``beat`` (the best trial's throughput), on a server of its
+        own, its points judged at :meth:`search_sla` (:func:`rules.judged_at`). Errors are a
+        verdict: a point with any breaks the SLA (:meth:`Sla.met_by`), and a candidate whose
+        every point got them fails, naming their share and the server's first."""
         settings, loader = self.prep.settings, self.prep.loader
-        search_sla, batching = self.search_sla(asked.candidate), asked.candidate.dynamic_batching
-        plan = with_bands(settings.plan, search_sla.limit_ms)
+        search_sla = self.search_sla(asked.candidate)
+        plan = rules.judged_at(settings.plan, search_sla.limit_ms)
         if settings.output_check and self.reference() is None and asked.candidate not in self._sources():
             self._record_reference()  # on a server of its own, before this candidate's
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
@@ -193,7 +191,6 @@ class Trials:
             checked = self._check_outputs(asked.candidate, first)  # before anything is measured
             check_s = self.clock() - check_start
             later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, finals.RAMP_S)))
-            shorter = later.with_plan(pass_plan(later.plan))  # a point's further passes (pass_plan)
             done: list[Point] = []
 
             def note(point: Point) -> Point:
@@ -202,34 +199,14 @@ class Trials:
                 self.events.point_measured(asked.number, point)
                 return point
 
-            def once(level: float, gen: LoadGenerator | None = None) -> Point:
-                return note(loader.point(gen or (later if done else first), level))
-
-            found: dict[float, Point] = {}  # level -> its settled point
-
-            def at(level: float) -> Point:  # a close call to the SLA is measured again
-                met = [p.throughput for lv, p in found.items() if lv < level and search_sla.met_by(p)]
-                floor = max(met, default=0.0)  # what a lower level served within the SLA
-                found[level] = settled(
-                    lambda: once(level), search_sla, beat, floor=floor, again=lambda: once(level, shorter)
-                )
-                return found[level]
+            def once(level: float) -> Point:
+                return note(loader.point(later if done else first, level))
 
             def first_guess() -> float:  # an open loop's first candidate: the rate one client gets
                 return requests_per_s(note(first.at_concurrency(1)))
 
             try:
-                if plan.rules == RULES_INTERVALS and not loader.open_loop:  # the noise model decides
-                    space = self.prep.space
-                    measured = rules.find_goodput(
-                        lambda c: once(float(c)), search_sla, space.concurrency_min, space.concurrency_max,
-                        start=None if start is None else int(start), beat=rival,
-                    )  # fmt: skip
-                else:
-                    searched = loader.search(
-                        at, search_sla, self.prep.space, start, beat, first_guess, batching
-                    )
-                    measured = second_look(searched, lambda lv: once(lv, shorter), search_sla, beat)  # low?
+                measured = loader.search(once, search_sla, self.prep.space, start, beat, first_guess)
             except MeasurementError as exc:
                 if _died(server):  # the server died under load (a crash, an OOM kill)
                     raise ServerExitedError(f"{server.description} exited during the measurement") from exc

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune import __version__, decide, finals, hostlock, stopping
+from autotune import __version__, decide, finals, hostlock, rules, stopping
 from autotune import model_config as mcfg
 from autotune.errors import DiskFullError, UsageError, WorkloadError
 from autotune.events import Events
@@ -205,7 +205,7 @@ def _search(prep: Prepared, trials: Trials, study: Study) -> Outcome:
 
 def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
     """The seeds queued (a new study), trials until the budget or convergence ends them, and the
-    finalists verified: the run directory that records them (the winner is chosen from it)."""
+    finalists raced: the run directory that records them (the winner is chosen from it)."""
     settings, run = prep.settings, trials.run_dir
     if study.created:
         _seed(study, prep)
@@ -220,7 +220,7 @@ def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
         _forget_if_empty(prep, run, study)
         raise
     stopping.check()
-    return finals.verify_finalists(prep, trials, trials.run_dir, study)
+    return finals.race(prep, trials, trials.run_dir, study)
 
 
 def _open(prep: Prepared, path: Path) -> tuple[RunDir, Study]:
@@ -318,7 +318,6 @@ def made(prep: Prepared) -> dict[str, str]:
     facts = {
         "command": settings.command,
         "autotune": __version__,
-        "rules": settings.plan.rules,
         "backend": original.backend or original.platform,
         "cpu": f"{cpu_model()} ({os.cpu_count() or 1} cores)",
         "gpus": str(prep.server_gpus) if prep.server_gpus else "none",
@@ -362,30 +361,27 @@ def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: 
     finished = decide.finished(results)
     if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
         return False
-    step = None if study.queued() else decide.climb(results, prep.space, study.scoring, settings.plan.rules)
+    step = None if study.queued() else decide.climb(results, prep.space, study.scoring)
     if step is not None:
         study.enqueue(params_of(step))
-    converged = decide.converged(results, settings.patience, study.scoring, settings.plan.rules)
+    converged = decide.converged(results, settings.patience, study.scoring)
     if not converged and not decide.out_of_ideas(results):
         return True
-    untried = decide.unexplored(results, prep.space, study.scoring, settings.plan.rules)
+    untried = decide.unexplored(results, prep.space, study.scoring)
     for candidate in untried:  # a neighbour queued before is not queued twice
         study.enqueue(params_of(candidate))
     return bool(untried) or not converged
 
 
-# ---------------------------------------------------------------- verification and the winner
+# ---------------------------------------------------------------- the winner
 
 
 def _finish(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> Outcome:
-    """The winner (:func:`decide.choose_winner`) written beside the report; a concurrency run's
-    winner is measured under arrivals at a rate too (:func:`finals.check_open_loop`)."""
+    """The winner (:func:`autotune.rules.race_winner`) written beside the report; a concurrency
+    run's winner is measured under arrivals at a rate too (:func:`finals.check_open_loop`)."""
     results = study.results()
-    pct = prep.settings.sla.percentile
     s = prep.settings
-    winner = decide.choose_winner(
-        results, run.record.verifications, pct, prep.scoring, s.sla.tightened(s.margin), s.plan.rules
-    )
+    winner = rules.race_winner(run.record.verifications, results, s.sla.tightened(s.margin), prep.scoring)
     if winner is not None:
         chosen = next(r for r in results if r.number == winner)
         run = finals.check_open_loop(prep, trials, run, chosen)

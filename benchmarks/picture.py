@@ -19,7 +19,7 @@ LOW, HIGH = 0.2, 1.2  # the y axis, in goodput / the true best
 COLOURS = {"your config": "#444", "seed": "#8c564b", "walk": "#1f77b4", "TPE": "#ff7f0e", "pruned": "#bbb"}
 
 
-def origin(i: int, results: Sequence[TrialResult], space: SearchSpace, seeds: int, rules_name: str) -> str:
+def origin(i: int, results: Sequence[TrialResult], space: SearchSpace, seeds: int) -> str:
     """Where trial ``i`` came from: the first is your config, the next ``seeds`` the seeds; a
     later one is a step of the walk when it is the step :func:`autotune.decide.climb` takes from
     the trials before it, else the sampler's."""
@@ -30,13 +30,13 @@ def origin(i: int, results: Sequence[TrialResult], space: SearchSpace, seeds: in
         return "your config"
     if i <= seeds:
         return "seed"
-    step = decide.climb(results[:i], space, decide.RAW, rules_name)
+    step = decide.climb(results[:i], space)
     same = step is not None and result.candidate is not None and decide.equivalent(step, result.candidate)
     return "walk" if same else "TPE"
 
 
-def draw(surface: sim.Surface, outcome: sim.SimOutcome, rules_name: str) -> str:
-    """The SVG of ``outcome``, one run on ``surface`` under ``rules_name``."""
+def draw(surface: sim.Surface, outcome: sim.SimOutcome) -> str:
+    """The SVG of ``outcome``, one run on ``surface``."""
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
     results = sorted(outcome.results, key=lambda r: r.number)
@@ -57,7 +57,7 @@ def draw(surface: sim.Surface, outcome: sim.SimOutcome, rules_name: str) -> str:
         'font-size="11">',
         f'<rect width="{W}" height="{H}" fill="white"/>',
         f'<text x="{LEFT}" y="18" font-size="13">{escape(surface.name)}, {escape(surface.sla.label)}, '
-        f"--rules {rules_name}, seed {outcome.seed}: {outcome.sim_s:.0f} s simulated</text>",
+        f"seed {outcome.seed}: {outcome.sim_s:.0f} s simulated</text>",
     ]
     for tick in (0.2, 0.4, 0.6, 0.8, 1.0, 1.2):
         out.append(
@@ -78,7 +78,7 @@ def draw(surface: sim.Surface, outcome: sim.SimOutcome, rules_name: str) -> str:
         'text-anchor="middle">goodput / the true best</text>'
     )
     for col, result in enumerate(results):
-        kind = origin(col, results, space, seeds, rules_name)
+        kind = origin(col, results, space, seeds)
         colour = COLOURS[kind]
         true = sim.true_goodput(surface, result.candidate, space)[0] / best if result.candidate else 0.0
         out.append(f'<circle cx="{x(col):.1f}" cy="{y(true):.1f}" r="4" fill="none" stroke="{colour}"/>')

@@ -1,7 +1,6 @@
 """The search's decisions against simulated response surfaces (autotune.sim): no server.
 
-Per surface and per set of rules (today's stability rules and the noise model's intervals,
-side by side), ``--runs`` tuning runs (the sampler seeded 0, 1, ...) with the CLI's defaults;
+Per surface, ``--runs`` tuning runs (the sampler seeded 0, 1, ...) with the CLI's defaults;
 per surface it prints the share of runs whose winner's true goodput is at least 0.95 of the
 surface's best (``good``), the share whose recommended operating point truly meets the SLA
 (``meets``), the median simulated tuning time, the median trials measured, whether every
@@ -11,7 +10,8 @@ configs; where a client is a large step in goodput, the two limits can rank the 
 apart), and the share of runs whose search measured a config of at least 0.95 of the best
 (``seen``: ``good`` cannot exceed it; a miss below it is the search's reach, not its
 verdicts). The acceptance of issue 42 reads ``good`` and ``meets`` (at least 95% each, up to a
-window CV of 10%).
+window CV of 10%). The stability rules these replaced were compared side by side here last at
+8192dec (benchmarks/results/simulate-20261128-walk.txt; simulate-20261128-equal.txt the rules now).
 
     python benchmarks/simulate.py                      # the synthetic families, 200 runs each
     python benchmarks/simulate.py --runs 50 --cv 0.05  # one noise level, fewer runs
@@ -37,8 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from autotune import sim
-from autotune.points import RULES, RULES_INTERVALS
-from autotune.settings import RACE_ROUNDS, RunSettings
+from autotune.settings import RunSettings
 
 CVS = (0.02, 0.05, 0.10, 0.15, 0.20)
 
@@ -65,10 +64,9 @@ def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
 def run_surface(
     surface: sim.Surface,
     runs: int,
-    rules: str,
     max_trials: int = RunSettings.max_trials,
     repeats: int | None = None,
-) -> tuple[sim.Surface, str, sim.Tally]:
+) -> tuple[sim.Surface, sim.Tally]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
     limit = surface.sla.tightened(RunSettings.margin).limit_ms  # where the run compares configs
@@ -76,9 +74,9 @@ def run_surface(
     tally = sim.Tally()
     for seed in range(runs):
         given = {} if repeats is None else {"repeats": repeats}
-        outcome = sim.simulate(surface, seed, rules=rules, max_trials=max_trials, **given)
+        outcome = sim.simulate(surface, seed, max_trials=max_trials, **given)
         tally.judged.append(sim.judge(surface, space, outcome, best, (limit, there)))
-    return surface, rules, tally
+    return surface, tally
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +89,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stalls", type=float, default=0.05, help="a 5%% family with this stall rate (0: none)"
     )
-    parser.add_argument("--rules", action="append", choices=RULES, help="the rules to run (default both)")
     parser.add_argument("--family-seed", type=int, default=1)
     parser.add_argument("--survey", type=Path, action="append", help="a survey file (repeatable)")
     parser.add_argument(
@@ -103,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument(
         "--repeats", type=int,
-        help=f"each run's --repeats (default the CLI's: {RunSettings.repeats}; intervals: {RACE_ROUNDS})",
+        help=f"each run's --repeats (default the CLI's: {RunSettings.repeats})",
     )  # fmt: skip
     parser.add_argument(
         "--server-spread", type=float, metavar="SD",
@@ -113,51 +110,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
         "--picture", type=Path, metavar="SVG",
-        help="draw one run's decisions instead (the first surface chosen, --seed, the first --rules; "
-        "default intervals) and stop",
+        help="draw one run's decisions instead (the first surface chosen, --seed) and stop",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="--picture: the run's sampler seed")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    rules = args.rules or list(RULES)
     if args.picture:
         return draw_one(args)
     print(
-        f"{'surface':<28} {'SLA':<15} {'rules':<9} {'good':>6} {'meets':>6} {'worst':>5} {'sim s':>6} "
+        f"{'surface':<28} {'SLA':<15} {'good':>6} {'meets':>6} {'worst':>5} {'sim s':>6} "
         "trials honest good@lim   seen"
     )
-    rows: list[tuple[sim.Surface, str, sim.Tally]] = []
+    rows: list[tuple[sim.Surface, sim.Tally]] = []
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(run_surface, s, args.runs, r, args.max_trials, args.repeats)
-            for s in surfaces(args)
-            for r in rules
+            pool.submit(run_surface, s, args.runs, args.max_trials, args.repeats) for s in surfaces(args)
         ]
         for future in futures:
-            surface, rule, tally = future.result()
-            rows.append((surface, rule, tally))
+            surface, tally = future.result()
+            rows.append((surface, tally))
             trials = statistics.median(j.trials for j in tally.judged)
             worst = min(j.ratio for j in tally.judged)
             print(
-                f"{surface.name:<28} {surface.sla.label:<15} {rule:<9} {tally.good:>6.1%} "
+                f"{surface.name:<28} {surface.sla.label:<15} {tally.good:>6.1%} "
                 f"{tally.meets:>6.1%} {worst:>5.2f} {tally.median_s:>6.0f} {trials:>6.0f} "
                 f"{tally.share(lambda j: j.honest):>6.0%} {tally.good_at_limit:>8.1%} {tally.seen:>6.1%}",
                 flush=True,
             )
-    print(f"\n{len(rows)} surface-rules x {args.runs} runs in {time.monotonic() - started:.0f} s")
-    for rule in rules:
-        for quiet in (True, False):
-            mine = [(s, t) for s, r, t in rows if r == rule and (s.cv <= 0.10) == quiet]  # type: ignore[attr-defined]
-            if not mine:
-                continue
-            where = "up to CV 10%" if quiet else "above CV 10%"
-            good = sum(t.good >= 0.95 for _, t in mine)
-            meets = sum(t.meets >= 0.95 for _, t in mine)
-            times = statistics.median(t.median_s for _, t in mine)
-            print(
-                f"{rule:<9} {where}: good >= 95% on {good}/{len(mine)} surfaces, meets >= 95% on "
-                f"{meets}/{len(mine)}, median of the surfaces' median simulated time {times:.0f} s"
-            )
+    print(f"\n{len(rows)} surfaces x {args.runs} runs in {time.monotonic() - started:.0f} s")
+    for quiet in (True, False):
+        mine = [(s, t) for s, t in rows if (s.cv <= 0.10) == quiet]  # type: ignore[attr-defined]
+        if not mine:
+            continue
+        where = "up to CV 10%" if quiet else "above CV 10%"
+        good = sum(t.good >= 0.95 for _, t in mine)
+        meets = sum(t.meets >= 0.95 for _, t in mine)
+        times = statistics.median(t.median_s for _, t in mine)
+        print(
+            f"{where}: good >= 95% on {good}/{len(mine)} surfaces, meets >= 95% on "
+            f"{meets}/{len(mine)}, median of the surfaces' median simulated time {times:.0f} s"
+        )
     return 0
 
 
@@ -166,10 +158,9 @@ def draw_one(args: argparse.Namespace) -> int:
     from picture import draw
 
     surface = surfaces(args)[0]
-    rules = (args.rules or [RULES_INTERVALS])[0]
-    outcome = sim.simulate(surface, args.seed, rules=rules, max_trials=args.max_trials)
-    args.picture.write_text(draw(surface, outcome, rules), encoding="utf-8")
-    print(f"{args.picture}: {surface.name}, --rules {rules}, seed {args.seed}, winner trial {outcome.winner}")
+    outcome = sim.simulate(surface, args.seed, max_trials=args.max_trials)
+    args.picture.write_text(draw(surface, outcome), encoding="utf-8")
+    print(f"{args.picture}: {surface.name}, seed {args.seed}, winner trial {outcome.winner}")
     return 0
 
 

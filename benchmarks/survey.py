@@ -35,7 +35,7 @@ from autotune import hostlock, sim, stopping, tuner
 from autotune.events import Events
 from autotune.launch import make_launcher, server_gpus
 from autotune.objective import Sla
-from autotune.points import RULES_INTERVALS, WindowPlan
+from autotune.points import WindowPlan
 from autotune.rundir import RunDir, RunRecord
 from autotune.search_space import space_document
 from autotune.settings import Launch, RunSettings
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         configs = configs[: args.configs]
     plan = WindowPlan(
         window_s=args.window, warmup_s=1.0, tolerance=0.0, stable_windows=args.windows,
-        max_windows=args.windows, min_requests=1, percentile=sla.percentile, rules=RULES_INTERVALS,
+        max_windows=args.windows, min_requests=1, percentile=sla.percentile,
     )  # fmt: skip
     ramp = replace(plan, warmup_s=0.3)
     started = time.monotonic()

@@ -52,7 +52,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "autotune.model_config",
             "autotune.pipeline",
             "autotune.outputs",
-            "autotune.measure",
             "autotune.results",
             "autotune.rules",
             "autotune.decide",

@@ -27,12 +27,12 @@ def test_the_check_finds_an_import_that_goes_up(tmp_path: Path) -> None:
     """The rules can fail: a copy of the package where a value module imports the tuner, and a
     module outside the launch package imports one of its private modules."""
     shutil.copytree(ROOT / "autotune", tmp_path / "autotune")
-    measure = tmp_path / "autotune" / "measure.py"
+    measure = tmp_path / "autotune" / "rules.py"
     measure.write_text(measure.read_text() + "\n\ndef _late() -> None:\n    from autotune import tuner\n")
     study = tmp_path / "autotune" / "study.py"
     study.write_text(study.read_text() + "\nfrom autotune.launch._pids import reap\n")
     found = import_graph.problems(tmp_path)
-    assert "autotune.measure (values) imports autotune.tuner (tune), a layer above it" in found
+    assert "autotune.rules (values) imports autotune.tuner (tune), a layer above it" in found
     assert "autotune.study imports the private module autotune.launch._pids from outside its package" in found
 
 

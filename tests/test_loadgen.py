@@ -329,13 +329,8 @@ class _Latencies:
         return _tally(1.0, [int(next(self.latencies) * 1e6)] * 100, [], 0, 0)
 
 
-def _windows_until_decided(
-    latencies_ms: list[float], fail_ms: float, clear_ms: float = 0.0, over_ms: float = 0.0
-) -> tuple[Point, int]:
-    plan = WindowPlan(
-        window_s=1.0, warmup_s=0.0, max_windows=6, min_requests=1, fail_ms=fail_ms, clear_ms=clear_ms,
-        over_ms=over_ms,
-    )  # fmt: skip
+def _windows_until_decided(latencies_ms: list[float], limit_ms: float) -> tuple[Point, int]:
+    plan = WindowPlan(window_s=1.0, warmup_s=0.0, max_windows=6, min_requests=1, limit_ms=limit_ms)
 
     async def stats() -> StatsSnapshot:
         return StatsSnapshot({}, 0, {})
@@ -347,35 +342,24 @@ def _windows_until_decided(
     return asyncio.run(scenario())
 
 
-def test_a_point_clearly_over_the_limit_stops_after_two_windows() -> None:
+def test_a_points_windows_stop_once_its_latency_interval_lies_on_one_side_of_the_limit() -> None:
+    """With a limit, the windows go on until the latency's interval over all of them is within
+    it or over it (at least two), and the point's figures and sample are every window's; without
+    one, perf_analyzer's rule (the last three windows agree) to ``max_windows``."""
+    over = [60.0, 64.0, 61.0, 66.0, 60.0, 65.0]  # far over a 20 ms limit
+    point, windows = _windows_until_decided(over, limit_ms=20.0)
+    assert windows == 2 and point.stable and point.window_latencies_ms == (60.0, 64.0)
     growing = [40.0, 80.0, 160.0, 320.0, 640.0, 1280.0]  # a backlog: never stable
-    point, windows = _windows_until_decided(growing, fail_ms=75.0)
-    assert windows == 3 and point.stable and point.p95_ms > 75.0  # 80 and 160 both over 75
-    point, windows = _windows_until_decided(growing, fail_ms=0.0)  # no limit: to max_windows
-    assert windows == 6 and not point.stable
-    swinging = [80.0, 40.0, 80.0, 40.0, 80.0, 40.0]  # over the limit one window in two: not decided
-    assert _windows_until_decided(swinging, fail_ms=75.0)[1] == 6
+    point, windows = _windows_until_decided(growing, limit_ms=0.0)  # no limit: to max_windows
+    assert windows == 6 and not point.stable and len(point.window_latencies_ms) == 3  # the last three
+    jitter = [1.0, 1.4, 1.1, 1.5, 1.0, 1.3]  # more than 10% apart, all far below a 20 ms limit
+    point, windows = _windows_until_decided(jitter, limit_ms=20.0)
+    assert windows == 2 and point.stable and not point.warnings
+    assert _windows_until_decided(jitter, limit_ms=0.0)[1] == 6
+    straddling = [15.0, 25.0, 15.5, 24.5, 15.0, 25.0]  # on both sides of 20 ms: undecided to the end
+    point, windows = _windows_until_decided(straddling, limit_ms=20.0)
+    assert windows == 6 and not point.stable and len(point.window_latencies_ms) == 6
 
-
-def test_a_point_far_below_the_limit_stops_once_its_throughput_settles() -> None:
-    jitter = [1.0, 1.4, 1.1, 1.5, 1.0, 1.3]  # ms: more than 10% apart, all far below a 20 ms SLA
-    point, windows = _windows_until_decided(jitter, fail_ms=30.0, clear_ms=10.0)
-    assert windows == 3 and point.stable and point.p95_ms == pytest.approx(1.4, rel=0.05)
-    point, windows = _windows_until_decided(jitter, fail_ms=30.0)  # no clear_ms: perf_analyzer's rule
-    assert windows == 6 and not point.stable
-    near = [9.0, 12.0, 9.5, 12.5, 9.0, 12.0]  # not all below 10 ms: the latency must settle
-    assert _windows_until_decided(near, fail_ms=30.0, clear_ms=10.0)[1] == 6
-
-
-def test_a_point_clearly_over_the_search_limit_stops_once_its_throughput_settles() -> None:
-    """Windows all above the close-call band (over 19.8 ms for an 18 ms search limit), but not
-    by the 1.5x that decides a point in two windows: three windows tell the verdict."""
-    over = [21.0, 26.0, 22.0, 27.0, 21.5, 26.5]
-    point, windows = _windows_until_decided(over, fail_ms=30.0, clear_ms=16.2, over_ms=19.8)
-    assert windows == 3 and point.stable and point.p95_ms == pytest.approx(26.0, rel=0.05)
-    assert _windows_until_decided(over, fail_ms=30.0, clear_ms=16.2)[1] == 6  # no over_ms: to the end
-    straddling = [15.0, 21.0, 15.5, 21.5, 15.0, 21.0]  # on both sides of the band: must settle
-    assert _windows_until_decided(straddling, fail_ms=30.0, clear_ms=16.2, over_ms=19.8)[1] == 6
 
 
 class _Gate:

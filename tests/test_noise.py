@@ -14,7 +14,7 @@ import pytest
 from autotune import noise, rules, sim
 from autotune.noise import Estimate, Noise
 from autotune.objective import Sla
-from autotune.points import RULES_INTERVALS, Point, WindowPlan, windows_done
+from autotune.points import Point, WindowPlan, windows_done
 from autotune.results import COMPLETE, TrialResult, Verification
 from autotune.search_space import Candidate
 
@@ -57,13 +57,13 @@ def test_the_window_noise_pools_over_points_and_a_point_alone_knows_little() -> 
 
 
 def test_a_points_windows_stop_once_the_latency_interval_lies_on_one_side_of_the_limit() -> None:
-    plan = WindowPlan(rules=RULES_INTERVALS, limit_ms=20.0, max_windows=8)
+    plan = WindowPlan(limit_ms=20.0, max_windows=8)
     assert windows_done([100], [10.0], plan, 0.1) == (False, False)  # one window: no spread yet
     assert windows_done([100, 101], [10.0, 10.4], plan, 0.1) == (True, True)  # far below: meets
     assert windows_done([100, 101], [40.0, 43.0], plan, 0.1) == (True, True)  # far above: breaks
     assert windows_done([100, 101, 99], [19.0, 21.0, 20.5], plan, 0.1) == (False, False)  # undecided
-    stability = replace(plan, rules="stability", tolerance=0.1)
-    assert windows_done([100, 101, 99], [19.0, 21.0, 20.5], stability, 0.1)[0]  # within 10%: stable
+    stability = replace(plan, limit_ms=0.0, tolerance=0.1)  # no limit: perf_analyzer's rule
+    assert windows_done([100, 101, 99], [19.0, 21.0, 20.5], stability, 0.1) == (True, True)  # within 10%
 
 
 def test_an_undecided_point_does_not_meet_the_sla() -> None:
@@ -94,7 +94,7 @@ def test_the_goodput_search_finds_each_surfaces_knee_within_the_noise() -> None:
     for surface in sim.synthetic_family(4, 0.05, seed=5):
         truth, _ = sim.true_goodput(surface, config, space)
         rng = random.Random(1)
-        plan = WindowPlan(window_s=0.5, rules=RULES_INTERVALS, limit_ms=surface.sla.limit_ms, percentile=95)
+        plan = WindowPlan(window_s=0.5, limit_ms=surface.sla.limit_ms, percentile=95)
         plan = replace(plan, percentile=surface.sla.percentile)
         _, top = sim.true_goodput(surface, config, space)
         step_below = surface.truth(config, top - 1).throughput / truth  # one client fewer
@@ -139,22 +139,28 @@ def test_trials_compare_across_servers_and_a_tie_is_no_progress() -> None:
     assert [r.number for r in rules.finalists([a, b], 3)] == [1, 0]
 
 
-def test_two_figures_are_equal_only_when_their_difference_is_shown_within_the_resolution() -> None:
-    """Two one-sided tests: both bounds of the difference inside +-RESOLUTION of the first figure."""
-    a = Estimate.of([1000.0, 1010.0, 990.0, 1000.0])
-    assert noise.equal(a, Estimate.of([1010.0, 1020.0, 1000.0, 1010.0]))  # 1% apart, shown within 5%
-    assert not noise.equal(a, Estimate.of([1080.0, 1090.0, 1070.0, 1080.0]))  # 8% apart
-    assert not noise.equal(a, Estimate.of([900.0, 1100.0, 1000.0, 1000.0]))  # too wide to show either
-    assert not noise.equal(a, Estimate.of([1000.0]))  # one reading shows nothing
-    assert noise.equal(a, Estimate.of([1060.0, 1070.0, 1050.0, 1060.0]), within=0.10)
+def test_a_figure_is_not_ahead_only_when_its_difference_is_shown_below_the_resolution() -> None:
+    """One one-sided test: the upper bound of (this one less the other) under RESOLUTION of the
+    other's figure. The worse are not ahead; a figure too uncertain to tell may still be."""
+    lead = Estimate.of([1000.0, 1010.0, 990.0, 1000.0])
+    assert noise.RESOLUTION == 0.02
+    assert noise.not_ahead(Estimate.of([1000.0, 1005.0, 995.0, 1000.0]), lead)  # level, shown within 2%
+    assert noise.not_ahead(Estimate.of([990.0, 995.0, 985.0, 990.0]), lead)  # 1% below
+    assert noise.not_ahead(Estimate.of([700.0, 710.0, 690.0, 700.0]), lead)  # worse
+    assert not noise.not_ahead(Estimate.of([1030.0, 1035.0, 1025.0, 1030.0]), lead)  # 3% ahead
+    assert not noise.not_ahead(Estimate.of([900.0, 1100.0, 1000.0, 1000.0]), lead)  # too wide to tell
+    assert not noise.not_ahead(Estimate.of([1000.0]), lead)  # one reading shows nothing
+    assert noise.not_ahead(Estimate.of([1030.0, 1035.0, 1025.0, 1030.0]), lead, by=0.05)
 
 
-def test_the_race_drops_those_worse_than_or_equal_to_the_leader_and_the_lowest_latency_wins() -> None:
+def test_the_race_drops_those_not_ahead_of_the_leader_and_the_lowest_latency_wins() -> None:
     fast = [windowed(8, v, 15.0) for v in (1000.0, 1010.0, 990.0, 1000.0)]
-    close = [windowed(8, v, 11.0) for v in (995.0, 1005.0, 1000.0, 1000.0)]  # 4 rounds: shown within 5%
+    close = [windowed(8, v, 11.0) for v in (995.0, 1005.0, 1000.0, 1000.0)]  # 4 rounds: not 2% ahead
     slow = [windowed(8, v, 9.0) for v in (700.0, 710.0, 690.0)]
-    unsure = [windowed(8, 1000.0, 11.0)]  # one round: tied, but not shown within 5%
-    assert rules.outraced({0: fast, 1: close, 2: slow, 3: unsure}, {}) == {1, 2}
+    unsure = [windowed(8, 1000.0, 11.0)]  # one round: it may yet be ahead
+    rounds = {0: fast, 1: close, 2: slow, 3: unsure}
+    as_measured = {n: rules._measured for n in rounds}  # each round's throughput, spread over the rounds
+    assert rules.outraced(rounds, {}, as_measured) == {1, 2}
     verifications = [Verification(n, 8, tuple(p), len(p)) for n, p in enumerate((fast, close, slow))]
     assert rules.race_winner(verifications, [], SLA) == 1  # tied with the leader, less latency
     failed = [replace(verifications[0], sla_met=2), replace(verifications[1], sla_met=1)]

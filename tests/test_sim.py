@@ -119,7 +119,7 @@ def test_a_survey_of_a_gpu_model_is_tuned_in_its_own_space_from_its_own_config(t
     assert surface.gpus == 1 and surface.baseline == mine
     tuned_in = sim.space_of(surface)
     assert tuned_in.kind == ("KIND_GPU",) and tuned_in.concurrency_max == 4 and surface.missing(tuned_in) == 0
-    outcome = sim.simulate(surface, 0, rules="intervals")
+    outcome = sim.simulate(surface, 0)
     assert outcome.results[0].candidate == mine  # yours first, as a run measures it
     assert all(r.candidate is None or r.candidate.kind == "KIND_GPU" for r in outcome.results)
     assert sim.space_of(gpu) == SPACE and sim.baseline_of(gpu) == sim.BASELINE  # no space recorded
@@ -172,8 +172,8 @@ def test_the_picture_of_a_run_draws_every_trial_each_race_round_and_the_winner()
     from autotune import rules
 
     surface = sim.synthetic_family(1, 0.05, seed=1)[0]
-    outcome = sim.simulate(surface, seed=0, rules="intervals", max_trials=10)
-    root = ET.fromstring(draw(surface, outcome, "intervals"))
+    outcome = sim.simulate(surface, seed=0, max_trials=10)
+    root = ET.fromstring(draw(surface, outcome))
     texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
     assert [t for t in texts if t.isdigit()] == [str(i) for i in range(len(outcome.results))]
     without = sum(rules.trial_estimate(r) is None for r in outcome.results)

@@ -8,8 +8,8 @@ hands a new connection to the first of its HTTP threads with no work pending, so
 connections opened one after another on an idle server all land on one thread. That
 thread then reads and answers every request, and at saturation the batcher gets them one
 or two at a time: noop at concurrency 16 over HTTP ran batches of 2.2, against 6.9-7.1
-with the connections opened this way (benchmarks/experiments/http_threads.py) and 6.0
-under perf_analyzer (docs/loadgen.md).
+with the connections opened this way (benchmarks/experiments/http_threads.py at commit f7b0666)
+and 6.0 under perf_analyzer (docs/loadgen.md).
 
 Open loop: a timer (:mod:`._timer`) wakes at each due time of a :class:`Schedule` and
 hands the request to an idle connection; when none is idle the due time waits in a
@@ -27,7 +27,8 @@ stall of the loop (:attr:`Tally.stalls`, :attr:`Tally.stall_s`): the loop was no
 so every answer in flight waited with it, and in a closed loop every client then sends at
 once. On two shared cores a busy server keeps this thread waiting for a core now and then
 (the embedder at 26 clients: 90% of a stall's time in the run queue, and up to 15 stalls
-of up to 89 ms in 6.4 s, which decide a p99: benchmarks/experiments/client_stalls.py).
+of up to 89 ms in 6.4 s, which decide a p99: benchmarks/experiments/client_stalls.py at
+commit f7b0666).
 perf_analyzer reads each answer on a thread of its own, so a wait delays one request.
 """
 

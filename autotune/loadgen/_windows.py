@@ -5,13 +5,12 @@ bounded histogram, errors, open-loop lateness) and ends with a statistics snapsh
 the server and, given a GPU probe, one sample of the server's GPUs (taken at the same time,
 the probe in a thread; the point's GPU figures summarise the kept windows' samples); a
 window with fewer than ``min_requests`` completions is extended (up to 4x).
-The run stops when the last ``stable_windows`` windows agree within the tolerance
-(throughput and latency at the plan's percentile), or at ``max_windows`` with an
-``unstable`` warning (with ``clear_ms``, windows whose latencies are all below it need only
-agree on throughput; with ``over_ms``, windows whose latencies are all above it). The
-figures come from the last ``stable_windows`` windows. A plan with ``fail_ms`` stops as soon
-as the last two windows' latencies are both above it: the point breaks the SLA, however much
-more its figures would move (it counts as stable).
+A plan with a limit (``limit_ms``: the search's and the race's) stops once the latency's
+interval over the windows lies on one side of it (:func:`autotune.points.windows_done`), and
+its figures are every window's, each window's kept as the point's sample. Without one, the run
+stops when the last ``stable_windows`` windows agree within the tolerance (throughput and
+latency at the plan's percentile), as perf_analyzer's do, and the figures come from them; at
+``max_windows`` either stops with an ``unstable`` warning.
 
 Open loop adds ``behind-schedule`` when the generator did not send what the schedule
 asked for: fewer than 98% of the due requests (less 2, for small counts) sent in the kept
@@ -40,7 +39,6 @@ from autotune.points import (
     ERRORS,
     FEW_SAMPLES,
     LATE_SENDS,
-    RULES_INTERVALS,
     UNSTABLE,
     Point,
     WindowPlan,
@@ -124,7 +122,7 @@ def _done(windows: list[Window], plan: WindowPlan) -> tuple[bool, bool]:
     which reads the last windows it needs); an open loop's tolerance from the kept ones."""
     throughputs = [w.tally.completions / w.tally.duration_s for w in windows if w.tally.duration_s > 0]
     latencies = [w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in windows]
-    kept = windows if plan.rules == RULES_INTERVALS else windows[-plan.stable_windows :]
+    kept = windows if plan.limit_ms > 0 else windows[-plan.stable_windows :]
     return windows_done(throughputs, latencies, plan, tolerance(kept, plan))
 
 
@@ -145,10 +143,9 @@ def summarise(
     rate: float,
     batch: int,
 ) -> Point:
-    """A Point from the last ``stable_windows`` windows (:data:`RULES_INTERVALS`: from every
-    window, each one's throughput and latency kept as the point's sample)."""
-    intervals = plan.rules == RULES_INTERVALS
-    kept = windows if intervals else windows[-plan.stable_windows :]
+    """A Point from the last ``stable_windows`` windows (a plan with a limit: from every window),
+    each kept window's throughput and latency kept as the point's sample."""
+    kept = windows if plan.limit_ms > 0 else windows[-plan.stable_windows :]
     start = windows[len(windows) - len(kept) - 1].stats if len(windows) > len(kept) else before
     tally = kept[0].tally
     for window in kept[1:]:
@@ -161,7 +158,7 @@ def summarise(
         raise MeasurementError(f"no successful request at {level}: {reason}")
     done, stable = _done(windows, plan)
     stable = stable or done  # a clear break counts as stable
-    samples = [w.tally for w in kept if w.tally.duration_s > 0] if intervals else []
+    samples = [w.tally for w in kept if w.tally.duration_s > 0]
 
     def ms(q: float) -> float:
         return hist.percentile_ns(q) / 1e6
@@ -184,7 +181,7 @@ def summarise(
         first_error=tally.first_error[:300],
         window_throughputs=tuple(t.completions * batch / t.duration_s for t in samples),
         window_latencies_ms=tuple(t.latency.percentile_ns(plan.percentile) / 1e6 for t in samples),
-        window_percentile=plan.percentile if intervals else 0,
+        window_percentile=plan.percentile,
     )  # fmt: skip
 
 

@@ -6,8 +6,8 @@
 The trials table is the one shape of a trial in the report: the figures, the HTML table and
 ``trials.csv`` all read it. A row is a trial at its reported point (the best point within the
 SLA, else the closest one, as :meth:`~autotune.measure.Measurement.closest` picks it); the
-point's columns are its fields as :meth:`~autotune.measure.Point.to_dict` names them, so a field
-added to :class:`~autotune.measure.Point` becomes a column without a change here.
+point's columns are its fields as :meth:`~autotune.points.Point.to_dict` names them, so a field
+added to :class:`~autotune.points.Point` becomes a column without a change here.
 
 GPU figures: each point's are summarised in :data:`GPU_COLUMNS` (:func:`gpu_summary`: average
 utilisation and power, peak memory, across its GPUs), and :func:`gpu_table` has one row per GPU
@@ -45,7 +45,7 @@ GPU_COLUMNS = ("gpu_util_pct", "gpu_memory_mb", "gpu_power_w")
 # Columns derived from a point: the latency at the SLA percentile, the server's average batch,
 # the share of its requests answered with errors, its GPU figures.
 # latency_high, throughput_low/high: the point's one-sided 95% bounds (autotune.noise), where its
-# windows were recorded (--rules intervals); none otherwise
+# windows were recorded; none in runs recorded by the stability rules
 # each_model: several models on one server, each model's own figures at the point, as text
 DERIVED_COLUMNS = (
     "latency_ms",
