@@ -1,9 +1,9 @@
-"""The search's rules, in one place: every one a verdict on measured intervals.
-
-Every rule here is a verdict of :mod:`autotune.noise` on measured intervals; its only knobs
-are the noise model's (:data:`~autotune.noise.CONFIDENCE`, :data:`~autotune.noise.SERVER_CV`,
-:data:`~autotune.noise.MIN_WINDOWS`, :data:`~autotune.noise.RESOLUTION`) and the run's
-settings (the SLA and its margin, the budget, ``--finalists`` and ``--repeats``).
+"""The search's rules, in one place: each a verdict of :mod:`autotune.noise` on measured
+intervals. Their knobs are the noise model's (:data:`~autotune.noise.CONFIDENCE`,
+:data:`~autotune.noise.SERVER_CV`, :data:`~autotune.noise.MIN_WINDOWS`,
+:data:`~autotune.noise.RESOLUTION`), an open loop's :data:`RATE_RESOLUTION` and
+:data:`RATE_HEADROOM`, and the run's settings (the SLA and its margin, the budget,
+``--finalists`` and ``--repeats``).
 
 - **A point** meets the SLA when its latency's upper bound is within the limit
   (:meth:`autotune.objective.Sla.met_by`); its windows go on until that or the opposite is
