@@ -89,12 +89,12 @@ class RichEvents(Events):
 
     def verification_failed(self, result: TrialResult, reason: str) -> None:
         label = result.candidate.label() if result.candidate else "?"
-        self._log(f"verify {result.number:>3} {label}: FAILED {reason} (not a finalist any more)")
+        self._log(f"race {result.number:>3} {label}: FAILED {reason} (not a finalist any more)")
 
     def verifying(self, trial: int, where: str, repeat: int, repeats: int) -> None:
         if self._current is not None:
             self._progress.update(
-                self._current, description=f"verify {trial}", status=f"{where}, repeat {repeat}/{repeats}"
+                self._current, description=f"race {trial}", status=f"{where}, round {repeat}/{repeats}"
             )
 
     def checking_open_loop(self, trial: int, credited_rate: float) -> None:

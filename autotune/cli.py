@@ -422,6 +422,11 @@ def _launch(args: argparse.Namespace, record: RunRecord | None) -> Launch:
 def _options(args: argparse.Namespace, record: RunRecord | None) -> RunOptions:
     """Each option as given, else the resumed run's own, else its default."""
     kept = record.options if record is not None else DEFAULTS
+    if kept.rules != DEFAULTS.rules:
+        raise UsageError(
+            f"run {record.run_id if record else ''} was made by the {kept.rules} rules of an earlier "
+            "autotune, which this one no longer has: it cannot be resumed; start a new run"
+        )
     given = {f.name: getattr(args, f.name, None) for f in fields(RunOptions)}
     if args.time_budget is not None:
         budget = str(args.time_budget).strip().lower()

@@ -2,7 +2,8 @@
 
 - which configs to try first (:func:`heuristic_seeds`), and which obvious changes of the best
   one must be tried before the search may end (:func:`unexplored`);
-- where a candidate's goodput search starts and what it must beat (:func:`incumbent`);
+- where a candidate's goodput search starts (:func:`start_level`; what it must beat is
+  :func:`autotune.rules.incumbent`);
 - whether a candidate, or an :func:`equivalent` one, was measured already (:func:`measured_before`),
   or its instance count lost with and without batching (:func:`dominated`): :func:`stand_in`;
 - when the search has converged (:func:`converged`) or the time budget is spent (:func:`time_left`);
@@ -13,8 +14,8 @@ intervals; every ranking by figure goes through the run's :class:`~autotune.obje
 (:func:`score`): the throughput, or the throughput per GPU used when the space's candidates
 use different numbers of GPUs. The default, ``RAW``, compares throughputs.
 
-``autotune.tuner`` runs the loop and does the I/O; every rule it follows is here, with its
-unit tests in ``tests/test_decide.py``.
+``autotune.tuner`` runs the loop and does the I/O; the rules on intervals are
+:mod:`autotune.rules`', the search's policy here, with its unit tests in ``tests/test_decide.py``.
 """
 
 from __future__ import annotations
@@ -311,7 +312,7 @@ def finished(results: Sequence[TrialResult]) -> int:
 
 def time_left(budget_s: float | None, elapsed_s: float, finished: int) -> bool:
     """Whether another trial fits: stop when the next one would likely overrun the budget (half
-    an average trial is kept for verification and the report)."""
+    an average trial is kept for the race and the report)."""
     if budget_s is None:
         return True
     per_trial = elapsed_s / finished if finished else 0.0

@@ -158,7 +158,7 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
     try:
         with trials.serve(winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
             gen = trials.generator(server, prep.settings.plan)
-            check = _check_on(prep, trials, gen, winner.number, credited, warm=False)
+            check = _check_on(prep, trials, gen, winner.number, credited)
     except (LaunchError, MeasurementError) as exc:
         trials.events.verification_failed(winner, f"open-loop check: {str(exc).splitlines()[0]}")
         return run
@@ -184,19 +184,20 @@ def _credited(prep: Prepared, winner: TrialResult, verifications: Sequence[Verif
 
 
 def _check_on(
-    prep: Prepared, trials: Trials, gen: LoadGenerator, winner: int, credited: float, warm: bool = True
+    prep: Prepared, trials: Trials, gen: LoadGenerator, winner: int, credited: float
 ) -> OpenLoopCheck:
-    """The open-loop check of trial ``winner``, from its ``credited`` rate, on a server already
-    serving it (``warm``: it has been measured, so even the first rate gets only a ramp);
-    measurement errors propagate."""
+    """The open-loop check of trial ``winner``, from its ``credited`` rate, on a server serving
+    it, each rate's windows judged at the SLA's limit (:func:`rules.judged_at`); measurement
+    errors propagate."""
     settings = prep.settings
     trials.events.checking_open_loop(winner, credited)
-    first = gen.with_plan(settings.plan)
-    ramp = first.with_plan(replace(settings.plan, warmup_s=min(settings.plan.warmup_s, RAMP_S)))
+    plan = rules.judged_at(settings.plan, settings.sla.limit_ms)
+    first = gen.with_plan(plan)
+    ramp = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, RAMP_S)))
     done: list[Point] = []
 
     def at(rate: float) -> Point:
-        point = (ramp if done or warm else first).at_rate(rate, CHECK_DISTRIBUTION)
+        point = (ramp if done else first).at_rate(rate, CHECK_DISTRIBUTION)
         done.append(point)
         stopping.check()
         return point

@@ -7,9 +7,8 @@ answers for the machine the server runs on, not the one autotune runs on. pynvml
 fallback for a local server whose metrics lack them (:func:`probe_kind` decides once per run).
 
 A point's figures are summarised from samples taken at its windows' ends
-(:func:`summarise`): utilisation and power averaged, memory the maximum; passes of one point
-are merged by :func:`merge`. A server without GPU figures gets no sampling at all, so a
-CPU-only run costs nothing extra.
+(:func:`summarise`): utilisation and power averaged, memory the maximum. A server without GPU
+figures gets no sampling at all, so a CPU-only run costs nothing extra.
 
 This module is values and the pure rules over them; the probes that read a server's metrics
 or the local driver are in :mod:`autotune.gpu_probe`.
@@ -102,20 +101,6 @@ def summarise(samples: Sequence[Sequence[GpuSample]]) -> tuple[GpuFigures, ...]:
 def peak_memory_mb(figures: Sequence[GpuFigures]) -> float:
     """The most memory any one GPU used (0 without GPUs)."""
     return max((f.memory_mb for f in figures), default=0.0)
-
-
-def merge(passes: Sequence[Sequence[GpuFigures]]) -> tuple[GpuFigures, ...]:
-    """Passes of one point as one set of figures per GPU: the median utilisation and power, the
-    maximum memory (what the point needed at most), in the order the GPUs first appear."""
-    return tuple(
-        GpuFigures(
-            uuid,
-            statistics.median(f.utilization for f in seen),
-            max(f.memory_mb for f in seen),
-            statistics.median(f.power_w for f in seen),
-        )
-        for uuid, seen in _by_gpu(passes).items()
-    )
 
 
 def _by_gpu(groups: Sequence[Sequence[_PerGpu]]) -> dict[str, list[_PerGpu]]:

@@ -180,8 +180,8 @@ class OpenLoopCheck:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The operating point to recommend for a trial: the medians of its verification repeats
-    where it was verified, else the best point of its search."""
+    """The operating point to recommend for a trial: the medians of its race rounds where it
+    was raced, else the best point of its search."""
 
     concurrency: int  # 0: an open loop, at request_rate
     throughput: float

@@ -317,21 +317,13 @@ def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 
 def raced(points: Sequence[Point], share: int = 1, carry: Carry | None = None) -> Estimate:
-    """A contender's throughput over its race's rounds, each on a fresh server. Carried to the
-    limit (``carry``: :func:`to_limit`): the carried figures' mean with their spread over the
-    rounds (which holds the servers' and the latency's noise; one round: no error yet). Else
-    their mean, its error each round's windows' (the noise pooled over the rounds) and
-    :data:`autotune.noise.SERVER_CV` between the servers, both shrinking with the rounds."""
+    """A contender's throughput over its race's rounds, each on a fresh server: each round's
+    figure (carried to the limit by ``carry``: :func:`to_limit`; else as measured), their mean
+    with their spread over the rounds, which holds the servers' noise and the windows' (one
+    round: no error yet)."""
     if not points:
-        return Estimate(0.0, float("inf"), 0)
-    if carry is not None:
-        return Estimate.of([carry(p) for p in points]).scaled(1 / share)
-    noise = noise_of(points)
-    each = [p.throughput_estimate(noise).across_servers() for p in points]
-    mean = sum(e.mean for e in each) / len(each)
-    se = math.sqrt(sum(e.se**2 for e in each)) / len(each)
-    dof = min(e.df for e in each)
-    return Estimate(mean, se, sum(e.n for e in each), dof).scaled(1 / share)
+        return Estimate(0.0, math.inf, 0)
+    return Estimate.of([(carry or _measured)(p) for p in points]).scaled(1 / share)
 
 
 def rounds_latency(points: Sequence[Point], percentile: int) -> Estimate:

@@ -375,10 +375,7 @@ class RunOptions:
     search_space: str = ""  # a YAML file (recorded absolute) or a bundled space's name; "": the default
     max_trials: int = 20
     time_budget_s: float | None = 12 * 60.0  # None: no limit
-    # Stop after this many measured configs in a row without a better goodput; 0: off. 4, not 5:
-    # in benchmarks/experiments/search_replay.py at commit f7b0666 the fifth config cost one more
-    # config per run (and runs of 11 or more configs twice as often) for under 1% of goodput,
-    # inside the noise.
+    # Stop after this many measured configs in a row without a better goodput; 0: off
     patience: int = 4
     finalists: int = 2
     repeats: int = RACE_ROUNDS
@@ -394,6 +391,7 @@ class RunOptions:
     write_back: bool = False
     output_check: bool = True  # each candidate's answers against your config's (autotune.outputs)
     output_tolerance: str = ""  # --output-tolerance as given ("": each float type's default)
+    rules: str = "intervals"  # what decided; runs recorded before 72e5a7e may read "stability"
 
     @classmethod
     def of(cls, settings: RunSettings) -> RunOptions:
@@ -414,9 +412,11 @@ class RunOptions:
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> RunOptions:
-        """Read :meth:`to_json` back; a run recorded before its options were: the defaults."""
+        """Read :meth:`to_json` back; a run recorded before its options were: the defaults, and
+        one recorded before ``rules`` was (all made by the stability rules): "stability"."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+        values = {k: v for k, v in (data or {}).items() if k in known}
+        return cls(**{"rules": "stability", **values})
 
 
 _DEFAULT = RunOptions()

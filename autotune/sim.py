@@ -3,7 +3,7 @@
 A :class:`Surface` maps a candidate at a level (a concurrency) to the distribution of one
 window's readings; its noise-free figures are the ground truth. :func:`simulate` runs the real
 search (:func:`autotune.tuner.search`: seeds, the sampler, stand-ins, every goodput search,
-convergence, the finalists' verification) and the real winner's choice against it, on a
+convergence, the finalists' race) and the real winner's choice against it, on a
 :class:`SimTrials`: servers that start in :attr:`Surface.start_s` and load generators whose
 windows are drawn from the surface and stopped by the load generator's own rule
 (:func:`autotune.points.windows_done`). Time is the simulated
@@ -304,7 +304,7 @@ class SimServer:
 
 @dataclass(frozen=True)
 class SimGenerator:
-    """A load generator over a surface: windows until the plan's stability rule stops them."""
+    """A load generator over a surface: windows until the plan's rule stops them."""
 
     trials: SimTrials
     server: SimServer

@@ -2,7 +2,7 @@
 
 :class:`Loader` binds a run's :class:`~autotune.settings.Traffic` (and its recorded arrival
 pattern, read once) to the load generator: one point at a level, a candidate's goodput search,
-the levels a finalist is verified at, and the open-loop check of a concurrency run's winner.
+and the open-loop check of a concurrency run's winner.
 A level is a concurrency (closed loop) or a request rate in requests per second (open loop);
 :attr:`autotune.points.Point.level` reads it back from a point.
 """

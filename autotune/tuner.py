@@ -1,4 +1,4 @@
-"""A tuning run, start to finish: trials, verification of the finalists, the winner.
+"""A tuning run, start to finish: trials, the finalists' race, the winner.
 
     candidate --apply--> ModelConfig --stage--> repository --Launcher--> Server
       --LoadGenerator / find_goodput--> Measurement --> Study.tell --> TrialResult
@@ -186,7 +186,7 @@ def tune(prep: Prepared, events: Events | None = None, *, wait: bool = False) ->
 
 
 def _search(prep: Prepared, trials: Trials, study: Study) -> Outcome:
-    """Trials until the budget or convergence ends them, the finalists verified, the winner
+    """Trials until the budget or convergence ends them, the finalists raced, the winner
     written. Room for the report is kept on the disk meanwhile (:class:`Room`): a disk that
     fills up ends the run with a :class:`DiskFullError`, its trials and report kept."""
     run = trials.run_dir

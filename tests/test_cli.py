@@ -271,6 +271,25 @@ def test_the_printed_resume_line_resumes_the_run_as_it_was(toy_repo: Path, tmp_p
     assert again.max_trials == 5 and again.margin == 0.2  # a flag given again wins, the rest is kept
 
 
+def test_a_run_made_by_the_stability_rules_is_not_resumed(toy_repo: Path, tmp_path: Path) -> None:
+    """A run recorded by the removed stability rules (its options say so, or predate the field)
+    has no window samples to judge: resuming it is one clear refusal, not a wrong winner."""
+    from dataclasses import replace
+
+    from autotune.cli import build_parser, settings_from
+    from autotune.errors import UsageError
+    from autotune.settings import RunOptions
+
+    _, run = _record(tmp_path, toy_repo)
+    args = build_parser().parse_args(["run", "--resume", str(run.path)])
+    assert settings_from(args, run.record).repeats == 8  # made by this version: resumed
+    old = replace(run.record, options=replace(run.record.options, rules="stability"))
+    with pytest.raises(UsageError, match="stability rules of an earlier autotune"):
+        settings_from(args, old)
+    assert RunOptions.from_json({"max_trials": 5}).rules == "stability"  # recorded before the field
+    assert RunOptions.from_json(RunOptions().to_json()) == RunOptions()
+
+
 def test_a_model_named_by_its_folder(toy_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--model toy/`, as a shell completes it; `--model repo/toy/` without --model-repository."""
     from autotune.cli import build_parser, settings_from

@@ -18,7 +18,6 @@ from autotune.gpu import (
     MIB,
     GpuFigures,
     GpuSample,
-    merge,
     parse_metrics,
     peak_memory_mb,
     probe_kind,
@@ -83,16 +82,6 @@ def test_peak_memory_is_the_fullest_gpu() -> None:
     figures = (GpuFigures("a", 0.5, 1200.0, 100.0), GpuFigures("b", 0.5, 4000.0, 100.0))
     assert peak_memory_mb(figures) == 4000.0
     assert peak_memory_mb(()) == 0.0
-
-
-def test_passes_merge_to_median_utilisation_and_power_and_the_most_memory() -> None:
-    passes = [
-        (GpuFigures("a", 0.5, 1000.0, 100.0),),
-        (GpuFigures("a", 0.9, 1200.0, 300.0), GpuFigures("b", 0.1, 50.0, 40.0)),
-        (GpuFigures("a", 0.6, 1100.0, 150.0),),
-    ]
-    assert merge(passes) == (GpuFigures("a", 0.6, 1200.0, 150.0), GpuFigures("b", 0.1, 50.0, 40.0))
-    assert merge([(), ()]) == ()
 
 
 def test_figures_round_trip_through_a_dict() -> None:

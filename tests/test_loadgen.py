@@ -361,7 +361,6 @@ def test_a_points_windows_stop_once_its_latency_interval_lies_on_one_side_of_the
     assert windows == 6 and not point.stable and len(point.window_latencies_ms) == 6
 
 
-
 class _Gate:
     """An in-memory connection for the bookkeeping: answers are held until the gate opens."""
 

@@ -15,7 +15,7 @@ from autotune import noise, rules, sim
 from autotune.noise import Estimate, Noise
 from autotune.objective import Sla
 from autotune.points import Point, WindowPlan, windows_done
-from autotune.results import COMPLETE, TrialResult, Verification
+from autotune.results import COMPLETE, PRUNED, TrialResult, Verification
 from autotune.search_space import Candidate
 
 SLA = Sla(95, 20.0)
@@ -159,8 +159,8 @@ def test_the_race_drops_those_not_ahead_of_the_leader_and_the_lowest_latency_win
     slow = [windowed(8, v, 9.0) for v in (700.0, 710.0, 690.0)]
     unsure = [windowed(8, 1000.0, 11.0)]  # one round: it may yet be ahead
     rounds = {0: fast, 1: close, 2: slow, 3: unsure}
-    as_measured = {n: rules._measured for n in rounds}  # each round's throughput, spread over the rounds
-    assert rules.outraced(rounds, {}, as_measured) == {1, 2}
+    assert rules.outraced(rounds, {}) == {1, 2}  # each round as measured, spread over the rounds
+    assert rules.raced(close).se == pytest.approx(rules.raced(close, carry=lambda p: p.throughput).se)
     verifications = [Verification(n, 8, tuple(p), len(p)) for n, p in enumerate((fast, close, slow))]
     assert rules.race_winner(verifications, [], SLA) == 1  # tied with the leader, less latency
     failed = [replace(verifications[0], sla_met=2), replace(verifications[1], sla_met=1)]
@@ -252,3 +252,50 @@ def test_carried_to_the_limit_the_config_that_would_serve_most_there_leads_the_r
     assert rules.race_winner(made, results, SLA) == 1
     assert Verification.from_json(made[0].to_json()) == made[0]
     assert rules.race_winner([replace(v, limit_ms=0.0) for v in made], results, SLA) == 0
+
+
+def closed_loop(capacity: float, service_ms: float):  # type: ignore[no-untyped-def]
+    """A closed-loop server whose windows spread by 2%: throughput grows with the clients up to
+    ``capacity``, then only the latency does (Little's law)."""
+
+    def at(level: int) -> Point:
+        throughput = min(level * 1000.0 / service_ms, capacity)
+        return windowed(level, throughput, level / throughput * 1000.0 * 1.2)
+
+    return at
+
+
+def test_the_goodput_search_doubles_bisects_and_stops_where_nothing_better_is_left() -> None:
+    """Doubling while the SLA holds and the throughput is better; at a level that breaks it,
+    bisecting while the broken level serves better than the met one; more clients that serve
+    no better end the search (the operating point: the highest level not worse than the best)."""
+    knee = rules.find_goodput(closed_loop(500.0, 10.0), Sla(95, 20.0), 1, 32)
+    assert [p.level for p in knee.points] == [1, 2, 4, 8, 16] and not knee.pruned
+    assert knee.best is not None and knee.best.level == 8  # 16 breaks and serves no more than 8
+    bisected = rules.find_goodput(closed_loop(500.0, 10.0), Sla(95, 15.0), 1, 32)
+    assert [p.level for p in bisected.points] == [1, 2, 4, 6, 8]  # 8 breaks, 500 against 4's 400
+    assert bisected.best is not None and bisected.best.level == 6
+    flat = rules.find_goodput(closed_loop(300.0, 10.0), Sla(95, 50.0), 1, 32)
+    assert [p.level for p in flat.points] == [1, 2, 4, 8]  # 8 meets it, no better than 4: saturated
+    assert flat.best is not None and flat.best.level == 8
+
+
+def test_a_candidate_whose_broken_level_cannot_win_is_measured_once() -> None:
+    """A level that breaks the SLA bounds every level below it: shown worse than the best
+    trial (across servers), its candidate stops there (pruned)."""
+    best = Estimate(1000.0, 10.0, 3).across_servers()
+    pruned = rules.find_goodput(closed_loop(500.0, 10.0), Sla(95, 20.0), 1, 32, start=16, beat=best)
+    assert [p.level for p in pruned.points] == [16] and pruned.pruned and pruned.best is None
+    close = Estimate(520.0, 10.0, 3).across_servers()  # 500 is not shown worse than 520: it goes on
+    kept = rules.find_goodput(closed_loop(500.0, 10.0), Sla(95, 20.0), 1, 32, start=16, beat=close)
+    assert not kept.pruned and kept.best is not None and kept.best.level == 8
+
+
+def test_the_finalists_are_the_measured_trials_not_worse_than_the_best() -> None:
+    best, tied = _trial(0, [windowed(8, 1000.0, 10.0)]), _trial(1, [windowed(8, 990.0, 10.0)])
+    worse, broken = _trial(2, [windowed(8, 600.0, 10.0)]), _trial(3, [windowed(8, 1200.0, 30.0)])
+    pruned = TrialResult(4, PRUNED, None, {}, False, None, reused_from=0)
+    results = [worse, tied, broken, pruned, best]
+    assert [r.number for r in rules.finalists(results, 3)] == [0, 1]  # best first; no figures, none
+    assert [r.number for r in rules.finalists(results, 1)] == [0]
+    assert rules.finalists([broken, pruned], 2) == []

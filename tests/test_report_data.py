@@ -285,7 +285,7 @@ def test_the_winner_is_shown_at_its_verified_operating_point() -> None:
     assert chosen is not None and chosen.verification is v
     assert (chosen.concurrency, chosen.throughput, chosen.latency_ms) == (8, 245, 13)
     html = render_html(data)
-    assert "at concurrency 8 · 3/3 verification repeats met the SLA" in html
+    assert "at concurrency 8 · 3/3 race rounds met the SLA" in html
     searched = report_data(run(winner=1), [found]).recommended  # not verified: the search's best
     assert searched is not None and searched.verification is None
     assert (searched.concurrency, searched.throughput) == (16, 300)

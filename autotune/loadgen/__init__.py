@@ -1,7 +1,7 @@
 """The embedded load generator: closed-loop concurrency and open-loop request rate.
 
     gen = LoadGenerator.connect("127.0.0.1", http_port, grpc_port, "bertQA")
-    point = gen.at_concurrency(8)            # a measure.Point, measured to stability
+    point = gen.at_concurrency(8)            # a points.Point, measured to stability
     point = gen.at_rate(200.0, "poisson")    # latency counted from the scheduled send time
     point = gen.with_workers(2).at_concurrency(64)   # two worker processes, merged
     point = gen.with_gpu_probe(MetricsProbe(server.metrics_url)).at_concurrency(8)  # point.gpus

@@ -156,8 +156,7 @@ def summarise(
         reason = tally.first_error or hung
         level = f"request rate {rate:g}/s" if rate else f"concurrency {concurrency}"
         raise MeasurementError(f"no successful request at {level}: {reason}")
-    done, stable = _done(windows, plan)
-    stable = stable or done  # a clear break counts as stable
+    stable = _done(windows, plan)[1]
     samples = [w.tally for w in kept if w.tally.duration_s > 0]
 
     def ms(q: float) -> float:

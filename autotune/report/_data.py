@@ -5,7 +5,7 @@
 
 The trials table is the one shape of a trial in the report: the figures, the HTML table and
 ``trials.csv`` all read it. A row is a trial at its reported point (the best point within the
-SLA, else the closest one, as :meth:`~autotune.measure.Measurement.closest` picks it); the
+SLA, else the closest one, as :meth:`~autotune.points.Measurement.closest` picks it); the
 point's columns are its fields as :meth:`~autotune.points.Point.to_dict` names them, so a field
 added to :class:`~autotune.points.Point` becomes a column without a change here.
 

@@ -47,7 +47,7 @@ class Kpis:
     latency_ms: float | None  # at the SLA percentile
     p50_ms: float | None
     over: bool  # the latency breaks the SLA
-    where: str  # "at concurrency 8 · 3/3 verification repeats met the SLA"
+    where: str  # "at concurrency 8 · 3/3 race rounds met the SLA"
     baseline: int | None
     baseline_goodput: float  # as the run ranked: per GPU in a per-GPU run
     gain: float | None  # the run's objective: goodput, or goodput per GPU
@@ -172,7 +172,7 @@ def _kpis(data: ReportData) -> Kpis | None:
     w, r = data.row(data.winner), data.recommended
     if r is not None and r.verification is not None:
         met = f"{r.verification.sla_met}/{len(r.verification.points)}"
-        where = f"at {r.where} · {met} verification repeats met the SLA"
+        where = f"at {r.where} · {met} race rounds met the SLA"
         goodput, latency, p50 = r.throughput, r.latency_ms, r.p50_ms
     else:
         where, goodput, latency, p50 = _where(w), w["goodput"], w["latency_ms"], w["p50_ms"]
