@@ -100,15 +100,15 @@ KILL_POINTS = [
     (1, 0.6),
     (1, 3.5),
     (1, 1.8),
-    ("verify", 0.4),
-    ("verify", 2.0),
+    ("race", 0.4),
+    ("race", 2.0),
 ]
 
 
 def test_killed_at_many_points_then_resumed_loses_nothing(
     toy_repo: Path, tmp_path: Path, small_space: Path
 ) -> None:
-    """kill -9 at server start, mid-measurement, between trials and during verification; every
+    """kill -9 at server start, mid-measurement, between trials and during the race; every
     restart resumes, reaps the orphaned server, and keeps every finished trial."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     reports = tmp_path / "reports"
@@ -121,9 +121,9 @@ def test_killed_at_many_points_then_resumed_loses_nothing(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         try:
-            if marker == "verify":
-                verifying = "toy/*/logs/verify-*.log"
-                _wait_for(lambda p=proc, v=verifying: p.poll() is not None or any(reports.glob(v)), 600)
+            if marker == "race":
+                racing = "toy/*/logs/race-*.log"
+                _wait_for(lambda p=proc, v=racing: p.poll() is not None or any(reports.glob(v)), 600)
             else:
                 goal = logs_before + int(marker)
                 _wait_for(lambda p=proc, g=goal: p.poll() is not None or len(_trial_logs(reports)) >= g, 300)
