@@ -237,7 +237,7 @@ def _summary_table(outcome: Outcome) -> Table:
     table = Table(title=f"{info.model}: best config under {info.sla.label}")
     load = "request rate" if info.open_loop_run else "concurrency"
     columns = ["", "config", load, "infer/s", *(["per GPU"] if info.scoring.per_gpu else [])]
-    columns += ["p50 ms", f"p{info.sla.percentile} ms", *(GPU_COLUMNS if gpus else ()), "verified"]
+    columns += ["p50 ms", f"p{info.sla.percentile} ms", *(GPU_COLUMNS if gpus else ()), "raced"]
     for col in columns:
         table.add_column(col)
     for name, result, rec in rows:
@@ -252,7 +252,7 @@ def _summary_table(outcome: Outcome) -> Table:
             f"{rec.p50_ms:.1f}",
             f"{rec.latency_ms:.1f}",
             *(_gpu_cells(_figures(result, rec)) if gpus else ()),
-            f"{v.sla_met}/{len(v.points)} repeats met the SLA" if v else "-",
+            f"{v.sla_met}/{len(v.points)} race rounds met the SLA" if v else "-",
         )
     return table
 

@@ -83,7 +83,7 @@ def test_gpu_columns_show_the_recommended_points_figures(
     print_summary(outcome)
     table = rows(capsys.readouterr().out)
     head = table[""]
-    assert head[head.index("p95 ms") + 1 : head.index("verified")] == ["GPU util %", "GPU MiB peak", "GPU W"]
+    assert head[head.index("p95 ms") + 1 : head.index("raced")] == ["GPU util %", "GPU MiB peak", "GPU W"]
     at = head.index("GPU util %")
     assert table["winner"][at : at + 3] == ["70", "7000", "200"]  # average, peak, average over repeats
     assert table["baseline"][at : at + 3] == ["-", "-", "-"]
