@@ -26,7 +26,7 @@ from typing import Any
 
 from autotune.objective import RAW, Scoring, Sla
 from autotune.results import COMPLETE, FAIL, PRUNED, TrialResult
-from autotune.rules import better_trial
+from autotune.rules import best_trial, better_trial
 from autotune.search_space import (
     Candidate,
     SearchSpace,
@@ -415,7 +415,7 @@ def start_level(results: Sequence[TrialResult], scoring: Scoring = RAW) -> float
     """Where the next goodput search starts: the best trial's level (its concurrency, or its
     request rate in an open loop), by :func:`score`; None before any trial met the SLA. What
     the search must beat is :func:`autotune.rules.incumbent`."""
-    best = max((r for r in results if r.feasible), key=lambda r: score(r, scoring), default=None)
+    best = best_trial(results, scoring)
     return None if best is None or best.best is None else best.best.level
 
 

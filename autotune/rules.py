@@ -239,17 +239,21 @@ def better_trial(a: TrialResult, b: TrialResult, scoring: Scoring = RAW) -> bool
     return theirs is None or better(mine, theirs)
 
 
+def best_trial(results: Sequence[TrialResult], scoring: Scoring = RAW) -> TrialResult | None:
+    """The measured trial with the best goodput figure (as ``scoring`` counts it) that met the
+    SLA; None before any did."""
+    feasible = [r for r in results if r.feasible and r.reused_from is None]
+    return max(feasible, key=lambda r: scoring.score(r.goodput(), r.candidate), default=None)
+
+
 def incumbent(
     results: Sequence[TrialResult], scoring: Scoring = RAW, candidate: Candidate | None = None
 ) -> Estimate | None:
     """The best trial's goodput (its figure, its errors across servers) in ``candidate``'s own
     throughput (per GPU: times the GPUs it uses): what its search must beat; None before any
     trial met the SLA."""
-    feasible = [r for r in results if r.feasible and r.reused_from is None]
-    if not feasible:
-        return None
-    best = max(feasible, key=lambda r: scoring.score(r.goodput(), r.candidate))
-    found = trial_estimate(best, scoring)
+    best = best_trial(results, scoring)
+    found = None if best is None else trial_estimate(best, scoring)
     if found is None:
         return None
     return found.scaled(scoring.share(candidate))
