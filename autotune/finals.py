@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from autotune import rules, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.loadgen import LoadGenerator
+from autotune.objective import Sla
 from autotune.points import Point, WindowPlan
 from autotune.results import OpenLoopCheck, TrialResult, Verification, recommendation
 from autotune.rundir import RunDir
@@ -33,7 +34,8 @@ RAMP_S = 0.3  # warm-up before each point after a server's first one (the first 
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     """The finalists (:func:`rules.finalists`) raced: round after round (``--repeats`` rounds
     at most), each contender is measured once more on a fresh server at its level (its search's
-    operating point). Once its rounds at a level break the SLA together (with the search's
+    operating point); a round's contenders share one server when they can
+    (:meth:`Trials.can_share`). Once its rounds at a level break the SLA together (with the search's
     headroom: :func:`autotune.decide.headroom`; :func:`rules.rounds_break`) it goes one level down
     (:func:`rules.level_below`; none left: it leaves the race); undecided, it stays for the
     next round to tell; after each round those shown not ahead of the leader
@@ -63,12 +65,26 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         else {r.number: rules.to_limit(r, slas[r.number].limit_ms, pct) for r in ranked}
     )
 
-    def one_round(result: TrialResult) -> bool:
-        """One more round of ``result`` at its level; its rounds there breaking the SLA send it
-        a level down. False: it is out (not served, or no level left)."""
+    def measured(contenders: Sequence[TrialResult]) -> dict[int, Point | None]:
+        """One round of each of ``contenders`` at its level: all on one fresh server when they
+        can share one (:meth:`Trials.serve_all`, in an order that turns each round), else, or
+        where the shared server failed them, each on its own."""
+        out: dict[int, Point | None] = {}
+        if len(contenders) > 1 and trials.can_share():
+            turn = count[contenders[0].number] % len(contenders)
+            out.update(
+                _shared_round(prep, trials, [*contenders[turn:], *contenders[:turn]], level, slas, count)
+            )
+        for r in contenders:
+            if r.number not in out:
+                plan = rules.judged_at(settings.plan, slas[r.number].limit_ms)
+                out[r.number] = _round(prep, trials, r, level[r.number], plan, count[r.number])
+        return out
+
+    def one_round(result: TrialResult, point: Point | None) -> bool:
+        """``result``'s round at its level (None: not served or measured) added; its rounds
+        there breaking the SLA send it a level down. False: it is out (or no level is left)."""
         n = result.number
-        plan = rules.judged_at(settings.plan, slas[n].limit_ms)
-        point = _round(prep, trials, result, level[n], plan, count[n])
         count[n] += 1
         if point is None:
             return False
@@ -89,7 +105,8 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
 
     alive = list(ranked)
     for _ in range(settings.repeats):
-        alive = [r for r in alive if one_round(r)]
+        this_round = measured(alive)
+        alive = [r for r in alive if one_round(r, this_round[r.number])]
         left = rules.outraced({r.number: rounds[r.number] for r in alive}, shares, carries)
         alive = [r for r in alive if r.number not in left]
         if len(alive) <= 1 and all(len(rounds[r.number]) >= 2 for r in alive):
@@ -104,7 +121,9 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
             break
         if down(n):
             for _ in range(settings.repeats):
-                if not one_round(by_number[n]) or rules.rounds_meet(rounds[n], slas[n]):
+                if not one_round(by_number[n], measured([by_number[n]])[n]) or rules.rounds_meet(
+                    rounds[n], slas[n]
+                ):
                     break
     out = []
     for result in ranked:
@@ -126,18 +145,57 @@ def _round(
     served or measured, and leaves the race)."""
     assert result.candidate is not None
     name = f"race-{result.number:03d}-{i + 1}"
-    loader = prep.loader
-    where = f"{level:.4g} req/s" if loader.open_loop else f"concurrency {level:.0f}"
-    trials.events.verifying(result.number, where, i + 1, prep.settings.repeats)
+    _announce(prep, trials, result.number, level, i)
     try:
         with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
-            gen = trials.generator(server, plan)
-            point = loader.point(replace(gen, seed=i + 1) if loader.open_loop else gen, level)
+            point = _point(prep, trials.generator(server, plan), level, i)
     except (LaunchError, MeasurementError) as exc:
         trials.events.verification_failed(result, str(exc).splitlines()[0])
         return None
     stopping.check()
     return point
+
+
+def _shared_round(
+    prep: Prepared,
+    trials: Trials,
+    contenders: Sequence[TrialResult],
+    level: dict[int, float],
+    slas: dict[int, Sla],
+    count: dict[int, int],
+) -> dict[int, Point]:
+    """One round of several finalists on one fresh server, each staged under a name of its own
+    and measured in turn at its level; those it could not serve or measure are left out (the
+    caller gives each of them a server of its own)."""
+    numbers = [r.number for r in contenders]
+    name = f"race-{'+'.join(f'{n:03d}' for n in numbers)}-{count[numbers[0]] + 1}"
+    alias = {r.number: f"{prep.settings.model}__race{r.number:03d}" for r in contenders}
+    candidates = {alias[r.number]: r.candidate for r in contenders if r.candidate is not None}
+    out: dict[int, Point] = {}
+    try:
+        with trials.serve_all(candidates, trials.run_dir.log(f"{name}.log"), name) as server:
+            for n in numbers:
+                _announce(prep, trials, n, level[n], count[n])
+                plan = rules.judged_at(prep.settings.plan, slas[n].limit_ms)
+                try:
+                    out[n] = _point(prep, trials.generator(server, plan, alias[n]), level[n], count[n])
+                except MeasurementError:
+                    if not server.alive():
+                        break
+                stopping.check()
+    except LaunchError:
+        pass
+    return out
+
+
+def _announce(prep: Prepared, trials: Trials, number: int, level: float, i: int) -> None:
+    where = f"{level:.4g} req/s" if prep.loader.open_loop else f"concurrency {level:.0f}"
+    trials.events.verifying(number, where, i + 1, prep.settings.repeats)
+
+
+def _point(prep: Prepared, gen: LoadGenerator, level: float, i: int) -> Point:
+    """The point at ``level`` (an open loop's arrivals drawn with the round's own seed)."""
+    return prep.loader.point(replace(gen, seed=i + 1) if prep.loader.open_loop else gen, level)
 
 
 def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialResult) -> RunDir:

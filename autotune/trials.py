@@ -13,7 +13,7 @@ import json
 import shutil
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -62,6 +62,7 @@ class Trials:
         self.data = prep.data
         self.checked = False  # the preflight passed
         self._beside_checked = False  # the models beside it passed theirs
+        self._named: dict[str, WorkloadData] = {}  # the requests for each name serve_all staged
         self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
         self.probed = False
         self._stages: Stages | None = None  # made on the first serve, removed by close
@@ -134,17 +135,23 @@ class Trials:
             self.events.trial_retried(asked.number, str(exc).splitlines()[0])
             return self.measure(asked, start, beat)
 
-    def generator(self, server: Server, plan: WindowPlan) -> LoadGenerator:
-        """The load for this server; the first server that answers also gets the preflight
+    def generator(self, server: Server, plan: WindowPlan, model: str = "") -> LoadGenerator:
+        """The load for this server (``model``: a name :meth:`serve_all` staged, else the tuned
+        model's); the first server that answers also gets the preflight
         (LoadGenerator.preflight: each distinct shape of the workload, then a spread of its
         requests; a WorkloadError stops the run) and chooses the run's GPU probe (none: no sampling),
         which then reads each server at its own metrics (:func:`autotune.gpu_probe.at_server`)."""
         settings = self.prep.settings
+        data = self._named.get(model, self.data) if model else self.data
         gen = LoadGenerator.connect(
-            server.host, server.http_port, server.grpc_port, settings.model, protocol=settings.protocol,
-            plan=plan, workload=settings.workload, data=self.data, preflight=not self.checked,
+            server.host, server.http_port, server.grpc_port, model or settings.model,
+            protocol=settings.protocol, plan=plan, workload=settings.workload, data=data,
+            preflight=not self.checked,
         )  # fmt: skip
-        self.data, self.checked = gen.data, True  # as the server serves the model, encoded once
+        if model:  # each name's requests encoded once
+            self._named[model], self.checked = gen.data, True
+        else:  # as the server serves the model, encoded once
+            self.data, self.checked = gen.data, True
         if not self.probed:
             self.probe, self.probed = choose_probe(server.metrics_url, settings.launch.kind), True
             version = triton_version(server.host, server.http_port)
@@ -297,6 +304,36 @@ class Trials:
                 served = with_caller(pipeline, s.repository, {**served, config.name: config})
             stage_members(s.repository, others, stage, served)
             with trt_build.serving(self.launcher, stage, s.model, log, config, s.trt_build_timeout_s) as srv:
+                yield srv
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+    def can_share(self) -> bool:
+        """Whether several candidates can be served by one server (:meth:`serve_all`): the
+        launcher starts its own servers and the tuned model is served alone (no pipeline, no
+        models beside it)."""
+        return self.launcher.starts_servers and self.prep.pipeline is None and not self.prep.settings.beside
+
+    @contextmanager
+    def serve_all(self, candidates: Mapping[str, Candidate], log: Path, stage_name: str) -> Iterator[Server]:
+        """Each of ``candidates`` staged as a model of its own, named by its key, and all served
+        by one server (:meth:`can_share` says when); the staged folder is removed when the
+        server's context ends."""
+        if self._stages is None:
+            self._stages = Stages.for_run(self.run_dir.record.run_id)
+        stage = self._stages.path(stage_name)
+        try:
+            configs = []
+            for name, candidate in candidates.items():
+                config = mcfg.apply_candidate(self.prep.original, candidate)
+                config.name = name
+                stage_model(self.prep.model_dir, config, stage)
+                configs.append(config)
+            built = [c for c in configs if mcfg.uses_tensorrt(c)]
+            timeout = self.prep.settings.trt_build_timeout_s
+            with trt_build.serving(
+                self.launcher, stage, configs[-1].name, log, (built or configs)[0], timeout
+            ) as srv:
                 yield srv
         finally:
             shutil.rmtree(stage, ignore_errors=True)

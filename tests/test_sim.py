@@ -8,12 +8,16 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from autotune import sim
+from autotune.errors import LaunchError
 from autotune.objective import Sla
 from autotune.search_space import Candidate
 
@@ -195,3 +199,51 @@ def test_a_surveyed_surfaces_fresh_servers_spread_as_measured_else_by_half_the_w
     assert surveyed.server_cv is None and own == pytest.approx(surveyed.cv / 2, rel=0.1)
     wide = replace(surveyed, server_cv=0.09)
     assert statistics.stdev(wide.server_bias(rng) for _ in range(4000)) == pytest.approx(0.09, rel=0.1)
+
+
+class _Servers(sim.SimTrials):
+    """Counts the servers started: alone (``serve``) and shared by a round (``serve_all``)."""
+
+    alone: int = 0
+    shared: list[int] = []  # noqa: RUF012  # each shared server's model count, per class
+
+    @contextmanager
+    def serve(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        type(self).alone += 1
+        with super().serve(*args, **kwargs) as server:
+            yield server
+
+    @contextmanager
+    def serve_all(self, candidates: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        type(self).shared.append(len(candidates))
+        with super().serve_all(candidates, *args, **kwargs) as server:
+            yield server
+
+
+class _Shared(_Servers):
+    alone, shared = 0, []
+
+
+class _SharedFails(_Servers):
+    alone, shared = 0, []
+
+    @contextmanager
+    def serve_all(self, candidates: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        type(self).shared.append(len(candidates))
+        raise LaunchError("the models did not fit on one server")
+        yield
+
+
+def test_a_race_rounds_contenders_share_one_server_or_each_gets_its_own_when_it_fails() -> None:
+    """A round's finalists are served by one server, each as a model of its own; where that
+    server cannot start, each is measured on a server of its own and the race is run the same."""
+    for kind in (_Shared, _SharedFails):
+        outcome = sim.simulate(QUIET, seed=2, trials_type=kind, max_trials=8, finalists=2)
+        rounds = sum(len(v.points) + sum(len(o) for _, o in v.others) for v in outcome.verifications)
+        assert len(outcome.verifications) == 2 and kind.shared and set(kind.shared) == {2}
+        searched = outcome.measured
+        if kind is _Shared:  # each shared server served two rounds
+            assert kind.alone + len(kind.shared) == searched + rounds - len(kind.shared)
+        else:  # every round on a server of its own
+            assert kind.alone == searched + rounds
+        assert outcome.winner in {v.trial for v in outcome.verifications}
