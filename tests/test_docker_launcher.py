@@ -196,7 +196,8 @@ def test_a_tuning_run_in_containers_labelled_with_the_run_then_applied_in_one(
 ) -> None:
     config = toy_repo / "toy" / "config.pbtxt"
     original = config.read_bytes()
-    settings = settings_from(build_parser().parse_args(_run_argv(toy_repo, tmp_path)))
+    argv = _run_argv(toy_repo, tmp_path, "--finalists", "2", "--repeats", "2")
+    settings = settings_from(build_parser().parse_args(argv))
     events = _RunLabels(client)
     outcome = tune(prepare(settings), events)
     run_dir = outcome.run_dir
@@ -204,6 +205,12 @@ def test_a_tuning_run_in_containers_labelled_with_the_run_then_applied_in_one(
     assert (run_dir / "report.html").stat().st_size > 10_000
     logs = sorted((run_dir / "logs").glob("trial-*.log"))
     assert logs and all("successfully loaded 'toy'" in log.read_text() for log in logs)
+    # two finalists race in one container a round, each loaded under a name of its own
+    shared = sorted((run_dir / "logs").glob("race-*+*.log"))
+    assert len(outcome.info.verifications) < 2 or shared
+    for log in shared:
+        numbers = log.name.split("-")[1].split("+")
+        assert all(f"successfully loaded 'toy__race{n}'" in log.read_text() for n in numbers)
     assert config.read_bytes() == original
     assert _ours(client) == []
     # write-back is verified on the run's own launcher: a container of the run's image
