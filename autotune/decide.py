@@ -1,22 +1,6 @@
-"""The tuner's decisions, as pure functions of what was measured (no I/O, no optuna).
-
-- which configs to try first (:func:`heuristic_seeds`), and which obvious changes of the best
-  one must be tried before the search may end (:func:`unexplored`);
-- where a candidate's goodput search starts (:func:`start_level`; what it must beat is
-  :func:`autotune.rules.incumbent`);
-- whether a candidate, or an :func:`equivalent` one, was measured already (:func:`measured_before`),
-  or its instance count lost with and without batching (:func:`dominated`): :func:`stand_in`;
-- when the search has converged (:func:`converged`) or the time budget is spent (:func:`time_left`);
-- the SLA a candidate's points and race rounds are held to (:func:`headroom`).
-
-Whether one trial is better than another is :func:`autotune.rules.better_trial`'s verdict on
-intervals; every ranking by figure goes through the run's :class:`~autotune.objective.Scoring`
-(:func:`score`): the throughput, or the throughput per GPU used when the space's candidates
-use different numbers of GPUs. The default, ``RAW``, compares throughputs.
-
-``autotune.tuner`` runs the loop and does the I/O; the rules on intervals are
-:mod:`autotune.rules`', the search's policy here, with its unit tests in ``tests/test_decide.py``.
-"""
+"""The tuner's decisions, as pure functions of what was measured (no I/O, no optuna): seeds,
+neighbours and the walk, convergence and the budget, what stands in for a proposal, where a
+search starts and the SLA it is held to."""
 
 from __future__ import annotations
 
@@ -26,7 +10,7 @@ from typing import Any
 
 from autotune.objective import RAW, Scoring, Sla
 from autotune.results import COMPLETE, FAIL, PRUNED, TrialResult
-from autotune.rules import best_trial, better_trial
+from autotune.rules import best_trial, better_trial, finalists
 from autotune.search_space import (
     Candidate,
     SearchSpace,
@@ -37,33 +21,18 @@ from autotune.search_space import (
 )
 
 GPU_SEED_COUNTS = (1, 2)  # instances per GPU the seeds of a KIND_GPU space try
-
-
-def score(result: TrialResult, scoring: Scoring = RAW) -> float:
-    """A trial's goodput as the objective counts it (per GPU used, where the run compares so)."""
-    return scoring.score(result.goodput(), result.candidate)
+TOLD = (COMPLETE, FAIL, PRUNED)  # the states of a trial that has ended
 
 
 def heuristic_seeds(
     space: SearchSpace, cores: int, baseline: Candidate | None = None
 ) -> list[dict[str, Any]]:
-    """Sound first guesses after the baseline, each changing one thing at a time: the baseline
-    with "many" instances (its batching kept where ``space`` holds it: a model where batching
-    buys nothing is then measured with more instances and without batching, early; every seed
-    lies in ``space``, the user's: :meth:`SearchSpace.nearest`), then dynamic batching at the
-    largest batch size, with many instances and with one (capped by the space). Many is one
-    per core for KIND_CPU, and ``GPU_SEED_COUNTS``' largest per GPU for KIND_GPU (a GPU is
-    not a core: a second instance lets one copy its data while the other computes; the
-    cores of the machine say nothing about it). Trial parameters (:meth:`SearchSpace.suggest`
-    takes the ones that apply).
-
-    Many before one with batching: a candidate is measured from the best one's level, and one
-    that cannot win there stops (:func:`autotune.rules.find_goodput`), so the one instance
-    measured after the many is settled at one level."""
+    """The trial parameters of the first guesses: the baseline with :func:`seed_counts`' most
+    instances (nearest in ``space``), then batching at the largest batch size with each count, most first."""
     seeds: list[dict[str, Any]] = []
     if baseline is not None and baseline.kind in space.kind:
         many = seed_counts(space, baseline.kind, cores)[-1]
-        if baseline.instance_count != many:  # in the space: your batching, where the space has it
+        if baseline.instance_count != many:
             seeds.append(params_of(space.nearest(replace(baseline, instance_count=many))))
     mbs = max(space.max_batch_size)
     if mbs == 0 or True not in space.dynamic_batching:
@@ -86,80 +55,58 @@ def heuristic_seeds(
 
 
 def seed_counts(space: SearchSpace, kind: str, cores: int) -> list[int]:
-    """The instance counts the seeds try, fewest first: 1 and one per core for KIND_CPU, 1 and
-    2 per GPU for KIND_GPU, each the space's closest choice."""
+    """The instance counts the seeds try, fewest first: 1 and one per core for KIND_CPU,
+    ``GPU_SEED_COUNTS`` per GPU for KIND_GPU, each the space's closest choice."""
     targets = (1, cores) if kind == "KIND_CPU" else GPU_SEED_COUNTS
     return sorted({closest(space.instance_count, t) for t in targets})
 
 
 def neighbours(candidate: Candidate, space: SearchSpace) -> list[Candidate]:
-    """The one-step changes of ``candidate`` that the space holds: one instance more or fewer
-    (per GPU for KIND_GPU), dynamic batching off (or on, with no preferred size and the
-    shortest queue delay, at its max batch size and at :func:`gentlest_batch`'s), and with
-    batching on, the max batch size one choice up or down (x2 or /2 in the default space), the
-    queue delay one choice up or down, and each other preferred-size choice; for KIND_GPU, each
-    other gpus choice and TensorRT FP16 off (or on, with the largest workspace choice). The max
-    batch size of a config without dynamic batching is left alone: with requests of one batch
-    it changes nothing the server does."""
+    """The one-step changes of ``candidate`` the space holds: one instance choice more or fewer;
+    batching off, or on (no preferred size, the shortest delay) at its max batch size and
+    :func:`gentlest_batch`'s; with batching, max batch size and delay one choice up or down and
+    each other preferred size; for KIND_GPU, each other gpus choice, FP16 toggled (largest workspace)."""
     out: list[Candidate] = [
         replace(candidate, instance_count=n) for n in _steps(space.instance_count, candidate.instance_count)
     ]
     out += _batching_steps(candidate, space)
     if candidate.kind == "KIND_GPU":
-        out += _gpu_steps(candidate, space)
+        gpus = [decode_gpus(g) for g in space.gpus]
+        out += [replace(candidate, gpus=g) for g in gpus if g != candidate.gpus]
+        fp16 = not candidate.trt_fp16
+        workspace = max(space.trt_workspace_mb) if fp16 else 0
+        out.append(replace(candidate, trt_fp16=fp16, trt_workspace_mb=workspace))
     return [c for c in dict.fromkeys(out) if c != candidate and space.holds(c)]
 
 
 def _batching_steps(candidate: Candidate, space: SearchSpace) -> list[Candidate]:
-    out: list[Candidate] = []
-    batching = candidate.dynamic_batching
-    if batching and False in space.dynamic_batching:
-        out.append(replace(candidate, dynamic_batching=False, preferred_batch_sizes=(), max_queue_delay_us=0))
-    elif not batching and candidate.max_batch_size > 0 and True in space.dynamic_batching:
+    if not candidate.dynamic_batching:
+        if candidate.max_batch_size <= 0 or True not in space.dynamic_batching:
+            return []
         pref = "none" if "none" in space.preferred_batch_size else space.preferred_batch_size[0]
-        out += [
-            replace(
-                candidate,
-                max_batch_size=mbs,
-                dynamic_batching=True,
-                preferred_batch_sizes=decode_preferred(pref, mbs),
-                max_queue_delay_us=min(space.max_queue_delay_us),
-            )
-            for mbs in dict.fromkeys((candidate.max_batch_size, gentlest_batch(space)))
-        ]
-    if batching:
-        pref = encode_preferred(candidate.preferred_batch_sizes, candidate.max_batch_size)
-        for mbs in _steps(tuple(m for m in space.max_batch_size if m > 0), candidate.max_batch_size):
-            sizes = decode_preferred(pref, mbs) if pref in space.preferred_batch_size else ()
-            out.append(replace(candidate, max_batch_size=mbs, preferred_batch_sizes=sizes))
-        out += [
-            replace(candidate, max_queue_delay_us=d)
-            for d in _steps(space.max_queue_delay_us, candidate.max_queue_delay_us)
-        ]
-        out += [
-            replace(candidate, preferred_batch_sizes=decode_preferred(p, candidate.max_batch_size))
-            for p in space.preferred_batch_size
-            if p != pref
-        ]
-    return out
+        on = replace(candidate, dynamic_batching=True, max_queue_delay_us=min(space.max_queue_delay_us))
+        sizes = dict.fromkeys((candidate.max_batch_size, gentlest_batch(space)))
+        return [replace(on, max_batch_size=m, preferred_batch_sizes=decode_preferred(pref, m)) for m in sizes]
+    out: list[Candidate] = []
+    if False in space.dynamic_batching:
+        out.append(replace(candidate, dynamic_batching=False, preferred_batch_sizes=(), max_queue_delay_us=0))
+    pref = encode_preferred(candidate.preferred_batch_sizes, candidate.max_batch_size)
+    for mbs in _steps(tuple(m for m in space.max_batch_size if m > 0), candidate.max_batch_size):
+        preferred = decode_preferred(pref, mbs) if pref in space.preferred_batch_size else ()
+        out.append(replace(candidate, max_batch_size=mbs, preferred_batch_sizes=preferred))
+    delays = _steps(space.max_queue_delay_us, candidate.max_queue_delay_us)
+    out += [replace(candidate, max_queue_delay_us=d) for d in delays]
+    return out + [
+        replace(candidate, preferred_batch_sizes=decode_preferred(p, candidate.max_batch_size))
+        for p in space.preferred_batch_size
+        if p != pref
+    ]
 
 
 def gentlest_batch(space: SearchSpace) -> int:
-    """The max batch size that turns batching on most gently: the space's choice next above its
-    least (the least holds one request of the workload's batch at least; the next, in the
-    default space's doublings, two). A config without batching keeps whatever max batch size
-    it came with (the examples' 16), and batching at 16 is not batching at 2."""
+    """The gentlest max batch size to batch at: the space's second-smallest positive choice, else its only."""
     sizes = sorted(m for m in space.max_batch_size if m > 0)
     return sizes[1] if len(sizes) > 1 else sizes[0]
-
-
-def _gpu_steps(candidate: Candidate, space: SearchSpace) -> list[Candidate]:
-    out = [replace(candidate, gpus=decode_gpus(g)) for g in space.gpus if decode_gpus(g) != candidate.gpus]
-    if candidate.trt_fp16:
-        out.append(replace(candidate, trt_fp16=False, trt_workspace_mb=0))
-    else:
-        out.append(replace(candidate, trt_fp16=True, trt_workspace_mb=max(space.trt_workspace_mb)))
-    return out
 
 
 def _steps(choices: Sequence[int], value: int) -> list[int]:
@@ -170,67 +117,36 @@ def _steps(choices: Sequence[int], value: int) -> list[int]:
 
 
 def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW) -> list[Candidate]:
-    """The one-step :func:`neighbours` that no trial has tried (measured, failed or under way)
-    of the incumbent, then of each config the incumbent is not better than
-    (:func:`autotune.rules.better_trial`: which of a tie leads is the noise's): the search does
-    not call itself converged while one is left, so that an obvious change of the best config
-    (one instance more, batching off) is never missed because the sampler wandered elsewhere.
-    An instance step that lost where both sides were measured (:func:`losing_steps`) is not
-    taken again."""
-    ranked = sorted(
-        (r for r in results if r.feasible and r.candidate is not None and r.reused_from is None),
-        key=lambda r: score(r, scoring),
-        reverse=True,
-    )
-    if not ranked:
-        return []
-    tied = [r for r in ranked if not better_trial(ranked[0], r, scoring)]
-    tried = [r.candidate for r in results if r.candidate is not None]
-    lost = losing_steps(results, scoring)
-    out: list[Candidate] = []
-    for result in tied:
-        out += _untried(result, space, [*tried, *out], lost)
-    return out
-
-
-def _untried(
-    result: TrialResult, space: SearchSpace, tried: Sequence[Candidate], lost: set[tuple[int, int]]
-) -> list[Candidate]:
-    """``result``'s one-step :func:`neighbours` that no config of ``tried`` is, nor a ``lost``
-    instance step (:func:`losing_steps`)."""
-    assert result.candidate is not None
-    here = result.candidate.instance_count
-    out: list[Candidate] = []
-    for c in neighbours(result.candidate, space):
-        if (here, c.instance_count) not in lost and not any(equivalent(c, t) for t in (*tried, *out)):
-            out.append(c)
-    return out
+    """The untried :func:`neighbours` of the best trial, then of each trial it is not better
+    than (:func:`_untried`); the search does not converge while any is left."""
+    return _untried(results, space, scoring, len(results))
 
 
 def climb(results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW) -> Candidate | None:
-    """The search's next step while nothing is queued: the first untried one-step neighbour of
-    the best trial (by its figure, :func:`score`; as :func:`unexplored` takes them), else None
-    (the sampler proposes). A walk from the best point so far, one step at a time: each step
-    measured may become the best, and the next step is taken from there."""
-    best = max(
-        (r for r in results if r.feasible and r.candidate is not None and r.reused_from is None),
-        key=lambda r: score(r, scoring),
-        default=None,
-    )
-    if best is None:
-        return None
-    tried = [r.candidate for r in results if r.candidate is not None]
-    steps = _untried(best, space, tried, losing_steps(results, scoring))
+    """The walk's next step while nothing is queued: the best trial's first untried neighbour
+    (:func:`_untried`); None when there is none (the sampler proposes)."""
+    steps = _untried(results, space, scoring, 1)
     return steps[0] if steps else None
 
 
+def _untried(results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring, n: int) -> list[Candidate]:
+    """The :func:`neighbours` of the first ``n`` :func:`~autotune.rules.finalists`, in turn, that are
+    :func:`equivalent` to no config any trial has tried nor take a step of :func:`losing_steps`."""
+    tried = [r.candidate for r in results if r.candidate is not None]
+    lost = losing_steps(results, scoring)
+    out: list[Candidate] = []
+    for result in finalists([r for r in results if r.candidate is not None], n, scoring):
+        assert result.candidate is not None
+        here = result.candidate.instance_count
+        for c in neighbours(result.candidate, space):
+            if (here, c.instance_count) not in lost and not any(equivalent(c, t) for t in (*tried, *out)):
+                out.append(c)
+    return out
+
+
 def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[tuple[int, int]]:
-    """The instance-count steps (from, to) that lost where the search measured both sides
-    without dynamic batching: the same config with ``from`` instances was better than with
-    ``to`` (:func:`autotune.rules.better_trial`; or ``to`` had no feasible point).
-    :func:`unexplored` does not take such a step again from another config: without batching
-    what an instance more or fewer does is the model's and the machine's trade alone. With
-    batching the instances share the batches out, and a loss is that batch size's."""
+    """The instance-count steps (from, to) that lost without dynamic batching: a pair of
+    :func:`instance_losses` whose loser (with ``to`` instances) has batching off."""
     return {
         (winner.instance_count, loser.instance_count)
         for (_, loser), (_, winner) in instance_losses(results, scoring)
@@ -241,13 +157,9 @@ def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[
 def instance_losses(
     results: Sequence[TrialResult], scoring: Scoring = RAW
 ) -> list[tuple[tuple[TrialResult, Candidate], tuple[TrialResult, Candidate]]]:
-    """Every (loser, winner) pair of measured trials (each with its candidate) whose configs
-    differ in their instance count alone (:func:`equivalent`) and where the winner is better
-    (:func:`autotune.rules.better_trial`: :func:`losing_steps`, :func:`dominated`)."""
-    done = [
-        (r, r.candidate) for r in results
-        if r.state == COMPLETE and r.reused_from is None and r.candidate is not None
-    ]  # fmt: skip
+    """Every (loser, winner) pair of :func:`_measured` trials whose configs differ in the
+    instance count alone and where the winner is :func:`~autotune.rules.better_trial`."""
+    done = _measured(results)
     return [
         ((loser, mine), (winner, theirs))
         for loser, mine in done
@@ -258,20 +170,23 @@ def instance_losses(
     ]
 
 
-def out_of_ideas(results: Sequence[TrialResult]) -> bool:
-    """Whether the sampler's latest proposal was not worth measuring (pruned: a config measured
-    before, or one outside the space): in a small space it goes on proposing them, and each
-    uses a trial of the budget, so the incumbent's :func:`unexplored` neighbours are measured
-    next, before the budget runs out."""
+def _measured(results: Sequence[TrialResult]) -> list[tuple[TrialResult, Candidate]]:
+    """The measured (COMPLETE, not reused) trials, each with its candidate."""
+    return [
+        (r, r.candidate) for r in results
+        if r.state == COMPLETE and r.reused_from is None and r.candidate is not None
+    ]  # fmt: skip
 
+
+def out_of_ideas(results: Sequence[TrialResult]) -> bool:
+    """Whether the latest ended, uninterrupted trial was pruned (a proposal not worth measuring)."""
     told = [r for r in results if r.state in TOLD and not r.interrupted]
     return bool(told) and max(told, key=lambda r: r.number).state == PRUNED
 
 
 def in_space(baseline: Candidate, space: SearchSpace) -> Candidate:
-    """The baseline as the search space can hold it: a config asking for a GPU this machine
-    lacks (the space then has CPU instances only) becomes its CPU twin. The baseline trial
-    still runs the config as it is (and fails, with its reason); the search tunes the twin."""
+    """The baseline as the space can hold it: of a kind the space lacks, its twin of the space's
+    first kind (no GPUs, no TensorRT)."""
     if baseline.kind in space.kind:
         return baseline
     return replace(baseline, kind=space.kind[0], gpus=(), trt_fp16=False, trt_workspace_mb=0)
@@ -283,9 +198,8 @@ def closest(choices: Sequence[int], target: int) -> int:
 
 
 def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = RAW) -> bool:
-    """Whether the last ``patience`` configs measured (pruned ones are free and do not count,
-    nor do interrupted ones) brought no goodput better than the best before them
-    (:func:`autotune.rules.better_trial`: across servers)."""
+    """Whether the last ``patience`` (> 0) configs measured or failed, not reused nor interrupted,
+    brought none :func:`~autotune.rules.better_trial` than the best before them."""
     if patience < 1:
         return False
     best: TrialResult | None = None
@@ -300,37 +214,20 @@ def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = 
     return best is not None and since >= patience
 
 
-TOLD = (COMPLETE, FAIL, PRUNED)  # the states of a trial that has ended
-
-
 def finished(results: Sequence[TrialResult]) -> int:
-    """Trials that count against the budget: measured, pruned or failed; not interrupted ones
-    (they are measured again). Reused ones count: a sampler that keeps proposing configs
-    measured before has run out of ideas."""
+    """The trials that count against the budget: ended (:data:`TOLD`), not interrupted."""
     return sum(r.state in TOLD and not r.interrupted for r in results)
 
 
 def time_left(budget_s: float | None, elapsed_s: float, finished: int) -> bool:
-    """Whether another trial fits: stop when the next one would likely overrun the budget (half
-    an average trial is kept for the race and the report)."""
-    if budget_s is None:
-        return True
+    """Whether another trial fits: the elapsed time plus half an average trial is within budget."""
     per_trial = elapsed_s / finished if finished else 0.0
-    return elapsed_s + per_trial * 0.5 < budget_s
+    return budget_s is None or elapsed_s + per_trial * 0.5 < budget_s
 
 
 def measured_before(results: Sequence[TrialResult], candidate: Candidate) -> TrialResult | None:
-    """An earlier COMPLETE trial of the same candidate, or of an :func:`equivalent` one, if any
-    (not measured twice)."""
-    for result in results:
-        if (
-            result.state == COMPLETE
-            and result.candidate is not None
-            and equivalent(result.candidate, candidate)
-            and result.reused_from is None
-        ):
-            return result
-    return None
+    """The first measured (COMPLETE, not reused) trial of an :func:`equivalent` candidate."""
+    return next((r for r, c in _measured(results) if equivalent(c, candidate)), None)
 
 
 def stand_in(
@@ -340,47 +237,35 @@ def stand_in(
     scoring: Scoring = RAW,
     baseline: bool = False,
 ) -> tuple[int | None, str] | None:
-    """Why a proposal is not measured, and the trial that stands in for it (None: none does),
-    or None when it is to be measured: it lies outside the user's ``space`` (but for
-    ``baseline``: your config, or its twin on this machine, measured wherever they lie), an
-    earlier trial measured it or an :func:`equivalent` config (:func:`measured_before`), or, but
-    for the baseline, its instance count lost clearly (:func:`dominated`). The study is told it
-    was pruned, for that reason, never that trial's figures as its own
-    (:meth:`autotune.study.Study.tell_pruned`)."""
-    if baseline:
-        earlier = measured_before(results, candidate)
-        return None if earlier is None else (earlier.number, f"same as trial {earlier.number}")
-    if not space.holds(candidate):
+    """None to measure the proposal; else (the trial standing in or None, why): outside ``space``,
+    :func:`measured_before` or :func:`dominated`; for the ``baseline``, only measured before."""
+    if not baseline and not space.holds(candidate):
         return None, "outside your search space (your config is measured there, nothing else)"
     earlier = measured_before(results, candidate)
     if earlier is not None:
-        same = earlier.candidate == candidate
+        same = baseline or earlier.candidate == candidate
         why = "same as" if same else "without dynamic batching the server runs it as"
         return earlier.number, f"{why} trial {earlier.number}"
-    found = dominated(results, candidate, scoring)
+    found = None if baseline else dominated(results, candidate, scoring)
     return None if found is None else (found[0].number, found[1])
 
 
 def dominated(
     results: Sequence[TrialResult], candidate: Candidate, scoring: Scoring = RAW
 ) -> tuple[TrialResult, str] | None:
-    """A trial to stand in for ``candidate``, and why, when its instance count lost (:func:`instance_losses`)
-    to another count both without dynamic batching and with it, each time against the same
-    config but for the count: the loser measured with the candidate's batching (its max batch
-    size first). The proposal is pruned with that reason, a free trial (the study is told no
-    figures for it: :meth:`autotune.study.Study.tell_pruned`). One loss is not enough: with
-    batching the instances share the batches out, and a loss is that batch size's
-    (:func:`losing_steps`)."""
+    """When ``candidate``'s instance count lost (:func:`instance_losses`) both without and
+    with dynamic batching: the loser with the candidate's batching and the max batch size
+    nearest its own, and why; else None."""
     n = candidate.instance_count
-    lost: dict[bool, list[tuple[tuple[TrialResult, Candidate], TrialResult]]] = {False: [], True: []}
+    lost: dict[bool, list[tuple[TrialResult, Candidate, TrialResult]]] = {False: [], True: []}
     for (loser, mine), (winner, _) in instance_losses(results, scoring):
         if mine.instance_count == n:
-            lost[mine.dynamic_batching].append(((loser, mine), winner))
+            lost[mine.dynamic_batching].append((loser, mine, winner))
     if not lost[False] or not lost[True]:
         return None
-    mbs = candidate.max_batch_size  # the loser nearest the candidate's max batch size stands in
-    nearest = min(lost[candidate.dynamic_batching], key=lambda x: abs(x[0][1].max_batch_size - mbs))[0][0]
-    ((off, _), off_by), ((on, _), on_by) = lost[False][0], lost[True][0]
+    mbs = candidate.max_batch_size
+    nearest = min(lost[candidate.dynamic_batching], key=lambda x: abs(x[1].max_batch_size - mbs))[0]
+    (off, _, off_by), (on, _, on_by) = lost[False][0], lost[True][0]
     why = (
         f"{n} instance(s) lost without dynamic batching (trial {off.number} against "
         f"{off_by.number}) and with it (trial {on.number} against {on_by.number}); trial "
@@ -390,20 +275,13 @@ def dominated(
 
 
 def equivalent(a: Candidate, b: Candidate) -> bool:
-    """Whether two candidates make the server do the same: their :func:`canonical` forms are
-    equal."""
+    """Whether two candidates have the same :func:`canonical` form."""
     return canonical(a) == canonical(b)
 
 
 def canonical(candidate: Candidate) -> Candidate:
-    """One candidate for each class of candidates that make the server do the same:
-
-    - without dynamic batching, a max batch size > 0 is left out (1): each request runs alone
-      whatever batch the config allows (the space keeps it at least the requests' own batch);
-      one mobilenet run spent 6 of its 20 trials on such twins;
-    - with dynamic batching and a max batch size of 1, the preferred sizes and the queue delay
-      are left out (none, 0): a batch of one request is full when it arrives, and Triton's
-      batcher does not wait to fill a full batch."""
+    """The candidate the server runs as ``candidate``: without dynamic batching a max batch size
+    > 0 becomes 1; with it, at a max batch size of 1, no preferred sizes and no queue delay."""
     if not candidate.dynamic_batching and candidate.max_batch_size > 0:
         return replace(candidate, max_batch_size=1)
     if candidate.dynamic_batching and candidate.max_batch_size == 1:
@@ -412,18 +290,14 @@ def canonical(candidate: Candidate) -> Candidate:
 
 
 def start_level(results: Sequence[TrialResult], scoring: Scoring = RAW) -> float | None:
-    """Where the next goodput search starts: the best trial's level (its concurrency, or its
-    request rate in an open loop), by :func:`score`; None before any trial met the SLA. What
-    the search must beat is :func:`autotune.rules.incumbent`."""
+    """The level (concurrency or request rate) of :func:`autotune.rules.best_trial`'s operating
+    point, where the next goodput search starts; None before any trial met the SLA."""
     best = best_trial(results, scoring)
     return None if best is None or best.best is None else best.best.level
 
 
 def headroom(sla: Sla, margin: float, candidate: Candidate | None, batching: float = 2.0) -> Sla:
-    """The SLA a candidate's points and race rounds are held to: the limit less ``margin``, and
-    for a config with dynamic batching less ``batching`` times it
-    (:attr:`autotune.settings.RunSettings.batching_headroom`: our load generator reads a
-    batching server's tail lower than perf_analyzer does; the simulator's surfaces have no
-    such bias, and 1)."""
+    """The SLA a candidate's points and race rounds are held to: tightened by ``margin``, or
+    with dynamic batching by ``batching`` times it."""
     share = batching if candidate is not None and candidate.dynamic_batching else 1.0
     return sla.tightened(margin * share)

@@ -1,24 +1,6 @@
-"""The noise model: a point's windows are a sample, and every verdict is a statement about intervals.
-
-A point measured in k windows has k readings of its throughput and k of its latency at the
-SLA's percentile. Their mean, with Student's t over the windows (each window a batch mean, as
-criterion.rs and AIPerf take them), is an interval with a stated error rate: :data:`CONFIDENCE`
-one-sided, for each verdict on its own. A window says nothing of how a freshly started server
-reads against another: :data:`SERVER_CV` (a relative standard deviation between servers) widens
-every comparison between points measured on different servers, until the finalists' race,
-which measures it on fresh servers itself.
-
-The verdicts, each one rule:
-
-- **meets** the SLA: the latency's upper bound is within the limit; **breaks** it: the lower
-  bound is over; otherwise **undecided** (measure more windows, or at the budget say so and
-  count it as not meeting);
-- **better**: a throughput's lower bound is over another's upper bound (the difference's
-  bound, with both standard errors); **cannot win**: the best one's is better than this one;
-  neither: **tied**; **not ahead**: the difference's upper bound (this one less the other)
-  lies below :data:`RESOLUTION` of the other's figure: this one cannot beat it by a
-  difference worth having (a non-inferiority test, the other way round).
-"""
+"""The noise model: a point's windows are a sample, and every verdict (:func:`meets`,
+:func:`breaks`, :func:`better`, :func:`not_ahead`) is one on intervals: a mean with Student's t
+over its windows, one-sided at :data:`CONFIDENCE`, widened by :data:`SERVER_CV` across servers."""
 
 from __future__ import annotations
 
@@ -26,8 +8,6 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-# ---------------------------------------------------------------- the knobs
 
 CONFIDENCE = 0.95  # one-sided, per verdict: a verdict is wrong at most 5% of the times it is given
 SERVER_CV = 0.03  # how far a fresh server of one config reads off another's (relative sd)
@@ -50,7 +30,7 @@ def t95(df: int) -> float:
 @dataclass(frozen=True)
 class Estimate:
     """A mean and its standard error from ``n`` readings, with ``n - 1`` degrees of freedom or
-    (``dof`` >= 0) those of the pooled noise its error comes from (:class:`Noise`)."""
+    (``dof`` >= 0) those of the pooled :class:`Noise` its error comes from."""
 
     mean: float
     se: float
@@ -92,10 +72,8 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Noise:
-    """How much a window's throughput varies about its point's mean, pooled over points (each
-    on its own server, its windows a sample): a relative standard deviation with its degrees of
-    freedom. A point's own two or three windows say little of their spread; the points of a
-    search, all of one model on one machine, say it with many more."""
+    """How much a window's throughput varies about its point's mean, pooled over points: a
+    relative standard deviation with its degrees of freedom."""
 
     cv: float = 0.0
     df: int = 0
@@ -112,8 +90,8 @@ class Noise:
         return cls(math.sqrt(squares / df), df) if df else cls()
 
     def estimate(self, mean: float, values: Sequence[float]) -> Estimate:
-        """``mean`` (a point's figure) with the standard error of its windows ``values``: the
-        pooled noise's where it has more degrees of freedom than the point's own."""
+        """``mean`` with its windows' (``values``) standard error, from the pooled noise where
+        that has more degrees of freedom than they have."""
         own = Estimate.of(values)
         if self.df <= own.df or not values:
             return Estimate(mean, own.se, own.n)
@@ -131,21 +109,18 @@ def breaks(latency: Estimate, limit_ms: float) -> bool:
 
 
 def better(a: Estimate, b: Estimate) -> bool:
-    """``a`` is higher than ``b``: the difference's lower bound (both errors, the fewer degrees
-    of freedom of the two) is above zero."""
+    """``a`` is higher than ``b``: the difference's lower bound (:func:`_bound`) is above zero."""
     return a.mean - b.mean - _bound(a, b) > 0
 
 
 def not_ahead(a: Estimate, b: Estimate, by: float = RESOLUTION) -> bool:
-    """``a`` is shown not ahead of ``b`` by ``by`` of ``b``'s figure: the difference's upper
-    bound (``a`` less ``b``; both errors, the fewer degrees of freedom) is below it. Whatever is
-    worse than ``b`` (:func:`better`) is not ahead of it either."""
+    """``a`` is shown not ahead of ``b`` by ``by`` of ``b``'s figure: the upper bound of ``a``
+    less ``b`` (:func:`_bound`) is below it."""
     return a.mean - b.mean + _bound(a, b) < by * abs(b.mean)
 
 
 def _bound(a: Estimate, b: Estimate) -> float:
-    """How far the difference of ``a`` and ``b`` may lie from its figure, one-sided at
-    :data:`CONFIDENCE` (both errors, the fewer degrees of freedom of the two)."""
+    """The one-sided bound of ``a`` less ``b``: both errors, the fewer degrees of freedom."""
     return t95(min(a.df, b.df)) * math.hypot(a.se, b.se)
 
 

@@ -1,33 +1,6 @@
-"""The search's rules, in one place: each a verdict of :mod:`autotune.noise` on measured
-intervals. Their knobs are the noise model's (:data:`~autotune.noise.CONFIDENCE`,
-:data:`~autotune.noise.SERVER_CV`, :data:`~autotune.noise.MIN_WINDOWS`,
-:data:`~autotune.noise.RESOLUTION`), an open loop's :data:`RATE_RESOLUTION` and
-:data:`RATE_HEADROOM`, and the run's settings (the SLA and its margin, the budget,
-``--finalists`` and ``--repeats``).
-
-- **A point** meets the SLA when its latency's upper bound is within the limit
-  (:meth:`autotune.objective.Sla.met_by`); its windows go on until that or the opposite is
-  known, or the budget ends them (then it does not meet it: undecided).
-- **A point's plan** (:func:`search_plan`, :func:`judged_at`): windows until its latency's
-  interval lies on one side of the search's limit.
-- **A candidate's goodput search** (:func:`find_goodput`) doubles the clients while the SLA
-  holds and the throughput is better than the last level's, halves while it breaks, then
-  bisects between the last level that met it and the first that broke it while the broken
-  one is better than the met one; it stops early (pruned) where the broken level, which
-  bounds every level below it, cannot win against the best so far. Its operating point
-  (:func:`best_point`) is the highest level of those that meet the SLA and are not worse
-  than the best of them. In an open loop (:func:`find_rate_goodput`) the same over request
-  rates, bisected geometrically to :data:`RATE_RESOLUTION`.
-- **Trials** compare by their operating points' throughputs across servers
-  (:meth:`~autotune.noise.Estimate.across_servers`): :func:`better_trial`.
-- **The finalists** are the trials that are not worse than the best (at most ``--finalists``),
-  raced on fresh servers (:func:`autotune.finals.race`): a contender's rounds at a level are
-  judged together (:func:`rounds_meet`, :func:`rounds_break`), in a closed loop each round's
-  throughput carried to the limit along its search's slopes (:func:`to_limit`), over the rounds
-  with their spread (:func:`raced`); it steps down by :func:`level_below`; after each round
-  those shown not ahead of the leader leave (:func:`outraced`); the leader
-  (:func:`race_leader`) must meet the SLA where it stands.
-"""
+"""The search's rules, each a verdict of :mod:`autotune.noise` on measured intervals: a
+candidate's goodput search and operating point, how trials compare and rank, and the race of
+the finalists on fresh servers."""
 
 from __future__ import annotations
 
@@ -49,27 +22,24 @@ def noise_of(points: Iterable[Point]) -> Noise:
 
 
 def search_plan(sla: Sla, window_s: float) -> WindowPlan:
-    """A run's plan for its points: windows of ``window_s`` after a warm-up of at least a
-    second, the latency watched at the SLA's percentile (each search and race round draws its
-    limit: :func:`judged_at`)."""
+    """Windows of ``window_s`` after a warm-up of ``window_s`` (at least 1 s), the latency
+    watched at the SLA's percentile; no limit (:func:`judged_at` sets it)."""
     return WindowPlan(window_s=window_s, warmup_s=max(window_s, 1.0), percentile=sla.percentile)
 
 
 def judged_at(plan: WindowPlan, limit_ms: float) -> WindowPlan:
-    """``plan`` with its points' windows going on until their latency's interval lies on one
-    side of ``limit_ms`` (a candidate's own search limit: :meth:`autotune.trials.Trials.search_sla`)."""
+    """``plan`` whose points' windows go on until their latency's interval lies on one side of
+    ``limit_ms``."""
     return replace(plan, limit_ms=limit_ms)
 
 
 def cannot_win(point: Point, beat: Estimate | None, noise: Noise) -> bool:
-    """Whether ``point``'s throughput, measured on its own server, is worse than ``beat`` (the
-    best trial's, on another): a level at or above it that breaks the SLA bounds every level
-    below it, so its candidate cannot win."""
+    """Whether ``beat`` (the best trial's throughput) is better than ``point``'s across servers."""
     return beat is not None and better(beat, point.throughput_estimate(noise).across_servers())
 
 
 def grew(point: Point, before: Point, noise: Noise) -> bool:
-    """Whether ``point`` (a higher level, on the same server) serves more than ``before``."""
+    """Whether ``point`` is better than ``before`` (same server)."""
     return better(point.throughput_estimate(noise), before.throughput_estimate(noise))
 
 
@@ -82,9 +52,10 @@ def find_goodput(
     start: int | None = None,
     beat: Estimate | None = None,
 ) -> Measurement:
-    """A closed loop's goodput search (see the module docstring), from ``start`` (default
-    ``low``: the tuner passes the best candidate's level); ``beat``: the best trial's
-    throughput so far."""
+    """A closed loop's goodput search from ``start`` (default ``low``): double the clients while
+    the SLA holds and the throughput :func:`grew`, halve while it breaks, then bisect between the
+    last level that met it and the first that broke it while the broken one grew over it; pruned
+    when a broken level :func:`cannot_win` against ``beat``. Its best: :func:`best_point`."""
     points: dict[int, Point] = {}
 
     def at(c: int) -> Point:
@@ -92,59 +63,39 @@ def find_goodput(
             points[c] = measure_at(c)
         return points[c]
 
-    def pooled() -> Noise:
-        return noise_of(points.values())
-
     first = min(max(start if start is not None else low, low), high)
-    good: int | None = None
-    bad: int | None = None
-    pruned = False
-    if sla.met_by(at(first)):
-        good = c = first
-        while c < high:  # grow
-            c = min(c * 2, high)
-            if not sla.met_by(at(c)):
-                bad = c
-                break
-            if not grew(at(c), at(good), pooled()):
-                good = c if at(c).throughput > at(good).throughput else good
-                break  # saturated: more clients only add latency
-            good = c
-    else:
-        bad = c = first
-        while c > low:  # descend
-            if cannot_win(at(bad), beat, pooled()):
-                pruned = True
-                break
-            c = max(low, c // 2)
-            if sla.met_by(at(c)):
-                good = c
-                break
+    good, bad = (first, None) if sla.met_by(at(first)) else (None, first)
+    while good is not None and bad is None and good < high:  # grow
+        c = min(good * 2, high)
+        if not sla.met_by(at(c)):
             bad = c
-    while good is not None and bad is not None and bad - good > 1 and not pruned:  # bisect
-        if cannot_win(at(bad), beat, pooled()):
-            pruned = True
+        elif not grew(at(c), at(good), noise_of(points.values())):  # saturated
+            good = c if at(c).throughput > at(good).throughput else good
             break
-        if not grew(at(bad), at(good), pooled()):
-            break  # the levels between serve no more than the one that met the SLA
-        mid = (good + bad) // 2
-        if sla.met_by(at(mid)):
-            good = mid
         else:
-            bad = mid
+            good = c
+    pruned = False
+    while bad is not None and good is None and bad > low:  # descend
+        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
+            break
+        c = max(low, bad // 2)
+        good, bad = (c, bad) if sla.met_by(at(c)) else (None, c)
+    while good is not None and bad is not None and bad - good > 1:  # bisect
+        noise = noise_of(points.values())
+        if (pruned := cannot_win(at(bad), beat, noise)) or not grew(at(bad), at(good), noise):
+            break
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if sla.met_by(at(mid)) else (good, mid)
     ordered = tuple(points[c] for c in sorted(points))
     return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
 
 
-MeasureRate = Callable[[float], Point]
 RATE_RESOLUTION = 0.10  # an open loop's search stops once its last good rate is this close to its first bad
-# Below this fraction of the limit a rate is far from the knee and the search doubles it; above,
-# it grows by twice the resolution, so that one bisection brackets the highest rate.
-RATE_HEADROOM = 0.6
+RATE_HEADROOM = 0.6  # under this fraction of the limit a rate doubles; above, it grows by 2 resolutions
 
 
 def find_rate_goodput(
-    measure_at: MeasureRate,
+    measure_at: Callable[[float], Point],
     sla: Sla,
     low: float,
     high: float,
@@ -153,24 +104,16 @@ def find_rate_goodput(
     beat: Estimate | None = None,
     resolution: float = RATE_RESOLUTION,
 ) -> Measurement:
-    """An open loop's goodput search over request rates, from ``start`` (the best candidate's
-    rate, or a first guess): grows while the SLA holds (doubling while the latency is under
-    :data:`RATE_HEADROOM` of the limit, then by twice ``resolution``), or halves while it
-    breaks; then bisects, geometrically, between the last rate that met it and the first that
-    broke it until they are within ``resolution`` of each other. An open loop above what the
-    server sustains completes only what it can, so a broken rate's throughput bounds every
-    rate's below it: the search stops (pruned) once that cannot win against ``beat``
-    (:func:`cannot_win`). Rates are rounded to three significant digits (the figures people
-    read)."""
+    """An open loop's goodput search over rates (three significant digits) from ``start``: grow
+    while the SLA holds (x2 under :data:`RATE_HEADROOM` of the limit, else by 2 ``resolution``),
+    halve while it breaks, then bisect geometrically between the last rate that met it and the
+    first that broke it to within ``resolution``; pruned as in :func:`find_goodput`."""
     points: dict[float, Point] = {}
 
     def at(rate: float) -> Point:
         if rate not in points:
             points[rate] = measure_at(rate)
         return points[rate]
-
-    def hopeless(rate: float) -> bool:
-        return cannot_win(at(rate), beat, noise_of(points.values()))
 
     rate = _nice(min(max(start, low), high))
     good, bad = (rate, None) if sla.met_by(at(rate)) else (None, rate)
@@ -182,14 +125,14 @@ def find_rate_goodput(
         good, bad = (rate, None) if sla.met_by(at(rate)) else (good, rate)
     pruned = False
     while bad is not None and good is None and bad > low:  # descend
-        if pruned := hopeless(bad):
+        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
             break
         rate = _nice(max(bad / 2, low))
         if rate >= bad:
             break
         good, bad = (rate, bad) if sla.met_by(at(rate)) else (None, rate)
     while good is not None and bad is not None and bad > good * (1 + resolution):  # bisect
-        if pruned := hopeless(bad):
+        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
             break
         mid = _nice((good * bad) ** 0.5)
         if not good < mid < bad:
@@ -204,9 +147,8 @@ def _nice(rate: float) -> float:
 
 
 def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
-    """The operating point: of the points that meet the SLA and are not worse than the one
-    with the most throughput (on its server: :func:`autotune.noise.better`), the highest level
-    (a closed loop serves no less with more clients; within the noise, the most it can)."""
+    """The operating point: the highest level of the points that meet the SLA and are not worse
+    (:func:`autotune.noise.better`) than the one of them with the most throughput."""
     feasible = [p for p in points if sla.met_by(p)]
     if not feasible:
         return None
@@ -216,75 +158,61 @@ def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
     return max(tied, key=lambda p: p.level)
 
 
-# ---------------------------------------------------------------- trials
-
-
 def trial_estimate(result: TrialResult, scoring: Scoring = RAW) -> Estimate | None:
-    """A trial's goodput as the objective counts it (per GPU where ``scoring`` says so), with
-    its operating point's error (the noise pooled over its search's points) and the error
-    between servers; None when it has none."""
-    best = result.best
-    if best is None or result.measurement is None:
+    """A trial's goodput as ``scoring`` counts it, with its error (the noise pooled over its
+    search's points) across servers; None without an operating point."""
+    if result.best is None or result.measurement is None:
         return None
-    found = best.throughput_estimate(result.measurement.noise).across_servers()
+    found = result.best.throughput_estimate(result.measurement.noise).across_servers()
     return found.scaled(1 / scoring.share(result.candidate))
 
 
 def better_trial(a: TrialResult, b: TrialResult, scoring: Scoring = RAW) -> bool:
-    """Whether ``a``'s goodput is better than ``b``'s across servers (a trial without a
-    feasible point has none: any is better than it)."""
+    """Whether ``a``'s :func:`trial_estimate` is better than ``b``'s (any is better than none)."""
     mine, theirs = trial_estimate(a, scoring), trial_estimate(b, scoring)
-    if mine is None:
-        return False
-    return theirs is None or better(mine, theirs)
+    return mine is not None and (theirs is None or better(mine, theirs))
+
+
+def score(result: TrialResult, scoring: Scoring = RAW) -> float:
+    """A trial's goodput figure as ``scoring`` counts it (per GPU used, where the run does)."""
+    return scoring.score(result.goodput(), result.candidate)
+
+
+def ranked(results: Sequence[TrialResult], scoring: Scoring = RAW) -> list[TrialResult]:
+    """The measured (not reused) trials that met the SLA, by :func:`score`, best (then first) first."""
+    feasible = (r for r in results if r.feasible and r.reused_from is None)
+    return sorted(feasible, key=lambda r: score(r, scoring), reverse=True)
 
 
 def best_trial(results: Sequence[TrialResult], scoring: Scoring = RAW) -> TrialResult | None:
-    """The measured trial with the best goodput figure (as ``scoring`` counts it) that met the
-    SLA; None before any did."""
-    feasible = [r for r in results if r.feasible and r.reused_from is None]
-    return max(feasible, key=lambda r: scoring.score(r.goodput(), r.candidate), default=None)
+    """The first of :func:`ranked`; None before any trial met the SLA."""
+    return next(iter(ranked(results, scoring)), None)
 
 
 def incumbent(
     results: Sequence[TrialResult], scoring: Scoring = RAW, candidate: Candidate | None = None
 ) -> Estimate | None:
-    """The best trial's goodput (its figure, its errors across servers) in ``candidate``'s own
-    throughput (per GPU: times the GPUs it uses): what its search must beat; None before any
-    trial met the SLA."""
+    """What ``candidate``'s search must beat: :func:`best_trial`'s :func:`trial_estimate` in the
+    candidate's own throughput (per GPU: times its GPUs); None before any trial met the SLA."""
     best = best_trial(results, scoring)
     found = None if best is None else trial_estimate(best, scoring)
-    if found is None:
-        return None
-    return found.scaled(scoring.share(candidate))
-
-
-# ---------------------------------------------------------------- the race of the finalists
+    return None if found is None else found.scaled(scoring.share(candidate))
 
 
 def finalists(results: Sequence[TrialResult], count: int, scoring: Scoring = RAW) -> list[TrialResult]:
-    """The contenders, best first: the measured trials that met the SLA and are not worse than
-    the best one (:func:`better_trial`), at most ``count``."""
-    ranked = sorted(
-        (r for r in results if r.feasible and r.reused_from is None),
-        key=lambda r: scoring.score(r.goodput(), r.candidate),
-        reverse=True,
-    )
-    return [r for r in ranked if not better_trial(ranked[0], r, scoring)][:count]
+    """The first ``count`` :func:`ranked` trials the first one is not :func:`better_trial` than."""
+    top = ranked(results, scoring)
+    return [r for r in top if not better_trial(top[0], r, scoring)][:count]
 
 
 Carry = Callable[[Point], float]
 
 
 def to_limit(result: TrialResult, limit_ms: float, percentile: int) -> Carry:
-    """How a closed loop's race compares a contender's rounds: each round's throughput carried to
-    the level at which its latency would reach ``limit_ms``, along the slopes of log latency and
-    log throughput over the level that the contender's search measured within one doubling of
-    its operating point (least squares), no further than the levels they were fitted over. A
-    fresh server's bias scales a curve, not its slopes; carried, rounds with room left under the
-    limit, or at other levels, compare where each config would serve: at the limit. Where the
-    search gave no such slopes (one level there, or latency that does not grow), a round's
-    throughput as measured."""
+    """A closed loop's race figure for a round: its throughput carried to the level where its
+    latency would reach ``limit_ms``, along the least-squares slopes of log latency and log
+    throughput over the search's levels within a doubling of the operating point (clamped to
+    them); without such slopes (one level, latency not growing), as measured."""
     best, measurement = result.best, result.measurement
     if best is None or measurement is None or not best.concurrency:
         return _measured
@@ -321,23 +249,16 @@ def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 
 def raced(points: Sequence[Point], share: int = 1, carry: Carry | None = None) -> Estimate:
-    """A contender's throughput over its race's rounds, each on a fresh server: each round's
-    figure (carried to the limit by ``carry``: :func:`to_limit`; else as measured), their mean
-    with their spread over the rounds, which holds the servers' noise and the windows' (one
-    round: no error yet)."""
-    if not points:
-        return Estimate(0.0, math.inf, 0)
+    """A contender's throughput over its rounds (each by ``carry``, else as measured, per
+    ``share``): their mean and spread (one round: an infinite error; none: a zero mean)."""
     return Estimate.of([(carry or _measured)(p) for p in points]).scaled(1 / share)
 
 
 def rounds_latency(points: Sequence[Point], percentile: int) -> Estimate:
-    """The latency at ``percentile`` of a contender's rounds at one level, their windows pooled
-    (each window a batch mean, as within a point): the rounds' mean figure, the windows' error."""
-    windows = (
-        [w for p in points for w in p.window_latencies_ms]
-        if all(p.window_percentile == percentile for p in points)
-        else []
-    )
+    """The latency at ``percentile`` of a contender's rounds at one level: their mean figure,
+    with the error of their windows pooled (none without two windows at that percentile)."""
+    pooled = all(p.window_percentile == percentile for p in points)
+    windows = [w for p in points for w in p.window_latencies_ms] if pooled else []
     mean = sum(p.latency_ms(percentile) for p in points) / len(points) if points else 0.0
     if len(windows) < 2:
         return Estimate(mean, 0.0, 0)  # judged on its figure
@@ -345,37 +266,29 @@ def rounds_latency(points: Sequence[Point], percentile: int) -> Estimate:
 
 
 def rounds_meet(points: Sequence[Point], sla: Sla) -> bool:
-    """Whether a contender's rounds at one level meet the SLA together: every round without
-    errors and trusted, the pooled latency's upper bound (:func:`rounds_latency`) within the limit."""
-    if not points or not all(sla.admits(p) for p in points):
-        return False
-    return rounds_latency(points, sla.percentile).high <= sla.limit_ms
+    """Whether rounds at one level meet the SLA: each admitted (:meth:`Sla.admits`) and the
+    upper bound of :func:`rounds_latency` within the limit."""
+    admitted = bool(points) and all(sla.admits(p) for p in points)
+    return admitted and rounds_latency(points, sla.percentile).high <= sla.limit_ms
 
 
 def rounds_break(points: Sequence[Point], sla: Sla) -> bool:
-    """Whether a contender's rounds at one level break the SLA: a round with errors, untrusted
-    or over the memory limit, or the pooled latency's lower bound over the limit (not meeting
-    it and not breaking it: undecided, one more round tells)."""
-    if not all(sla.admits(p) for p in points):
-        return True
-    return rounds_latency(points, sla.percentile).low > sla.limit_ms
+    """Whether rounds at one level break the SLA: one not admitted, or the lower bound of
+    :func:`rounds_latency` over the limit (neither this nor :func:`rounds_meet`: undecided)."""
+    admitted = all(sla.admits(p) for p in points)
+    return not admitted or rounds_latency(points, sla.percentile).low > sla.limit_ms
 
 
 def outraced(
     rounds: dict[int, Sequence[Point]], shares: dict[int, int], carries: Mapping[int, Carry] | None = None
 ) -> set[int]:
-    """The contenders (by trial number, each with the rounds it met the SLA in) that leave the
-    race: those shown not ahead of the leader, the one with the most throughput (carried to the
-    limit where ``carries`` has the contender's: :func:`raced`), by
-    :data:`~autotune.noise.RESOLUTION` (:func:`autotune.noise.not_ahead`: more rounds could not
-    show it the better by a difference worth having; the worse ones among them). Those that
-    leave keep their rounds: the winner is chosen from all of them."""
+    """The contenders (by trial number, with their rounds) that leave the race: those
+    :func:`autotune.noise.not_ahead` of the one with the most :func:`raced` throughput."""
     found = _raced(rounds, shares, carries)
     if not found:
         return set()
     top = max(found, key=lambda n: found[n].mean)
-    lead = found[top]
-    return {n for n, e in found.items() if n != top and not_ahead(e, lead)}
+    return {n for n, e in found.items() if n != top and not_ahead(e, found[top])}
 
 
 def _raced(
@@ -391,11 +304,8 @@ def race_leader(
     percentile: int,
     carries: Mapping[int, Carry] | None = None,
 ) -> int | None:
-    """Of the contenders (by trial number, each with its rounds at its level): carried to the
-    limit (``carries``, one for each: :func:`to_limit`), the one with the most throughput there
-    (latency left under the limit is throughput it would serve, so the tie the intervals leave
-    goes by it too); else, of the ones not worse than the one with the most throughput
-    (:func:`raced`), the lowest latency at ``percentile`` (their rounds' median). None without any."""
+    """The contender (by trial number) with the most :func:`raced` throughput if each has a carry;
+    else, of those not worse than it, the lowest median latency at ``percentile``; None without any."""
     found = _raced(rounds, shares, carries)
     if not found:
         return None
@@ -409,10 +319,8 @@ def race_leader(
 def race_winner(
     verifications: Sequence[Verification], results: Sequence[TrialResult], sla: Sla, scoring: Scoring = RAW
 ) -> int | None:
-    """The race's winner: :func:`race_leader` of the contenders whose rounds at their level met
-    the SLA together (:attr:`Verification.passed`, as :func:`autotune.finals.race` records it),
-    in a closed loop carried to the limit each was raced against (:attr:`Verification.limit_ms`,
-    :func:`to_limit`); with none such, the trial of the best goodput not raced."""
+    """The :func:`race_leader` of the contenders that passed (in a closed loop, :func:`to_limit`
+    the limit each was raced at); with none, the first :func:`ranked` trial not raced."""
     shares = {r.number: scoring.share(r.candidate) for r in results}
     passed = {v.trial: v.points for v in verifications if v.passed}
     if passed:
@@ -424,33 +332,26 @@ def race_winner(
         }
         return race_leader(passed, shares, sla.percentile, carries if len(carries) == len(passed) else None)
     raced_trials = {v.trial for v in verifications}
-    rest = [r for r in results if r.feasible and r.reused_from is None and r.number not in raced_trials]
-    if not rest:
-        return None
-    return max(rest, key=lambda r: scoring.score(r.goodput(), r.candidate)).number
+    return next((r.number for r in ranked(results, scoring) if r.number not in raced_trials), None)
 
 
 def race_levels(result: TrialResult, sla: Sla) -> list[float]:
-    """The levels a contender races at, in turn: its operating point, then each lower level its
-    search found meeting the SLA, highest first (none: half its operating point's)."""
+    """The levels a contender races at, in turn: its operating point's, then each lower level
+    its search found meeting the SLA, highest first (none: half the operating point's)."""
     assert result.best is not None and result.measurement is not None
     top = result.best.level
-    lower = sorted(
-        {p.level for p in result.measurement.points if p.level < top and sla.met_by(p)}, reverse=True
-    )
+    met = {p.level for p in result.measurement.points if p.level < top and sla.met_by(p)}
+    lower = sorted(met, reverse=True)
     if not lower and top > 1:
         lower = [float(max(1, int(top) // 2))] if result.best.concurrency else [top / 2]
     return [top, *lower]
 
 
 def level_below(level: float, points: Sequence[Point], sla: Sla, listed: Sequence[float]) -> float | None:
-    """The next level down for a contender whose rounds at ``level`` did not meet the SLA: in a
-    closed loop, the clients at which its latency's upper bound would reach the limit were
-    latency proportional to them (Little's law at saturation), where that is below ``level`` and
-    above the highest lower level of ``listed`` (:func:`race_levels`); else that one; None
-    when there is none."""
-    below = [x for x in listed if x < level]
-    known = max(below) if below else None
+    """The next level down after rounds at ``level`` did not meet the SLA: in a closed loop, the
+    clients where the latency's upper bound, taken as proportional to them, would reach the limit,
+    if below ``level`` and above the highest lower level of ``listed``; else that one; else None."""
+    known = max((x for x in listed if x < level), default=None)
     if points and points[0].concurrency and level > 1:
         bound = rounds_latency(points, sla.percentile).high
         guess = min(level - 1, math.floor(level * sla.limit_ms / bound)) if bound > 0 else 0

@@ -26,7 +26,6 @@ from autotune.decide import (
     measured_before,
     neighbours,
     out_of_ideas,
-    score,
     stand_in,
     start_level,
     time_left,
@@ -481,7 +480,7 @@ def test_per_gpu_two_gpus_must_do_twice_the_work_of_one_to_lead() -> None:
     next search starts."""
     one = measured(0, 150.0, candidate=on_gpus(0), level=4)
     two = measured(1, 200.0, candidate=on_gpus(0, 1), level=8)
-    assert score(two, PER_GPU) == 100.0 and score(two) == 200.0  # RAW: the throughput
+    assert rules.score(two, PER_GPU) == 100.0 and rules.score(two) == 200.0  # RAW: the throughput
     assert rules.better_trial(two, one) and rules.better_trial(one, two, PER_GPU)  # 100 a GPU against 150
     assert [r.number for r in rules.finalists([one, two], 2)] == [1]
     assert [r.number for r in rules.finalists([one, two], 2, PER_GPU)] == [0]

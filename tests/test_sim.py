@@ -150,7 +150,7 @@ def test_a_space_that_only_batches_never_measures_a_config_without_batching_but_
 def test_after_the_seeds_the_search_walks_from_the_best_trial() -> None:
     """While nothing else is queued, the next trial is a one-step change of the best trial so
     far (by its figure) that no trial has tried: the first trials after the seeds walk."""
-    from autotune import decide
+    from autotune import decide, rules
 
     surface = sim.synthetic_family(1, 0.05, seed=2)[0]
     outcome = sim.simulate(surface, seed=0, max_trials=12, finalists=0)
@@ -158,7 +158,7 @@ def test_after_the_seeds_the_search_walks_from_the_best_trial() -> None:
     seeds = 1 + len(decide.heuristic_seeds(SPACE, surface.cores, sim.BASELINE))
     for i in range(seeds, seeds + 4):
         before = [r for r in told[:i] if r.measurement is not None]
-        best = max((r for r in before if r.feasible), key=decide.score)
+        best = max((r for r in before if r.feasible), key=rules.score)
         assert best.candidate is not None and told[i].candidate is not None
         assert told[i].candidate in decide.neighbours(best.candidate, SPACE), (i, told[i].candidate)
         assert not any(decide.equivalent(told[i].candidate, r.candidate) for r in told[:i] if r.candidate)
