@@ -1,12 +1,5 @@
-"""The end of a tuning run: the finalists raced, and a concurrency run's winner under arrivals
-at a rate.
-
-:func:`race` re-measures the finalists of :func:`autotune.rules.finalists` round after round on
-fresh servers until the rules of :mod:`autotune.rules` tell the winner; :func:`check_open_loop`
-measures the winner of a concurrency run in an open loop, so that the report shows the arrival
-rate it sustains beside the rate its closed loop was credited with. The tuner
-(:mod:`autotune.tuner`) calls both; they serve candidates through its trial runner.
-"""
+"""The end of a tuning run: the finalists raced (:func:`race`), and a concurrency run's winner
+measured under arrivals at a rate (:func:`check_open_loop`)."""
 
 from __future__ import annotations
 
@@ -32,19 +25,13 @@ RAMP_S = 0.3  # warm-up before each point after a server's first one (the first 
 
 
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
-    """The finalists (:func:`rules.finalists`) raced: round after round (``--repeats`` rounds
-    at most), each contender is measured once more on a fresh server at its level (its search's
-    operating point); a round's contenders share one server when they can
-    (:meth:`Trials.can_share`). Once its rounds at a level break the SLA together (with the search's
-    headroom: :func:`autotune.decide.headroom`; :func:`rules.rounds_break`) it goes one level down
-    (:func:`rules.level_below`; none left: it leaves the race); undecided, it stays for the
-    next round to tell; after each round those shown not ahead of the leader
-    leave (:func:`rules.outraced`; in a closed loop each round's throughput carried to the
-    limit: :func:`rules.to_limit`); the race ends when one is left that has run two rounds, or
-    after the last round. Each contender's rounds at the level it ended on are
-    its verification (the levels it left, with theirs, its ``others``); the winner is
-    :func:`rules.race_winner`'s. A race already recorded in the study (a resumed run, another
-    worker) is not run again."""
+    """The :func:`rules.finalists` raced for at most ``--repeats`` rounds, each round on a fresh
+    server (shared by its contenders where :meth:`Trials.can_share`), each contender at its
+    level: rounds that :func:`rules.rounds_break` send it :func:`rules.level_below` (none: it
+    leaves); after each round the :func:`rules.outraced` leave; it ends when one is left with two
+    rounds. The leader must :func:`rules.rounds_meet` where it stands. Each contender's rounds at
+    its last level are its verification (the levels it left its ``others``); a race the study
+    recorded already is not run again."""
     settings, scoring = prep.settings, prep.scoring
     results = study.results()
     ranked = rules.finalists(results, settings.finalists, scoring) if settings.repeats >= 1 else []
@@ -59,16 +46,14 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = {n: [] for n in shares}
     count = dict.fromkeys(shares, 0)
     pct = settings.sla.percentile
-    carries = (
-        None
-        if prep.loader.open_loop
-        else {r.number: rules.to_limit(r, slas[r.number].limit_ms, pct) for r in ranked}
-    )
+    carries: dict[int, rules.Carry] | None = {
+        r.number: rules.to_limit(r, slas[r.number].limit_ms, pct) for r in ranked
+    }
+    carries = None if prep.loader.open_loop else carries
 
     def measured(contenders: Sequence[TrialResult]) -> dict[int, Point | None]:
-        """One round of each of ``contenders`` at its level: all on one fresh server when they
-        can share one (:meth:`Trials.serve_all`, in an order that turns each round), else, or
-        where the shared server failed them, each on its own."""
+        """A round of each of ``contenders``: on one server in an order that turns each round,
+        where they can share one; else, or where that failed them, each on its own."""
         out: dict[int, Point | None] = {}
         if len(contenders) > 1 and trials.can_share():
             turn = count[contenders[0].number] % len(contenders)
@@ -82,26 +67,20 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         return out
 
     def one_round(result: TrialResult, point: Point | None) -> bool:
-        """``result``'s round at its level (None: not served or measured) added; its rounds
-        there breaking the SLA send it a level down. False: it is out (or no level is left)."""
+        """``result``'s round added (None: it failed); False: it is out."""
         n = result.number
         count[n] += 1
         if point is None:
             return False
         rounds[n].append(point)
-        if rules.rounds_break(rounds[n], slas[n]):
-            return down(n)
-        return True
+        return not rules.rounds_break(rounds[n], slas[n]) or down(n)
 
     def down(n: int) -> bool:
-        """``n`` to the next level down (:func:`rules.level_below`); False: none is left."""
+        """``n`` to :func:`rules.level_below`; False: none is left."""
         below = rules.level_below(level[n], rounds[n], slas[n], levels[n])
         others[n].append((level[n], tuple(rounds[n])))
-        rounds[n] = []
-        if below is None:
-            return False
-        level[n] = below
-        return True
+        rounds[n], level[n] = [], level[n] if below is None else below
+        return below is not None
 
     alive = list(ranked)
     for _ in range(settings.repeats):
@@ -113,18 +92,15 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
             break
     by_number = {r.number: r for r in ranked}
     while True:  # the leader must meet the SLA where it stands: undecided, it goes down a level
-        standing = {
-            n: points for n, points in rounds.items() if points and not rules.rounds_break(points, slas[n])
-        }
+        standing = {n: pts for n, pts in rounds.items() if pts and not rules.rounds_break(pts, slas[n])}
         n = rules.race_leader(standing, shares, pct, carries)
         if n is None or rules.rounds_meet(rounds[n], slas[n]):
             break
-        if down(n):
-            for _ in range(settings.repeats):
-                if not one_round(by_number[n], measured([by_number[n]])[n]) or rules.rounds_meet(
-                    rounds[n], slas[n]
-                ):
-                    break
+        for _ in range(settings.repeats if down(n) else 0):
+            if not one_round(by_number[n], measured([by_number[n]])[n]) or rules.rounds_meet(
+                rounds[n], slas[n]
+            ):
+                break
     out = []
     for result in ranked:
         n = result.number
@@ -141,8 +117,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
 def _round(
     prep: Prepared, trials: Trials, result: TrialResult, level: float, plan: WindowPlan, i: int
 ) -> Point | None:
-    """One round of the race: the finalist at ``level`` on a fresh server (None: it could not be
-    served or measured, and leaves the race)."""
+    """A round of the finalist at ``level`` on a fresh server of its own (None: it failed)."""
     assert result.candidate is not None
     name = f"race-{result.number:03d}-{i + 1}"
     _announce(prep, trials, result.number, level, i)
@@ -157,16 +132,11 @@ def _round(
 
 
 def _shared_round(
-    prep: Prepared,
-    trials: Trials,
-    contenders: Sequence[TrialResult],
-    level: dict[int, float],
-    slas: dict[int, Sla],
-    count: dict[int, int],
-) -> dict[int, Point]:
-    """One round of several finalists on one fresh server, each staged under a name of its own
-    and measured in turn at its level; those it could not serve or measure are left out (the
-    caller gives each of them a server of its own)."""
+    prep: Prepared, trials: Trials, contenders: Sequence[TrialResult], level: dict[int, float],
+    slas: dict[int, Sla], count: dict[int, int],
+) -> dict[int, Point]:  # fmt: skip
+    """A round of several finalists on one fresh server, each staged under a name of its own and
+    measured in turn at its level; those it failed are left out."""
     numbers = [r.number for r in contenders]
     name = f"race-{'+'.join(f'{n:03d}' for n in numbers)}-{count[numbers[0]] + 1}"
     alias = {r.number: f"{prep.settings.model}__race{r.number:03d}" for r in contenders}
@@ -200,14 +170,12 @@ def _point(prep: Prepared, gen: LoadGenerator, level: float, i: int) -> Point:
 
 def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialResult) -> RunDir:
     """A concurrency run's winner under Poisson arrivals, from the rate its closed loop was
-    credited with (its verified throughput in requests per second) down to the highest rate
-    that meets the SLA (:func:`autotune.traffic.check_sustained`); recorded in the run. A
-    failure is told and leaves no record: the check informs, it does not choose. Not in an
-    open-loop run (it measured rates already), nor with ``--repeats 0`` (nothing re-measured)
-    or ``--no-open-loop-check``, nor twice for one winner (a resumed run), nor with models
-    served beside it (their clients are a closed loop, and its credited rate their sum)."""
-    done_before = run.record.open_loop
-    if not _checks(prep) or (done_before is not None and done_before.trial == winner.number):
+    credited with down to the highest that meets the SLA (:func:`autotune.traffic.check_sustained`),
+    recorded in the run (a failure is told, not recorded). Not in an open loop, with
+    ``--repeats 0``, ``--no-open-loop-check`` or models beside it, nor twice for one winner."""
+    s, done_before = prep.settings, run.record.open_loop
+    checks = not prep.loader.open_loop and s.repeats >= 1 and s.open_loop_check and not s.beside
+    if not checks or (done_before is not None and done_before.trial == winner.number):
         return run
     credited = _credited(prep, winner, run.record.verifications)
     if winner.candidate is None or credited is None:
@@ -223,17 +191,6 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
     return run.update(open_loop=check)
 
 
-def _checks(prep: Prepared) -> bool:
-    """Whether the run's winner gets an open-loop check (see :func:`check_open_loop`)."""
-    settings = prep.settings
-    return (
-        not prep.loader.open_loop
-        and settings.repeats >= 1
-        and settings.open_loop_check
-        and not settings.beside
-    )
-
-
 def _credited(prep: Prepared, winner: TrialResult, verifications: Sequence[Verification]) -> float | None:
     """The request rate the winner's closed loop was credited with (None: none to check)."""
     settings = prep.settings
@@ -244,9 +201,8 @@ def _credited(prep: Prepared, winner: TrialResult, verifications: Sequence[Verif
 def _check_on(
     prep: Prepared, trials: Trials, gen: LoadGenerator, winner: int, credited: float
 ) -> OpenLoopCheck:
-    """The open-loop check of trial ``winner``, from its ``credited`` rate, on a server serving
-    it, each rate's windows judged at the SLA's limit (:func:`rules.judged_at`); measurement
-    errors propagate."""
+    """The open-loop check of trial ``winner`` from its ``credited`` rate, each rate judged at the
+    SLA's limit; measurement errors propagate."""
     settings = prep.settings
     trials.events.checking_open_loop(winner, credited)
     plan = rules.judged_at(settings.plan, settings.sla.limit_ms)
