@@ -13,7 +13,7 @@ import json
 import shutil
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -308,11 +308,12 @@ class Trials:
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 
-    def can_share(self) -> bool:
-        """Whether several candidates can be served by one server (:meth:`serve_all`): the
-        launcher starts its own servers and the tuned model is served alone (no pipeline, no
-        models beside it)."""
-        return self.launcher.starts_servers and self.prep.pipeline is None and not self.prep.settings.beside
+    def can_share(self, candidates: Sequence[Candidate]) -> bool:
+        """Whether ``candidates`` can be served by one server (:meth:`serve_all`): the launcher
+        starts its own servers, the tuned model is served alone (no pipeline, no models beside
+        it) and none runs on GPUs (a server's GPU figures, its memory, are all its models')."""
+        alone = self.launcher.starts_servers and self.prep.pipeline is None and not self.prep.settings.beside
+        return alone and all(c.kind != "KIND_GPU" for c in candidates)
 
     @contextmanager
     def serve_all(self, candidates: Mapping[str, Candidate], log: Path, stage_name: str) -> Iterator[Server]:

@@ -224,6 +224,10 @@ class _Shared(_Servers):
     alone, shared = 0, []
 
 
+class _OnGpus(_Servers):
+    alone, shared = 0, []
+
+
 class _SharedFails(_Servers):
     alone, shared = 0, []
 
@@ -247,3 +251,15 @@ def test_a_race_rounds_contenders_share_one_server_or_each_gets_its_own_when_it_
         else:  # every round on a server of its own
             assert kind.alone == searched + rounds
         assert outcome.winner in {v.trial for v in outcome.verifications}
+
+
+def test_finalists_on_gpus_race_each_on_a_server_of_its_own() -> None:
+    """A server's GPU figures (its memory) are all its models': finalists on GPUs never share one."""
+    surface = sim.Surveyed.load(
+        Path(__file__).parent.parent / "benchmarks" / "surveys" / "torch_mlp_gpu.json.gz"
+    )
+    outcome = sim.simulate(surface, seed=2, trials_type=_OnGpus, max_trials=8, finalists=2)
+    assert all(r.candidate is None or r.candidate.kind == "KIND_GPU" for r in outcome.results)
+    rounds = sum(len(v.points) + sum(len(o) for _, o in v.others) for v in outcome.verifications)
+    assert len(outcome.verifications) == 2 and _OnGpus.shared == []
+    assert _OnGpus.alone == outcome.measured + rounds
