@@ -55,7 +55,9 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         """A round of each of ``contenders``: on one server in an order that turns each round,
         where they can share one; else, or where that failed them, each on its own."""
         out: dict[int, Point | None] = {}
-        if len(contenders) > 1 and trials.can_share([r.candidate for r in contenders if r.candidate]):
+        # not on GPUs: a server's GPU figures (its memory) are all its models'
+        on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in contenders)
+        if len(contenders) > 1 and not on_gpus and trials.can_share():
             turn = count[contenders[0].number] % len(contenders)
             out.update(
                 _shared_round(prep, trials, [*contenders[turn:], *contenders[:turn]], level, slas, count)

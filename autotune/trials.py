@@ -13,7 +13,7 @@ import json
 import shutil
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -59,10 +59,10 @@ class Trials:
 
     def __init__(self, prep: Prepared, launcher: Launcher[Any], run: RunDir, events: Events) -> None:
         self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run, events
-        self.data = prep.data
+        # the requests for each served name (the tuned model's, and those serve_all staged)
+        self._data: dict[str, WorkloadData | None] = {prep.settings.model: prep.data}
         self.checked = False  # the preflight passed
         self._beside_checked = False  # the models beside it passed theirs
-        self._named: dict[str, WorkloadData] = {}  # the requests for each name serve_all staged
         self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
         self.probed = False
         self._stages: Stages | None = None  # made on the first serve, removed by close
@@ -142,16 +142,13 @@ class Trials:
         requests; a WorkloadError stops the run) and chooses the run's GPU probe (none: no sampling),
         which then reads each server at its own metrics (:func:`autotune.gpu_probe.at_server`)."""
         settings = self.prep.settings
-        data = self._named.get(model, self.data) if model else self.data
+        name = model or settings.model
+        data = self._data[name] if name in self._data else self._data[settings.model]
         gen = LoadGenerator.connect(
-            server.host, server.http_port, server.grpc_port, model or settings.model,
-            protocol=settings.protocol, plan=plan, workload=settings.workload, data=data,
-            preflight=not self.checked,
+            server.host, server.http_port, server.grpc_port, name, protocol=settings.protocol,
+            plan=plan, workload=settings.workload, data=data, preflight=not self.checked,
         )  # fmt: skip
-        if model:  # each name's requests encoded once
-            self._named[model], self.checked = gen.data, True
-        else:  # as the server serves the model, encoded once
-            self.data, self.checked = gen.data, True
+        self._data[name], self.checked = gen.data, True  # as the server serves it, encoded once
         if not self.probed:
             self.probe, self.probed = choose_probe(server.metrics_url, settings.launch.kind), True
             version = triton_version(server.host, server.http_port)
@@ -288,10 +285,7 @@ class Trials:
         (a config with TensorRT gets --trt-build-timeout-s to build its engine); the staged
         folder is removed when the server's context ends."""
         config = mcfg.apply_candidate(self.prep.original, candidate)
-        if self._stages is None:
-            self._stages = Stages.for_run(self.run_dir.record.run_id)
-        stage = self._stages.path(stage_name)
-        try:
+        with self._stage(stage_name) as stage:
             stage_model(self.prep.model_dir, config, stage)
             s = self.prep.settings
             models = self.prep.pipeline.models if self.prep.pipeline else ()
@@ -305,25 +299,19 @@ class Trials:
             stage_members(s.repository, others, stage, served)
             with trt_build.serving(self.launcher, stage, s.model, log, config, s.trt_build_timeout_s) as srv:
                 yield srv
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
 
-    def can_share(self, candidates: Sequence[Candidate]) -> bool:
-        """Whether ``candidates`` can be served by one server (:meth:`serve_all`): the launcher
-        starts its own servers, the tuned model is served alone (no pipeline, no models beside
-        it) and none runs on GPUs (a server's GPU figures, its memory, are all its models')."""
-        alone = self.launcher.starts_servers and self.prep.pipeline is None and not self.prep.settings.beside
-        return alone and all(c.kind != "KIND_GPU" for c in candidates)
+    def can_share(self) -> bool:
+        """Whether several candidates can be served by one server (:meth:`serve_all`): the
+        launcher starts its own servers and the tuned model is served alone (no pipeline, no
+        models beside it)."""
+        return self.launcher.starts_servers and self.prep.pipeline is None and not self.prep.settings.beside
 
     @contextmanager
     def serve_all(self, candidates: Mapping[str, Candidate], log: Path, stage_name: str) -> Iterator[Server]:
         """Each of ``candidates`` staged as a model of its own, named by its key, and all served
         by one server (:meth:`can_share` says when); the staged folder is removed when the
         server's context ends."""
-        if self._stages is None:
-            self._stages = Stages.for_run(self.run_dir.record.run_id)
-        stage = self._stages.path(stage_name)
-        try:
+        with self._stage(stage_name) as stage:
             configs = []
             for name, candidate in candidates.items():
                 config = mcfg.apply_candidate(self.prep.original, candidate)
@@ -336,6 +324,16 @@ class Trials:
                 self.launcher, stage, configs[-1].name, log, (built or configs)[0], timeout
             ) as srv:
                 yield srv
+
+    @contextmanager
+    def _stage(self, stage_name: str) -> Iterator[Path]:
+        """A folder of the run's stages (:class:`autotune.staging.Stages`), removed when the
+        context ends."""
+        if self._stages is None:
+            self._stages = Stages.for_run(self.run_dir.record.run_id)
+        stage = self._stages.path(stage_name)
+        try:
+            yield stage
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 
