@@ -59,12 +59,11 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in contenders)
         if len(contenders) > 1 and not on_gpus and trials.can_share():
             turn = count[contenders[0].number] % len(contenders)
-            out.update(
-                _shared_round(prep, trials, [*contenders[turn:], *contenders[:turn]], level, slas, count)
-            )
+            turned = [*contenders[turn:], *contenders[:turn]]
+            out.update(_shared_round(prep, trials, turned, level, slas, count, rounds))
         for r in contenders:
             if r.number not in out:
-                plan = rules.judged_at(settings.plan, slas[r.number].limit_ms)
+                plan = rules.judged_at(settings.plan, slas[r.number].limit_ms, rounds[r.number])
                 out[r.number] = _round(prep, trials, r, level[r.number], plan, count[r.number])
         return out
 
@@ -135,10 +134,11 @@ def _round(
 
 def _shared_round(
     prep: Prepared, trials: Trials, contenders: Sequence[TrialResult], level: dict[int, float],
-    slas: dict[int, Sla], count: dict[int, int],
+    slas: dict[int, Sla], count: dict[int, int], rounds: dict[int, list[Point]],
 ) -> dict[int, Point]:  # fmt: skip
     """A round of several finalists on one fresh server, each staged under a name of its own and
-    measured in turn at its level; those it failed are left out."""
+    measured in turn at its level (its ``rounds`` there pooled in its windows' verdict); those it
+    failed are left out."""
     numbers = [r.number for r in contenders]
     name = f"race-{'+'.join(f'{n:03d}' for n in numbers)}-{count[numbers[0]] + 1}"
     alias = {r.number: f"{prep.settings.model}__race{r.number:03d}" for r in contenders}
@@ -148,7 +148,7 @@ def _shared_round(
         with trials.serve_all(candidates, trials.run_dir.log(f"{name}.log"), name) as server:
             for n in numbers:
                 _announce(prep, trials, n, level[n], count[n])
-                plan = rules.judged_at(prep.settings.plan, slas[n].limit_ms)
+                plan = rules.judged_at(prep.settings.plan, slas[n].limit_ms, rounds[n])
                 try:
                     out[n] = _point(prep, trials.generator(server, plan, alias[n]), level[n], count[n])
                 except MeasurementError:

@@ -55,6 +55,9 @@ class WindowPlan:
     # every window's, each window's kept as its sample. 0 (no limit: a point measured as
     # perf_analyzer measures it): the stability rule above, the figures the last windows'.
     limit_ms: float = 0.0
+    # latencies of windows measured before at this level (a race's earlier rounds), pooled with
+    # the point's own in the verdict on the limit
+    before_ms: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -283,13 +286,13 @@ def windows_done(
 ) -> tuple[bool, bool]:
     """Whether a point's windows so far (each one's throughput and latency, every window: the
     rules read the last ones they need) may stop, and whether they are stable. With a limit:
-    once at least :data:`autotune.noise.MIN_WINDOWS` put the latency's interval on one side of
-    it (they are then "stable"); without, perf_analyzer's stability (:func:`is_stable`,
-    ``tolerance``)."""
+    once at least :data:`autotune.noise.MIN_WINDOWS` put the latency's interval (with the plan's
+    windows before) on one side of it (they are then "stable"); without, perf_analyzer's
+    stability (:func:`is_stable`, ``tolerance``)."""
     if plan.limit_ms > 0:
         if len(latencies_ms) < MIN_WINDOWS:
             return False, False
-        latency = Estimate.of(latencies_ms)
+        latency = Estimate.of([*plan.before_ms, *latencies_ms])
         settled = meets(latency, plan.limit_ms) or breaks(latency, plan.limit_ms)
         return settled, settled
     stable = is_stable(throughputs, latencies_ms, tolerance)

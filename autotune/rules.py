@@ -27,10 +27,11 @@ def search_plan(sla: Sla, window_s: float) -> WindowPlan:
     return WindowPlan(window_s=window_s, warmup_s=max(window_s, 1.0), percentile=sla.percentile)
 
 
-def judged_at(plan: WindowPlan, limit_ms: float) -> WindowPlan:
-    """``plan`` whose points' windows go on until their latency's interval lies on one side of
-    ``limit_ms``."""
-    return replace(plan, limit_ms=limit_ms)
+def judged_at(plan: WindowPlan, limit_ms: float, before: Sequence[Point] = ()) -> WindowPlan:
+    """``plan`` whose points' windows go on until their latency's interval, pooled with the
+    windows of ``before`` (a race's rounds at the level), lies on one side of ``limit_ms``."""
+    pooled = tuple(w for p in before if p.window_percentile == plan.percentile for w in p.window_latencies_ms)
+    return replace(plan, limit_ms=limit_ms, before_ms=pooled)
 
 
 def cannot_win(point: Point, beat: Estimate | None, noise: Noise) -> bool:
