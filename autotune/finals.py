@@ -91,16 +91,19 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         alive = [r for r in alive if r.number not in left]
         if len(alive) <= 1 and all(len(rounds[r.number]) >= 2 for r in alive):
             break
+    moved = [r for r in alive if not rounds[r.number]]  # down a level in the last round: one there
+    got = measured(moved) if moved else {}
+    alive = [r for r in alive if r not in moved or one_round(r, got[r.number])]
     by_number = {r.number: r for r in ranked}
     while True:  # the leader must meet the SLA where it stands: undecided, it goes down a level
         standing = {n: pts for n, pts in rounds.items() if pts and not rules.rounds_break(pts, slas[n])}
         n = rules.race_leader(standing, shares, pct, carries)
         if n is None or rules.rounds_meet(rounds[n], slas[n]):
             break
-        for _ in range(settings.repeats if down(n) else 0):
-            if not one_round(by_number[n], measured([by_number[n]])[n]) or rules.rounds_meet(
-                rounds[n], slas[n]
-            ):
+        if not down(n):
+            continue
+        while len(rounds[n]) < settings.repeats and one_round(by_number[n], measured([by_number[n]])[n]):
+            if rules.rounds_meet(rounds[n], slas[n]):  # (a round that breaks it sends it down a level)
                 break
     out = []
     for result in ranked:

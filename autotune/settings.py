@@ -363,7 +363,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
 
 
 # the race's budget, its rounds at most (--repeats; docs/search.md)
-RACE_ROUNDS = 8
+RACE_ROUNDS = 6
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ apart), and the share of runs whose search measured a config of at least 0.95 of
 (``seen``: ``good`` cannot exceed it; a miss below it is the search's reach, not its
 verdicts). The acceptance of issue 42 reads ``good`` and ``meets`` (at least 95% each, up to a
 window CV of 10%). The stability rules these replaced were compared side by side here last at
-8192dec (benchmarks/results/simulate-20261128-walk.txt; simulate-20261128-onerule.txt the rules now).
+8192dec (benchmarks/results/simulate-20261128-walk.txt; simulate-20261128-rounds6.txt the rules now).
 
     python benchmarks/simulate.py                      # the synthetic families, 200 runs each
     python benchmarks/simulate.py --runs 50 --cv 0.05  # one noise level, fewer runs

@@ -278,11 +278,11 @@ def test_a_run_made_by_the_stability_rules_is_not_resumed(toy_repo: Path, tmp_pa
 
     from autotune.cli import build_parser, settings_from
     from autotune.errors import UsageError
-    from autotune.settings import RunOptions
+    from autotune.settings import RACE_ROUNDS, RunOptions
 
     _, run = _record(tmp_path, toy_repo)
     args = build_parser().parse_args(["run", "--resume", str(run.path)])
-    assert settings_from(args, run.record).repeats == 8  # made by this version: resumed
+    assert settings_from(args, run.record).repeats == RACE_ROUNDS  # made by this version: resumed
     old = replace(run.record, options=replace(run.record.options, rules="stability"))
     with pytest.raises(UsageError, match="stability rules of an earlier autotune"):
         settings_from(args, old)
@@ -304,7 +304,7 @@ def test_a_model_named_by_its_folder(toy_repo: Path, tmp_path: Path, monkeypatch
     assert settings("--model", "toy/", "--model-repository", ".").model == "toy"
 
 
-def test_the_race_has_eight_rounds_unless_repeats_is_given(toy_repo: Path) -> None:
+def test_the_race_has_six_rounds_unless_repeats_is_given(toy_repo: Path) -> None:
     from autotune.cli import build_parser, settings_from
     from autotune.settings import RACE_ROUNDS
 
@@ -312,7 +312,7 @@ def test_the_race_has_eight_rounds_unless_repeats_is_given(toy_repo: Path) -> No
         base = ["run", "--model", "toy", "--model-repository", str(toy_repo), "--sla-p95-ms", "50"]
         return settings_from(build_parser().parse_args([*base, *argv])).repeats
 
-    assert repeats() == RACE_ROUNDS == 8
+    assert repeats() == RACE_ROUNDS == 6
     assert repeats("--repeats", "4") == 4
 
 

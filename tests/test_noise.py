@@ -66,6 +66,22 @@ def test_a_points_windows_stop_once_the_latency_interval_lies_on_one_side_of_the
     assert windows_done([100, 101, 99], [19.0, 21.0, 20.5], stability, 0.1) == (True, True)  # within 10%
 
 
+def test_a_race_rounds_windows_stop_on_the_latency_of_every_round_at_its_level() -> None:
+    """A round's windows are judged with the earlier rounds' at the level (rules.judged_at): near
+    the limit, what a round alone leaves undecided the rounds together settle."""
+    from autotune import rules
+
+    earlier = [windowed(12, 500.0, 18.8, spread=0.01, n=8), windowed(12, 500.0, 18.9, spread=0.01, n=8)]
+    alone = rules.judged_at(WindowPlan(max_windows=8, percentile=95), 20.0)
+    pooled = rules.judged_at(WindowPlan(max_windows=8, percentile=95), 20.0, earlier)
+    assert alone.before_ms == () and len(pooled.before_ms) == 16
+    latencies = [18.0, 19.9]  # this round's two windows: undecided alone
+    assert windows_done([100, 101], latencies, alone, 0.1) == (False, False)
+    assert windows_done([100, 101], latencies, pooled, 0.1) == (True, True)
+    other = rules.judged_at(WindowPlan(max_windows=8, percentile=99), 20.0, earlier)  # p95 windows
+    assert other.before_ms == ()
+
+
 def test_an_undecided_point_does_not_meet_the_sla() -> None:
     near = windowed(8, 500.0, 19.5, spread=0.05)  # p95 19.5 ms, its windows 18.5-20.5
     assert near.latency_bound(95) > 20.0 and not SLA.met_by(near)

@@ -263,3 +263,24 @@ def test_finalists_on_gpus_race_each_on_a_server_of_its_own() -> None:
     rounds = sum(len(v.points) + sum(len(o) for _, o in v.others) for v in outcome.verifications)
     assert len(outcome.verifications) == 2 and _OnGpus.shared == []
     assert _OnGpus.alone == outcome.measured + rounds
+
+
+def test_a_contender_sent_down_a_level_as_its_rounds_run_out_is_raced_there() -> None:
+    """The winner is a finalist that met the SLA where one could: the race does not end with its
+    leader sent down a level (by the round that ends the race, or its level's) and not measured
+    there, for a trial never raced to win instead (short budgets, where that happens most)."""
+    from autotune import rules
+
+    surface = sim.Surveyed.load(
+        Path(__file__).parent.parent / "benchmarks" / "surveys" / "torch_mlp_gpu.json.gz"
+    )
+    for repeats in (2, 3, 6):
+        for seed in range(12) if repeats < 6 else [89]:  # 89: a budget that ended at a break
+            outcome = sim.simulate(surface, seed, repeats=repeats)
+            by_number = {r.number: r for r in outcome.results}
+            if outcome.winner in {v.trial for v in outcome.verifications}:
+                continue
+            for v in outcome.verifications:  # none met it: each had no level left below
+                sla = Sla(surface.sla.percentile, v.limit_ms)
+                listed = rules.race_levels(by_number[v.trial], sla)
+                assert rules.level_below(v.concurrency, v.points, sla, listed) is None, (repeats, seed)
