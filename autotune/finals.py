@@ -28,8 +28,11 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     """The :func:`rules.finalists` raced for at most ``--repeats`` rounds, each round on a fresh
     server (shared by its contenders where :meth:`Trials.can_share`), each contender at its
     level: rounds that :func:`rules.rounds_break` send it :func:`rules.level_below` (none: it
-    leaves); after each round the :func:`rules.outraced` leave; it ends when one is left with two
-    rounds. The leader must :func:`rules.rounds_meet` where it stands. Each contender's rounds at
+    leaves, one sent down in the last round gets one there); after each round the
+    :func:`rules.outraced` leave; it ends when one is left with two rounds. The leader must
+    :func:`rules.rounds_meet` where it stands (undecided: a level down, ``--repeats`` rounds a
+    level at most). A round's windows are judged with the earlier rounds' at its level
+    (:func:`rules.judged_at`). Each contender's rounds at
     its last level are its verification (the levels it left its ``others``); a race the study
     recorded already is not run again."""
     settings, scoring = prep.settings, prep.scoring
