@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from autotune import rules, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.loadgen import LoadGenerator
-from autotune.objective import Sla
 from autotune.points import Point, WindowPlan
 from autotune.results import OpenLoopCheck, TrialResult, Verification, recommendation
 from autotune.rundir import RunDir
@@ -58,16 +57,19 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         """A round of each of ``contenders``: on one server in an order that turns each round,
         where they can share one; else, or where that failed them, each on its own."""
         out: dict[int, Point | None] = {}
+        plans = {
+            r.number: rules.judged_at(settings.plan, slas[r.number].limit_ms, rounds[r.number])
+            for r in contenders
+        }
         # not on GPUs: a server's GPU figures (its memory) are all its models'
         on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in contenders)
         if len(contenders) > 1 and not on_gpus and trials.can_share():
             turn = count[contenders[0].number] % len(contenders)
             turned = [*contenders[turn:], *contenders[:turn]]
-            out.update(_shared_round(prep, trials, turned, level, slas, count, rounds))
+            out.update(_shared_round(prep, trials, turned, level, plans, count))
         for r in contenders:
             if r.number not in out:
-                plan = rules.judged_at(settings.plan, slas[r.number].limit_ms, rounds[r.number])
-                out[r.number] = _round(prep, trials, r, level[r.number], plan, count[r.number])
+                out[r.number] = _round(prep, trials, r, level[r.number], plans[r.number], count[r.number])
         return out
 
     def one_round(result: TrialResult, point: Point | None) -> bool:
@@ -140,11 +142,10 @@ def _round(
 
 def _shared_round(
     prep: Prepared, trials: Trials, contenders: Sequence[TrialResult], level: dict[int, float],
-    slas: dict[int, Sla], count: dict[int, int], rounds: dict[int, list[Point]],
+    plans: dict[int, WindowPlan], count: dict[int, int],
 ) -> dict[int, Point]:  # fmt: skip
     """A round of several finalists on one fresh server, each staged under a name of its own and
-    measured in turn at its level (its ``rounds`` there pooled in its windows' verdict); those it
-    failed are left out."""
+    measured in turn at its level by its plan; those it failed are left out."""
     numbers = [r.number for r in contenders]
     name = f"race-{'+'.join(f'{n:03d}' for n in numbers)}-{count[numbers[0]] + 1}"
     alias = {r.number: f"{prep.settings.model}__race{r.number:03d}" for r in contenders}
@@ -154,9 +155,8 @@ def _shared_round(
         with trials.serve_all(candidates, trials.run_dir.log(f"{name}.log"), name) as server:
             for n in numbers:
                 _announce(prep, trials, n, level[n], count[n])
-                plan = rules.judged_at(prep.settings.plan, slas[n].limit_ms, rounds[n])
                 try:
-                    out[n] = _point(prep, trials.generator(server, plan, alias[n]), level[n], count[n])
+                    out[n] = _point(prep, trials.generator(server, plans[n], alias[n]), level[n], count[n])
                 except MeasurementError:
                     if not server.alive():
                         break
