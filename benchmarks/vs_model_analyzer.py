@@ -441,8 +441,9 @@ def run_model_analyzer(
     budget: Budget,
     space: SearchSpace,
     monitor: LoadMonitor,
+    tool: str = "",
 ) -> ToolRun:
-    tool = f"MA {mode}"
+    tool = tool or f"MA {mode}"
     repo, out = folder / "repo", folder / "out"
     (out / "export").mkdir(parents=True)
     _tools.copy_model(peers.models, model, repo)
@@ -972,30 +973,49 @@ def against_best(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> lis
     repeats (the table's goodput) is shown beside it when it is higher."""
     best = max((_goodput(m) for r in runs if meets_bar(m := by_tool.get(r.tool))), default=0.0)
     loose = max((_goodput(by_tool.get(r.tool)) for r in runs), default=0.0)
-    brute = next((r for r in runs if r.tool == "MA brute"), None)
+    brutes = [r.wall_s for r in runs if r.tool.split(" #")[0] == "MA brute" and r.wall_s]
+    brute = statistics.median(brutes) if brutes else 0.0
     ours = [r for r in runs if r.tool.startswith("autotune")]
+    best_met = max(
+        (
+            m.met / len(m.points)
+            for r in runs
+            if (m := by_tool.get(r.tool)) and m.points and _goodput(m) == best
+        ),
+        default=0.0,
+    )
     if not best or not ours:
         return []
     out = [
         "",
         f"best known goodput {best:.1f} (the best re-measured winner of any tool that met the SLA in "
-        f"at least {SLA_BAR:.0%} of its repeats"
-        + (f"; {loose:.1f} counting those that met it in most)" if loose > best else ")"),
+        f"at least {SLA_BAR:.0%} of its repeats, met in {best_met:.0%} of them"
+        + (f"; {loose:.1f} counting those that met it in most)" if loose > best else ")")
+        + (
+            f"; MA brute's wall {' '.join(f'{w:.0f}' for w in brutes)} s (median {brute:.0f})"
+            if brutes
+            else ""
+        ),
     ]
     for rev in dict.fromkeys(r.tool.split(" ")[0] for r in ours):
         mine = [r for r in ours if r.tool.split(" ")[0] == rev]
         fractions = [_goodput(by_tool.get(r.tool)) / best for r in mine]
         met = [(m.met, len(m.points)) if (m := by_tool.get(r.tool)) else (0, 0) for r in mine]
-        walls = [r.wall_s / brute.wall_s for r in mine] if brute and brute.wall_s else []
+        walls = [r.wall_s / brute for r in mine] if brute else []
         enough = sum(f >= ENOUGH for f in fractions)
+        as_often = sum(n > 0 and a / n >= best_met for a, n in met)
         line = (
             f"{rev:<22} goodput / best {' '.join(f'{f:.3f}' for f in fractions)} "
-            f"({enough}/{len(mine)} >= {ENOUGH}); SLA met {sum(a for a, _ in met)}/"
-            f"{sum(n for _, n in met)} ({sum(meets_bar(by_tool.get(r.tool)) for r in mine)}/{len(mine)} "
-            f"runs >= {SLA_BAR:.0%})"
+            f"(median {statistics.median(fractions):.3f}, min {min(fractions):.3f}; {enough}/{len(mine)} "
+            f">= {ENOUGH}); SLA met {sum(a for a, _ in met)}/{sum(n for _, n in met)} "
+            f"({sum(meets_bar(by_tool.get(r.tool)) for r in mine)}/{len(mine)} runs >= {SLA_BAR:.0%}, "
+            f"{as_often}/{len(mine)} as often as the best known)"
         )
         if walls:
-            line += f"; wall / MA brute {' '.join(f'{w:.2f}' for w in walls)} (max {max(walls):.2f})"
+            line += (
+                f"; wall / MA brute's median {' '.join(f'{w:.2f}' for w in walls)} "
+                f"(median {statistics.median(walls):.2f}, max {max(walls):.2f})"
+            )
         out.append(line)
     return out
 
@@ -1112,25 +1132,34 @@ def bench_model(
     space_file: Path,
     monitor: LoadMonitor,
     autotune_runs: int = 2,
+    ma_runs: int = 1,
 ) -> dict[str, Any]:
     space = load_search_space(space_file)
-    runs = [
-        once(
-            work / model / f"ma-{mode}",
-            partial(
-                run_model_analyzer,
-                model,
-                sla_ms,
-                mode,
-                peers=peers,
-                budget=budget,
-                space=space,
-                monitor=monitor,
-            ),
-        )
-        for mode in modes
-    ]
-    for i in range(autotune_runs):  # the second run: do two runs agree? (revisions alternate)
+    runs: list[ToolRun] = []
+    # Model Analyzer's j-th runs go before autotune's run j * autotune_runs / ma_runs: interleaved,
+    # so that a change in the machine's load touches both tools alike
+    ma_before = {round(j * autotune_runs / ma_runs): j for j in range(ma_runs)}
+    for i in range(max(autotune_runs, 1)):  # the second run: do two runs agree? (revisions alternate)
+        for mode in modes if i in ma_before else ():
+            j = ma_before[i]
+            runs.append(
+                once(
+                    work / model / f"ma-{mode}{j + 1 if j else ''}",
+                    partial(
+                        run_model_analyzer,
+                        model,
+                        sla_ms,
+                        mode,
+                        peers=peers,
+                        budget=budget,
+                        space=space,
+                        monitor=monitor,
+                        tool=f"MA {mode}" + (f" #{j + 1}" if j else ""),
+                    ),
+                )
+            )
+        if i >= autotune_runs:
+            continue
         for rev, src in peers.autotune_srcs.items():
             tool = f"autotune@{rev}" if rev else "autotune"
             tool += f" #{i + 1}" if i else ""
@@ -1190,6 +1219,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=2,
         help="autotune runs per model (the second shows whether two runs agree)",
+    )
+    parser.add_argument(
+        "--ma-runs",
+        type=int,
+        default=1,
+        help="Model Analyzer runs per mode and model, interleaved with autotune's (the wall "
+        "times are judged against brute's median)",
     )
     parser.add_argument(
         "--max-instances",
@@ -1310,6 +1346,7 @@ def _bench(
                     space_file,
                     monitor,
                     args.autotune_runs,
+                    args.ma_runs,
                 )
             )
             load = monitor.between(started, time.monotonic())
