@@ -116,26 +116,16 @@ def _steps(choices: Sequence[int], value: int) -> list[int]:
     return ([max(below)] if below else []) + ([min(above)] if above else [])
 
 
-def unexplored(results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW) -> list[Candidate]:
-    """The untried :func:`neighbours` of the best trial, then of each trial it is not better
-    than (:func:`_untried`); the search does not converge while any is left."""
-    return _untried(results, space, scoring, len(results))
-
-
-def climb(results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW) -> Candidate | None:
-    """The walk's next step while nothing is queued: the best trial's first untried neighbour
-    (:func:`_untried`); None when there is none (the sampler proposes)."""
-    steps = _untried(results, space, scoring, 1)
-    return steps[0] if steps else None
-
-
-def _untried(results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring, n: int) -> list[Candidate]:
-    """The :func:`neighbours` of the first ``n`` :func:`~autotune.rules.finalists`, in turn, that are
-    :func:`equivalent` to no config any trial has tried nor take a step of :func:`losing_steps`."""
+def unexplored(
+    results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW, n: int | None = None
+) -> list[Candidate]:
+    """The :func:`neighbours` of the first ``n`` (default all) :func:`~autotune.rules.finalists`, in
+    turn, :func:`equivalent` to no config any trial has tried, nor a step of :func:`losing_steps`:
+    with ``n`` 1 the walk's next steps from the best trial; the search does not converge while any is left."""
     tried = [r.candidate for r in results if r.candidate is not None]
     lost = losing_steps(results, scoring)
     out: list[Candidate] = []
-    for result in finalists([r for r in results if r.candidate is not None], n, scoring):
+    for result in finalists([r for r in results if r.candidate is not None], n or len(results), scoring):
         assert result.candidate is not None
         here = result.candidate.instance_count
         for c in neighbours(result.candidate, space):
@@ -225,11 +215,6 @@ def time_left(budget_s: float | None, elapsed_s: float, finished: int) -> bool:
     return budget_s is None or elapsed_s + per_trial * 0.5 < budget_s
 
 
-def measured_before(results: Sequence[TrialResult], candidate: Candidate) -> TrialResult | None:
-    """The first measured (COMPLETE, not reused) trial of an :func:`equivalent` candidate."""
-    return next((r for r, c in _measured(results) if equivalent(c, candidate)), None)
-
-
 def stand_in(
     results: Sequence[TrialResult],
     candidate: Candidate,
@@ -238,10 +223,11 @@ def stand_in(
     baseline: bool = False,
 ) -> tuple[int | None, str] | None:
     """None to measure the proposal; else (the trial standing in or None, why): outside ``space``,
-    :func:`measured_before` or :func:`dominated`; for the ``baseline``, only measured before."""
+    the first measured (COMPLETE, not reused) trial of an :func:`equivalent` candidate, or
+    :func:`dominated`; for the ``baseline``, only that trial."""
     if not baseline and not space.holds(candidate):
         return None, "outside your search space (your config is measured there, nothing else)"
-    earlier = measured_before(results, candidate)
+    earlier = next((r for r, c in _measured(results) if equivalent(c, candidate)), None)
     if earlier is not None:
         same = baseline or earlier.candidate == candidate
         why = "same as" if same else "without dynamic batching the server runs it as"

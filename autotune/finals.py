@@ -24,16 +24,14 @@ RAMP_S = 0.3  # warm-up before each point after a server's first one (the first 
 
 
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
-    """The :func:`rules.finalists` raced for at most ``--repeats`` rounds, each round on a fresh
-    server (shared by its contenders where :meth:`Trials.can_share`), each contender at its
-    level: rounds that :func:`rules.rounds_break` send it :func:`rules.level_below` (none: it
-    leaves, one sent down in the last round gets one there); after each round the
-    :func:`rules.outraced` leave; it ends when one is left with two rounds. The leader must
-    :func:`rules.rounds_meet` where it stands (undecided: a level down, ``--repeats`` rounds a
-    level at most). A round's windows are judged with the earlier rounds' at its level
-    (:func:`rules.judged_at`). Each contender's rounds at
-    its last level are its verification (the levels it left its ``others``); a race the study
-    recorded already is not run again."""
+    """The :func:`rules.finalists` raced for at most ``--repeats`` rounds, each round on a fresh server
+    (shared by its contenders where :meth:`Trials.can_share`), each contender at its level: rounds that
+    :func:`rules.rounds_break` send it :func:`rules.level_below` (none: it leaves, one sent down in the last
+    round gets one there); after each round the :func:`rules.outraced` leave; it ends when one is left with
+    two rounds. The leader must :func:`rules.rounds_meet` where it stands (undecided: a level down,
+    ``--repeats`` rounds a level at most). A round's windows are judged with the earlier rounds' at its level
+    (:func:`rules.judged_at`). Each contender's rounds at its last level are its verification (the levels it
+    left its ``others``); a race the study recorded already is not run again."""
     settings, scoring = prep.settings, prep.scoring
     results = study.results()
     ranked = rules.finalists(results, settings.finalists, scoring) if settings.repeats >= 1 else []
@@ -48,10 +46,8 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = {n: [] for n in shares}
     count = dict.fromkeys(shares, 0)
     pct = settings.sla.percentile
-    carries: dict[int, rules.Carry] | None = {
-        r.number: rules.to_limit(r, slas[r.number].limit_ms, pct) for r in ranked
-    }
-    carries = None if prep.loader.open_loop else carries
+    to_limit = {r.number: rules.to_limit(r, slas[r.number].limit_ms, pct) for r in ranked}
+    carries = None if prep.loader.open_loop else to_limit
 
     def measured(contenders: Sequence[TrialResult]) -> dict[int, Point | None]:
         """A round of each of ``contenders``: on one server in an order that turns each round,
@@ -129,10 +125,9 @@ def _round(
     """A round of the finalist at ``level`` on a fresh server of its own (None: it failed)."""
     assert result.candidate is not None
     name = f"race-{result.number:03d}-{i + 1}"
-    _announce(prep, trials, result.number, level, i)
     try:
         with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
-            point = _point(prep, trials.generator(server, plan), level, i)
+            point = _point(prep, trials, trials.generator(server, plan), result.number, level, i)
     except (LaunchError, MeasurementError) as exc:
         trials.events.verification_failed(result, str(exc).splitlines()[0])
         return None
@@ -154,9 +149,9 @@ def _shared_round(
     try:
         with trials.serve_all(candidates, trials.run_dir.log(f"{name}.log"), name) as server:
             for n in numbers:
-                _announce(prep, trials, n, level[n], count[n])
                 try:
-                    out[n] = _point(prep, trials.generator(server, plans[n], alias[n]), level[n], count[n])
+                    gen = trials.generator(server, plans[n], alias[n])
+                    out[n] = _point(prep, trials, gen, n, level[n], count[n])
                 except MeasurementError:
                     if not server.alive():
                         break
@@ -166,65 +161,47 @@ def _shared_round(
     return out
 
 
-def _announce(prep: Prepared, trials: Trials, number: int, level: float, i: int) -> None:
+def _point(prep: Prepared, trials: Trials, gen: LoadGenerator, number: int, level: float, i: int) -> Point:
+    """Trial ``number``'s round ``i`` at ``level``, told to the console (an open loop's arrivals
+    drawn with the round's own seed)."""
     where = f"{level:.4g} req/s" if prep.loader.open_loop else f"concurrency {level:.0f}"
     trials.events.verifying(number, where, i + 1, prep.settings.repeats)
-
-
-def _point(prep: Prepared, gen: LoadGenerator, level: float, i: int) -> Point:
-    """The point at ``level`` (an open loop's arrivals drawn with the round's own seed)."""
     return prep.loader.point(replace(gen, seed=i + 1) if prep.loader.open_loop else gen, level)
 
 
 def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialResult) -> RunDir:
     """A concurrency run's winner under Poisson arrivals, from the rate its closed loop was
     credited with down to the highest that meets the SLA (:func:`autotune.traffic.check_sustained`),
-    recorded in the run (a failure is told, not recorded). Not in an open loop, with
-    ``--repeats 0``, ``--no-open-loop-check`` or models beside it, nor twice for one winner."""
+    each rate judged at the SLA's limit, recorded in the run (a failure is told, not recorded).
+    Not in an open loop, with ``--repeats 0``, ``--no-open-loop-check`` or models beside it, nor
+    twice for one winner."""
     s, done_before = prep.settings, run.record.open_loop
     checks = not prep.loader.open_loop and s.repeats >= 1 and s.open_loop_check and not s.beside
     if not checks or (done_before is not None and done_before.trial == winner.number):
         return run
-    credited = _credited(prep, winner, run.record.verifications)
-    if winner.candidate is None or credited is None:
+    rec = recommendation(winner, run.record.verifications, s.sla.percentile)
+    if winner.candidate is None or rec is None or rec.throughput <= 0:
         return run
-    name = f"open-loop-{winner.number:03d}"
+    credited = rec.throughput / s.workload.batch_size
+    name, plan = f"open-loop-{winner.number:03d}", rules.judged_at(s.plan, s.sla.limit_ms)
+    done: list[Point] = []
     try:
         with trials.serve(winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
-            gen = trials.generator(server, prep.settings.plan)
-            check = _check_on(prep, trials, gen, winner.number, credited)
+            first = trials.generator(server, plan)
+            ramp = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, RAMP_S)))
+            trials.events.checking_open_loop(winner.number, credited)
+
+            def at(rate: float) -> Point:
+                point = (ramp if done else first).at_rate(rate, CHECK_DISTRIBUTION)
+                done.append(point)
+                stopping.check()
+                return point
+
+            measured = check_sustained(at, s.sla, credited)
+            stopping.check()
     except (LaunchError, MeasurementError) as exc:
         trials.events.verification_failed(winner, f"open-loop check: {str(exc).splitlines()[0]}")
         return run
+    sustained = max((p.request_rate for p in measured.points if s.sla.met_by(p)), default=0.0)
+    check = OpenLoopCheck(winner.number, credited, CHECK_DISTRIBUTION, tuple(done), sustained)
     return run.update(open_loop=check)
-
-
-def _credited(prep: Prepared, winner: TrialResult, verifications: Sequence[Verification]) -> float | None:
-    """The request rate the winner's closed loop was credited with (None: none to check)."""
-    settings = prep.settings
-    rec = recommendation(winner, verifications, settings.sla.percentile)
-    return None if rec is None or rec.throughput <= 0 else rec.throughput / settings.workload.batch_size
-
-
-def _check_on(
-    prep: Prepared, trials: Trials, gen: LoadGenerator, winner: int, credited: float
-) -> OpenLoopCheck:
-    """The open-loop check of trial ``winner`` from its ``credited`` rate, each rate judged at the
-    SLA's limit; measurement errors propagate."""
-    settings = prep.settings
-    trials.events.checking_open_loop(winner, credited)
-    plan = rules.judged_at(settings.plan, settings.sla.limit_ms)
-    first = gen.with_plan(plan)
-    ramp = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, RAMP_S)))
-    done: list[Point] = []
-
-    def at(rate: float) -> Point:
-        point = (ramp if done else first).at_rate(rate, CHECK_DISTRIBUTION)
-        done.append(point)
-        stopping.check()
-        return point
-
-    measured = check_sustained(at, settings.sla, credited)
-    stopping.check()
-    sustained = max((p.request_rate for p in measured.points if settings.sla.met_by(p)), default=0.0)
-    return OpenLoopCheck(winner, credited, CHECK_DISTRIBUTION, tuple(done), sustained)

@@ -308,10 +308,8 @@ def race_leader(
     """The contender (by trial number) with the most :func:`raced` throughput if each has a carry;
     else, of those not worse than it, the lowest median latency at ``percentile``; None without any."""
     found = _raced(rounds, shares, carries)
-    if not found:
-        return None
-    if carries is not None and all(n in carries for n in found):
-        return max(found, key=lambda n: found[n].mean)
+    if not found or (carries is not None and all(n in carries for n in found)):
+        return max(found, key=lambda n: found[n].mean, default=None)
     leader = max(found.values(), key=lambda e: e.mean)
     tied = [n for n, e in found.items() if not better(leader, e)]
     return min(tied, key=lambda n: statistics.median_high(p.latency_ms(percentile) for p in rounds[n]))

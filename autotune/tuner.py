@@ -353,7 +353,7 @@ def _seed(study: Study, prep: Prepared) -> None:
 
 def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: float) -> bool:
     """Whether to run another trial: within the budget (trials, time), and not converged. While
-    nothing is queued, the next step of the walk from the best trial is (:func:`decide.climb`);
+    nothing is queued, the next step of the walk from the best trial is (:func:`decide.unexplored`);
     once converged, or once the sampler proposes a config measured before (:func:`decide.out_of_ideas`),
     the untried one-step neighbours of the incumbent and of its ties (:func:`decide.unexplored`)
     are queued and measured first; a converged search ends when none is left."""
@@ -361,8 +361,8 @@ def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: 
     finished = decide.finished(results)
     if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
         return False
-    step = None if study.queued() else decide.climb(results, prep.space, study.scoring)
-    if step is not None:
+    steps = [] if study.queued() else decide.unexplored(results, prep.space, study.scoring, 1)
+    for step in steps[:1]:
         study.enqueue(params_of(step))
     converged = decide.converged(results, settings.patience, study.scoring)
     if not converged and not decide.out_of_ideas(results):

@@ -21,7 +21,7 @@ COLOURS = {"your config": "#444", "seed": "#8c564b", "walk": "#1f77b4", "TPE": "
 
 def origin(i: int, results: Sequence[TrialResult], space: SearchSpace, seeds: int) -> str:
     """Where trial ``i`` came from: the first is your config, the next ``seeds`` the seeds; a
-    later one is a step of the walk when it is the step :func:`autotune.decide.climb` takes from
+    later one is a step of the walk when it is the first step :func:`autotune.decide.unexplored` takes from
     the trials before it, else the sampler's."""
     result = results[i]
     if result.measurement is None:
@@ -30,8 +30,8 @@ def origin(i: int, results: Sequence[TrialResult], space: SearchSpace, seeds: in
         return "your config"
     if i <= seeds:
         return "seed"
-    step = decide.climb(results[:i], space)
-    same = step is not None and result.candidate is not None and decide.equivalent(step, result.candidate)
+    steps = decide.unexplored(results[:i], space, n=1)[:1]
+    same = result.candidate is not None and any(decide.equivalent(s, result.candidate) for s in steps)
     return "walk" if same else "TPE"
 
 

@@ -14,7 +14,6 @@ import pytest
 
 from autotune import rules
 from autotune.decide import (
-    climb,
     converged,
     dominated,
     equivalent,
@@ -23,7 +22,6 @@ from autotune.decide import (
     headroom,
     heuristic_seeds,
     losing_steps,
-    measured_before,
     neighbours,
     out_of_ideas,
     stand_in,
@@ -137,11 +135,17 @@ def test_the_next_search_starts_at_the_best_feasible_configs_level() -> None:
     assert start_level(results) == 8  # the best figure's, tied or not
 
 
+def measured_before(results: list[TrialResult], candidate: Candidate) -> int | None:
+    """The trial ``stand_in`` reuses for the baseline (only a trial measured before stands in)."""
+    found = stand_in(results, candidate, parse_search_space(DEFAULT_LIKE), baseline=True)
+    return None if found is None else found[0]
+
+
 def test_a_candidate_measured_before_is_reused_not_measured_again() -> None:
     a = Candidate(1, "KIND_CPU", (), 8, True, (), 0, False)
     b = replace(a, instance_count=2)
     results = [failed(0), measured(1, 100.0, candidate=a), measured(2, 100.0, reused_from=1, candidate=a)]
-    assert measured_before(results, a) is results[1]  # the measured one, not its reuse
+    assert measured_before(results, a) == 1  # the measured one, not its reuse
     assert measured_before(results, b) is None
 
 
@@ -149,7 +153,7 @@ def test_without_batching_the_max_batch_size_changes_nothing_and_is_not_measured
     off = Candidate(2, "KIND_CPU", (), 16, False, (), 0, False)
     on = replace(off, dynamic_batching=True)
     results = [measured(0, 100.0, candidate=off), measured(1, 120.0, candidate=on)]
-    assert measured_before(results, replace(off, max_batch_size=4)) is results[0]
+    assert measured_before(results, replace(off, max_batch_size=4)) == 0
     assert measured_before(results, replace(on, max_batch_size=4)) is None  # the batcher's limit matters
     assert measured_before(results, replace(off, instance_count=3)) is None
     assert equivalent(off, replace(off, max_batch_size=1)) and not equivalent(
@@ -277,18 +281,18 @@ def test_the_walk_steps_from_the_best_trial_one_untried_neighbour_at_a_time() ->
     best = Candidate(2, "KIND_CPU", (), 16, True, (), 0, False)
     other = replace(best, instance_count=1)
     results = [measured(0, 100.0, candidate=other), measured(1, 150.0, candidate=best)]
-    first = climb(results, space)
+    first = next(iter(unexplored(results, space, n=1)), None)
     assert first is not None and first in neighbours(best, space) and first != other
     assert first == unexplored(results, space)[0]
     stepped = [*results, measured(2, 140.0, candidate=first)]  # no better: the next step from the best
-    second = climb(stepped, space)
+    second = next(iter(unexplored(stepped, space, n=1)), None)
     assert second is not None and second in neighbours(best, space) and second not in (first, other)
     moved = [*results, measured(2, 180.0, candidate=first)]  # better: the walk goes on from there
-    third = climb(moved, space)
+    third = next(iter(unexplored(moved, space, n=1)), None)
     assert third is not None and third in neighbours(first, space) and third != best
     done = [*results, *(measured(2 + i, 90.0, candidate=c) for i, c in enumerate(neighbours(best, space)))]
-    assert climb(done, space) is None  # the best's neighbours all measured: the sampler proposes
-    assert climb([failed(0)], space) is None  # nothing met the SLA yet
+    assert unexplored(done, space, n=1) == []  # the best's neighbours all measured: the sampler proposes
+    assert unexplored([failed(0)], space, n=1) == []  # nothing met the SLA yet
 
 
 def test_the_neighbours_of_a_config_tied_with_the_best_are_tried_too() -> None:
