@@ -6,13 +6,15 @@
     .venv/bin/python benchmarks/vs_model_analyzer.py --models bertQA --modes brute optuna --repeats 5
     .venv/bin/python benchmarks/vs_model_analyzer.py --models recommender --max-instances 4 --modes brute \
         --autotune-runs 5 --repeats 5      # issue 16: every run against the best goodput known
+    .venv/bin/python benchmarks/vs_model_analyzer.py --models cnn bertQA embedder recommender --modes brute \
+        --ma-runs 2 --autotune-runs 5 --repeats 5 --window-ms 2000   # issue 42's benchmark (~2 h)
 
 For each model it runs, one after the other, each on a fresh copy of the model in a temporary
 folder (``examples/model_repository`` is never touched):
 
-- Model Analyzer in each of ``--modes`` (brute, quick, optuna): local launch of the wheel's
-  tritonserver, ``cpu_only``, the constraint ``perf_latency_p99 <= SLA``, the bounds of
-  ``search_spaces/model_analyzer.yaml``. Quick mode walks forever once the instance count is
+- Model Analyzer in each of ``--modes`` (brute, quick, optuna), ``--ma-runs`` times interleaved
+  with autotune's runs: local launch of the wheel's tritonserver, ``cpu_only``, the constraint
+  ``perf_latency_p99 <= SLA``, the bounds of ``search_spaces/model_analyzer.yaml``. Quick mode walks forever once the instance count is
   bounded (ENVIRONMENT.md): a watchdog stops it (SIGINT: it saves its checkpoint) when it only
   repeats measurements it has or when ``--quick-watchdog-s`` runs out, and its best so far counts.
 - ``autotune run --sla-p99-ms SLA --search-space search_spaces/model_analyzer.yaml --protocol
