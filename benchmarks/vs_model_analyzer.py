@@ -12,11 +12,12 @@
 For each model it runs, one after the other, each on a fresh copy of the model in a temporary
 folder (``examples/model_repository`` is never touched):
 
-- Model Analyzer in each of ``--modes`` (brute, quick, optuna), ``--ma-runs`` times interleaved
-  with autotune's runs: local launch of the wheel's tritonserver, ``cpu_only``, the constraint
-  ``perf_latency_p99 <= SLA``, the bounds of ``search_spaces/model_analyzer.yaml``. Quick mode walks forever once the instance count is
-  bounded (ENVIRONMENT.md): a watchdog stops it (SIGINT: it saves its checkpoint) when it only
-  repeats measurements it has or when ``--quick-watchdog-s`` runs out, and its best so far counts.
+- Model Analyzer in each of ``--modes`` (brute, quick, optuna), ``--ma-runs`` times interleaved with
+  autotune's runs: local launch of the wheel's tritonserver, ``cpu_only``, the constraint
+  ``perf_latency_p99 <= SLA``, the bounds of ``search_spaces/model_analyzer.yaml``. Quick mode walks
+  forever once the instance count is bounded (ENVIRONMENT.md): a watchdog stops it (SIGINT: it saves
+  its checkpoint) when it only repeats measurements it has or when ``--quick-watchdog-s`` runs out,
+  and its best so far counts.
 - ``autotune run --sla-p99-ms SLA --search-space search_spaces/model_analyzer.yaml --protocol
   grpc`` with its default budget, in a fresh reports folder. gRPC because Model Analyzer's
   perf_analyzer and the re-measurement use it: over HTTP our client's arrival timing makes the
@@ -1226,8 +1227,8 @@ def _parser() -> argparse.ArgumentParser:
         "--ma-runs",
         type=int,
         default=1,
-        help="Model Analyzer runs per mode and model, interleaved with autotune's (the wall "
-        "times are judged against brute's median)",
+        help="Model Analyzer runs per mode and model, 1 to --autotune-runs, interleaved with "
+        "autotune's (the wall times are judged against brute's median)",
     )
     parser.add_argument(
         "--max-instances",
@@ -1298,7 +1299,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not 1 <= args.ma_runs <= max(args.autotune_runs, 1):  # each gets a slot of its own among ours
+        parser.error(f"--ma-runs: from 1 to --autotune-runs ({max(args.autotune_runs, 1)})")
     if args.tables_from:
         print("\n\n".join(tables_from(path) for path in args.tables_from))
         return 0

@@ -89,3 +89,9 @@ def test_old_results_are_read_again_from_their_json(bench: ModuleType, tmp_path:
     text = bench.tables_from(path)
     assert "autotune baa834b" in text.splitlines()[0] and "command" not in text
     assert "embedder:" in text and "best known goodput 500.0" in text and "goodput / best 1.000" in text
+
+
+def test_more_model_analyzer_runs_than_ours_are_refused(bench: ModuleType) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--autotune-runs", "2", "--ma-runs", "3"])
+    assert exc.value.code == 2
