@@ -974,19 +974,14 @@ def against_best(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> lis
     embedder's best read 1228 infer/s at 32 clients and met the SLA 8 times in 10; the runs that
     met it 10 times stood at 22-28 clients, 1096-1143). The best of those that met it in most
     repeats (the table's goodput) is shown beside it when it is higher."""
-    best = max((_goodput(m) for r in runs if meets_bar(m := by_tool.get(r.tool))), default=0.0)
+    known = [m for r in runs if meets_bar(m := by_tool.get(r.tool)) and m is not None]
+    top = max(known, key=_goodput, default=None)  # the best known point
+    best = _goodput(top) if top else 0.0
+    best_met = top.met / len(top.points) if top else 0.0
     loose = max((_goodput(by_tool.get(r.tool)) for r in runs), default=0.0)
     brutes = [r.wall_s for r in runs if r.tool.split(" #")[0] == "MA brute" and r.wall_s]
     brute = statistics.median(brutes) if brutes else 0.0
     ours = [r for r in runs if r.tool.startswith("autotune")]
-    best_met = max(
-        (
-            m.met / len(m.points)
-            for r in runs
-            if (m := by_tool.get(r.tool)) and m.points and _goodput(m) == best
-        ),
-        default=0.0,
-    )
     if not best or not ours:
         return []
     out = [
