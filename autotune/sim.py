@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -523,25 +524,32 @@ class Tally:
 SURVEY_VERSION = 1
 
 
+Levels = dict[int, tuple[tuple[float, float], ...]]  # level -> a server's windows (throughput, ms)
+
+
 @dataclass(frozen=True)
 class Surveyed:
     """A surface measured on a real server (``benchmarks/survey.py``): for each config of a space
     (one of each :func:`autotune.decide.equivalent` class), at each surveyed level, its windows'
-    throughputs and latencies at the survey's percentile. The truth at a level is its windows'
-    mean (:meth:`truth`); a window is one of the
-    nearest surveyed level's, drawn at random and scaled to the level. A server's bias is drawn
-    with half the windows' spread (one server per config was surveyed: it cannot say more)."""
+    throughputs and latencies at the survey's percentile, on one server (``windows``) and, where
+    the survey was run again (``survey.py --server 2``...), on others (``again``: every config, or
+    some). The truth at a level is the mean over the servers that read the config of their windows'
+    means (:meth:`truth`); a window is one of such a server's at its nearest surveyed level, drawn
+    at random and scaled to the level. A simulated
+    server's bias is drawn with :attr:`server_cv`, else the spread between the surveyed servers
+    (:attr:`server_spread`), else half the windows' spread (one server cannot say more)."""
 
     name: str
     sla: Sla
     cores: int
-    windows: dict[str, dict[int, tuple[tuple[float, float], ...]]]  # label -> level -> (thr, ms)
+    windows: dict[str, Levels]  # label -> the first server's readings
     start_s: float = 3.0
     space: SearchSpace | None = None  # the space surveyed (None: the default, as a CPU model sees it)
     baseline: Candidate | None = None  # the model's own config (None: the examples' :data:`BASELINE`)
     gpus: int = 0  # the server's GPUs
-    # how far a fresh server reads off the truth (relative sd); None: half the windows' spread
+    # how far a fresh server reads off the truth (relative sd); None: as the survey measured it
     server_cv: float | None = None
+    again: tuple[dict[str, Levels], ...] = ()  # other servers' readings of the same configs
 
     @classmethod
     def load(cls, path: Path, sla: Sla | None = None) -> Surveyed:
@@ -554,12 +562,13 @@ class Surveyed:
         data = json.loads(raw)
         if data.get("version") != SURVEY_VERSION:
             raise ValueError(f"{path}: survey version {data.get('version')}, this reads {SURVEY_VERSION}")
-        windows = {
-            label: {
-                int(level): tuple((float(t), float(ms)) for t, ms in pairs) for level, pairs in levels.items()
-            }
-            for label, levels in data["windows"].items()
-        }
+
+        def readings(windows: dict[str, Any]) -> dict[str, Levels]:
+            def pairs(raw: list[list[float]]) -> tuple[tuple[float, float], ...]:
+                return tuple((float(t), float(ms)) for t, ms in raw)
+
+            return {label: {int(lv): pairs(raw) for lv, raw in by.items()} for label, by in windows.items()}
+
         chosen = sla or Sla(int(data["percentile"]), float(data["limit_ms"]))
         gpus = int(data.get("gpus", 0))
         space = None
@@ -575,53 +584,78 @@ class Surveyed:
             baseline = Candidate(**fields)
         server_cv = float(data["server_cv"]) if "server_cv" in data else None
         return cls(
-            str(data["model"]), chosen, int(data["cores"]), windows, space=space, baseline=baseline,
-            gpus=gpus, server_cv=server_cv,
+            str(data["model"]), chosen, int(data["cores"]), readings(data["windows"]), space=space,
+            baseline=baseline, gpus=gpus, server_cv=server_cv,
+            again=tuple(readings(w) for w in data.get("again", ())),
         )  # fmt: skip
 
     @property
+    def servers(self) -> tuple[dict[str, Levels], ...]:
+        """Each surveyed server's readings, the first first."""
+        return (self.windows, *self.again)
+
+    @cached_property
     def cv(self) -> float:
-        """The windows' throughput spread, pooled over every surveyed point."""
+        """The windows' throughput spread, pooled over every surveyed point of every server."""
         from autotune.noise import Noise
 
         return Noise.pooled(
-            [t for t, _ in pairs] for levels in self.windows.values() for pairs in levels.values()
+            [t for t, _ in pairs]
+            for server in self.servers
+            for levels in server.values()
+            for pairs in levels.values()
         ).cv
 
+    @cached_property
+    def server_spread(self) -> float | None:
+        """How far one server's reading of a config lies off the truth, as a relative sd (None:
+        fewer than two configs read by every server): per config every server read and per server,
+        the mean log throughput over the levels all of them measured, less that server's mean over
+        those configs (a drift of the machine moves every config alike), pooled about each config's
+        mean."""
+        if not self.again:
+            return None
+        shared = [label for label in self.windows if all(label in s for s in self.again)]
+        logs: list[list[float]] = []
+        for label in shared:
+            levels = set.intersection(*(set(s[label]) for s in self.servers))
+            if levels:
+                logs.append([
+                    statistics.fmean(math.log(statistics.fmean(t for t, _ in s[label][lv])) for lv in levels)
+                    for s in self.servers
+                ])  # fmt: skip
+        drift = [statistics.fmean(row[i] for row in logs) for i in range(len(self.servers))]
+        centred = [[x - d for x, d in zip(row, drift, strict=True)] for row in logs]
+        squares = sum((x - statistics.fmean(row)) ** 2 for row in centred for x in row)
+        dof = (len(centred) - 1) * (len(self.servers) - 1)  # the drifts took one per server
+        return math.sqrt(squares / dof) if dof > 0 else None
+
     def missing(self, space: SearchSpace) -> int:
-        """How many configs of ``space`` the survey lacks (0: it can stand for the space)."""
+        """How many configs of ``space`` the first server lacks (0: it can stand for the space;
+        the others may have read a part of them again)."""
         return len({survey_label(c) for c in candidates(space)} - set(self.windows))
 
-    def _levels(self, candidate: Candidate) -> dict[int, tuple[tuple[float, float], ...]]:
-        for label, levels in self.windows.items():
-            if label == survey_label(candidate):
-                return levels
-        raise KeyError(f"{self.name}: {candidate.label()} was not surveyed")
+    def _readings(self, candidate: Candidate) -> list[Levels]:
+        label = survey_label(candidate)
+        found = [s[label] for s in self.servers if label in s]
+        if not found:
+            raise KeyError(f"{self.name}: {candidate.label()} was not surveyed")
+        return found
 
     def truth(self, candidate: Candidate, level: int) -> Reading:
-        """Between surveyed levels, the line between the nearest two; above the last (the survey
-        stops where latency is far over the limit), its throughput, and latency growing with
-        the clients (Little's law: a saturated closed loop only queues)."""
-        levels = self._levels(candidate)
-        below = max((lv for lv in levels if lv <= level), default=min(levels))
-        above = min((lv for lv in levels if lv >= level), default=max(levels))
-
-        def mean(lv: int, i: int) -> float:
-            return statistics.fmean(pair[i] for pair in levels[lv])
-
-        share = 0.0 if above == below else (level - below) / (above - below)
-        throughput = mean(below, 0) * (1 - share) + mean(above, 0) * share
-        latency = mean(below, 1) * (1 - share) + mean(above, 1) * share
-        if level > above:
-            latency *= level / above
+        """The mean over the servers of each one's :func:`_truth` there."""
+        readings = [_truth(levels, level) for levels in self._readings(candidate)]
+        throughput = statistics.fmean(r.throughput for r in readings)
+        latency = statistics.fmean(r.p95_ms for r in readings)
         return Reading(throughput, latency, latency, latency, latency)
 
     def window(
         self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: float
     ) -> Reading:
-        levels = self._levels(candidate)
+        readings = self._readings(candidate)
+        levels = readings[0] if len(readings) == 1 else rng.choice(readings)
         nearest = min(levels, key=lambda lv: (abs(lv - level), lv))
-        true, there = self.truth(candidate, level), self.truth(candidate, nearest)
+        true, there = self.truth(candidate, level), _truth(levels, nearest)
         throughput, latency = rng.choice(levels[nearest])
         scale = math.sqrt(QUIET_WINDOW_S / window_s)  # a longer window is quieter about its mean
         throughput = (
@@ -632,10 +666,29 @@ class Surveyed:
         return Reading(throughput * bias, latency, latency, latency, latency)
 
     def server_bias(self, rng: random.Random) -> float:
-        """A fresh server's factor: :attr:`server_cv` when the survey measured it, else half the
-        windows' spread."""
-        spread = self.cv / 2 if self.server_cv is None else self.server_cv
-        return max(0.5, 1 + rng.gauss(0, spread))
+        """A fresh server's factor, drawn with :attr:`server_cv` where given, else
+        :attr:`server_spread`, else half the windows' spread."""
+        spread = self.server_cv if self.server_cv is not None else self.server_spread
+        return max(0.5, 1 + rng.gauss(0, self.cv / 2 if spread is None else spread))
+
+
+def _truth(levels: Levels, level: int) -> Reading:
+    """One server's reading at ``level``: its windows' mean; between surveyed levels, the line
+    between the nearest two; above the last (the survey stops where latency is far over the
+    limit), its throughput, and latency growing with the clients (Little's law: a saturated
+    closed loop only queues)."""
+    below = max((lv for lv in levels if lv <= level), default=min(levels))
+    above = min((lv for lv in levels if lv >= level), default=max(levels))
+
+    def mean(lv: int, i: int) -> float:
+        return statistics.fmean(pair[i] for pair in levels[lv])
+
+    share = 0.0 if above == below else (level - below) / (above - below)
+    throughput = mean(below, 0) * (1 - share) + mean(above, 0) * share
+    latency = mean(below, 1) * (1 - share) + mean(above, 1) * share
+    if level > above:
+        latency *= level / above
+    return Reading(throughput, latency, latency, latency, latency)
 
 
 def survey_label(candidate: Candidate) -> str:

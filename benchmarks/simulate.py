@@ -19,8 +19,10 @@ window CV of 10%). The stability rules these replaced were compared side by side
                                                        # a surface surveyed on a real server
 
 A survey (``benchmarks/survey.py``) must hold every config of its space (the default, unless it
-records another): one that
-stopped part way is refused with how many it lacks (the same survey command completes it).
+records another): one that stopped part way is refused with how many it lacks (the same survey
+command completes it). Where it was read again on other servers (``survey.py --server 2``), the
+truth is the servers' mean and its fresh servers spread as its servers did; one model surveyed
+twice is named by its files.
 """
 
 from __future__ import annotations
@@ -44,13 +46,15 @@ CVS = (0.02, 0.05, 0.10, 0.15, 0.20)
 
 def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
     out: list[sim.Surface] = []
-    for path in args.survey or ():
-        surveyed = sim.Surveyed.load(path)
+    loaded = [(path, sim.Surveyed.load(path)) for path in args.survey or ()]
+    for path, surveyed in loaded:
         missing = surveyed.missing(sim.space_of(surveyed))
         if missing:
             raise SystemExit(f"{path}: {missing} config(s) of its space not surveyed yet")
         if args.server_spread is not None:
             surveyed = replace(surveyed, server_cv=args.server_spread)
+        if sum(s.name == surveyed.name for _, s in loaded) > 1:
+            surveyed = replace(surveyed, name=path.name.split(".")[0])  # one model surveyed twice
         out.append(surveyed)
     if not args.synthetic:
         return out

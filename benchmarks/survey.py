@@ -5,11 +5,16 @@ configs that make the server do the same), served on a fresh local tritonserver,
 of ``--levels`` (client concurrencies) in ``--windows`` windows of ``--window`` seconds, each
 window's throughput and latency at the SLA's percentile kept. The file (JSON, gzipped) is small:
 about 10 numbers per point. A survey that stops (Ctrl-C, a crash) is resumed by the same command:
-configs already in the file are not measured again.
+configs already in the file are not measured again. ``--server 2`` (3, ...) surveys every config
+again on fresh servers into the same file: the simulator takes the servers' mean for the truth and
+their spread for its fresh servers' (one server's reading of a config is off the truth by that
+spread, so a top finer than it cannot be told from one reading).
 
     python benchmarks/survey.py --model cnn --sla-p95-ms 20 --out benchmarks/surveys/cnn.json.gz
     python benchmarks/survey.py --model toy --model-repository tests/models --sla-p95-ms 60 \\
         --search-space small.yaml --levels 1 2 4 8 --windows 4 --out /tmp/toy.json.gz
+    python benchmarks/survey.py --model bertQA --sla-p99-ms 50 --server 2 \\
+        --out benchmarks/surveys/bertQA.json.gz
 
 It costs, per config, a server start and ``levels x (warm-up + windows x window)`` seconds: the
 default space's 136 configs at the default 10 levels and 10 windows of 0.5 s take about 2.1 hours,
@@ -66,8 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         help="survey only this config (its label as the survey prints it; repeatable): a second "
         "server's reading of chosen configs, in a file of its own, for their server-to-server spread",
     )  # fmt: skip
+    parser.add_argument(
+        "--server", type=int, default=1, metavar="N",
+        help="whose reading: 1 (default) the first server's; 2, 3... every config again on another "
+        "server, kept beside the first in the same file (the simulator's truth is the servers' mean, "
+        "their spread its fresh servers')",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="the survey file (.json.gz)")
     args = parser.parse_args(argv)
+    if args.server < 1 or (args.server > 1 and not args.out.exists()):
+        parser.error(f"--server {args.server}: a reading again needs the first one in {args.out}")
     stopping.install()  # SIGTERM unwinds like Ctrl-C: the server stopped, the file whole
     if (args.sla_p95_ms is None) == (args.sla_p99_ms is None):
         parser.error("give one of --sla-p95-ms and --sla-p99-ms")
@@ -88,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         "space": space_document(args.search_space or default_space_path()),
         "baseline": asdict(prep.baseline),
     }  # fmt: skip
+    again = data.setdefault("again", []) if args.server > 1 else []
+    again += [{} for _ in range(args.server - 1 - len(again))]
+    readings = again[args.server - 2] if args.server > 1 else data["windows"]
     configs = sim.candidates(prep.space)
     if args.only:
         unknown = sorted(set(args.only) - {sim.survey_label(c) for c in configs})
@@ -117,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for i, config in enumerate(configs):
                 label = sim.survey_label(config)
-                if label in data["windows"]:
+                if label in readings:
                     continue
                 with trials.serve(config, run.log(f"{i:03d}.log"), f"survey-{i:03d}") as server:
                     gen = trials.generator(server, plan)
@@ -129,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
                         levels[str(level)] = [[float(f"{t:.4g}"), float(f"{ms:.4g}")] for t, ms in pairs]
                         if point.latency_ms(sla.percentile) >= BEYOND * sla.limit_ms:
                             break  # the levels above only add latency (sim.Surveyed extends it)
-                data["windows"][label] = levels
+                readings[label] = levels
                 _write(args.out, data)
-                done = len(data["windows"])
+                done = len(readings)
                 print(f"{done}/{len(configs)} {label} ({time.monotonic() - started:.0f} s)", flush=True)
         finally:
             launcher.drain()

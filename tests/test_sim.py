@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -97,6 +98,55 @@ def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tm
     beyond = surface.truth(off, 8)  # past the last level surveyed: saturated, it only queues
     assert beyond.throughput == 210 and beyond.p95_ms == pytest.approx(10.0 * 8 / 4)
     assert surface.missing(SPACE) == len(sim.candidates(SPACE)) - 2  # a survey that stopped part way
+
+
+def test_a_survey_read_again_on_other_servers_takes_their_mean_and_measures_their_spread(
+    tmp_path: Path,
+) -> None:
+    """A survey's "again" (benchmarks/survey.py --server 2): the truth is the servers' mean, a
+    window one of either server's scaled to it, and a fresh server's spread the servers' own per
+    config (a drift that moves every config alike is not a server's spread); a second server may
+    read only some configs again (the first must read them all)."""
+    import math
+
+    on = Candidate(2, "KIND_CPU", (), 8, True, (), 0, False)
+    off = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)
+    first = {
+        sim.survey_label(on): {"1": [[100, 2.0], [110, 2.2]], "4": [[380, 4.0], [400, 4.4]]},
+        sim.survey_label(off): {"1": [[90, 2.5], [90, 2.5]], "4": [[200, 9.0], [220, 11.0]]},
+    }
+
+    def scaled(by: dict[str, float]) -> dict[str, Any]:
+        return {
+            label: {lv: [[t * by[label], ms] for t, ms in pairs] for lv, pairs in levels.items()}
+            for label, levels in first.items()
+            if label in by
+        }
+
+    def load(again: list[dict[str, Any]]) -> sim.Surveyed:
+        data = {"version": sim.SURVEY_VERSION, "model": "toy", "percentile": 95, "limit_ms": 8.0,
+                "cores": 2, "window_s": 0.5, "windows": first, "again": again}  # fmt: skip
+        path = tmp_path / "toy.json.gz"
+        path.write_bytes(gzip.compress(json.dumps(data).encode()))
+        return sim.Surveyed.load(path)
+
+    apart = load([scaled({sim.survey_label(on): 1.1, sim.survey_label(off): 0.9})])
+    assert apart.truth(on, 1).throughput == pytest.approx(105 * 1.05)
+    assert apart.truth(off, 4).throughput == pytest.approx(210 * 0.95)
+    rng = random.Random(1)
+    drawn = {round(apart.window(on, 4, rng, 0.5, 1.0).throughput, 6) for _ in range(80)}
+    assert drawn == {round(380 * 1.05, 6), round(400 * 1.05, 6)}  # from either server, scaled to the mean
+    assert apart.server_spread == pytest.approx(math.log(1.1 / 0.9) / 2)  # +-10%: about 0.1
+    bias = [apart.server_bias(rng) for _ in range(4000)]
+    assert statistics.stdev(bias) == pytest.approx(apart.server_spread, rel=0.1)
+    drift = load([scaled({sim.survey_label(on): 0.9, sim.survey_label(off): 0.9})])
+    assert drift.server_spread == pytest.approx(0.0, abs=1e-12)
+    assert sim.Surveyed.load(tmp_path / "toy.json.gz").missing(SPACE) == len(sim.candidates(SPACE)) - 2
+    part = load([{sim.survey_label(on): scaled({sim.survey_label(on): 1.1})[sim.survey_label(on)]}])
+    assert part.missing(SPACE) == len(sim.candidates(SPACE)) - 2  # a part read again: none more missing
+    assert part.truth(off, 1).throughput == 90  # read by the first server alone
+    assert part.truth(on, 1).throughput == pytest.approx(105 * 1.05)
+    assert part.server_spread is None  # one config read twice cannot tell a server from a drift
 
 
 def test_a_survey_of_a_gpu_model_is_tuned_in_its_own_space_from_its_own_config(tmp_path: Path) -> None:
@@ -190,9 +240,8 @@ def test_the_picture_of_a_run_draws_every_trial_each_race_round_and_the_winner()
 
 def test_a_surveyed_surfaces_fresh_servers_spread_as_measured_else_by_half_the_windows() -> None:
     """Surveyed.server_cv (a survey's "server_cv", or simulate.py --server-spread) sets how far a
-    fresh server reads off the truth; without it, half the windows' pooled spread."""
-    import statistics
-
+    fresh server reads off the truth; without it (and one server surveyed), half the windows'
+    pooled spread."""
     surveyed = sim.Surveyed.load(Path(__file__).resolve().parents[1] / "benchmarks/surveys/cnn.json.gz")
     rng = random.Random(3)
     own = statistics.stdev(surveyed.server_bias(rng) for _ in range(4000))

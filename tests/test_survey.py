@@ -46,4 +46,12 @@ def test_a_survey_measures_every_config_at_every_level_and_resumes(
         levels = surface.windows[sim.survey_label(config)]
         assert set(levels) == {1, 4} and all(len(pairs) == 3 for pairs in levels.values())
         assert surface.truth(config, 4).throughput > surface.truth(config, 1).throughput > 0
+    # read again on another server, into the same file (stopped after one config here)
+    assert main([*argv, "--server", "2", "--configs", "1"]) == 0
+    again = sim.Surveyed.load(out)
+    assert len(again.again) == 1 and len(again.again[0]) == 1 and again.missing(space) == 0
+    assert again.windows == surface.windows  # the first reading kept as it was
+    with pytest.raises(SystemExit) as refused:  # nothing to read again
+        main([*argv, "--server", "2", "--out", str(tmp_path / "none.json.gz")])
+    assert refused.value.code == 2 and not (tmp_path / "none.json.gz").exists()
     assert staged_servers() == []
