@@ -624,11 +624,12 @@ class Surveyed:
                     statistics.fmean(math.log(statistics.fmean(t for t, _ in s[label][lv])) for lv in levels)
                     for s in self.servers
                 ])  # fmt: skip
+        if len(logs) < 2:
+            return None
         drift = [statistics.fmean(row[i] for row in logs) for i in range(len(self.servers))]
         centred = [[x - d for x, d in zip(row, drift, strict=True)] for row in logs]
         squares = sum((x - statistics.fmean(row)) ** 2 for row in centred for x in row)
-        dof = (len(centred) - 1) * (len(self.servers) - 1)  # the drifts took one per server
-        return math.sqrt(squares / dof) if dof > 0 else None
+        return math.sqrt(squares / ((len(centred) - 1) * (len(self.servers) - 1)))  # a drift took one each
 
     def missing(self, space: SearchSpace) -> int:
         """How many configs of ``space`` the first server lacks (0: it can stand for the space;

@@ -147,6 +147,7 @@ def test_a_survey_read_again_on_other_servers_takes_their_mean_and_measures_thei
     assert part.truth(off, 1).throughput == 90  # read by the first server alone
     assert part.truth(on, 1).throughput == pytest.approx(105 * 1.05)
     assert part.server_spread is None  # one config read twice cannot tell a server from a drift
+    assert load([{}]).server_spread is None and load([{}]).truth(on, 1).throughput == 105  # none again
 
 
 def test_a_survey_of_a_gpu_model_is_tuned_in_its_own_space_from_its_own_config(tmp_path: Path) -> None:
