@@ -654,7 +654,7 @@ class Surveyed:
         self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: float
     ) -> Reading:
         readings = self._readings(candidate)
-        levels = readings[0] if len(readings) == 1 else rng.choice(readings)
+        levels = readings[0] if len(readings) == 1 else rng.choice(readings)  # one: no draw, as before
         nearest = min(levels, key=lambda lv: (abs(lv - level), lv))
         true, there = self.truth(candidate, level), _truth(levels, nearest)
         throughput, latency = rng.choice(levels[nearest])

@@ -101,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         "space": space_document(args.search_space or default_space_path()),
         "baseline": asdict(prep.baseline),
     }  # fmt: skip
-    again = data.setdefault("again", []) if args.server > 1 else []
-    again += [{} for _ in range(args.server - 1 - len(again))]
-    readings = again[args.server - 2] if args.server > 1 else data["windows"]
+    readings = data["windows"]
+    if args.server > 1:
+        again = data.setdefault("again", [])
+        again += [{} for _ in range(args.server - 1 - len(again))]
+        readings = again[args.server - 2]
     configs = sim.candidates(prep.space)
     if args.only:
         unknown = sorted(set(args.only) - {sim.survey_label(c) for c in configs})
