@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.picture:
         return draw_one(args)
     print(
-        f"{'surface':<28} {'SLA':<15} {'good':>6} {'meets':>6} {'worst':>5} {'sim s':>6} "
+        f"{'surface':<28} {'SLA':<15} {'good':>6} {'mean':>6} {'meets':>6} {'worst':>5} {'sim s':>6} "
         "trials honest good@lim   seen"
     )
     rows: list[tuple[sim.Surface, sim.Tally]] = []
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             trials = statistics.median(j.trials for j in tally.judged)
             worst = min(j.ratio for j in tally.judged)
             print(
-                f"{surface.name:<28} {surface.sla.label:<15} {tally.good:>6.1%} "
+                f"{surface.name:<28} {surface.sla.label:<15} {tally.good:>6.1%} {tally.mean:>6.3f} "
                 f"{tally.meets:>6.1%} {worst:>5.2f} {tally.median_s:>6.0f} {trials:>6.0f} "
                 f"{tally.share(lambda j: j.honest):>6.0%} {tally.good_at_limit:>8.1%} {tally.seen:>6.1%}",
                 flush=True,
@@ -150,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         good = sum(t.good >= 0.95 for _, t in mine)
         meets = sum(t.meets >= 0.95 for _, t in mine)
         times = statistics.median(t.median_s for _, t in mine)
+        mean = statistics.fmean(t.mean for _, t in mine)
         print(
             f"{where}: good >= 95% on {good}/{len(mine)} surfaces, meets >= 95% on "
-            f"{meets}/{len(mine)}, median of the surfaces' median simulated time {times:.0f} s"
+            f"{meets}/{len(mine)}, median of the surfaces' median simulated time {times:.0f} s, "
+            f"mean winner/best {mean:.4f}"
         )
     return 0
 

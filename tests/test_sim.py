@@ -334,3 +334,14 @@ def test_a_contender_sent_down_a_level_as_its_rounds_run_out_is_raced_there() ->
                 sla = Sla(surface.sla.percentile, v.limit_ms)
                 listed = rules.race_levels(by_number[v.trial], sla)
                 assert rules.level_below(v.concurrency, v.points, sla, listed) is None, (repeats, seed)
+
+
+def test_a_tally_reads_the_winners_share_of_the_best_at_the_bar_and_on_average() -> None:
+    """``good`` counts winners at 0.95 of the best or more; ``mean`` averages every run's share
+    (a run without a winner counts 0), so 0.948 and 0.953 read alike there."""
+    ratios = (0.948, 0.953, 1.0, 0.0)
+    judged = [sim.Judged("s", i, None, 0, r, r > 0, 1.0, 1, True) for i, r in enumerate(ratios)]
+    tally = sim.Tally(judged)
+    assert tally.good == 0.5 and tally.meets == 0.75
+    assert abs(tally.mean - statistics.fmean(ratios)) < 1e-12
+    assert sim.Tally().mean == 0.0
