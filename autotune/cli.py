@@ -166,12 +166,7 @@ def _add_run(sub: Any) -> None:
     budget = run.add_argument_group(
         "budget (whichever ends first; --resume keeps the run's, and its other options, unless given)"
     )
-    budget.add_argument(
-        "--max-trials",
-        type=int,
-        help="configs to try at most; the last --patience of them only while a one-step change of "
-        f"the best config is untried (default {DEFAULTS.max_trials})",
-    )
+    budget.add_argument("--max-trials", type=int, help=f"configs to try (default {DEFAULTS.max_trials})")
     budget.add_argument(
         "--time-budget",
         help="wall time for the search, counted over every --resume, e.g. 90s, 10m, 1h "

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from itertools import zip_longest
 from typing import Any
 
 from autotune.objective import RAW, Scoring, Sla
@@ -120,20 +119,18 @@ def _steps(choices: Sequence[int], value: int) -> list[int]:
 def unexplored(
     results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW, n: int | None = None
 ) -> list[Candidate]:
-    """The :func:`neighbours` of the first ``n`` (default all) :func:`~autotune.rules.finalists`,
-    taken in turns (each one's first step, then each one's second...), :func:`equivalent` to no
-    config any trial has tried, nor a step of :func:`losing_steps`: with ``n`` 1 the walk's next
-    steps from the best trial; the search does not converge while any is left."""
+    """The :func:`neighbours` of the first ``n`` (default all) :func:`~autotune.rules.finalists`, in
+    turn, :func:`equivalent` to no config any trial has tried, nor a step of :func:`losing_steps`:
+    with ``n`` 1 the walk's next steps from the best trial; the search does not converge while any is left."""
     tried = [r.candidate for r in results if r.candidate is not None]
     lost = losing_steps(results, scoring)
-    steps: list[list[Candidate]] = []
+    out: list[Candidate] = []
     for result in finalists([r for r in results if r.candidate is not None], n or len(results), scoring):
         assert result.candidate is not None
         here = result.candidate.instance_count
-        steps.append([c for c in neighbours(result.candidate, space) if (here, c.instance_count) not in lost])
-    out: list[Candidate] = []
-    for turn in zip_longest(*steps):
-        out += [c for c in turn if c is not None and not any(equivalent(c, t) for t in (*tried, *out))]
+        for c in neighbours(result.candidate, space):
+            if (here, c.instance_count) not in lost and not any(equivalent(c, t) for t in (*tried, *out)):
+                out.append(c)
     return out
 
 
@@ -210,12 +207,6 @@ def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = 
 def finished(results: Sequence[TrialResult]) -> int:
     """The trials that count against the budget: ended (:data:`TOLD`), not interrupted."""
     return sum(r.state in TOLD and not r.interrupted for r in results)
-
-
-def over_budget(finished: int, max_trials: int, patience: int, walked: bool) -> bool:
-    """Whether ``finished`` trials end the search: ``max_trials`` of them, or, within the last
-    ``patience`` of the budget, once the walk from the best trial has no untried step (``walked``)."""
-    return finished >= max_trials or (walked and finished >= max_trials - patience)
 
 
 def time_left(budget_s: float | None, elapsed_s: float, finished: int) -> bool:

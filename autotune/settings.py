@@ -373,9 +373,7 @@ class RunOptions:
     Each field's default is the one source of that flag's default."""
 
     search_space: str = ""  # a YAML file (recorded absolute) or a bundled space's name; "": the default
-    # The budget's last ``patience`` trials are spent only while the walk from the best has an
-    # untried step (decide.over_budget)
-    max_trials: int = 24
+    max_trials: int = 20
     time_budget_s: float | None = 12 * 60.0  # None: no limit
     # Stop after this many measured configs in a row without a better goodput; 0: off
     patience: int = 4

@@ -356,18 +356,13 @@ def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: 
     nothing is queued, the next step of the walk from the best trial is (:func:`decide.unexplored`);
     once converged, or once the sampler proposes a config measured before (:func:`decide.out_of_ideas`),
     the untried one-step neighbours of the incumbent and of its ties (:func:`decide.unexplored`)
-    are queued and measured first; a converged search ends when none is left. It ends at
-    ``--max-trials``, or ``--patience`` trials before once the walk from the best trial has no
-    untried step (:func:`decide.over_budget`)."""
+    are queued and measured first; a converged search ends when none is left."""
     settings = prep.settings
     finished = decide.finished(results)
-    if not decide.time_left(settings.time_budget_s, elapsed_s, finished):
+    if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
         return False
-    walk = decide.unexplored(results, prep.space, study.scoring, 1)
-    walked = not walk and rules.best_trial(results, study.scoring) is not None
-    if decide.over_budget(finished, settings.max_trials, settings.patience, walked):
-        return False
-    for step in [] if study.queued() else walk[:1]:
+    steps = [] if study.queued() else decide.unexplored(results, prep.space, study.scoring, 1)
+    for step in steps[:1]:
         study.enqueue(params_of(step))
     converged = decide.converged(results, settings.patience, study.scoring)
     if not converged and not decide.out_of_ideas(results):
