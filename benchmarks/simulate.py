@@ -31,6 +31,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -83,6 +84,17 @@ def run_surface(
     return surface, tally
 
 
+def misses(tally: sim.Tally) -> list[str]:
+    """The runs whose winner is below 0.95 of the best, counted by winner, most first: ``3x 0.948
+    LABEL`` (``none``: no winner)."""
+    counts = Counter(
+        (round(j.ratio, 3), sim.survey_label(j.winner) if j.winner else "none")
+        for j in tally.judged
+        if j.ratio < 0.95
+    )
+    return [f"{n}x {ratio:.3f} {label}" for (ratio, label), n in counts.most_common()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -113,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
+        "--misses", action="store_true",
+        help="under each surface, its winners under 0.95 of the best, by config",
+    )  # fmt: skip
+    parser.add_argument(
         "--picture", type=Path, metavar="SVG",
         help="draw one run's decisions instead (the first surface chosen, --seed) and stop",
     )  # fmt: skip
@@ -141,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{tally.share(lambda j: j.honest):>6.0%} {tally.good_at_limit:>8.1%} {tally.seen:>6.1%}",
                 flush=True,
             )
+            for line in misses(tally) if args.misses else ():
+                print(f"    {line}")
     print(f"\n{len(rows)} surfaces x {args.runs} runs in {time.monotonic() - started:.0f} s")
     for quiet in (True, False):
         mine = [(s, t) for s, t in rows if (s.cv <= 0.10) == quiet]  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ import gzip
 import json
 import random
 import statistics
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -345,3 +346,15 @@ def test_a_tally_reads_the_winners_share_of_the_best_at_the_bar_and_on_average()
     assert tally.good == 0.5 and tally.meets == 0.75
     assert abs(tally.mean - statistics.fmean(ratios)) < 1e-12
     assert sim.Tally().mean == 0.0
+
+
+def test_simulate_lists_each_surfaces_misses_by_winner() -> None:
+    """``simulate.py --misses``: the winners below 0.95 of the best, counted by config, most first."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import simulate
+
+    one = sim.candidates(sim.default_space())[0]
+    ratios = (0.948, 0.948, 0.99, 0.5, 0.0)
+    judged = [sim.Judged("s", i, one if r else None, 0, r, True, 1.0, 1, True) for i, r in enumerate(ratios)]
+    label = sim.survey_label(one)
+    assert simulate.misses(sim.Tally(judged)) == [f"2x 0.948 {label}", f"1x 0.500 {label}", "1x 0.000 none"]
