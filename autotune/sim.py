@@ -483,6 +483,9 @@ def honest(results: Sequence[TrialResult], told: dict[int, list[float] | None], 
     return True
 
 
+GOOD = 0.95  # the issue's bar: a winner is good at this share of the surface's best goodput or more
+
+
 @dataclass
 class Tally:
     """Runs on one surface, summarised as the acceptance reads them."""
@@ -495,12 +498,12 @@ class Tally:
     @property
     def good(self) -> float:
         """Runs whose winner's true goodput is at least 0.95 of the best."""
-        return self.share(lambda j: j.ratio >= 0.95)
+        return self.share(lambda j: j.ratio >= GOOD)
 
     @property
     def good_at_limit(self) -> float:
         """Runs whose winner's true goodput at the search's limit is at least 0.95 of the best there."""
-        return self.share(lambda j: j.ratio_at_limit >= 0.95)
+        return self.share(lambda j: j.ratio_at_limit >= GOOD)
 
     @property
     def mean(self) -> float:
@@ -516,7 +519,7 @@ class Tally:
     def seen(self) -> float:
         """Runs whose search measured a config of at least 0.95 of the best (the rest: ``good``
         was lost before any decision between good configs)."""
-        return self.share(lambda j: j.seen >= 0.95)
+        return self.share(lambda j: j.seen >= GOOD)
 
     @property
     def median_s(self) -> float:

@@ -90,7 +90,7 @@ def misses(tally: sim.Tally) -> list[str]:
     counts = Counter(
         (round(j.ratio, 3), sim.survey_label(j.winner) if j.winner else "none")
         for j in tally.judged
-        if j.ratio < 0.95
+        if j.ratio < sim.GOOD
     )
     return [f"{n}x {ratio:.3f} {label}" for (ratio, label), n in counts.most_common()]
 

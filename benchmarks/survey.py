@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=int, default=0, help="survey at most this many configs (0: all)")
     parser.add_argument(
         "--only", action="append", metavar="LABEL",
-        help="survey only this config (its label as the survey prints it; repeatable): a second "
-        "server's reading of chosen configs, in a file of its own, for their server-to-server spread",
+        help="survey only this config (its label as the survey prints it; repeatable): with "
+        "--server 2..., a sample of configs read again, for the server-to-server spread",
     )  # fmt: skip
     parser.add_argument(
         "--server", type=int, default=1, metavar="N",
