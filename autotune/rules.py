@@ -4,6 +4,7 @@ the finalists on fresh servers."""
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -212,31 +213,47 @@ Carry = Callable[[Point], float]
 def to_limit(result: TrialResult, limit_ms: float, percentile: int) -> Carry:
     """A closed loop's race figure for a round: its throughput carried to the level where its
     latency would reach ``limit_ms``, along the least-squares slopes of log latency and log
-    throughput over the search's levels within a doubling of the operating point (clamped to
-    them); without such slopes (one level, latency not growing), as measured."""
+    throughput over the levels its own search measured within a doubling of the operating
+    point on the side the round is carried to (:func:`_side`), no further than those levels;
+    without slopes (one level, latency not growing), as measured."""
     best, measurement = result.best, result.measurement
     if best is None or measurement is None or not best.concurrency:
         return _measured
     top = best.level
-    near = [p for p in measurement.points if top / 2 <= p.level <= top * 2 and p.throughput > 0]
+    near = sorted(
+        (p for p in measurement.points if top / 2 <= p.level <= top * 2 and p.throughput > 0),
+        key=lambda p: p.level,
+    )
     if len({p.level for p in near}) < 2 or any(p.latency_ms(percentile) <= 0 for p in near):
         return _measured
     levels = [p.level for p in near]
-    latency = _slope(levels, [math.log(p.latency_ms(percentile)) for p in near])
-    throughput = _slope(levels, [math.log(p.throughput) for p in near])
-    if latency <= 0:
-        return _measured
-    low, high = min(levels), max(levels)
+    latency = [math.log(p.latency_ms(percentile)) for p in near]
+    throughput = [math.log(p.throughput) for p in near]
 
     def carried(point: Point) -> float:
         measured = point.latency_ms(percentile)
         if measured <= 0 or point.throughput <= 0:
             return point.throughput
-        level = point.level + (math.log(limit_ms) - math.log(measured)) / latency
-        level = min(max(level, low), high)
-        return point.throughput * math.exp(throughput * (level - point.level))
+        side = _side(levels, point.level, up=measured < limit_ms)
+        grows = _slope(levels[side], latency[side])
+        if grows <= 0:
+            return point.throughput
+        level = point.level + (math.log(limit_ms) - math.log(measured)) / grows
+        level = min(max(level, levels[side][0]), levels[side][-1])
+        return point.throughput * math.exp(_slope(levels[side], throughput[side]) * (level - point.level))
 
     return carried
+
+
+def _side(levels: Sequence[float], here: float, up: bool) -> slice:
+    """The part of ``levels`` (rising) a round at ``here`` is carried along: up, from the last
+    level at or below it; down, to the first at or above it (a knee's growth below a round says
+    nothing of the growth above it); all of them where that leaves fewer than two."""
+    if up:
+        side = slice(max(bisect.bisect_right(levels, here) - 1, 0), None)
+    else:
+        side = slice(0, bisect.bisect_left(levels, here) + 1)
+    return side if len(levels[side]) >= 2 else slice(None)
 
 
 def _measured(point: Point) -> float:

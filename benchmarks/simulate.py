@@ -71,6 +71,7 @@ def run_surface(
     runs: int,
     max_trials: int = RunSettings.max_trials,
     repeats: int | None = None,
+    finalists: int | None = None,
 ) -> tuple[sim.Surface, sim.Tally]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
@@ -78,7 +79,7 @@ def run_surface(
     there = max(sim.true_goodput(surface, c, space, limit)[0] for c in sim.candidates(space))
     tally = sim.Tally()
     for seed in range(runs):
-        given = {} if repeats is None else {"repeats": repeats}
+        given = {k: v for k, v in (("repeats", repeats), ("finalists", finalists)) if v is not None}
         outcome = sim.simulate(surface, seed, max_trials=max_trials, **given)
         tally.judged.append(sim.judge(surface, space, outcome, best, (limit, there)))
     return surface, tally
@@ -119,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         help=f"each run's --repeats (default the CLI's: {RunSettings.repeats})",
     )  # fmt: skip
     parser.add_argument(
+        "--finalists", type=int,
+        help=f"each run's --finalists (default the CLI's: {RunSettings.finalists})",
+    )  # fmt: skip
+    parser.add_argument(
         "--server-spread", type=float, metavar="SD",
         help="a surveyed surface's fresh servers read off its truth by this relative sd "
         "(default: the survey's own, else half its windows' spread)",
@@ -144,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[sim.Surface, sim.Tally]] = []
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(run_surface, s, args.runs, args.max_trials, args.repeats) for s in surfaces(args)
+            pool.submit(run_surface, s, args.runs, args.max_trials, args.repeats, args.finalists)
+            for s in surfaces(args)
         ]
         for future in futures:
             surface, tally = future.result()

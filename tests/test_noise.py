@@ -249,6 +249,18 @@ def test_a_round_is_carried_to_the_limit_along_its_searchs_slopes() -> None:
     assert alone(windowed(8, 990.0, 10.0)) == 990.0
 
 
+def test_a_round_is_carried_along_the_side_of_its_search_it_goes_to_not_across_a_knee() -> None:
+    """A search whose throughput grew by a third from 2 to 3 clients and by 3% from 3 to 4 (a
+    knee at 3): a round at 3 with room under the limit is carried along the levels from 3 up
+    (167.5), not one slope over all three (188: more than the config served at any level); one
+    over the limit, along the levels up to 3 (to 2 at most)."""
+    knee = [windowed(2, 125.0, 11.3), windowed(3, 164.0, 14.4), windowed(4, 169.0, 23.0)]
+    carry = rules.to_limit(_trial(0, knee), 20.0, 95)
+    assert carry(windowed(3, 164.0, 14.4)) == pytest.approx(167.5, rel=0.002)
+    assert carry(windowed(3, 160.0, 30.0)) == pytest.approx(160.0 * 125.0 / 164.0, rel=0.01)
+    assert carry(windowed(4, 169.0, 19.0)) == pytest.approx(169.0, rel=0.01)  # from the top: all three, to 4
+
+
 def test_carried_to_the_limit_the_config_that_would_serve_most_there_leads_the_race() -> None:
     """Raced at one level, two contenders serve alike and the one of lower latency would lead
     by the intervals' tie; carried to the limit along their searches' slopes, the other, whose
