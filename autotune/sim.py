@@ -257,6 +257,9 @@ class Judged:
     # the best true goodput among the configs the search measured, over the surface's best: the
     # most its decisions could have won (below 0.95: the search never measured a good config)
     seen: float = 0.0
+    # the winner's true throughput at its recommended operating point over the best true goodput
+    # at the search's limit (0.0: not asked for, or no winner): what the user is told to run
+    at_point: float = 0.0
 
 
 def judge(
@@ -287,8 +290,9 @@ def judge(
     ratio = goodput / best if best > 0 else 0.0
     limit, best_there = at_limit
     there = true_goodput(surface, winner.candidate, space, limit)[0] / best_there if best_there > 0 else 0.0
+    point = true.throughput / best_there if true is not None and best_there > 0 else 0.0
     return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, meets, outcome.sim_s,
-                  outcome.measured, outcome.honest, there, seen)  # fmt: skip
+                  outcome.measured, outcome.honest, there, seen, point)  # fmt: skip
 
 
 # ---------------------------------------------------------------- simulated servers and load
@@ -504,6 +508,13 @@ class Tally:
     def good_at_limit(self) -> float:
         """Runs whose winner's true goodput at the search's limit is at least 0.95 of the best there."""
         return self.share(lambda j: j.ratio_at_limit >= GOOD)
+
+    @property
+    def good_at_point(self) -> float:
+        """Runs whose winner's true throughput at its recommended operating point is at least 0.95
+        of the best true goodput at the search's limit (the config and where it stands, judged
+        together, as a re-measurement of the recommendation judges them)."""
+        return self.share(lambda j: j.at_point >= GOOD)
 
     @property
     def mean(self) -> float:

@@ -54,6 +54,22 @@ def test_on_a_noise_free_surface_every_run_finds_the_best_and_tells_only_what_it
     assert all(0 < j.sim_s < 12 * 60 and j.trials >= 6 for j in judged)
 
 
+def test_a_winner_is_judged_at_its_operating_point_against_the_best_at_the_searchs_limit() -> None:
+    """``at_point``: the winner's true throughput where it is recommended over the best goodput at
+    the search's limit; on a noise-free surface the recommendation stands within a level of it."""
+    limit = QUIET.sla.tightened(0.10).limit_ms
+    there = max(sim.true_goodput(QUIET, c, SPACE, limit)[0] for c in sim.candidates(SPACE))
+    best = max(sim.true_goodput(QUIET, c, SPACE)[0] for c in sim.candidates(SPACE))
+    outcome = sim.simulate(QUIET, 0)
+    judged = sim.judge(QUIET, SPACE, outcome, best, (limit, there))
+    assert judged.winner is not None and judged.level > 0
+    assert judged.at_point == pytest.approx(QUIET.truth(judged.winner, judged.level).throughput / there)
+    assert judged.at_point >= 0.9
+    assert sim.judge(QUIET, SPACE, outcome, best).at_point == 0.0  # no limit asked for
+    tally = sim.Tally([judged, replace(judged, at_point=0.94)])
+    assert tally.good_at_point == 0.5
+
+
 def test_the_simulated_clock_is_what_servers_and_windows_take() -> None:
     outcome = sim.simulate(QUIET, seed=0, max_trials=3, finalists=0)
     measured = [r for r in outcome.results if r.measurement is not None]
