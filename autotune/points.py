@@ -213,7 +213,7 @@ class Point:
 
 @dataclass(frozen=True)
 class Measurement:
-    """A candidate's goodput search: every point measured and the best one within the SLA.
+    """A candidate's goodput search: every point measured (by level) and the best one within the SLA.
 
     ``pruned``: the search stopped early because this candidate could not beat the best one
     found so far (its first SLA-breaking point already had less throughput); ``best`` is then

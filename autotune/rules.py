@@ -220,10 +220,7 @@ def to_limit(result: TrialResult, limit_ms: float, percentile: int) -> Carry:
     if best is None or measurement is None or not best.concurrency:
         return _measured
     top = best.level
-    near = sorted(
-        (p for p in measurement.points if top / 2 <= p.level <= top * 2 and p.throughput > 0),
-        key=lambda p: p.level,
-    )
+    near = [p for p in measurement.points if top / 2 <= p.level <= top * 2 and p.throughput > 0]  # by level
     if len({p.level for p in near}) < 2 or any(p.latency_ms(percentile) <= 0 for p in near):
         return _measured
     levels = [p.level for p in near]
