@@ -39,19 +39,10 @@ def heuristic_seeds(
         return seeds
     kind = space.kind[0]
     pref = "none" if "none" in space.preferred_batch_size else space.preferred_batch_size[0]
-    return seeds + [
-        {
-            "instance_count": count,
-            "kind": kind,
-            "max_batch_size": mbs,
-            "dynamic_batching": True,
-            "preferred_batch_size": pref,
-            "max_queue_delay_us": min(space.max_queue_delay_us),
-            "gpus": space.gpus[0],
-            "trt_fp16": False,
-        }
-        for count in reversed(seed_counts(space, kind, cores))
-    ]
+    batching = dict(kind=kind, max_batch_size=mbs, dynamic_batching=True, preferred_batch_size=pref)
+    rest = dict(max_queue_delay_us=min(space.max_queue_delay_us), gpus=space.gpus[0], trt_fp16=False)
+    counts = reversed(seed_counts(space, kind, cores))
+    return seeds + [{"instance_count": count, **batching, **rest} for count in counts]
 
 
 def seed_counts(space: SearchSpace, kind: str, cores: int) -> list[int]:
@@ -190,8 +181,6 @@ def closest(choices: Sequence[int], target: int) -> int:
 def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = RAW) -> bool:
     """Whether the last ``patience`` (> 0) configs measured or failed, not reused nor interrupted,
     brought none :func:`~autotune.rules.better_trial` than the best before them."""
-    if patience < 1:
-        return False
     best: TrialResult | None = None
     since = 0
     for result in sorted(results, key=lambda r: r.number):
@@ -201,7 +190,7 @@ def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = 
             best, since = result, 0
         else:
             since += 1
-    return best is not None and since >= patience
+    return patience >= 1 and best is not None and since >= patience
 
 
 def finished(results: Sequence[TrialResult]) -> int:

@@ -24,14 +24,13 @@ RAMP_S = 0.3  # warm-up before each point after a server's first one (the first 
 
 
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
-    """The :func:`rules.finalists` raced for at most ``--repeats`` rounds, each round on a fresh server
-    (shared by its contenders where :meth:`Trials.can_share`), each contender at its level: rounds that
-    :func:`rules.rounds_break` send it :func:`rules.level_below` (none: it leaves, one sent down in the last
-    round gets one there); after each round the :func:`rules.outraced` leave; it ends when one is left with
-    two rounds. The leader must :func:`rules.rounds_meet` where it stands (undecided: a level down,
-    ``--repeats`` rounds a level at most). A round's windows are judged with the earlier rounds' at its level
-    (:func:`rules.judged_at`). Each contender's rounds at its last level are its verification (the levels it
-    left its ``others``); a race the study recorded already is not run again."""
+    """The :func:`rules.finalists` raced, at most ``--repeats`` rounds, each on a fresh server (shared where
+    :meth:`Trials.can_share`), each contender at its level, its windows judged with its earlier rounds' there
+    (:func:`rules.judged_at`): rounds that :func:`rules.rounds_break` send it :func:`rules.level_below` (none:
+    it leaves; sent down in the last round: one round there); after each round the :func:`rules.outraced`
+    leave, until one is left with two rounds. The leader must :func:`rules.rounds_meet` where it stands
+    (undecided: a level down, ``--repeats`` rounds a level at most). A contender's rounds at its last level
+    are its verification (those it left, its ``others``); a race the study recorded is not run again."""
     settings, scoring = prep.settings, prep.scoring
     results = study.results()
     ranked = rules.finalists(results, settings.finalists, scoring) if settings.repeats >= 1 else []
@@ -50,8 +49,8 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     carries = None if prep.loader.open_loop else to_limit
 
     def measured(contenders: Sequence[TrialResult]) -> dict[int, Point | None]:
-        """A round of each of ``contenders``: on one server in an order that turns each round,
-        where they can share one; else, or where that failed them, each on its own."""
+        """A round of each of ``contenders``: on one server (where they can share one) in an order
+        that turns each round; else, or where that failed them, each on its own."""
         out: dict[int, Point | None] = {}
         plans = {
             r.number: rules.judged_at(settings.plan, slas[r.number].limit_ms, rounds[r.number])

@@ -22,9 +22,7 @@ _T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.
 
 def t95(df: int) -> float:
     """Student's t quantile at :data:`CONFIDENCE` (one-sided) for ``df`` degrees of freedom."""
-    if df < 1:
-        return math.inf
-    return _T95[df - 1] if df <= len(_T95) else 1.645
+    return math.inf if df < 1 else _T95[df - 1] if df <= len(_T95) else 1.645
 
 
 @dataclass(frozen=True)
@@ -40,12 +38,9 @@ class Estimate:
     @classmethod
     def of(cls, values: Sequence[float]) -> Estimate:
         """From readings (one reading: an infinite error; none: a zero mean)."""
-        if not values:
-            return cls(0.0, math.inf, 0)
-        mean = statistics.fmean(values)
-        if len(values) < 2:
-            return cls(mean, math.inf, 1)
-        return cls(mean, _stdev(values, mean) / math.sqrt(len(values)), len(values))
+        mean = statistics.fmean(values) if values else 0.0
+        se = _stdev(values, mean) / math.sqrt(len(values)) if len(values) >= 2 else math.inf
+        return cls(mean, se, len(values))
 
     @property
     def df(self) -> int:

@@ -9,12 +9,15 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 from autotune.noise import Estimate, Noise, better, not_ahead
 from autotune.objective import RAW, Scoring, Sla
 from autotune.points import Measurement, Point, WindowPlan
 from autotune.results import TrialResult, Verification
 from autotune.search_space import Candidate
+
+L = TypeVar("L", int, float)  # a level: clients or a request rate
 
 
 def noise_of(points: Iterable[Point]) -> Noise:
@@ -59,12 +62,7 @@ def find_goodput(
     last level that met it and the first that broke it while the broken one grew over it; pruned
     when a broken level :func:`cannot_win` against ``beat``. Its best: :func:`best_point`."""
     points: dict[int, Point] = {}
-
-    def at(c: int) -> Point:
-        if c not in points:
-            points[c] = measure_at(c)
-        return points[c]
-
+    at = _once(measure_at, points)
     first = min(max(start if start is not None else low, low), high)
     good, bad = (first, None) if sla.met_by(at(first)) else (None, first)
     while good is not None and bad is None and good < high:  # grow
@@ -92,6 +90,11 @@ def find_goodput(
     return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
 
 
+def _once(measure_at: Callable[[L], Point], points: dict[L, Point]) -> Callable[[L], Point]:
+    """``measure_at`` that measures each level once, into ``points``."""
+    return lambda level: points[level] if level in points else points.setdefault(level, measure_at(level))
+
+
 RATE_RESOLUTION = 0.10  # an open loop's search stops once its last good rate is this close to its first bad
 RATE_HEADROOM = 0.6  # under this fraction of the limit a rate doubles; above, it grows by 2 resolutions
 
@@ -111,12 +114,7 @@ def find_rate_goodput(
     halve while it breaks, then bisect geometrically between the last rate that met it and the
     first that broke it to within ``resolution``; pruned as in :func:`find_goodput`."""
     points: dict[float, Point] = {}
-
-    def at(rate: float) -> Point:
-        if rate not in points:
-            points[rate] = measure_at(rate)
-        return points[rate]
-
+    at = _once(measure_at, points)
     rate = _nice(min(max(start, low), high))
     good, bad = (rate, None) if sla.met_by(at(rate)) else (None, rate)
     while good is not None and bad is None and good < high:  # grow
