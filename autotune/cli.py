@@ -219,8 +219,7 @@ def _add_run(sub: Any) -> None:
         "--margin",
         type=float,
         help="latency headroom kept under the SLA: while searching, a point counts as meeting "
-        "the SLA only below (1 - margin) x the limit (1 - 2 x margin with dynamic batching, where "
-        "other load generators read the tail highest), and a finalist's race rounds must meet "
+        "the SLA only below (1 - margin) x the limit, and a finalist's race rounds must meet "
         "that too (else it races a level lower), so that "
         f"re-measuring the winner meets it (default {DEFAULTS.margin:g} = {DEFAULTS.margin * 100:g}%%)",
     )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from autotune.objective import RAW, Scoring, Sla
+from autotune.objective import RAW, Scoring
 from autotune.results import COMPLETE, FAIL, PRUNED, TrialResult
 from autotune.rules import best_trial, better_trial, finalists
 from autotune.search_space import (
@@ -269,10 +269,3 @@ def start_level(results: Sequence[TrialResult], scoring: Scoring = RAW) -> float
     point, where the next goodput search starts; None before any trial met the SLA."""
     best = best_trial(results, scoring)
     return None if best is None or best.best is None else best.best.level
-
-
-def headroom(sla: Sla, margin: float, candidate: Candidate | None, batching: float = 2.0) -> Sla:
-    """The SLA a candidate's points and race rounds are held to: tightened by ``margin``, or
-    with dynamic batching by ``batching`` times it."""
-    share = batching if candidate is not None and candidate.dynamic_batching else 1.0
-    return sla.tightened(margin * share)

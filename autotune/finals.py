@@ -37,25 +37,22 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     done = {v.trial: v for v in study.verifications()}
     if not ranked or all(r.number in done for r in ranked):
         return run.update(verifications=tuple(done[r.number] for r in ranked if r.number in done))
-    slas = {r.number: trials.search_sla(r.candidate) for r in ranked if r.candidate is not None}
+    sla = trials.search_sla()
     shares = {r.number: scoring.share(r.candidate) for r in ranked}
-    levels = {r.number: rules.race_levels(r, slas[r.number]) for r in ranked}
+    levels = {r.number: rules.race_levels(r, sla) for r in ranked}
     level = {n: listed[0] for n, listed in levels.items()}
     rounds: dict[int, list[Point]] = {n: [] for n in shares}
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = {n: [] for n in shares}
     count = dict.fromkeys(shares, 0)
     pct = settings.sla.percentile
-    to_limit = {r.number: rules.to_limit(r, slas[r.number].limit_ms, pct) for r in ranked}
+    to_limit = {r.number: rules.to_limit(r, sla.limit_ms, pct) for r in ranked}
     carries = None if prep.loader.open_loop else to_limit
 
     def measured(contenders: Sequence[TrialResult]) -> dict[int, Point | None]:
         """A round of each of ``contenders``: on one server (where they can share one) in an order
         that turns each round; else, or where that failed them, each on its own."""
         out: dict[int, Point | None] = {}
-        plans = {
-            r.number: rules.judged_at(settings.plan, slas[r.number].limit_ms, rounds[r.number])
-            for r in contenders
-        }
+        plans = {r.number: rules.judged_at(settings.plan, sla.limit_ms, rounds[r.number]) for r in contenders}
         # not on GPUs: a server's GPU figures (its memory) are all its models'
         on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in contenders)
         if len(contenders) > 1 and not on_gpus and trials.can_share():
@@ -74,11 +71,11 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         if point is None:
             return False
         rounds[n].append(point)
-        return not rules.rounds_break(rounds[n], slas[n]) or down(n)
+        return not rules.rounds_break(rounds[n], sla) or down(n)
 
     def down(n: int) -> bool:
         """``n`` to :func:`rules.level_below`; False: none is left."""
-        below = rules.level_below(level[n], rounds[n], slas[n], levels[n])
+        below = rules.level_below(level[n], rounds[n], sla, levels[n])
         others[n].append((level[n], tuple(rounds[n])))
         rounds[n], level[n] = [], level[n] if below is None else below
         return below is not None
@@ -96,14 +93,14 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     alive = [r for r in alive if r not in moved or one_round(r, got[r.number])]
     by_number = {r.number: r for r in ranked}
     while True:  # the leader must meet the SLA where it stands: undecided, it goes down a level
-        standing = {n: pts for n, pts in rounds.items() if pts and not rules.rounds_break(pts, slas[n])}
+        standing = {n: pts for n, pts in rounds.items() if pts and not rules.rounds_break(pts, sla)}
         n = rules.race_leader(standing, shares, pct, carries)
-        if n is None or rules.rounds_meet(rounds[n], slas[n]):
+        if n is None or rules.rounds_meet(rounds[n], sla):
             break
         if not down(n):
             continue
         while len(rounds[n]) < settings.repeats and one_round(by_number[n], measured([by_number[n]])[n]):
-            if rules.rounds_meet(rounds[n], slas[n]):  # (a round that breaks it sends it down a level)
+            if rules.rounds_meet(rounds[n], sla):  # (a round that breaks it sends it down a level)
                 break
     out = []
     for result in ranked:
@@ -112,8 +109,8 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         if not points and past:  # it left the race at its last level: it stands on that one's rounds
             at, points = past.pop()
         concurrency, rate = (0, at) if prep.loader.open_loop else (int(at), 0.0)
-        met = len(points) if rules.rounds_meet(points, slas[n]) else sum(slas[n].met_by(p) for p in points)
-        out.append(Verification(n, concurrency, points, met, rate, tuple(past), limit_ms=slas[n].limit_ms))
+        met = len(points) if rules.rounds_meet(points, sla) else sum(sla.met_by(p) for p in points)
+        out.append(Verification(n, concurrency, points, met, rate, tuple(past), limit_ms=sla.limit_ms))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))
 

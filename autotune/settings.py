@@ -568,10 +568,6 @@ class RunSettings:
     output_check: bool = _DEFAULT.output_check
     output_tolerance: str = _DEFAULT.output_tolerance  # checked: autotune.outputs.parse_tolerance
     command: str = ""  # the command line that made the run, as the report shows it ("": a library call)
-    # a candidate with dynamic batching keeps this many times --margin (decide.headroom): our load
-    # generator reads a batching server's tail lower than perf_analyzer does (0.90-1.4x); the
-    # simulator, whose surfaces have no such bias, sets 1
-    batching_headroom: float = 2.0
 
     @property
     def beside_names(self) -> tuple[str, ...]:

@@ -446,7 +446,7 @@ def simulate(
     baseline = baseline if baseline is not None else baseline_of(surface)
     settings = RunSettings(
         model="sim", repository=Path("."), sla=surface.sla, seed=seed, output_check=False,
-        open_loop_check=False, batching_headroom=1.0, **options,
+        open_loop_check=False, **options,
     )  # fmt: skip
     settings = replace(settings, plan=search_plan(surface.sla, 0.5))
     prep = tuner.Prepared(

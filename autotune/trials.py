@@ -172,11 +172,9 @@ class Trials:
         self._beside_checked = True
         return beside
 
-    def search_sla(self, candidate: Candidate) -> Sla:
-        """The SLA its search and race rounds hold points to (:func:`decide.headroom`: the
-        margin, twice with dynamic batching)."""
-        settings = self.prep.settings
-        return decide.headroom(settings.sla, settings.margin, candidate, settings.batching_headroom)
+    def search_sla(self) -> Sla:
+        """The SLA every search and race round holds points to: the SLA less ``--margin``."""
+        return self.prep.settings.sla.tightened(self.prep.settings.margin)
 
     def measure(self, asked: Asked, start: float | None = None, beat: Estimate | None = None) -> Measurement:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
@@ -185,7 +183,7 @@ class Trials:
         verdict: a point with any breaks the SLA (:meth:`Sla.met_by`), and a candidate whose
         every point got them fails, naming their share and the server's first."""
         settings, loader = self.prep.settings, self.prep.loader
-        search_sla = self.search_sla(asked.candidate)
+        search_sla = self.search_sla()
         plan = rules.judged_at(settings.plan, search_sla.limit_ms)
         if settings.output_check and self.reference() is None and asked.candidate not in self._sources():
             self._record_reference()  # on a server of its own, before this candidate's

@@ -19,7 +19,6 @@ from autotune.decide import (
     equivalent,
     finished,
     gentlest_batch,
-    headroom,
     heuristic_seeds,
     losing_steps,
     neighbours,
@@ -405,18 +404,6 @@ def test_a_repeat_proposal_means_the_sampler_is_out_of_ideas() -> None:
     repeat = measured(1, 100.0, reused_from=0)
     assert out_of_ideas([measured(0, 100.0), repeat, failed(2, stop, interrupted=True)])
     assert not out_of_ideas([measured(0, 100.0), replace(measured(1, 100.0, reused_from=0), state=RUNNING)])
-
-
-def test_a_batching_candidate_is_held_to_twice_the_margin() -> None:
-    """A candidate's points and race rounds are held to the SLA tightened by the margin; with
-    dynamic batching by ``batching`` (default 2) times it."""
-    sla = Sla(99, 20.0)
-    batching = Candidate(2, "KIND_CPU", (), 4, True, (), 0, False)
-    assert headroom(sla, 0.10, batching).limit_ms == pytest.approx(16.0)  # the tails disagree most there
-    assert headroom(sla, 0.10, replace(batching, dynamic_batching=False)).limit_ms == pytest.approx(18.0)
-    assert headroom(sla, 0.10, None) == sla.tightened(0.10)
-    assert headroom(sla, 0.0, batching) == sla  # no margin asked: none kept
-    assert headroom(sla, 0.10, batching, batching=1.0).limit_ms == pytest.approx(18.0)  # the simulator's
 
 
 GPU_SPACE = {

@@ -9,7 +9,6 @@ from typing import Any, cast
 
 from autotune.objective import RAW, Scoring, Sla
 from autotune.rundir import RunDir, RunRecord
-from autotune.search_space import Candidate
 from autotune.settings import Launch, RunSettings
 from autotune.trials import Trials
 from autotune.tuner import prepare
@@ -42,13 +41,12 @@ def test_a_resumed_run_keeps_the_scoring_it_recorded(toy_repo: Path, tmp_path: P
     assert resumed.scoring == RAW  # recorded before this machine had two GPUs: its scores stay comparable
 
 
-def test_a_batching_candidate_is_searched_with_the_headroom_its_verification_asks(
+def test_every_candidate_is_searched_and_raced_at_the_sla_less_the_margin(
     toy_repo: Path, tmp_path: Path
 ) -> None:
-    """The search ranks a candidate at the level its verification can settle on: the limit less
-    the margin, twice the margin with dynamic batching (decide.headroom)."""
+    """The search and the race hold every candidate, batching or not, to the limit less ``--margin``."""
     prep = prepare(replace(settings(toy_repo, tmp_path), margin=0.10), server_gpus=0)
     trials = Trials(prep, cast(Any, None), cast(Any, None), cast(Any, None))
-    batching = Candidate(2, "KIND_CPU", (), 8, True, (), 0, False)
-    assert trials.search_sla(batching) == Sla(95, 40.0)
-    assert trials.search_sla(replace(batching, dynamic_batching=False)) == Sla(95, 45.0)
+    assert trials.search_sla() == Sla(95, 45.0)
+    unmargined = replace(prep, settings=replace(prep.settings, margin=0.0))
+    assert Trials(unmargined, cast(Any, None), cast(Any, None), cast(Any, None)).search_sla() == Sla(95, 50.0)
