@@ -37,7 +37,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     done = {v.trial: v for v in study.verifications()}
     if not ranked or all(r.number in done for r in ranked):
         return run.update(verifications=tuple(done[r.number] for r in ranked if r.number in done))
-    sla = trials.search_sla()
+    sla = settings.search_sla
     shares = {r.number: scoring.share(r.candidate) for r in ranked}
     levels = {r.number: rules.race_levels(r, sla) for r in ranked}
     level = {n: listed[0] for n, listed in levels.items()}

@@ -570,6 +570,12 @@ class RunSettings:
     command: str = ""  # the command line that made the run, as the report shows it ("": a library call)
 
     @property
+    def search_sla(self) -> Sla:
+        """The SLA every search and race round holds points to, and the race's winner is read at:
+        the SLA less ``--margin``."""
+        return self.sla.tightened(self.margin)
+
+    @property
     def beside_names(self) -> tuple[str, ...]:
         return tuple(c.model for c in self.beside)
 

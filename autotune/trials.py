@@ -38,7 +38,6 @@ from autotune.gpu_probe import at_server, choose_probe
 from autotune.launch import Launcher, Server, failure_line, read_tail
 from autotune.loadgen import Beside, LoadGenerator, ModelIO, Payload, WorkloadData, read_workload
 from autotune.noise import Estimate
-from autotune.objective import Sla
 from autotune.outputs import Reference, check_requests, compare, parse_tolerance
 from autotune.pipeline import tuned_configs, with_caller
 from autotune.points import Measurement, Point, WindowPlan, errors_line
@@ -172,18 +171,14 @@ class Trials:
         self._beside_checked = True
         return beside
 
-    def search_sla(self) -> Sla:
-        """The SLA every search and race round holds points to: the SLA less ``--margin``."""
-        return self.prep.settings.sla.tightened(self.prep.settings.margin)
-
     def measure(self, asked: Asked, start: float | None = None, beat: Estimate | None = None) -> Measurement:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
         candidate's level, against ``beat`` (the best trial's throughput), on a server of its
-        own, its points judged at :meth:`search_sla` (:func:`rules.judged_at`). Errors are a
+        own, its points judged at :attr:`RunSettings.search_sla` (:func:`rules.judged_at`). Errors are a
         verdict: a point with any breaks the SLA (:meth:`Sla.met_by`), and a candidate whose
         every point got them fails, naming their share and the server's first."""
         settings, loader = self.prep.settings, self.prep.loader
-        search_sla = self.search_sla()
+        search_sla = settings.search_sla
         plan = rules.judged_at(settings.plan, search_sla.limit_ms)
         if settings.output_check and self.reference() is None and asked.candidate not in self._sources():
             self._record_reference()  # on a server of its own, before this candidate's

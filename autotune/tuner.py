@@ -381,7 +381,7 @@ def _finish(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> Outcom
     run's winner is measured under arrivals at a rate too (:func:`finals.check_open_loop`)."""
     results = study.results()
     s = prep.settings
-    winner = rules.race_winner(run.record.verifications, results, s.sla.tightened(s.margin), prep.scoring)
+    winner = rules.race_winner(run.record.verifications, results, s.search_sla, prep.scoring)
     if winner is not None:
         chosen = next(r for r in results if r.number == winner)
         run = finals.check_open_loop(prep, trials, run, chosen)

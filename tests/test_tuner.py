@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
 
 from autotune.objective import RAW, Scoring, Sla
 from autotune.rundir import RunDir, RunRecord
 from autotune.settings import Launch, RunSettings
-from autotune.trials import Trials
 from autotune.tuner import prepare
 
 TWO_SIZES = "instance_group:\n  kind: [KIND_GPU]\n  gpus: [[0], [0, 1]]\nmax_batch_size: [8]\n"
@@ -46,7 +44,5 @@ def test_every_candidate_is_searched_and_raced_at_the_sla_less_the_margin(
 ) -> None:
     """The search and the race hold every candidate, batching or not, to the limit less ``--margin``."""
     prep = prepare(replace(settings(toy_repo, tmp_path), margin=0.10), server_gpus=0)
-    trials = Trials(prep, cast(Any, None), cast(Any, None), cast(Any, None))
-    assert trials.search_sla() == Sla(95, 45.0)
-    unmargined = replace(prep, settings=replace(prep.settings, margin=0.0))
-    assert Trials(unmargined, cast(Any, None), cast(Any, None), cast(Any, None)).search_sla() == Sla(95, 50.0)
+    assert prep.settings.search_sla == Sla(95, 45.0)
+    assert replace(prep.settings, margin=0.0).search_sla == Sla(95, 50.0)
