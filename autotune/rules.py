@@ -26,9 +26,9 @@ def noise_of(points: Iterable[Point]) -> Noise:
 
 
 def search_plan(sla: Sla, window_s: float) -> WindowPlan:
-    """Windows of ``window_s`` after a warm-up of ``window_s`` (at least 1 s), the latency
-    watched at the SLA's percentile; no limit (:func:`judged_at` sets it)."""
-    return WindowPlan(window_s=window_s, warmup_s=max(window_s, 1.0), percentile=sla.percentile)
+    """Windows of ``window_s`` after a warm-up of one window, the latency watched at the SLA's
+    percentile; no limit (:func:`judged_at` sets it)."""
+    return WindowPlan(window_s=window_s, warmup_s=window_s, percentile=sla.percentile)
 
 
 def judged_at(plan: WindowPlan, limit_ms: float, before: Sequence[Point] = ()) -> WindowPlan:

@@ -500,3 +500,11 @@ def test_per_gpu_the_bound_to_beat_is_in_the_candidates_own_throughput() -> None
     raw = rules.incumbent(results)
     assert raw is not None and raw.mean == pytest.approx(250.0)
     assert rules.incumbent([failed(0), measured(1, 0.0)], PER_GPU, on_gpus(0)) is None  # nothing to beat yet
+
+
+@pytest.mark.parametrize("window_s", [0.25, 0.5, 2.0])
+def test_a_servers_first_point_discards_one_window_of_warm_up(window_s: float) -> None:
+    """The search's plan: windows of --window after one window's warm-up (a fresh server's first
+    half-second reads slow, the next ones as the rest: benchmarks/results/warmup-20261129.txt)."""
+    plan = rules.search_plan(Sla(99, 50.0), window_s)
+    assert (plan.window_s, plan.warmup_s, plan.percentile, plan.limit_ms) == (window_s, window_s, 99, 0.0)
