@@ -965,6 +965,46 @@ def meets_bar(m: Remeasured | None) -> bool:
     return m is not None and bool(m.points) and m.met >= math.ceil(SLA_BAR * len(m.points) - 1e-9)
 
 
+def median_interval(values: Sequence[float], confidence: float = 0.90) -> tuple[float, float, float]:
+    """A distribution-free interval for the median of what ``values`` sample: from the k-th
+    lowest to the k-th highest, k the largest whose coverage, 1 - 2 P(Binomial(n, 1/2) < k),
+    is at least ``confidence`` (too few values: their range), with that coverage."""
+    ordered, n = sorted(values), len(values)
+    below = [math.comb(n, i) / 2**n for i in range(n + 1)]
+    k = 1
+    while k < n // 2 and 1 - 2 * sum(below[: k + 1]) >= confidence:
+        k += 1
+    return ordered[k - 1], ordered[n - k], 1 - 2 * sum(below[:k])
+
+
+def rate_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson's 95% interval for a rate seen ``hits`` times in ``n`` (each taken as independent)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p, zz = hits / n, z * z / n
+    centre, half = (p + zz / 2) / (1 + zz), z / (1 + zz) * math.sqrt(p * (1 - p) / n + zz / (4 * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def spread_line(
+    fractions: Sequence[float], walls: Sequence[float], met: tuple[int, int], best: tuple[int, int]
+) -> str:
+    """The acceptance figures restated with the benchmark's own spread: the medians' distribution-
+    free intervals (:func:`median_interval`) and the SLA-met rates' (:func:`rate_interval`)."""
+    g_lo, g_hi, cover = median_interval(fractions)
+    out = f"  spread: goodput / best median within {g_lo:.3f}-{g_hi:.3f}"
+    if walls:
+        w_lo, w_hi, _ = median_interval(walls)
+        out += f", wall / MA brute's median within {w_lo:.2f}-{w_hi:.2f}"
+    (lo, hi), (b_lo, b_hi) = rate_interval(*met), rate_interval(*best)
+    verdict = "shown less often" if hi < b_lo else "not shown less often"
+    rate, best_rate = met[0] / max(met[1], 1), best[0] / max(best[1], 1)
+    return (
+        out + f" ({cover:.0%}, distribution-free); SLA met {rate:.0%} (95%: {lo:.0%}-{hi:.0%}) "
+        f"against the best known's {best_rate:.0%} ({b_lo:.0%}-{b_hi:.0%}): {verdict}"
+    )
+
+
 def against_best(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> list[str]:
     """Each autotune run against the best goodput known for the model, and its wall time against
     Model Analyzer brute's: the acceptance figures of issue 16. The best known is the best
@@ -1015,6 +1055,8 @@ def against_best(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> lis
                 f"(median {statistics.median(walls):.2f}, max {max(walls):.2f})"
             )
         out.append(line)
+        pooled = (sum(a for a, _ in met), sum(n for _, n in met))
+        out.append(spread_line(fractions, walls, pooled, (top.met, len(top.points)) if top else (0, 0)))
     return out
 
 

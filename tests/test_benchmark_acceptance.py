@@ -95,3 +95,18 @@ def test_more_model_analyzer_runs_than_ours_are_refused(bench: ModuleType) -> No
     with pytest.raises(SystemExit) as exc:
         bench.main(["--autotune-runs", "2", "--ma-runs", "3"])
     assert exc.value.code == 2
+
+
+def test_the_acceptance_is_restated_with_the_benchmarks_own_spread(bench: ModuleType) -> None:
+    """Five runs bound their median between the lowest and the highest at 94% (1 - 2/32); an
+    SLA-met rate carries Wilson's interval, and one is shown less often than the best known's
+    only where the intervals part."""
+    assert bench.median_interval([0.37, 0.29, 0.37, 0.43, 0.28]) == (0.28, 0.43, 1 - 2 / 32)
+    low, high, cover = bench.median_interval(list(range(20)))
+    assert (low, high) == (5, 14) and cover >= 0.90  # the 6th lowest to the 6th highest: 95.9%
+    low, high = bench.rate_interval(22, 25)
+    assert 0.69 < low < 0.71 and 0.95 < high < 0.96
+    assert bench.rate_interval(5, 5) == pytest.approx((0.566, 1.0), abs=0.001)
+    line = bench.spread_line([0.985, 1.0, 0.986, 0.964, 0.964], [0.37, 0.29], (22, 25), (5, 5))
+    assert "goodput / best median within 0.964-1.000" in line and line.endswith("not shown less often")
+    assert bench.spread_line([0.9], [], (10, 50), (50, 50)).endswith(": shown less often")
