@@ -1022,7 +1022,7 @@ def against_best(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> lis
     brutes = [r.wall_s for r in runs if r.tool.split(" #")[0] == "MA brute" and r.wall_s]
     brute = statistics.median(brutes) if brutes else 0.0
     ours = [r for r in runs if r.tool.startswith("autotune")]
-    if not best or not ours:
+    if top is None or not best or not ours:
         return []
     out = [
         "",
@@ -1056,7 +1056,7 @@ def against_best(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> lis
             )
         out.append(line)
         pooled = (sum(a for a, _ in met), sum(n for _, n in met))
-        out.append(spread_line(fractions, walls, pooled, (top.met, len(top.points)) if top else (0, 0)))
+        out.append(spread_line(fractions, walls, pooled, (top.met, len(top.points))))
     return out
 
 
