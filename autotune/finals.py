@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from autotune import rules, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.loadgen import LoadGenerator
+from autotune.noise import Noise
 from autotune.points import Point, WindowPlan
 from autotune.results import OpenLoopCheck, TrialResult, Verification, recommendation
 from autotune.rundir import RunDir
@@ -28,8 +29,9 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     :meth:`Trials.can_share`), each contender at its level, its windows judged with its earlier rounds' there
     (:func:`rules.judged_at`): rounds that :func:`rules.rounds_break` send it :func:`rules.level_below` (none:
     it leaves; sent down in the last round: one round there); after each round the :func:`rules.outraced`
-    leave, until one is left with two rounds. The leader must :func:`rules.rounds_meet` where it stands
-    (undecided: a level down, ``--repeats`` rounds a level at most). A contender's rounds at its last level
+    leave, until one is left with two rounds. The leader must :func:`rules.rounds_meet` where it stands as a
+    mean across servers (the race's :func:`rules.round_spread`): undecided, it gets another round there, up to
+    ``--repeats``, then a level down. A contender's rounds at its last level
     are its verification (those it left, its ``others``); a race the study recorded is not run again."""
     settings, scoring = prep.settings, prep.scoring
     results = study.results()
@@ -75,10 +77,14 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
 
     def down(n: int) -> bool:
         """``n`` to :func:`rules.level_below`; False: none is left."""
-        below = rules.level_below(level[n], rounds[n], sla, levels[n])
+        below = rules.level_below(level[n], rounds[n], sla, levels[n], spread())
         others[n].append((level[n], tuple(rounds[n])))
         rounds[n], level[n] = [], level[n] if below is None else below
         return below is not None
+
+    def spread() -> Noise:
+        """The race's :func:`rules.round_spread`: every contender's rounds at each of its levels."""
+        return rules.round_spread([*rounds.values(), *(p for past in others.values() for _, p in past)], pct)
 
     alive = list(ranked)
     for _ in range(settings.repeats):
@@ -92,16 +98,20 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     got = measured(moved) if moved else {}
     alive = [r for r in alive if r not in moved or one_round(r, got[r.number])]
     by_number = {r.number: r for r in ranked}
-    while True:  # the leader must meet the SLA where it stands: undecided, it goes down a level
+    while True:  # the leader must meet the SLA where it stands, as a mean across servers
         standing = {n: pts for n, pts in rounds.items() if pts and not rules.rounds_break(pts, sla)}
         n = rules.race_leader(standing, shares, pct, carries)
-        if n is None or rules.rounds_meet(rounds[n], sla):
+        if n is None or rules.rounds_meet(rounds[n], sla, spread()):
             break
-        if not down(n):
-            continue
-        while len(rounds[n]) < settings.repeats and one_round(by_number[n], measured([by_number[n]])[n]):
-            if rules.rounds_meet(rounds[n], sla):  # (a round that breaks it sends it down a level)
+        if len(rounds[n]) >= settings.repeats and not down(n):  # undecided at the budget: a level down
+            continue  # (none: it leaves)
+        while one_round(by_number[n], measured([by_number[n]])[n]):  # a round there (sent down: the next)
+            if rounds[n]:
                 break
+        else:
+            if rounds[n]:  # its server failed: it leaves at this level
+                others[n].append((level[n], tuple(rounds[n])))
+                rounds[n] = []
     out = []
     for result in ranked:
         n = result.number
@@ -109,7 +119,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         if not points and past:  # it left the race at its last level: it stands on that one's rounds
             at, points = past.pop()
         concurrency, rate = (0, at) if prep.loader.open_loop else (int(at), 0.0)
-        met = len(points) if rules.rounds_meet(points, sla) else sum(sla.met_by(p) for p in points)
+        met = len(points) if rules.rounds_meet(points, sla, spread()) else sum(sla.met_by(p) for p in points)
         out.append(Verification(n, concurrency, points, met, rate, tuple(past), limit_ms=sla.limit_ms))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))

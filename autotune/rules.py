@@ -267,22 +267,39 @@ def raced(points: Sequence[Point], share: int = 1, carry: Carry | None = None) -
     return Estimate.of([(carry or _measured)(p) for p in points]).scaled(1 / share)
 
 
-def rounds_latency(points: Sequence[Point], percentile: int) -> Estimate:
-    """The latency at ``percentile`` of a contender's rounds at one level: their mean figure,
-    with the error of their windows pooled (none without two windows at that percentile)."""
+NO_SPREAD = Noise()  # rounds judged on their windows alone, as on one server
+
+
+def round_spread(samples: Iterable[Sequence[Point]], percentile: int) -> Noise:
+    """How far a round's latency at ``percentile`` reads off the other rounds of its contender and
+    level, fresh server to fresh server (a relative sd), pooled over ``samples`` (each one
+    contender's rounds at one level; those of one round add nothing)."""
+    return Noise.pooled([p.latency_ms(percentile) for p in points] for points in samples)
+
+
+def rounds_latency(points: Sequence[Point], percentile: int, spread: Noise = NO_SPREAD) -> Estimate:
+    """The latency at ``percentile`` of a contender's rounds at one level: their mean figure, with
+    the error of their windows pooled (none without two windows at that percentile) and, with a
+    ``spread`` (:func:`round_spread`), that of a mean over this many fresh servers; its degrees of
+    freedom the two errors' (Welch-Satterthwaite)."""
     pooled = all(p.window_percentile == percentile for p in points)
     windows = [w for p in points for w in p.window_latencies_ms] if pooled else []
     mean = sum(p.latency_ms(percentile) for p in points) / len(points) if points else 0.0
-    if len(windows) < 2:
-        return Estimate(mean, 0.0, 0)  # judged on its figure
-    return Estimate(mean, Estimate.of(windows).se, len(windows))
+    own = Estimate.of(windows) if len(windows) >= 2 else Estimate(mean, 0.0, 0)  # (none: its figure)
+    if not spread.df or not points:
+        return Estimate(mean, own.se, own.n)
+    across = spread.cv * mean / math.sqrt(len(points))
+    se = math.hypot(own.se, across)
+    parts = (own.se**4 / own.df if own.df else 0.0) + across**4 / spread.df
+    return Estimate(mean, se, own.n, max(1, round(se**4 / parts)) if parts else spread.df)
 
 
-def rounds_meet(points: Sequence[Point], sla: Sla) -> bool:
+def rounds_meet(points: Sequence[Point], sla: Sla, spread: Noise = NO_SPREAD) -> bool:
     """Whether rounds at one level meet the SLA: each admitted (:meth:`Sla.admits`) and the
-    upper bound of :func:`rounds_latency` within the limit."""
+    upper bound of :func:`rounds_latency` (with ``spread``: their mean across servers) within
+    the limit."""
     admitted = bool(points) and all(sla.admits(p) for p in points)
-    return admitted and rounds_latency(points, sla.percentile).high <= sla.limit_ms
+    return admitted and rounds_latency(points, sla.percentile, spread).high <= sla.limit_ms
 
 
 def rounds_break(points: Sequence[Point], sla: Sla) -> bool:
@@ -358,13 +375,16 @@ def race_levels(result: TrialResult, sla: Sla) -> list[float]:
     return [top, *lower]
 
 
-def level_below(level: float, points: Sequence[Point], sla: Sla, listed: Sequence[float]) -> float | None:
+def level_below(
+    level: float, points: Sequence[Point], sla: Sla, listed: Sequence[float], spread: Noise = NO_SPREAD
+) -> float | None:
     """The next level down after rounds at ``level`` did not meet the SLA: in a closed loop, the
-    clients where the latency's upper bound, taken as proportional to them, would reach the limit,
-    if below ``level`` and above the highest lower level of ``listed``; else that one; else None."""
+    clients where the latency's upper bound (:func:`rounds_latency` with ``spread``), taken as
+    proportional to them, would reach the limit, if below ``level`` and above the highest lower
+    level of ``listed``; else that one; else None."""
     known = max((x for x in listed if x < level), default=None)
     if points and points[0].concurrency and level > 1:
-        bound = rounds_latency(points, sla.percentile).high
+        bound = rounds_latency(points, sla.percentile, spread).high
         guess = min(level - 1, math.floor(level * sla.limit_ms / bound)) if bound > 0 else 0
         if guess >= 1 and (known is None or guess > known):
             return float(guess)

@@ -210,6 +210,47 @@ def test_a_contenders_rounds_at_a_level_are_judged_together() -> None:
     assert rules.rounds_break(erred, SLA) and not rules.rounds_meet(erred, SLA)
 
 
+def test_rounds_meet_as_a_mean_across_servers_with_the_races_spread() -> None:
+    """Rounds on fresh servers read apart by more than their windows say: with the race's
+    :func:`rules.round_spread`, 'meets' is claimed of a latency truly at the limit in at most
+    ~5% of races (windows alone: far more often), and of one 15% under it most of the time."""
+    rng = random.Random(11)
+
+    def rounds(truth: float, k: int) -> list[Point]:
+        out = []
+        for _ in range(k):
+            server = truth * (1 + rng.gauss(0, 0.10))  # a fresh server's own latency
+            windows = [server * (1 + rng.gauss(0, 0.04)) for _ in range(6)]
+            out.append(replace(windowed(8, 900.0, sum(windows) / 6), window_latencies_ms=tuple(windows)))
+        return out
+
+    def claimed(truth: float, spread: bool, draws: int = 2000) -> float:
+        count = 0
+        for _ in range(draws):
+            mine, rival = rounds(truth, 3), rounds(truth * 0.8, 3)
+            found = rules.round_spread([mine, rival], 95) if spread else rules.NO_SPREAD
+            count += rules.rounds_meet(mine, SLA, found)
+        return count / draws
+
+    assert claimed(20.0, spread=True) <= 0.07 < 0.20 < claimed(20.0, spread=False)
+    assert claimed(17.0, spread=True) >= 0.5
+
+
+def test_the_races_spread_pools_its_contenders_levels_and_counts_its_degrees_of_freedom() -> None:
+    """A round's spread pools each contender's rounds at a level (relative sd, n - 1 degrees of
+    freedom each; one round adds nothing); the rounds' error takes the two errors' degrees of
+    freedom (Welch-Satterthwaite): few where the spread dominates, the windows' where it is small."""
+    at = [windowed(8, 900.0, v) for v in (18.0, 20.0)]
+    other = [windowed(4, 500.0, v) for v in (9.0, 10.0, 11.0)]
+    found = rules.round_spread([at, other, [windowed(2, 300.0, 5.0)]], 95)
+    assert found.df == 3 and found.cv == pytest.approx(((2 / 19**2 + 2 * 0.1**2) / 3) ** 0.5)
+    wide = rules.rounds_latency(at, 95, found)
+    assert wide.mean == 19.0 and wide.df <= 4 and wide.se > rules.rounds_latency(at, 95).se
+    narrow = rules.rounds_latency(at, 95, Noise(0.001, 3))
+    assert narrow.df == rules.rounds_latency(at, 95).df == 5
+    assert rules.rounds_meet(at, Sla(95, 21.0)) and not rules.rounds_meet(at, Sla(95, 21.0), found)
+
+
 def test_a_point_judged_after_every_window_claims_meets_as_docs_search_says() -> None:
     """Windows drawn about a latency truly at the limit and 10% over it, judged after each one
     as a point's are (:func:`windows_done`, up to the plan's 8): 'meets' is claimed, at whichever
