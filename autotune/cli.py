@@ -234,7 +234,8 @@ def _add_run(sub: Any) -> None:
         type=int,
         help=f"the race's rounds at most: each finalist re-measured once a round on a fresh server "
         f"(one server serves a round's finalists, each as a model of its own), until one is left; "
-        f"the leader, undecided against the SLA, as many more a level down "
+        f"the leader must meet the SLA there as a mean across servers: undecided, up to this many "
+        f"rounds where it stands, then as many a level down "
         f"(default {DEFAULTS.repeats}; 0: no race, the best trial wins)",
     )
     run.add_argument(

@@ -205,12 +205,9 @@ def time_left(budget_s: float | None, elapsed_s: float, finished: int) -> bool:
 
 
 def stand_in(
-    results: Sequence[TrialResult],
-    candidate: Candidate,
-    space: SearchSpace,
-    scoring: Scoring = RAW,
+    results: Sequence[TrialResult], candidate: Candidate, space: SearchSpace, scoring: Scoring = RAW,
     baseline: bool = False,
-) -> tuple[int | None, str] | None:
+) -> tuple[int | None, str] | None:  # fmt: skip
     """None to measure the proposal; else (the trial standing in or None, why): outside ``space``,
     the first measured (COMPLETE, not reused) trial of an :func:`equivalent` candidate, or
     :func:`dominated`; for the ``baseline``, only that trial."""

@@ -105,13 +105,10 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
             break
         if len(rounds[n]) >= settings.repeats and not down(n):  # undecided at the budget: a level down
             continue  # (none: it leaves)
-        while one_round(by_number[n], measured([by_number[n]])[n]):  # a round there (sent down: the next)
-            if rounds[n]:
-                break
-        else:
-            if rounds[n]:  # its server failed: it leaves at this level
-                others[n].append((level[n], tuple(rounds[n])))
-                rounds[n] = []
+        while (ok := one_round(by_number[n], measured([by_number[n]])[n])) and not rounds[n]:
+            pass  # a round where it stands (one that breaks it sends it down a level: one there)
+        if not ok and rounds[n]:
+            down(n)  # its server failed: it leaves, on its rounds there
     out = []
     for result in ranked:
         n = result.number

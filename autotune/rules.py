@@ -49,14 +49,9 @@ def grew(point: Point, before: Point, noise: Noise) -> bool:
 
 
 def find_goodput(
-    measure_at: Callable[[int], Point],
-    sla: Sla,
-    low: int = 1,
-    high: int = 32,
-    *,
-    start: int | None = None,
-    beat: Estimate | None = None,
-) -> Measurement:
+    measure_at: Callable[[int], Point], sla: Sla, low: int = 1, high: int = 32, *,
+    start: int | None = None, beat: Estimate | None = None,
+) -> Measurement:  # fmt: skip
     """A closed loop's goodput search from ``start`` (default ``low``): double the clients while
     the SLA holds and the throughput :func:`grew`, halve while it breaks, then bisect between the
     last level that met it and the first that broke it while the broken one grew over it; pruned
@@ -100,15 +95,9 @@ RATE_HEADROOM = 0.6  # under this fraction of the limit a rate doubles; above, i
 
 
 def find_rate_goodput(
-    measure_at: Callable[[float], Point],
-    sla: Sla,
-    low: float,
-    high: float,
-    *,
-    start: float,
-    beat: Estimate | None = None,
-    resolution: float = RATE_RESOLUTION,
-) -> Measurement:
+    measure_at: Callable[[float], Point], sla: Sla, low: float, high: float, *,
+    start: float, beat: Estimate | None = None, resolution: float = RATE_RESOLUTION,
+) -> Measurement:  # fmt: skip
     """An open loop's goodput search over rates (three significant digits) from ``start``: grow
     while the SLA holds (x2 under :data:`RATE_HEADROOM` of the limit, else by 2 ``resolution``),
     halve while it breaks, then bisect geometrically between the last rate that met it and the
@@ -286,12 +275,10 @@ def rounds_latency(points: Sequence[Point], percentile: int, spread: Noise = NO_
     windows = [w for p in points for w in p.window_latencies_ms] if pooled else []
     mean = sum(p.latency_ms(percentile) for p in points) / len(points) if points else 0.0
     own = Estimate.of(windows) if len(windows) >= 2 else Estimate(mean, 0.0, 0)  # (none: its figure)
-    if not spread.df or not points:
-        return Estimate(mean, own.se, own.n)
-    across = spread.cv * mean / math.sqrt(len(points))
+    across = spread.cv * mean / math.sqrt(len(points)) if spread.df and points else 0.0
     se = math.hypot(own.se, across)
-    parts = (own.se**4 / own.df if own.df else 0.0) + across**4 / spread.df
-    return Estimate(mean, se, own.n, max(1, round(se**4 / parts)) if parts else spread.df)
+    parts = (own.se**4 / own.df if own.df else 0.0) + (across**4 / spread.df if across else 0.0)
+    return Estimate(mean, se, own.n, round(se**4 / parts) if parts else -1)
 
 
 def rounds_meet(points: Sequence[Point], sla: Sla, spread: Noise = NO_SPREAD) -> bool:
@@ -329,11 +316,9 @@ def _raced(
 
 
 def race_leader(
-    rounds: Mapping[int, Sequence[Point]],
-    shares: Mapping[int, int],
-    percentile: int,
+    rounds: Mapping[int, Sequence[Point]], shares: Mapping[int, int], percentile: int,
     carries: Mapping[int, Carry] | None = None,
-) -> int | None:
+) -> int | None:  # fmt: skip
     """The contender (by trial number) with the most :func:`raced` throughput if each has a carry;
     else, of those not worse than it, the lowest median latency at ``percentile``; None without any."""
     found = _raced(rounds, shares, carries)
