@@ -109,14 +109,14 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
             pass  # a round where it stands (one that breaks it sends it down a level: one there)
         if not ok and rounds[n]:
             down(n)  # its server failed: it leaves, on its rounds there
-    out = []
+    out, found = [], spread()
     for result in ranked:
         n = result.number
         at, points, past = level[n], tuple(rounds[n]), list(others[n])
         if not points and past:  # it left the race at its last level: it stands on that one's rounds
             at, points = past.pop()
         concurrency, rate = (0, at) if prep.loader.open_loop else (int(at), 0.0)
-        met = len(points) if rules.rounds_meet(points, sla, spread()) else sum(sla.met_by(p) for p in points)
+        met = len(points) if rules.rounds_meet(points, sla, found) else sum(sla.met_by(p) for p in points)
         out.append(Verification(n, concurrency, points, met, rate, tuple(past), limit_ms=sla.limit_ms))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))
