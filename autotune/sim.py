@@ -93,6 +93,11 @@ class Surface(Protocol):
         """How much a freshly started server's throughput reads off the truth (a factor)."""
         ...
 
+    def truth_sd(self, candidate: Candidate) -> float:
+        """How far :meth:`truth` of ``candidate`` may lie off the model's own, as a server's factor
+        would move it (a relative sd; 0.0: the truth is the surface's own)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Synthetic:
@@ -166,6 +171,9 @@ class Synthetic:
     def server_bias(self, rng: random.Random) -> float:
         return max(0.5, 1 + rng.gauss(0, self.cv / 2))
 
+    def truth_sd(self, candidate: Candidate) -> float:
+        return 0.0  # a model's own truth
+
 
 # the config a synthetic surface's SLA is drawn around: two instances batching up to 8
 REFERENCE = Candidate(2, "KIND_CPU", (), 8, True, (), 100, False)
@@ -212,6 +220,30 @@ def true_goodput(
         if true.latency_ms(sla.percentile) <= limit and true.throughput > best[0]:
             best = (true.throughput, level)
     return best
+
+
+def truth_tables(
+    surface: Surface, space: SearchSpace, draws: int, rng: random.Random
+) -> list[dict[str, float]]:
+    """Each config's true goodput under the SLA (by :func:`survey_label`) as far as ``surface``
+    knows it, ``draws`` times: each config's truth moved as a server's factor moves a reading
+    (throughput times it, latency over it), one factor per config and table, drawn with
+    :meth:`Surface.truth_sd` (none: the one table of the surface's own truth)."""
+    percentile, limit = surface.sla.percentile, surface.sla.limit_ms
+    levels = range(space.concurrency_min, space.concurrency_max + 1)
+    curves = {survey_label(c): (surface.truth_sd(c), [surface.truth(c, lv) for lv in levels])
+              for c in candidates(space)}  # fmt: skip
+
+    def goodput(curve: list[Reading], factor: float) -> float:
+        met = [r.throughput * factor for r in curve if r.latency_ms(percentile) / factor <= limit]
+        return max(met, default=0.0)
+
+    def factor(sd: float) -> float:
+        return max(0.5, 1 + rng.gauss(0, sd)) if sd else 1.0
+
+    exact = all(sd == 0 for sd, _ in curves.values())
+    return [{label: goodput(curve, factor(sd)) for label, (sd, curve) in curves.items()}
+            for _ in range(1 if exact else draws)]  # fmt: skip
 
 
 def candidates(space: SearchSpace) -> list[Candidate]:
@@ -532,6 +564,22 @@ class Tally:
         was lost before any decision between good configs)."""
         return self.share(lambda j: j.seen >= GOOD)
 
+    def good_interval(
+        self, tables: Sequence[Mapping[str, float]], rng: random.Random, draws: int = 2000
+    ) -> tuple[float, float]:
+        """:attr:`good`'s 95% interval: ``draws`` times, the runs drawn again with replacement
+        and judged against one of ``tables`` (:func:`truth_tables`, in turn): the error of a
+        share of so many runs and, for a surveyed surface, that of its truth."""
+        shares = []
+        for i in range(draws):
+            table = tables[i % len(tables)]
+            bar = GOOD * max(table.values())
+            runs = rng.choices(self.judged, k=len(self.judged))
+            shares.append(sum(j.winner is not None and table[survey_label(j.winner)] >= bar for j in runs))
+        shares.sort()
+        count = len(self.judged)
+        return shares[int(0.025 * draws)] / count, shares[int(0.975 * draws) - 1] / count
+
     @property
     def median_s(self) -> float:
         times = sorted(j.sim_s for j in self.judged)
@@ -687,10 +735,19 @@ class Surveyed:
         return Reading(throughput * bias, latency, latency, latency, latency)
 
     def server_bias(self, rng: random.Random) -> float:
-        """A fresh server's factor, drawn with :attr:`server_cv` where given, else
-        :attr:`server_spread`, else half the windows' spread."""
+        """A fresh server's factor, drawn with :attr:`bias_sd`."""
+        return max(0.5, 1 + rng.gauss(0, self.bias_sd))
+
+    @property
+    def bias_sd(self) -> float:
+        """How far a fresh server reads off the truth (a relative sd): :attr:`server_cv` where
+        given, else :attr:`server_spread`, else half the windows' spread."""
         spread = self.server_cv if self.server_cv is not None else self.server_spread
-        return max(0.5, 1 + rng.gauss(0, self.cv / 2 if spread is None else spread))
+        return self.cv / 2 if spread is None else spread
+
+    def truth_sd(self, candidate: Candidate) -> float:
+        """A mean over the servers that read ``candidate``: :attr:`bias_sd` over the root of their count."""
+        return self.bias_sd / math.sqrt(len(self._readings(candidate)))
 
 
 def _truth(levels: Levels, level: int) -> Reading:

@@ -374,3 +374,38 @@ def test_simulate_lists_each_surfaces_misses_by_winner() -> None:
     judged = [sim.Judged("s", i, one if r else None, 0, r, True, 1.0, 1, True) for i, r in enumerate(ratios)]
     label = sim.survey_label(one)
     assert simulate.misses(sim.Tally(judged)) == [f"2x 0.948 {label}", f"1x 0.500 {label}", "1x 0.000 none"]
+
+
+def test_goods_interval_holds_the_runs_error_and_a_surveys_own_error_of_its_truth() -> None:
+    """``Tally.good_interval``: the runs drawn again (a synthetic surface: its truth exact, one
+    table that judges each winner as ``judge`` did); a surveyed surface's truth redrawn by its
+    servers' spread over the root of their count, so a top its survey cannot tell apart widens it."""
+    noisy = replace(QUIET, name="noisy", cv=0.05)
+    (exact,) = sim.truth_tables(noisy, SPACE, 50, random.Random(0))
+    best = max(exact.values())
+    judged = [sim.judge(noisy, SPACE, sim.simulate(noisy, seed), best) for seed in range(3)]
+    for j in judged:
+        assert j.winner is not None and exact[sim.survey_label(j.winner)] / best == pytest.approx(j.ratio)
+    labels = sorted(exact, key=exact.__getitem__)
+    by_label = {sim.survey_label(c): c for c in sim.candidates(SPACE)}
+    top, low = by_label[labels[-1]], by_label[labels[0]]
+    half = sim.Tally([sim.Judged("s", i, (low, top)[i % 2], 1, 0.0, True, 1.0, 1, True) for i in range(100)])
+    lo, hi = half.good_interval([exact], random.Random(1))
+    assert 0.35 < lo < 0.5 < hi < 0.65  # a share of 100 runs: about +-10%
+    assert sim.Tally(half.judged[1::2]).good_interval([exact], random.Random(1)) == (1.0, 1.0)
+    surveys = Path(__file__).resolve().parents[1] / "benchmarks/surveys"
+    surveyed = sim.Surveyed.load(surveys / "bertQA-20261129.json.gz")
+    space = sim.space_of(surveyed)
+    one = next(c for c in sim.candidates(space) if sim.survey_label(c) in surveyed.again[0])  # read twice
+    once = next(c for c in sim.candidates(space) if sim.survey_label(c) not in surveyed.again[0])
+    assert surveyed.truth_sd(one) == pytest.approx(surveyed.bias_sd / 2**0.5) and noisy.truth_sd(one) == 0.0
+    assert surveyed.truth_sd(once) == surveyed.bias_sd == surveyed.server_spread
+    tables = sim.truth_tables(surveyed, space, 60, random.Random(2))
+    (own,) = sim.truth_tables(replace(surveyed, server_cv=0.0), space, 60, random.Random(2))
+    moved = [t[sim.survey_label(one)] / own[sim.survey_label(one)] for t in tables]
+    sd = surveyed.truth_sd(one)  # the factor's; a goodput moves more where the level that meets it moves
+    assert len(tables) == 60 and 0.6 * sd < statistics.stdev(moved) < 3 * sd
+    winners = [c for c in sim.candidates(space) if own[sim.survey_label(c)] >= 0.95 * max(own.values())]
+    sure = sim.Tally([sim.Judged("s", i, winners[0], 1, 1.0, True, 1.0, 1, True) for i in range(100)])
+    assert sure.good_interval([own], random.Random(3)) == (1.0, 1.0)
+    assert sure.good_interval(tables, random.Random(3))[0] < 1.0  # its truth's own error: not always the top
