@@ -212,13 +212,25 @@ def true_goodput(
 ) -> tuple[float, int]:
     """A candidate's true goodput under the surface's SLA (or ``limit_ms``), and its level (0, 0:
     none meets it)."""
-    sla = surface.sla
-    limit = sla.limit_ms if limit_ms is None else limit_ms
+    limit = surface.sla.limit_ms if limit_ms is None else limit_ms
+    return _goodput(_curve(surface, candidate, space), surface.sla.percentile, limit)
+
+
+def _curve(surface: Surface, candidate: Candidate, space: SearchSpace) -> dict[int, Reading]:
+    """``candidate``'s truth at each level of ``space``."""
+    levels = range(space.concurrency_min, space.concurrency_max + 1)
+    return {lv: surface.truth(candidate, lv) for lv in levels}
+
+
+def _goodput(
+    curve: Mapping[int, Reading], percentile: int, limit_ms: float, factor: float = 1.0
+) -> tuple[float, int]:
+    """The most throughput of ``curve`` within ``limit_ms``, and its level (0, 0: none), each
+    reading moved by a server's ``factor`` (throughput times it, latency over it)."""
     best = (0.0, 0)
-    for level in range(space.concurrency_min, space.concurrency_max + 1):
-        true = surface.truth(candidate, level)
-        if true.latency_ms(sla.percentile) <= limit and true.throughput > best[0]:
-            best = (true.throughput, level)
+    for level, true in curve.items():
+        if true.latency_ms(percentile) / factor <= limit_ms and true.throughput * factor > best[0]:
+            best = (true.throughput * factor, level)
     return best
 
 
@@ -227,22 +239,17 @@ def truth_tables(
 ) -> list[dict[str, float]]:
     """Each config's true goodput under the SLA (by :func:`survey_label`) as far as ``surface``
     knows it, ``draws`` times: each config's truth moved as a server's factor moves a reading
-    (throughput times it, latency over it), one factor per config and table, drawn with
-    :meth:`Surface.truth_sd` (none: the one table of the surface's own truth)."""
+    (:func:`_goodput`), one factor per config and table, drawn with :meth:`Surface.truth_sd`
+    (none: the one table of the surface's own truth)."""
     percentile, limit = surface.sla.percentile, surface.sla.limit_ms
-    levels = range(space.concurrency_min, space.concurrency_max + 1)
-    curves = {survey_label(c): (surface.truth_sd(c), [surface.truth(c, lv) for lv in levels])
-              for c in candidates(space)}  # fmt: skip
-
-    def goodput(curve: list[Reading], factor: float) -> float:
-        met = [r.throughput * factor for r in curve if r.latency_ms(percentile) / factor <= limit]
-        return max(met, default=0.0)
+    curves = {survey_label(c): (surface.truth_sd(c), _curve(surface, c, space)) for c in candidates(space)}
 
     def factor(sd: float) -> float:
         return max(0.5, 1 + rng.gauss(0, sd)) if sd else 1.0
 
     exact = all(sd == 0 for sd, _ in curves.values())
-    return [{label: goodput(curve, factor(sd)) for label, (sd, curve) in curves.items()}
+    return [{label: _goodput(curve, percentile, limit, factor(sd))[0]
+             for label, (sd, curve) in curves.items()}
             for _ in range(1 if exact else draws)]  # fmt: skip
 
 
@@ -570,12 +577,13 @@ class Tally:
         """:attr:`good`'s 95% interval: ``draws`` times, the runs drawn again with replacement
         and judged against one of ``tables`` (:func:`truth_tables`, in turn): the error of a
         share of so many runs and, for a surveyed surface, that of its truth."""
+        winners = [survey_label(j.winner) if j.winner is not None else None for j in self.judged]
         shares = []
         for i in range(draws):
             table = tables[i % len(tables)]
             bar = GOOD * max(table.values())
-            runs = rng.choices(self.judged, k=len(self.judged))
-            shares.append(sum(j.winner is not None and table[survey_label(j.winner)] >= bar for j in runs))
+            runs = rng.choices(winners, k=len(winners))
+            shares.append(sum(label is not None and table[label] >= bar for label in runs))
         shares.sort()
         count = len(self.judged)
         return shares[int(0.025 * draws)] / count, shares[int(0.975 * draws) - 1] / count
