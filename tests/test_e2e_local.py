@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from autotune.results import COMPLETE, FAIL, PRUNED
 from autotune.rundir import RunDir
 from autotune.search_space import parse_search_space
 from autotune.study import Study
-from tests.conftest import servers_of, staged_servers, toy_run_args
+from tests.conftest import servers_of, servers_under, staged_servers, toy_run_args
 
 pytestmark = pytest.mark.integration
 
@@ -171,6 +172,24 @@ def test_pid_records_are_cleaned(tmp_path: Path, toy_repo: Path, small_space: Pa
         assert list((tmp_path / "cache" / "autotune" / "servers").glob("*.json")) == []
     finally:
         del os.environ["XDG_CACHE_HOME"]
+
+
+def test_a_server_done_with_is_killed_at_once_with_its_stubs_and_their_shared_memory(
+    toy_repo: Path, tmp_path: Path
+) -> None:
+    from autotune.launch.local import SHM_DIR, SHM_PREFIX, LocalLauncher
+
+    launcher = LocalLauncher(kill_when_done=True)
+    with launcher.serve(toy_repo, "toy", tmp_path / "server.log"):
+        assert servers_under(toy_repo)  # tritonserver, its guard and the toy model's stub
+        regions = list(SHM_DIR.glob(f"{SHM_PREFIX}{os.getpid()}_*"))
+        assert regions  # the stub's shared memory, named with our prefix
+        leaving = time.monotonic()
+    while servers_under(toy_repo) and time.monotonic() - leaving < 1.0:
+        time.sleep(0.01)  # killed: gone once the kernel has ended each process of the group
+    assert servers_under(toy_repo) == []
+    assert time.monotonic() - leaving < 1.0  # a graceful stop takes seconds: the stubs unload in turn
+    assert not any(region.exists() for region in regions)
 
 
 def test_remote_launcher_loads_candidates_through_the_repository_api(
