@@ -32,6 +32,7 @@ from pathlib import Path
 from autotune.errors import LaunchError
 from autotune.launch import _pids
 from autotune.launch._base import READY_TIMEOUT_S, Launcher, Ports, Server, Started, metrics_args
+from autotune.processes import pid_alive
 from autotune.settings import LocalOptions
 from autotune.staging import safe_path, safe_temp
 
@@ -147,6 +148,7 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
     def from_options(cls, options: LocalOptions, *, extra_args: tuple[str, ...] = ()) -> LocalLauncher:
         """Reap what killed runs left, find tritonserver: before the first trial."""
         _pids.reap()
+        reap_shared_memory()
         return cls(find_installation(options.tritonserver), extra_args=extra_args, kill_when_done=True)
 
     @property
@@ -224,6 +226,18 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         if libs:
             env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
         return env
+
+
+def reap_shared_memory(directory: Path = SHM_DIR) -> list[Path]:
+    """Remove the python backend shared memory our servers left where the process that started
+    them is gone (a killed run: its guard ended the servers, nothing removed their regions)."""
+    removed = []
+    for region in directory.glob(f"{SHM_PREFIX}*"):
+        owner = region.name[len(SHM_PREFIX) :].split("_", 1)[0]
+        if owner.isdigit() and not pid_alive(int(owner)):
+            region.unlink(missing_ok=True)
+            removed.append(region)
+    return removed
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
