@@ -83,6 +83,5 @@ def find(settings: RunSettings, found: Pipeline, *, wait: bool = False) -> tuple
                     )  # fmt: skip
                     point = gen.with_steps(found.members).at_concurrency(1)
             finally:
-                launcher.drain()
                 stages.remove()
     return slowest(point, counts), line(point, counts)

@@ -70,7 +70,7 @@ class Trials:
         self.clock = time.monotonic  # what trial durations and the time budget are read from
 
     def close(self) -> None:
-        """Remove the stages (once every server has stopped: :meth:`Launcher.drain`)."""
+        """Remove the stages (every server has stopped when its :meth:`Launcher.serve` block ended)."""
         if self._stages is not None:
             self._stages.remove()
 

@@ -181,7 +181,6 @@ def tune(prep: Prepared, events: Events | None = None, *, wait: bool = False) ->
         try:
             return _search(prep, trials, study)
         finally:
-            launcher.drain()  # no server outlives the run
             trials.close()
 
 

@@ -196,7 +196,6 @@ def _load_once(launcher: Launcher[Any], run: RunDir, config: mcfg.ModelConfig) -
                                         workload=workload, preflight=True)  # fmt: skip
             return f"{described}, answering {workload.label}{_check_answers(gen, run, config)}"
     finally:
-        launcher.drain()
         stages.remove()
 
 

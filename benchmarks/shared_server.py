@@ -107,28 +107,25 @@ def measure_pair(
     launcher = make_launcher(Launch(), f"shared-{folder.name}")
     best: Point | None = None
     points = []
-    try:
-        with launcher.serve(stage, first.model, folder / "server.log") as server:
+    with launcher.serve(stage, first.model, folder / "server.log") as server:
 
-            def gen(model: CoModel) -> LoadGenerator:
-                return LoadGenerator.connect(server.host, server.http_port, server.grpc_port, model.model,
-                                             plan=plan, workload=model.workload, preflight=True)  # fmt: skip
+        def gen(model: CoModel) -> LoadGenerator:
+            return LoadGenerator.connect(server.host, server.http_port, server.grpc_port, model.model,
+                                         plan=plan, workload=model.workload, preflight=True)  # fmt: skip
 
-            others = [Beside(gen(c), 1.0, c.weight, c.sla.percentile) for c in beside]
-            load = gen(first).with_beside(others, first.weight)
-            misses = 0
-            for level in LEVELS:
-                point = load.at_concurrency(level)
-                points.append(point)
-                if sla.met_by(point):
-                    misses = 0
-                    best = point if best is None or point.throughput > best.throughput else best
-                else:
-                    misses += 1
-                    if misses == 2:
-                        break
-    finally:
-        launcher.drain()
+        others = [Beside(gen(c), 1.0, c.weight, c.sla.percentile) for c in beside]
+        load = gen(first).with_beside(others, first.weight)
+        misses = 0
+        for level in LEVELS:
+            point = load.at_concurrency(level)
+            points.append(point)
+            if sla.met_by(point):
+                misses = 0
+                best = point if best is None or point.throughput > best.throughput else best
+            else:
+                misses += 1
+                if misses == 2:
+                    break
     return {
         "goodput": best.throughput if best else 0.0,
         "level": best.concurrency if best else 0,

@@ -152,7 +152,6 @@ def main(argv: list[str] | None = None) -> int:
                 done = len(readings)
                 print(f"{done}/{len(configs)} {label} ({time.monotonic() - started:.0f} s)", flush=True)
         finally:
-            launcher.drain()
             trials.close()
     return 0
 

@@ -2,8 +2,7 @@
 
     launcher = make_launcher(settings.launch, run_id)
     with launcher.serve(repository, model, log_path) as server:   # the model is ready
-        ...
-    launcher.drain()                                               # every server has stopped
+        ...                                                        # stopped when the block ends
 
 :class:`Launcher` owns the sequence (ports, retry on a port clash, readiness, teardown); each
 launcher only starts and stops. ``autotune clean`` calls :func:`reap_leftovers`;
@@ -54,8 +53,10 @@ def reap_leftovers() -> tuple[list[int], list[str]]:
     """Stop the servers and remove the containers of runs whose process is gone: their pids
     and names. No container engine reachable: none of ours can be running there."""
     from autotune.launch import _pids
+    from autotune.launch.local import reap_shared_memory
 
     servers = _pids.reap()
+    reap_shared_memory()
     try:
         from autotune.launch.docker import reap_containers
 

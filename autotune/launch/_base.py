@@ -105,9 +105,6 @@ class Launcher(ABC, Generic[H]):
             raise
         self._stop(started, failed=False)
 
-    def drain(self) -> None:
-        """Wait until every server this launcher started has stopped (some stop in the background)."""
-
     def _ready(self, repository: Path, model: str, log_path: Path, timeout_s: float) -> Started[H]:
         for attempt in (1, 2):
             try:

@@ -6,8 +6,9 @@ Where tritonserver comes from, in order: ``--tritonserver PATH``; ``tritonserver
 whose python stub matches this interpreter. The server's PATH starts with this
 interpreter's ``bin`` so the python backend stub finds the packages of this environment.
 
-The server runs in its own process group; teardown is SIGTERM to the group, then SIGKILL,
-and always happens (exceptions, Ctrl-C) because :meth:`Launcher.serve` is a context manager.
+The server runs in its own process group; teardown is SIGTERM to the group, then SIGKILL (the
+tuner's servers, once measured: SIGKILL at once, and the python backend's shared memory they
+leave removed), and always happens (exceptions, Ctrl-C) because :meth:`Launcher.serve` is a context manager.
 On Linux the whole process group (tritonserver and its python backend stubs) also gets
 SIGKILL when the thread that started it ends, so even ``kill -9`` of the tuner leaves nothing
 running (:mod:`autotune.guard`): start servers from a thread that outlives them (the tuner
@@ -138,7 +139,7 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         self._extra_args = extra_args
         # A graceful stop takes seconds (the python backend's stubs unload one after another) and
         # tears them down while the next server is measured: it read bertQA's first point at p99
-        # 52.5 ms against 43.6 after a kill (benchmarks/results/stop_overlap-20261202.txt). So a
+        # 58.2 ms against 43.0 after a kill (benchmarks/results/stop_overlap-20261202.txt). So a
         # server done with is killed, its group at once, and the shared memory its stubs left
         # removed; an error or an interrupt still stops it gracefully.
         self._kill_when_done = kill_when_done
