@@ -126,6 +126,20 @@ def kill_group(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live processes (zombies left out) in process group ``pgid``, read from /proc;
+    [] where there is no /proc (not Linux)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
+            found.append(int(entry.name))
+    return found
+
+
 def cmdline(pid: int) -> str:
     """The process's command line, arguments joined by spaces ("" when it is gone)."""
     try:

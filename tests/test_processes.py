@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from autotune.processes import Owner, pid_alive, start_time
+from autotune.processes import Owner, group_members, pid_alive, start_time
 
 
 def _dead_pid() -> int:
@@ -50,25 +50,6 @@ sys.stdin.read()
 """
 
 
-def _group(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(int(entry))
-            if stat and int(stat[2]) == pgid and stat[0] != "Z":
-                found.append(int(entry))
-    return found
-
-
-def _stat(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return []
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_kill_9_of_autotune_takes_the_whole_server_group_with_it() -> None:
     autotune = subprocess.Popen(
@@ -77,15 +58,15 @@ def test_kill_9_of_autotune_takes_the_whole_server_group_with_it() -> None:
     assert autotune.stdout is not None
     guard, stub = (int(x) for x in autotune.stdout.readline().split())
     try:
-        assert pid_alive(stub) and len(_group(guard)) == 3  # guard, "server", "stub"
+        assert pid_alive(stub) and len(group_members(guard)) == 3  # guard, "server", "stub"
         autotune.kill()
         autotune.wait()
         deadline = time.monotonic() + 5
-        while _group(guard) and time.monotonic() < deadline:
+        while group_members(guard) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert _group(guard) == [], "a process of the server's group outlived autotune"
+        assert group_members(guard) == [], "a process of the server's group outlived autotune"
     finally:
-        for pid in _group(guard):
+        for pid in group_members(guard):
             os.kill(pid, 9)
 
 
@@ -111,3 +92,26 @@ def test_the_guard_passes_on_a_graceful_stop_and_the_exit_code() -> None:
     )
     assert crashed.returncode == 128 + 9
     assert subprocess.run([sys.executable, "-m", "autotune.guard", "x"], capture_output=True).returncode == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("timeout_s", [0.0, 5.0])
+def test_a_stopped_server_s_group_is_gone_when_the_stop_returns(timeout_s: float) -> None:
+    """The launcher's stop (SIGKILL at once, or SIGTERM first) returns only once no process of
+    the server's group is alive: its stubs included, which die after their server."""
+    from autotune.launch.local import stop_process
+
+    server = ["sh", "-c", "sleep 60 & sleep 60 & exec sleep 60"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.guard", str(os.getpid()), "--", *server], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 5
+        while len(group_members(proc.pid)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(group_members(proc.pid)) == 4  # the guard, the "server", two "stubs"
+        stop_process(proc, timeout_s=timeout_s)
+        assert group_members(proc.pid) == []
+    finally:
+        for pid in group_members(proc.pid):
+            os.kill(pid, 9)
