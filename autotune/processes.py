@@ -43,13 +43,20 @@ def pid_alive(pid: int) -> bool:
 def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot; "" where /proc cannot tell (not
     Linux); None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    fields = _stat(Path(f"/proc/{pid}"))
+    if fields is None:
         if Path("/proc/self/stat").exists():
             return None
         return "" if pid_alive(pid) else None
-    return stat.rsplit(")", 1)[-1].split()[19]
+    return fields[19]
+
+
+def _stat(proc: Path) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first); None when gone."""
+    try:
+        return (proc / "stat").read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -131,11 +138,8 @@ def group_members(pgid: int) -> list[int]:
     [] where there is no /proc (not Linux)."""
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
+        fields = _stat(entry)
+        if fields and len(fields) > 2 and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
             found.append(int(entry.name))
     return found
 

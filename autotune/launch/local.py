@@ -38,8 +38,7 @@ from autotune.processes import group_members, pid_alive
 from autotune.settings import LocalOptions
 from autotune.staging import safe_path, safe_temp
 
-STOP_TIMEOUT_S = 15.0
-GROUP_EXIT_S = 5.0  # how long a stop waits for the killed group's processes to be gone
+STOP_TIMEOUT_S = 15.0  # the longest a stop waits: for a graceful exit, then for the group to be gone
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "autotune_pb_"  # the python backend's shared memory of our servers: SHM_PREFIX<pid>_<n>_...
 _SERVERS = itertools.count()
@@ -246,7 +245,7 @@ def reap_shared_memory(directory: Path = SHM_DIR) -> list[Path]:
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
     """SIGTERM the process group, wait, then SIGKILL (``timeout_s`` 0: SIGKILL at once); return
     once no process of the group is left alive (the stubs die after their server: a SIGKILL is
-    delivered, not waited for), or after GROUP_EXIT_S. Never raises for a gone process."""
+    delivered, not waited for), or after STOP_TIMEOUT_S. Never raises for a gone process."""
     if proc.poll() is None:
         if timeout_s > 0:
             _signal_group(proc.pid, signal.SIGTERM)
@@ -255,7 +254,7 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
     _signal_group(proc.pid, signal.SIGKILL)  # stubs left behind in the group, if any
-    deadline = time.monotonic() + GROUP_EXIT_S
+    deadline = time.monotonic() + STOP_TIMEOUT_S
     while group_members(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.01)
 
