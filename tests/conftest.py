@@ -8,10 +8,13 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from autotune.launch import Server
 
 MODELS = Path(__file__).parent / "models"
 
@@ -22,6 +25,19 @@ def pytest_configure(config: pytest.Config) -> None:
     The lock's own tests name theirs."""
     lock = Path(tempfile.mkdtemp(prefix="autotune-tests-")) / "lock"
     os.environ.setdefault("AUTOTUNE_LOCK_FILE", str(lock))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used a ``server`` fixture reports whether that server still runs and
+    the end of its log: a server that died under a test (a crash, or a signal from elsewhere)
+    tells which, where only a refused connection would show."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    server = getattr(item, "funcargs", {}).get("server")
+    if report.failed and isinstance(server, Server):
+        state = "still running" if server.alive() else "gone"
+        report.sections.append(("server", f"{server.description}: {state}\n{server.log_tail(40)}"))
 
 
 CLI = [sys.executable, "-m", "autotune.cli"]  # the command line, in a process of its own

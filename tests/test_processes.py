@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +117,56 @@ def test_a_stopped_server_s_group_is_gone_when_the_stop_returns(timeout_s: float
     finally:
         for pid in group_members(proc.pid):
             os.kill(pid, 9)
+
+
+class _Reaped:
+    """A handle whose process ended and was reaped long ago: its pid now another's."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> int:
+        return 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_stop_long_after_the_server_ended_leaves_the_pid_s_new_group_alone() -> None:
+    """A server's pid handed to another server (its guard leads a group of that id): a late stop
+    of the first must not kill the second."""
+    from autotune.launch.local import stop_process
+
+    other = subprocess.Popen(["sh", "-c", "sleep 60 & exec sleep 60"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 5
+        while len(group_members(other.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stop_process(_Reaped(other.pid), timeout_s=0.0)  # type: ignore[arg-type]
+        assert len(group_members(other.pid)) == 2 and other.poll() is None
+    finally:
+        os.killpg(other.pid, signal.SIGKILL)
+        other.wait()
+
+
+@pytest.mark.parametrize("same_start", [True, False])
+def test_a_dead_run_s_server_record_reaps_only_the_process_it_recorded(
+    same_start: bool, tmp_path: Path
+) -> None:
+    """A record of a run that is gone ends its server, if that server still runs; a process that
+    got its pid since (the same command: every server of ours has one) is left alone."""
+    from autotune.launch import _pids
+
+    server = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        _pids.remember(tmp_path, server.pid, "sleep")
+        record = tmp_path / f"{server.pid}.json"
+        data = json.loads(record.read_text())
+        data["owner"] = Owner(socket.gethostname(), _dead_pid()).text()  # the run was killed
+        if not same_start:
+            data["started"] = str(int(data["started"]) - 1)  # its server ended; the pid is reused
+        record.write_text(json.dumps(data))
+        assert _pids.reap(tmp_path) == ([server.pid] if same_start else [])
+        assert not record.exists()
+        assert (server.wait(5) == -signal.SIGKILL) if same_start else server.poll() is None
+    finally:
+        server.kill()
+        server.wait()

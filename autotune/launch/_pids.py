@@ -1,10 +1,11 @@
 """A record of the servers we started, so that a later start can reap what a killed run left.
 
 Each started server gets a small JSON file ``<pid>.json`` naming its owner (the autotune
-process, as a :class:`~autotune.processes.Owner`) and its command. :func:`reap` ends the
-servers whose owner is gone and whose command line still matches (so a reused pid is never
-hit). On Linux a server dies with its owner anyway (:mod:`autotune.guard`);
-the records are for the rest, and for servers started by older versions.
+process, as a :class:`~autotune.processes.Owner`), its command and its start time. :func:`reap`
+ends the servers whose owner is gone and that are still the process recorded: the same start
+time and command line (every server of ours has the same command prefix, so a pid the kernel
+handed to another run's server is never hit). On Linux a server dies with its owner anyway
+(:mod:`autotune.guard`); the records are for the rest, and for servers started by older versions.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from autotune.processes import Owner, cmdline, kill_group
+from autotune.processes import Owner, cmdline, kill_group, start_time
 
 
 def default_dir() -> Path:
@@ -24,7 +25,8 @@ def default_dir() -> Path:
 def remember(directory: Path | None, pid: int, command: str) -> None:
     folder = directory or default_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    record = {"pid": pid, "owner": Owner.current().text(), "command": command}
+    started = start_time(pid) or ""
+    record = {"pid": pid, "owner": Owner.current().text(), "command": command, "started": started}
     (folder / f"{pid}.json").write_text(json.dumps(record), encoding="utf-8")
 
 
@@ -42,7 +44,8 @@ def reap(directory: Path | None = None) -> list[int]:
         if record is None or owner is None or not owner.gone():
             continue
         pid = int(str(record["pid"]))
-        if cmdline(pid).startswith(str(record["command"])):
+        server = Owner(owner.host, pid, str(record.get("started", "")))  # "" in older records
+        if not server.gone() and cmdline(pid).startswith(str(record["command"])):
             kill_group(pid)
             reaped.append(pid)
         path.unlink(missing_ok=True)

@@ -245,7 +245,12 @@ def reap_shared_memory(directory: Path = SHM_DIR) -> list[Path]:
 def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
     """SIGTERM the process group, wait, then SIGKILL (``timeout_s`` 0: SIGKILL at once); return
     once no process of the group is left alive (the stubs die after their server: a SIGKILL is
-    delivered, not waited for), or after STOP_TIMEOUT_S. Never raises for a gone process."""
+    delivered, not waited for), or after STOP_TIMEOUT_S. Never raises for a gone process.
+
+    Once the leader is reaped, its pid names our group only while no process has that pid: the
+    kernel keeps a group's id from new processes while the group has members, so a live process
+    of that pid (a stop long after the server ended) means the group is gone and the pid is
+    another's, maybe another server's group, which is left alone."""
     if proc.poll() is None:
         if timeout_s > 0:
             _signal_group(proc.pid, signal.SIGTERM)
@@ -253,6 +258,8 @@ def stop_process(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_
                 proc.wait(timeout_s)
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
+    if pid_alive(proc.pid):
+        return
     _signal_group(proc.pid, signal.SIGKILL)  # stubs left behind in the group, if any
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while group_members(proc.pid) and time.monotonic() < deadline:
