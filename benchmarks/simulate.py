@@ -64,12 +64,13 @@ def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
         if sum(s.name == surveyed.name for _, s in loaded) > 1:
             surveyed = replace(surveyed, name=path.name.split(".")[0])  # one model surveyed twice
         out.append(surveyed)
-    if not args.synthetic:
-        return out
-    for cv in args.cv or CVS:
-        out += sim.synthetic_family(args.per_family, cv, seed=args.family_seed)
-    if args.stalls:
-        out += sim.synthetic_family(args.per_family, 0.05, seed=args.family_seed, stall=args.stalls)
+    if args.synthetic:
+        for cv in args.cv or CVS:
+            out += sim.synthetic_family(args.per_family, cv, seed=args.family_seed)
+        if args.stalls:
+            out += sim.synthetic_family(args.per_family, 0.05, seed=args.family_seed, stall=args.stalls)
+    if args.sla_scale != 1.0:
+        out = [replace(s, sla=replace(s.sla, limit_ms=s.sla.limit_ms * args.sla_scale)) for s in out]
     return out
 
 
@@ -95,13 +96,14 @@ def run_surface(
 
 def misses(tally: sim.Tally) -> list[str]:
     """The runs whose winner is below 0.95 of the best, counted by winner, most first: ``3x 0.948
-    LABEL`` (``none``: no winner)."""
+    (0.993 at the limit) LABEL``, its goodput over the best's at the SLA and at the search's limit
+    (``none``: no winner)."""
     counts = Counter(
-        (round(j.ratio, 3), sim.survey_label(j.winner) if j.winner else "none")
+        (round(j.ratio, 3), round(j.ratio_at_limit, 3), sim.survey_label(j.winner) if j.winner else "none")
         for j in tally.judged
         if j.ratio < sim.GOOD
     )
-    return [f"{n}x {ratio:.3f} {label}" for (ratio, label), n in counts.most_common()]
+    return [f"{n}x {r:.3f} ({at:.3f} at the limit) {label}" for (r, at, label), n in counts.most_common()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         "--server-spread", type=float, metavar="SD",
         help="a surveyed surface's fresh servers read off its truth by this relative sd "
         "(default: the survey's own, else half its windows' spread)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sla-scale", type=float, default=1.0, metavar="F",
+        help="every surface's SLA limit times F, for the run and its truth: how far `good` turns on "
+        "where the SLA falls between a config's levels (1.001: 0.1%% looser)",
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(

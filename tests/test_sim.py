@@ -365,15 +365,24 @@ def test_a_tally_reads_the_winners_share_of_the_best_at_the_bar_and_on_average()
 
 
 def test_simulate_lists_each_surfaces_misses_by_winner() -> None:
-    """``simulate.py --misses``: the winners below 0.95 of the best, counted by config, most first."""
+    """``simulate.py --misses``: the winners below 0.95 of the best, counted by config and by their
+    goodput at the SLA and at the search's limit, most first."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     import simulate
 
     one = sim.candidates(sim.default_space())[0]
-    ratios = (0.948, 0.948, 0.99, 0.5, 0.0)
-    judged = [sim.Judged("s", i, one if r else None, 0, r, True, 1.0, 1, True) for i, r in enumerate(ratios)]
+    ratios = ((0.948, 0.993), (0.948, 0.993), (0.99, 1.0), (0.5, 0.6), (0.948, 0.9), (0.0, 0.0))
+    judged = [
+        sim.Judged("s", i, one if r else None, 0, r, True, 1.0, 1, True, ratio_at_limit=at)
+        for i, (r, at) in enumerate(ratios)
+    ]
     label = sim.survey_label(one)
-    assert simulate.misses(sim.Tally(judged)) == [f"2x 0.948 {label}", f"1x 0.500 {label}", "1x 0.000 none"]
+    assert simulate.misses(sim.Tally(judged)) == [
+        f"2x 0.948 (0.993 at the limit) {label}",
+        f"1x 0.500 (0.600 at the limit) {label}",
+        f"1x 0.948 (0.900 at the limit) {label}",
+        "1x 0.000 (0.000 at the limit) none",
+    ]
 
 
 def test_goods_interval_holds_the_runs_error_and_a_surveys_own_error_of_its_truth() -> None:
