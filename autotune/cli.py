@@ -221,7 +221,10 @@ def _add_run(sub: Any) -> None:
         help="latency headroom kept under the SLA: while searching, a point counts as meeting "
         "the SLA only below (1 - margin) x the limit, and a finalist's race rounds must meet "
         "that too (else it races a level lower), so that "
-        f"re-measuring the winner meets it (default {DEFAULTS.margin:g} = {DEFAULTS.margin * 100:g}%%)",
+        f"re-measuring the winner meets it (default {DEFAULTS.margin:g} = {DEFAULTS.margin * 100:g}%%). "
+        "It also holds how another tool's client reads the latency higher than ours where it "
+        "shares the server's cores (perf_analyzer on two cores: README); raise it if you will "
+        "judge the winner with such a tool on such a machine",
     )
     run.add_argument(
         "--finalists",
