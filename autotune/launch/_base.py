@@ -29,6 +29,9 @@ from autotune.gpu_probe import scrape
 
 LOG_TAIL_LINES = 25
 READY_TIMEOUT_S = 180.0
+# the longest a server's stop waits for a graceful exit (Triton gives in-flight work 5 s,
+# --exit-timeout-secs; its python stubs unload after), then for what is left of it to be gone
+STOP_TIMEOUT_S = 15
 METRICS_INTERVAL_MS = 500  # a server's GPU figures refreshed twice a second (a window is 0.5-1 s)
 METRICS_WAIT_S = 10.0  # metrics that do not answer by then only cost the GPU figures
 H = TypeVar("H")  # what a launcher keeps of one started server (a process, a container, ...)

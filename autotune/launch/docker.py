@@ -37,11 +37,19 @@ from docker.types import DeviceRequest, Mount
 
 from autotune.errors import LaunchError, UsageError
 from autotune.launch import _base
-from autotune.launch._base import READY_TIMEOUT_S, Launcher, PortClash, Ports, Server, Started, port_clash
+from autotune.launch._base import (
+    READY_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    Launcher,
+    PortClash,
+    Ports,
+    Server,
+    Started,
+    port_clash,
+)
 from autotune.processes import Owner
 from autotune.settings import DockerOptions
 
-STOP_TIMEOUT_S = 15  # Triton itself gives in-flight work 5 s (--exit-timeout-secs)
 MODELS_DIR = "/models"
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 COMMAND = (

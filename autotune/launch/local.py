@@ -6,9 +6,11 @@ Where tritonserver comes from, in order: ``--tritonserver PATH``; ``tritonserver
 whose python stub matches this interpreter. The server's PATH starts with this
 interpreter's ``bin`` so the python backend stub finds the packages of this environment.
 
-The server runs in its own process group; teardown is SIGTERM to the group, then SIGKILL (the
-tuner's servers, once measured: SIGKILL at once, and the python backend's shared memory they
-leave removed), and always happens (exceptions, Ctrl-C) because :meth:`Launcher.serve` is a context manager.
+The server runs in its own process group; teardown is SIGTERM to the group, then SIGKILL after
+``STOP_TIMEOUT_S``, the launchers' one stop bound (15 s; no verdict depends on it). The tuner's
+servers, once measured, get SIGKILL at once, and the python backend's shared memory they leave
+is removed. Teardown always happens (exceptions, Ctrl-C) because :meth:`Launcher.serve` is a
+context manager.
 On Linux the whole process group (tritonserver and its python backend stubs) also gets
 SIGKILL when the thread that started it ends, so even ``kill -9`` of the tuner leaves nothing
 running (:mod:`autotune.guard`): start servers from a thread that outlives them (the tuner
@@ -33,12 +35,19 @@ from pathlib import Path
 
 from autotune.errors import LaunchError
 from autotune.launch import _pids
-from autotune.launch._base import READY_TIMEOUT_S, Launcher, Ports, Server, Started, metrics_args
+from autotune.launch._base import (
+    READY_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    Launcher,
+    Ports,
+    Server,
+    Started,
+    metrics_args,
+)
 from autotune.processes import group_members, pid_alive
 from autotune.settings import LocalOptions
 from autotune.staging import safe_path, safe_temp
 
-STOP_TIMEOUT_S = 15.0  # the longest a stop waits: for a graceful exit, then for the group to be gone
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "autotune_pb_"  # the python backend's shared memory of our servers: SHM_PREFIX<pid>_<n>_...
 _SERVERS = itertools.count()
