@@ -110,3 +110,22 @@ def test_the_acceptance_is_restated_with_the_benchmarks_own_spread(bench: Module
     line = bench.spread_line([0.985, 1.0, 0.986, 0.964, 0.964], [0.37, 0.29], (22, 25), (5, 5))
     assert "goodput / best median within 0.964-1.000" in line and line.endswith("not shown less often")
     assert bench.spread_line([0.9], [], (10, 50), (50, 50)).endswith(": shown less often")
+
+
+def test_the_goodput_bars_are_resampled_from_each_winner_s_repeats(bench: ModuleType) -> None:
+    """Winners whose repeats all read alike pass or fail the bars in every draw; a winner that met
+    the SLA 3 of 5 keeps a goodput in a draw only where most of its drawn repeats met it:
+    P(Binomial(5, 3/5) >= 3) = 0.683 of the draws, the share in which no run falls under the floor."""
+    runs = [_run(bench, "MA brute", 400.0), *(_run(bench, f"autotune #{i}", 100.0) for i in (2, 3))]
+    steady = {r.tool: _remeasured(bench, r.tool, 500.0, [20.0] * 5) for r in runs}
+    mine = ["autotune #2", "autotune #3"]
+    assert bench.resampled_bars(runs, steady, mine).endswith(
+        "median >= 0.95 in 100%, none under 0.85 in 100%, both in 100%"
+    )
+    slow = {**steady, "autotune #3": _remeasured(bench, "autotune #3", 400.0, [20.0] * 5)}  # 0.8 of the best
+    assert bench.resampled_bars(runs, slow, mine).endswith("in 0%, none under 0.85 in 0%, both in 0%")
+    edge = {**steady, "autotune #3": _remeasured(bench, "autotune #3", 500.0, [20.0] * 3 + [60.0] * 2)}
+    line = bench.resampled_bars(runs, edge, mine)
+    share = int(line.split("none under 0.85 in ")[1].split("%")[0]) / 100
+    assert abs(share - 0.683) < 0.04  # 2000 draws: the share's sd is 0.010
+    assert "each winner's 5 repeats resampled, 2000 draws" in line
