@@ -56,8 +56,10 @@ class WindowPlan:
     # perf_analyzer measures it): the stability rule above, the figures the last windows'.
     limit_ms: float = 0.0
     # latencies of windows measured before at this level (a race's earlier rounds), pooled with
-    # the point's own in the verdict on the limit
+    # the point's own in the verdict on the limit; and those rounds' own figures (each over all
+    # its requests), averaged with the point's in the interval's centre as the race averages them
     before_ms: tuple[float, ...] = ()
+    before_figures_ms: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -282,17 +284,24 @@ def is_stable(throughputs: Sequence[float], latencies: Sequence[float], toleranc
 
 
 def windows_done(
-    throughputs: Sequence[float], latencies_ms: Sequence[float], plan: WindowPlan, tolerance: float
-) -> tuple[bool, bool]:
+    throughputs: Sequence[float], latencies_ms: Sequence[float], plan: WindowPlan, tolerance: float,
+    figure_ms: float | None = None,
+) -> tuple[bool, bool]:  # fmt: skip
     """Whether a point's windows so far (each one's throughput and latency, every window: the
     rules read the last ones they need) may stop, and whether they are stable. With a limit:
     once at least :data:`autotune.noise.MIN_WINDOWS` put the latency's interval (with the plan's
     windows before) on one side of it (they are then "stable"); without, perf_analyzer's
-    stability (:func:`is_stable`, ``tolerance``)."""
+    stability (:func:`is_stable`, ``tolerance``). The interval is the one the point is judged
+    on: centred on ``figure_ms``, its latency over all its windows' requests so far
+    (:meth:`Point.latency_estimate`; with rounds before, the mean of their figures and it, as
+    :func:`autotune.rules.rounds_latency`), its error the windows'; None: the windows' mean."""
     if plan.limit_ms > 0:
         if len(latencies_ms) < MIN_WINDOWS:
             return False, False
         latency = Estimate.of([*plan.before_ms, *latencies_ms])
+        if figure_ms is not None:
+            centre = sum([*plan.before_figures_ms, figure_ms]) / (len(plan.before_figures_ms) + 1)
+            latency = Estimate(centre, latency.se, latency.n)
         settled = meets(latency, plan.limit_ms) or breaks(latency, plan.limit_ms)
         return settled, settled
     stable = is_stable(throughputs, latencies_ms, tolerance)

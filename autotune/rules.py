@@ -34,8 +34,10 @@ def search_plan(sla: Sla, window_s: float) -> WindowPlan:
 def judged_at(plan: WindowPlan, limit_ms: float, before: Sequence[Point] = ()) -> WindowPlan:
     """``plan`` whose points' windows go on until their latency's interval, pooled with the
     windows of ``before`` (a race's rounds at the level), lies on one side of ``limit_ms``."""
-    pooled = tuple(w for p in before if p.window_percentile == plan.percentile for w in p.window_latencies_ms)
-    return replace(plan, limit_ms=limit_ms, before_ms=pooled)
+    judged = [p for p in before if p.window_percentile == plan.percentile]
+    pooled = tuple(w for p in judged for w in p.window_latencies_ms)
+    figures = tuple(p.latency_ms(plan.percentile) for p in judged)
+    return replace(plan, limit_ms=limit_ms, before_ms=pooled, before_figures_ms=figures)
 
 
 def cannot_win(point: Point, beat: Estimate | None, noise: Noise) -> bool:

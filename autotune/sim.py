@@ -416,7 +416,9 @@ class SimTrials(Trials):
             )
             self.now += plan.window_s
             latencies = [r.latency_ms(plan.percentile) for r in readings]
-            done, stable = windows_done([r.throughput for r in readings], latencies, plan, plan.tolerance)
+            figure = sum(latencies) / len(latencies)  # a simulated point's figure: its windows' mean
+            throughputs = [r.throughput for r in readings]
+            done, stable = windows_done(throughputs, latencies, plan, plan.tolerance, figure)
             if done:
                 stable = True
                 break

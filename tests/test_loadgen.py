@@ -356,9 +356,16 @@ def test_a_points_windows_stop_once_its_latency_interval_lies_on_one_side_of_the
     point, windows = _windows_until_decided(jitter, limit_ms=20.0)
     assert windows == 2 and point.stable and not point.warnings
     assert _windows_until_decided(jitter, limit_ms=0.0)[1] == 6
-    straddling = [15.0, 25.0, 15.5, 24.5, 15.0, 25.0]  # on both sides of 20 ms: undecided to the end
+    straddling = [12.0, 20.0, 12.5, 19.5, 12.0, 20.0]  # the p95 over all requests: 20 ms, undecided
     point, windows = _windows_until_decided(straddling, limit_ms=20.0)
     assert windows == 6 and not point.stable and len(point.window_latencies_ms) == 6
+    # the interval is centred where the point is judged, its p95 over all requests: windows whose
+    # mean (20 ms) sits on the limit, but with half the requests at 25 ms, break it (the windows'
+    # mean left it undecided)
+    halves = [15.0, 25.0, 15.5, 24.5, 15.0, 25.0]
+    point, windows = _windows_until_decided(halves, limit_ms=20.0)
+    assert windows == 6 and point.stable and point.p95_ms > 20.0
+    assert point.latency_bound(95) > point.latency_estimate(95).low > 20.0  # the verdict: breaks
 
 
 class _Gate:

@@ -66,6 +66,27 @@ def test_a_points_windows_stop_once_the_latency_interval_lies_on_one_side_of_the
     assert windows_done([100, 101, 99], [19.0, 21.0, 20.5], stability, 0.1) == (True, True)  # within 10%
 
 
+def test_a_points_windows_stop_on_the_interval_it_is_judged_on() -> None:
+    """The interval is centred on the point's figure over all its requests, as the SLA's verdict
+    (:meth:`Point.latency_estimate`) centres it, not on the windows' mean: windows whose mean
+    (14.9 ms) meets a 20 ms limit while the figure over their requests (18.5 ms) cannot be shown
+    to meet it go on (a real open-loop point of 2026-12-02 read so and stopped undecided)."""
+    plan = WindowPlan(limit_ms=20.0, max_windows=8)
+    windows = [21.2, 10.5, 12.2, 15.6, 14.9]
+    assert windows_done([160] * 5, windows, plan, 0.1) == (True, True)  # by the windows' mean
+    assert windows_done([160] * 5, windows, plan, 0.1, 18.5) == (False, False)
+    point = replace(windowed(4, 160.0, 12.0), p99_ms=18.5, window_latencies_ms=tuple(windows))
+    point = replace(point, window_percentile=99)
+    assert not Sla(99, 20.0).met_by(point)  # the verdict it would have stopped into
+    assert windows_done([160] * 5, windows, plan, 0.1, 12.0) == (True, True)
+    earlier = [replace(windowed(12, 500.0, f), window_latencies_ms=(f - 1, f + 1)) for f in (17.0, 19.0)]
+    judged = rules.judged_at(WindowPlan(max_windows=8, percentile=95), 20.0, earlier)
+    assert judged.before_figures_ms == (17.0, 19.0)
+    # rounds before: the centre is the mean of every round's figure, as rules.rounds_latency's
+    assert windows_done([100, 100], [16.0, 16.2], judged, 0.1, 16.1)[0]  # centre 17.4: meets
+    assert not windows_done([100, 100], [16.0, 16.2], judged, 0.1, 23.0)[0]  # centre 19.7: open
+
+
 def test_a_race_rounds_windows_stop_on_the_latency_of_every_round_at_its_level() -> None:
     """A round's windows are judged with the earlier rounds' at the level (rules.judged_at): near
     the limit, what a round alone leaves undecided the rounds together settle."""

@@ -6,7 +6,8 @@ the server and, given a GPU probe, one sample of the server's GPUs (taken at the
 the probe in a thread; the point's GPU figures summarise the kept windows' samples); a
 window with fewer than ``min_requests`` completions is extended (up to 4x).
 A plan with a limit (``limit_ms``: the search's and the race's) stops once the latency's
-interval over the windows lies on one side of it (:func:`autotune.points.windows_done`), and
+interval over the windows, centred on the point's figure over all their requests (the one it is
+judged on), lies on one side of it (:func:`autotune.points.windows_done`), and
 its figures are every window's, each window's kept as the point's sample. Without one, the run
 stops when the last ``stable_windows`` windows agree within the tolerance (throughput and
 latency at the plan's percentile), as perf_analyzer's do, and the figures come from them; at
@@ -32,6 +33,7 @@ from typing import Protocol
 from autotune import gpu
 from autotune.errors import MeasurementError
 from autotune.gpu import GpuProbe, GpuSample
+from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._load import Tally
 from autotune.loadgen._stats import StatsSnapshot, breakdown
 from autotune.points import (
@@ -123,7 +125,8 @@ def _done(windows: list[Window], plan: WindowPlan) -> tuple[bool, bool]:
     throughputs = [w.tally.completions / w.tally.duration_s for w in windows if w.tally.duration_s > 0]
     latencies = [w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in windows]
     kept = windows if plan.limit_ms > 0 else windows[-plan.stable_windows :]
-    return windows_done(throughputs, latencies, plan, tolerance(kept, plan))
+    figure = LatencyHistogram.merged(w.tally.latency for w in kept).percentile_ns(plan.percentile) / 1e6
+    return windows_done(throughputs, latencies, plan, tolerance(kept, plan), figure)
 
 
 def tolerance(windows: list[Window], plan: WindowPlan) -> float:
