@@ -125,7 +125,9 @@ def _done(windows: list[Window], plan: WindowPlan) -> tuple[bool, bool]:
     throughputs = [w.tally.completions / w.tally.duration_s for w in windows if w.tally.duration_s > 0]
     latencies = [w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in windows]
     kept = windows if plan.limit_ms > 0 else windows[-plan.stable_windows :]
-    figure = LatencyHistogram.merged(w.tally.latency for w in kept).percentile_ns(plan.percentile) / 1e6
+    figure = None  # the point's figure over all its requests: only a limit's verdict reads it
+    if plan.limit_ms > 0:
+        figure = LatencyHistogram.merged(w.tally.latency for w in kept).percentile_ns(plan.percentile) / 1e6
     return windows_done(throughputs, latencies, plan, tolerance(kept, plan), figure)
 
 
