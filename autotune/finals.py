@@ -174,8 +174,8 @@ def _point(prep: Prepared, trials: Trials, gen: LoadGenerator, number: int, leve
 
 def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialResult) -> RunDir:
     """A concurrency run's winner under Poisson arrivals, from the rate its closed loop was
-    credited with down to the highest that meets the SLA (:func:`autotune.traffic.check_sustained`),
-    each rate judged at the SLA's limit, recorded in the run (a failure is told, not recorded).
+    credited with down to the highest that meets the SLA or one left undecided at its limit
+    (:func:`autotune.traffic.check_sustained`), recorded in the run (a failure is told, not it).
     Not in an open loop, with ``--repeats 0``, ``--no-open-loop-check`` or models beside it, nor
     twice for one winner."""
     s, done_before = prep.settings, run.record.open_loop
@@ -200,11 +200,11 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
                 stopping.check()
                 return point
 
-            measured = check_sustained(at, s.sla, credited)
+            at_limit = check_sustained(at, s.sla, credited)
             stopping.check()
     except (LaunchError, MeasurementError) as exc:
         trials.events.verification_failed(winner, f"open-loop check: {str(exc).splitlines()[0]}")
         return run
-    sustained = max((p.request_rate for p in measured.points if s.sla.met_by(p)), default=0.0)
-    check = OpenLoopCheck(winner.number, credited, CHECK_DISTRIBUTION, tuple(done), sustained)
+    sustained = max((p.request_rate for p in done if s.sla.met_by(p)), default=0.0)
+    check = OpenLoopCheck(winner.number, credited, CHECK_DISTRIBUTION, tuple(done), sustained, at_limit)
     return run.update(open_loop=check)

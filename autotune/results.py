@@ -137,13 +137,15 @@ class Verification:
 class OpenLoopCheck:
     """A concurrency run's winner under arrivals at a rate: from the rate its closed loop was
     credited with (its verified throughput, in requests per second), down to the highest rate
-    whose latency, counted from each request's scheduled send, met the SLA."""
+    whose latency, counted from each request's scheduled send, met the SLA, or the first whose
+    latency's interval still held the limit (the check stops there: noise hides a finer answer)."""
 
     trial: int
     credited_rate: float  # requests/s the closed loop sustained
     distribution: str  # the arrivals: poisson or constant
     points: tuple[Point, ...]  # in the order measured
     sustained_rate: float  # the highest rate measured that met the SLA; 0.0: none did
+    limit_rate: float = 0.0  # the rate left undecided, where the check stopped; 0.0: none was
 
     def summary(self) -> str:
         """The check in a sentence, for the console and the report."""
@@ -151,6 +153,14 @@ class OpenLoopCheck:
         closed = f"the {self.credited_rate:.4g} req/s its closed loop was credited with"
         if self.sustained_rate >= self.credited_rate * 0.999:
             return f"{head} met the SLA at {closed}."
+        tail = "production traffic arrives at a rate, --load rate tunes for it."
+        if self.limit_rate > 0:
+            met = f"; it met it at {self.sustained_rate:.4g} req/s" if self.sustained_rate > 0 else ""
+            return (
+                f"{head} reached the SLA's limit at about {self.limit_rate:.4g} req/s, "
+                f"{self.limit_rate / self.credited_rate:.0%} of {closed} (its interval there held "
+                f"the limit{met}): {tail}"
+            )
         if self.sustained_rate <= 0:
             low = min((p.request_rate for p in self.points), default=0.0)
             return (
@@ -158,15 +168,13 @@ class OpenLoopCheck:
                 "size for arrivals with --load rate."
             )
         share = self.sustained_rate / self.credited_rate
-        return (
-            f"{head} met the SLA up to {self.sustained_rate:.4g} req/s, {share:.0%} of {closed}: "
-            "production traffic arrives at a rate, --load rate tunes for it."
-        )
+        return f"{head} met the SLA up to {self.sustained_rate:.4g} req/s, {share:.0%} of {closed}: {tail}"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "trial": self.trial, "credited_rate": self.credited_rate, "distribution": self.distribution,
             "sustained_rate": self.sustained_rate, "points": [p.to_dict() for p in self.points],
+            "limit_rate": self.limit_rate,
         }  # fmt: skip
 
     @classmethod
@@ -174,7 +182,7 @@ class OpenLoopCheck:
         points = tuple(Point.from_dict(p) for p in data["points"])
         return cls(
             int(data["trial"]), float(data["credited_rate"]), str(data["distribution"]), points,
-            float(data["sustained_rate"]),
+            float(data["sustained_rate"]), float(data.get("limit_rate", 0.0)),
         )  # fmt: skip
 
 

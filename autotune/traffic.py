@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.loadgen import LoadGenerator, read_intervals
-from autotune.noise import Estimate
+from autotune.noise import Estimate, breaks, meets
 from autotune.objective import Sla
 from autotune.points import Measurement, Point
 from autotune.rules import find_goodput, find_rate_goodput
@@ -73,12 +73,36 @@ class Loader:
         return find_rate_goodput(at, sla, space.rate_min, space.rate_max, start=rate, beat=beat)
 
 
-def check_sustained(at: Callable[[float], Point], sla: Sla, credited_rate: float) -> Measurement:
+def check_sustained(at: Callable[[float], Point], sla: Sla, credited_rate: float) -> float:
     """A concurrency run's winner in an open loop: its credited rate first; if that breaks the
-    SLA, lower rates down to :data:`CHECK_FLOOR` of it (few points: :data:`CHECK_RESOLUTION`)."""
-    return find_rate_goodput(
-        at, sla, credited_rate * CHECK_FLOOR, credited_rate, start=credited_rate, resolution=CHECK_RESOLUTION
-    )
+    SLA, lower rates down to :data:`CHECK_FLOOR` of it (few points: :data:`CHECK_RESOLUTION`).
+    It stops at the first rate left undecided (:func:`at_the_limit`): the limit lies there to
+    within what the windows resolve. Returns that rate, 0.0 where every rate was settled."""
+    measured: list[Point] = []
+
+    def judged(rate: float) -> Point:
+        measured.append(at(rate))
+        if at_the_limit(measured[-1], sla):
+            raise _AtTheLimit
+        return measured[-1]
+
+    try:
+        low, resolution = credited_rate * CHECK_FLOOR, CHECK_RESOLUTION
+        find_rate_goodput(judged, sla, low, credited_rate, start=credited_rate, resolution=resolution)
+    except _AtTheLimit:
+        return measured[-1].request_rate
+    return 0.0
+
+
+def at_the_limit(point: Point, sla: Sla) -> bool:
+    """Admitted by the SLA, and its latency's interval still holds the limit after its windows:
+    neither :func:`autotune.noise.meets` nor :func:`autotune.noise.breaks` it (undecided)."""
+    latency = point.latency_estimate(sla.percentile)
+    return sla.admits(point) and not meets(latency, sla.limit_ms) and not breaks(latency, sla.limit_ms)
+
+
+class _AtTheLimit(Exception):
+    """Ends the open-loop check at a rate left undecided."""
 
 
 def requests_per_s(point: Point) -> float:

@@ -61,7 +61,7 @@ class Tuned:
     queue_delay_us: int = 0
     where: str = ""
     credited_rate: float = 0.0  # requests per second the run credited its winner with
-    checked_rate: float | None = None  # a concurrency run's open-loop check: the rate sustained
+    checked_rate: float | None = None  # a concurrency run's open-loop check: its rate met or at the limit
     p95_ms: list[float] = field(default_factory=list)  # the Poisson re-measurements
     broke: int = 0  # of them, over the SLA (or with errors, or behind schedule)
 
@@ -104,7 +104,8 @@ def read_winner(tuned: Tuned, run_dir: Path) -> Any:
     tuned.queue_delay_us = winner.candidate.max_queue_delay_us
     tuned.where = rec.where
     tuned.credited_rate = rec.request_rate if rec.request_rate else rec.throughput  # batch 1
-    tuned.checked_rate = info.open_loop.sustained_rate if info.open_loop else None
+    check = info.open_loop
+    tuned.checked_rate = (check.limit_rate or check.sustained_rate) if check else None
     return winner.candidate
 
 

@@ -18,6 +18,7 @@ from autotune.results import COMPLETE, FAIL, PRUNED
 from autotune.rundir import RunDir
 from autotune.search_space import parse_search_space
 from autotune.study import Study
+from autotune.traffic import at_the_limit
 from tests.conftest import servers_of, servers_under, staged_servers, toy_run_args
 
 pytestmark = pytest.mark.integration
@@ -67,6 +68,8 @@ def test_tune_write_back_and_undo(toy_repo: Path, tmp_path: Path, small_space: P
     assert check.credited_rate == pytest.approx(credited, rel=0.01)
     assert max(p.request_rate for p in check.points) == pytest.approx(credited, rel=0.01)
     assert all(p.concurrency == 0 for p in check.points) and 0 <= check.sustained_rate <= credited * 1.01
+    undecided = [p.request_rate for p in check.points if at_the_limit(p, outcome.info.sla)]
+    assert undecided == ([check.limit_rate] if check.limit_rate else [])  # the check ends at the first
     assert "The winner under arrivals at a rate" in (run_dir / "report.html").read_text()
     # written back, verified by a load, with a backup; then undone byte for byte
     assert config.read_bytes() != original

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -15,6 +16,7 @@ from autotune.noise import Estimate
 from autotune.objective import Sla
 from autotune.points import BEHIND_SCHEDULE, Point, is_stable
 from autotune.rules import RATE_RESOLUTION, best_point, find_goodput, find_rate_goodput
+from autotune.traffic import at_the_limit, check_sustained
 
 
 def point(c: int, throughput: float, p95: float, errors: int = 0) -> Point:
@@ -192,3 +194,27 @@ def test_a_candidate_shown_worse_than_the_best_at_its_rate_is_measured_once() ->
     better = find_rate_goodput(measure, Sla(95, 50.0), 1.0, 1e5, start=180.0, beat=best(180.0))
     assert better.best is not None and better.best.request_rate > 180.0
     assert len(better.points) <= 3  # 180 met near the limit, 216 (x1.2) broke, one bisection
+
+
+def test_the_open_loop_check_stops_at_the_first_rate_its_windows_leave_undecided() -> None:
+    """The check (credited rate, then halving and bisection) ends at a rate whose latency
+    interval holds the limit, returning it; with every rate settled it bisects to its
+    resolution and returns 0.0. Windows +-20% around the figure: 37-76 ms hold a 50 ms limit."""
+    sla, surface = Sla(95, 50.0), queue(capacity=400.0, service_ms=5.0)  # p95 15 / (1 - rate/400)
+    calls: list[float] = []
+
+    def windowed(spread: float):  # type: ignore[no-untyped-def]
+        def at(rate: float) -> Point:
+            calls.append(rate)
+            p = surface(rate)
+            windows = (p.p95_ms * (1 - spread), p.p95_ms, p.p95_ms * (1 + spread))
+            return replace(p, window_latencies_ms=windows, window_percentile=95)
+
+        return at
+
+    assert check_sustained(windowed(0.2), sla, 400.0) == 283.0  # 400 breaks, 200 meets, 283: 51 ms
+    assert calls == [400.0, 200.0, 283.0] and at_the_limit(windowed(0.2)(283.0), sla)
+    calls.clear()
+    assert check_sustained(windowed(0.01), sla, 400.0) == 0.0  # settled everywhere: bisected on
+    assert calls == [400.0, 200.0, 283.0, 238.0]  # 238 meets: within the resolution of 283
+    assert not at_the_limit(replace(windowed(0.2)(283.0), errors=1), sla)  # not admitted: broken

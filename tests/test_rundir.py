@@ -47,7 +47,7 @@ def test_a_record_is_read_back_as_written(tmp_path: Path) -> None:
     run = RunDir.create(tmp_path / "reports" / "toy" / full.run_id, full)
     assert RunDir.load(run.path).record == full
     open_point = replace(point, concurrency=0, request_rate=80.0, warnings=("late-sends",))
-    check = OpenLoopCheck(3, 100.0, "poisson", (open_point,), 80.0)
+    check = OpenLoopCheck(3, 100.0, "poisson", (open_point,), 80.0, 95.0)
     rated = replace(
         full, traffic=Traffic("rate", "intervals", "/data/arrivals.txt"), open_loop=check,
         verifications=(Verification(3, 0, (open_point,), 1, 80.0),),
@@ -151,6 +151,10 @@ def test_the_open_loop_check_says_what_the_winner_sustains() -> None:
     assert "up to 84 req/s, 60% of the 140 req/s" in part and "--load rate" in part
     none = OpenLoopCheck(1, 140.0, "poisson", (replace(point, request_rate=17.5),), 0.0).summary()
     assert "broke the SLA even at 17.5 req/s" in none
+    limit = OpenLoopCheck(1, 140.0, "poisson", (point,), 84.0, 98.0).summary()
+    assert "reached the SLA's limit at about 98 req/s, 70% of the 140" in limit and "met it at 84" in limit
+    only = OpenLoopCheck(1, 140.0, "poisson", (point,), 0.0, 70.0).summary()
+    assert "limit at about 70 req/s, 50%" in only and "met it" not in only
 
 
 def test_how_a_run_was_made_is_recorded_and_read_back(tmp_path: Path) -> None:
