@@ -78,19 +78,18 @@ def check_sustained(at: Callable[[float], Point], sla: Sla, credited_rate: float
     SLA, lower rates down to :data:`CHECK_FLOOR` of it (few points: :data:`CHECK_RESOLUTION`).
     It stops at the first rate left undecided (:func:`at_the_limit`): the limit lies there to
     within what the windows resolve. Returns that rate, 0.0 where every rate was settled."""
-    measured: list[Point] = []
 
     def judged(rate: float) -> Point:
-        measured.append(at(rate))
-        if at_the_limit(measured[-1], sla):
-            raise _AtTheLimit
-        return measured[-1]
+        point = at(rate)
+        if at_the_limit(point, sla):
+            raise _AtTheLimit(point.request_rate)
+        return point
 
     try:
         low, resolution = credited_rate * CHECK_FLOOR, CHECK_RESOLUTION
         find_rate_goodput(judged, sla, low, credited_rate, start=credited_rate, resolution=resolution)
-    except _AtTheLimit:
-        return measured[-1].request_rate
+    except _AtTheLimit as stopped:
+        return stopped.rate
     return 0.0
 
 
@@ -102,7 +101,11 @@ def at_the_limit(point: Point, sla: Sla) -> bool:
 
 
 class _AtTheLimit(Exception):
-    """Ends the open-loop check at a rate left undecided."""
+    """Ends the open-loop check at ``rate``, left undecided."""
+
+    def __init__(self, rate: float) -> None:
+        super().__init__(rate)
+        self.rate = rate
 
 
 def requests_per_s(point: Point) -> float:
