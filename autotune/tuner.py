@@ -354,8 +354,9 @@ def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: 
     """Whether to run another trial: within the budget (trials, time), and not converged. While
     nothing is queued, the next step of the walk from the best trial is (:func:`decide.unexplored`);
     once converged, or once the sampler proposes a config measured before (:func:`decide.out_of_ideas`),
-    the untried one-step neighbours of the incumbent and of its ties (:func:`decide.unexplored`)
-    are queued and measured first; a converged search ends when none is left."""
+    the untried one-step neighbours of the finalists (``--finalists``, at least 1: the incumbent
+    and the ties the race would take; :func:`decide.unexplored`) are queued and measured first; a
+    converged search ends when none is left."""
     settings = prep.settings
     finished = decide.finished(results)
     if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
@@ -366,7 +367,7 @@ def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: 
     converged = decide.converged(results, settings.patience, study.scoring)
     if not converged and not decide.out_of_ideas(results):
         return True
-    untried = decide.unexplored(results, prep.space, study.scoring)
+    untried = decide.unexplored(results, prep.space, study.scoring, max(settings.finalists, 1))
     for candidate in untried:  # a neighbour queued before is not queued twice
         study.enqueue(params_of(candidate))
     return bool(untried) or not converged

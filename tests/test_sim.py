@@ -232,6 +232,22 @@ def test_after_the_seeds_the_search_walks_from_the_best_trial() -> None:
         assert not any(decide.equivalent(told[i].candidate, r.candidate) for r in told[:i] if r.candidate)
 
 
+def test_a_converged_search_ends_once_the_finalists_neighbours_are_measured_not_every_ties() -> None:
+    """A search that ends before its budget has measured every one-step neighbour of the
+    ``--finalists`` (the best and the ties the race takes) that is not a losing step; a tie the
+    race would not take may keep neighbours untried."""
+    from autotune import decide
+
+    surface = sim.synthetic_family(1, 0.02, seed=0)[0]
+    left_of_ties = 0
+    for seed in range(3):
+        outcome = sim.simulate(surface, seed, finalists=2)
+        assert len(outcome.results) < 20  # converged, within the budget
+        assert decide.unexplored(outcome.results, SPACE, n=2) == []
+        left_of_ties += len(decide.unexplored(outcome.results, SPACE))
+    assert left_of_ties > 0
+
+
 def test_the_picture_of_a_run_draws_every_trial_each_race_round_and_the_winner() -> None:
     """benchmarks/simulate.py --picture: an SVG with a label per trial, a mark or an interval
     for each (an x where none met the SLA), a dot per race round and the winner's label."""
