@@ -176,8 +176,8 @@ def _add_run(sub: Any) -> None:
         "--patience",
         type=int,
         help="stop after this many measured configs in a row without a goodput shown better "
-        "than the best (its interval above the best's), once every one-step change of the best "
-        "config (an instance more or fewer, "
+        "than the best (its interval above the best's), once every one-step change of the "
+        "finalists (--finalists: the best config and the ties the race takes; an instance more or fewer, "
         "unless that step lost elsewhere without batching, "
         "batching on or off, the next max batch size, queue delay or preferred size) is measured "
         f"too (default {DEFAULTS.patience}; 0: never)",
