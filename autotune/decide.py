@@ -112,7 +112,8 @@ def unexplored(
 ) -> list[Candidate]:
     """The :func:`neighbours` of the first ``n`` (default all) :func:`~autotune.rules.finalists`, in
     turn, :func:`equivalent` to no config any trial has tried, nor a step of :func:`losing_steps`:
-    with ``n`` 1 the walk's next steps from the best trial; the search does not converge while any is left."""
+    with ``n`` 1 the walk's next steps from the best trial; with ``--finalists``, what a converged
+    search measures before it ends."""
     tried = [r.candidate for r in results if r.candidate is not None]
     lost = losing_steps(results, scoring)
     out: list[Candidate] = []
