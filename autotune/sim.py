@@ -299,6 +299,9 @@ class Judged:
     # the winner's true throughput at its recommended operating point over the best true goodput
     # at the search's limit (0.0: not asked for, or no winner): what the user is told to run
     at_point: float = 0.0
+    # the operating point's true latency at the SLA's percentile over the SLA's limit (inf: no
+    # winner): how much a client that reads latency higher than ours may read and still find it met
+    latency_share: float = math.inf
 
 
 def judge(
@@ -330,8 +333,9 @@ def judge(
     limit, best_there = at_limit
     there = true_goodput(surface, winner.candidate, space, limit)[0] / best_there if best_there > 0 else 0.0
     point = true.throughput / best_there if true is not None and best_there > 0 else 0.0
+    share = true.latency_ms(surface.sla.percentile) / surface.sla.limit_ms if true is not None else math.inf
     return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, meets, outcome.sim_s,
-                  outcome.measured, outcome.honest, there, seen, point)  # fmt: skip
+                  outcome.measured, outcome.honest, there, seen, point, share)  # fmt: skip
 
 
 # ---------------------------------------------------------------- simulated servers and load
@@ -566,6 +570,11 @@ class Tally:
     @property
     def meets(self) -> float:
         return self.share(lambda j: j.meets)
+
+    def meets_read_by(self, factor: float) -> float:
+        """Runs whose operating point meets the SLA read by a client whose latency reads ``factor``
+        times the truth (a re-measuring tool's bias against ours)."""
+        return self.share(lambda j: j.latency_share * factor <= 1)
 
     @property
     def seen(self) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import random
 import statistics
 import sys
@@ -68,6 +69,21 @@ def test_a_winner_is_judged_at_its_operating_point_against_the_best_at_the_searc
     assert sim.judge(QUIET, SPACE, outcome, best).at_point == 0.0  # no limit asked for
     tally = sim.Tally([judged, replace(judged, at_point=0.94)])
     assert tally.good_at_point == 0.5
+
+
+def test_a_winner_is_judged_as_a_client_that_reads_latency_higher_would_read_it() -> None:
+    """``latency_share``: the operating point's true latency over the SLA's limit, so that
+    ``meets_read_by(B)`` counts the runs a client reading latency B times ours finds meeting it."""
+    best = max(sim.true_goodput(QUIET, c, SPACE)[0] for c in sim.candidates(SPACE))
+    judged = sim.judge(QUIET, SPACE, sim.simulate(QUIET, 0), best)
+    assert judged.winner is not None
+    true = QUIET.truth(judged.winner, judged.level).latency_ms(QUIET.sla.percentile)
+    assert judged.latency_share == pytest.approx(true / QUIET.sla.limit_ms)
+    assert judged.meets == (judged.latency_share <= 1)
+    runs = [replace(judged, latency_share=x) for x in (0.80, 0.90, 0.99, 1.05, math.inf)]
+    tally = sim.Tally(runs)
+    assert tally.meets_read_by(1.0) == 0.6 and tally.meets_read_by(1.15) == 0.2
+    assert tally.meets_read_by(1.3) == 0.0
 
 
 def test_the_simulated_clock_is_what_servers_and_windows_take() -> None:
