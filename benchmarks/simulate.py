@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--read-by", type=float, action="append", default=[], metavar="B",
         help="a column of runs whose operating point meets the SLA read by a client whose latency "
-        "reads B times ours (repeatable; perf_analyzer on two shared cores: 1.07-1.30 on cnn and bertQA)",
+        "reads B times ours (repeatable; perf_analyzer on two shared cores: 1.05-1.30 on cnn and bertQA)",
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
