@@ -286,7 +286,10 @@ class Judged:
     winner: Candidate | None
     level: int  # the operating point recommended (0: no winner)
     ratio: float  # the winner's true goodput over the surface's best (0.0: none)
-    meets: bool  # the operating point truly meets the SLA
+    # the operating point's true latency at the SLA's percentile over the SLA's limit (inf: no
+    # operating point): it truly meets the SLA at 1 or less (:attr:`meets`), and as a client that
+    # reads latency B times ours would find it at 1/B or less (:meth:`Tally.meets_read_by`)
+    latency_share: float
     sim_s: float  # the simulated tuning time
     trials: int  # trials measured (not pruned, not failed)
     honest: bool  # every trial the study was told of carries only what was measured for it
@@ -299,9 +302,11 @@ class Judged:
     # the winner's true throughput at its recommended operating point over the best true goodput
     # at the search's limit (0.0: not asked for, or no winner): what the user is told to run
     at_point: float = 0.0
-    # the operating point's true latency at the SLA's percentile over the SLA's limit (inf: no
-    # winner): how much a client that reads latency higher than ours may read and still find it met
-    latency_share: float = math.inf
+
+    @property
+    def meets(self) -> bool:
+        """The operating point truly meets the SLA."""
+        return self.latency_share <= 1
 
 
 def judge(
@@ -321,21 +326,20 @@ def judge(
     seen = seen / best if best > 0 else 0.0
     if winner is None or winner.candidate is None:
         return Judged(
-            surface.name, outcome.seed, None, 0, 0.0, False, outcome.sim_s, outcome.measured, outcome.honest,
-            seen=seen,
+            surface.name, outcome.seed, None, 0, 0.0, math.inf, outcome.sim_s, outcome.measured,
+            outcome.honest, seen=seen,
         )  # fmt: skip
     rec = recommendation(winner, outcome.verifications, surface.sla.percentile)
     level = rec.concurrency if rec is not None else 0
     goodput, _ = true_goodput(surface, winner.candidate, space)
     true = surface.truth(winner.candidate, level) if level else None
-    meets = true is not None and true.latency_ms(surface.sla.percentile) <= surface.sla.limit_ms
     ratio = goodput / best if best > 0 else 0.0
     limit, best_there = at_limit
     there = true_goodput(surface, winner.candidate, space, limit)[0] / best_there if best_there > 0 else 0.0
     point = true.throughput / best_there if true is not None and best_there > 0 else 0.0
     share = true.latency_ms(surface.sla.percentile) / surface.sla.limit_ms if true is not None else math.inf
-    return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, meets, outcome.sim_s,
-                  outcome.measured, outcome.honest, there, seen, point, share)  # fmt: skip
+    return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, share, outcome.sim_s,
+                  outcome.measured, outcome.honest, there, seen, point)  # fmt: skip
 
 
 # ---------------------------------------------------------------- simulated servers and load
@@ -569,7 +573,7 @@ class Tally:
 
     @property
     def meets(self) -> float:
-        return self.share(lambda j: j.meets)
+        return self.meets_read_by(1.0)
 
     def meets_read_by(self, factor: float) -> float:
         """Runs whose operating point meets the SLA read by a client whose latency reads ``factor``

@@ -174,20 +174,16 @@ def build_repository(root: Path, models: Sequence[str] = DEFAULT_MODELS) -> Path
     (repo / "noop" / "1").mkdir(parents=True)
     (repo / "noop" / "config.pbtxt").write_text(NOOP_CONFIG)
     (repo / "noop" / "1" / "model.py").write_text(NOOP_MODEL)
-    bert = _tools.copy_model(_tools.example_models(["bertQA"]), "bertQA", repo)
-    config = text_format.Parse((bert / "config.pbtxt").read_text(), mc.ModelConfig())
-    del config.instance_group[:]
-    config.instance_group.add(count=2, kind=mc.ModelInstanceGroup.KIND_CPU)
-    config.dynamic_batching.SetInParent()
-    (bert / "config.pbtxt").write_text(text_format.MessageToString(config))
-    if "cnn" in models:
-        cnn = _tools.copy_model(_tools.example_models(["cnn"]), "cnn", repo)
-        config = text_format.Parse((cnn / "config.pbtxt").read_text(), mc.ModelConfig())
+    max_batch = {"bertQA": 0} | ({"cnn": 16} if "cnn" in models else {})  # 0: the example's own
+    built = _tools.example_models(list(max_batch))  # one build for both
+    for model, batch in max_batch.items():
+        target = _tools.copy_model(built, model, repo)
+        config = text_format.Parse((target / "config.pbtxt").read_text(), mc.ModelConfig())
         del config.instance_group[:]
         config.instance_group.add(count=2, kind=mc.ModelInstanceGroup.KIND_CPU)
-        config.max_batch_size = 16
+        config.max_batch_size = batch or config.max_batch_size
         config.dynamic_batching.SetInParent()
-        (cnn / "config.pbtxt").write_text(text_format.MessageToString(config))
+        (target / "config.pbtxt").write_text(text_format.MessageToString(config))
     for model, entry in INPUT_DATA.items():
         (root / f"{model}.json").write_text(json.dumps({"data": [entry]}))
     return repo

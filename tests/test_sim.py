@@ -79,7 +79,7 @@ def test_a_winner_is_judged_as_a_client_that_reads_latency_higher_would_read_it(
     assert judged.winner is not None
     true = QUIET.truth(judged.winner, judged.level).latency_ms(QUIET.sla.percentile)
     assert judged.latency_share == pytest.approx(true / QUIET.sla.limit_ms)
-    assert judged.meets == (judged.latency_share <= 1)
+    assert judged.meets == (true <= QUIET.sla.limit_ms)
     runs = [replace(judged, latency_share=x) for x in (0.80, 0.90, 0.99, 1.05, math.inf)]
     tally = sim.Tally(runs)
     assert tally.meets_read_by(1.0) == 0.6 and tally.meets_read_by(1.15) == 0.2
@@ -389,7 +389,9 @@ def test_a_tally_reads_the_winners_share_of_the_best_at_the_bar_and_on_average()
     """``good`` counts winners at 0.95 of the best or more; ``mean`` averages every run's share
     (a run without a winner counts 0), so 0.948 and 0.953 read alike there."""
     ratios = (0.948, 0.953, 1.0, 0.0)
-    judged = [sim.Judged("s", i, None, 0, r, r > 0, 1.0, 1, True) for i, r in enumerate(ratios)]
+    judged = [
+        sim.Judged("s", i, None, 0, r, 0.9 if r > 0 else math.inf, 1.0, 1, True) for i, r in enumerate(ratios)
+    ]
     tally = sim.Tally(judged)
     assert tally.good == 0.5 and tally.meets == 0.75
     assert abs(tally.mean - statistics.fmean(ratios)) < 1e-12
@@ -405,7 +407,7 @@ def test_simulate_lists_each_surfaces_misses_by_winner() -> None:
     one = sim.candidates(sim.default_space())[0]
     ratios = ((0.948, 0.993), (0.948, 0.993), (0.99, 1.0), (0.5, 0.6), (0.948, 0.9), (0.0, 0.0))
     judged = [
-        sim.Judged("s", i, one if r else None, 0, r, True, 1.0, 1, True, ratio_at_limit=at)
+        sim.Judged("s", i, one if r else None, 0, r, 0.9, 1.0, 1, True, ratio_at_limit=at)
         for i, (r, at) in enumerate(ratios)
     ]
     label = sim.survey_label(one)
@@ -430,7 +432,7 @@ def test_goods_interval_holds_the_runs_error_and_a_surveys_own_error_of_its_trut
     labels = sorted(exact, key=exact.__getitem__)
     by_label = {sim.survey_label(c): c for c in sim.candidates(SPACE)}
     top, low = by_label[labels[-1]], by_label[labels[0]]
-    half = sim.Tally([sim.Judged("s", i, (low, top)[i % 2], 1, 0.0, True, 1.0, 1, True) for i in range(100)])
+    half = sim.Tally([sim.Judged("s", i, (low, top)[i % 2], 1, 0.0, 0.9, 1.0, 1, True) for i in range(100)])
     lo, hi = half.good_interval([exact], random.Random(1))
     assert 0.35 < lo < 0.5 < hi < 0.65  # a share of 100 runs: about +-10%
     assert sim.Tally(half.judged[1::2]).good_interval([exact], random.Random(1)) == (1.0, 1.0)
@@ -447,6 +449,6 @@ def test_goods_interval_holds_the_runs_error_and_a_surveys_own_error_of_its_trut
     sd = surveyed.truth_sd(one)  # the factor's; a goodput moves more where the level that meets it moves
     assert len(tables) == 60 and 0.6 * sd < statistics.stdev(moved) < 3 * sd
     winners = [c for c in sim.candidates(space) if own[sim.survey_label(c)] >= 0.95 * max(own.values())]
-    sure = sim.Tally([sim.Judged("s", i, winners[0], 1, 1.0, True, 1.0, 1, True) for i in range(100)])
+    sure = sim.Tally([sim.Judged("s", i, winners[0], 1, 1.0, 0.9, 1.0, 1, True) for i in range(100)])
     assert sure.good_interval([own], random.Random(3)) == (1.0, 1.0)
     assert sure.good_interval(tables, random.Random(3))[0] < 1.0  # its truth's own error: not always the top
