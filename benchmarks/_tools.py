@@ -265,20 +265,6 @@ def example_models(models: Sequence[str]) -> Path:
     return repo
 
 
-def example_variant(model: str, repo: Path, instances: int, max_batch: int = 0) -> None:
-    """The checked-in example ``model`` copied into ``repo`` with ``instances`` instances, and
-    dynamic batching at ``max_batch`` when given (0: the example's own batching)."""
-    from autotune import model_config as mcfg
-
-    shutil.copytree(ROOT / "examples" / "model_repository" / model, repo / model, symlinks=True)
-    config = mcfg.load_config(repo, model)
-    config.instance_group[0].count = instances
-    if max_batch:
-        config.max_batch_size = max_batch
-        config.dynamic_batching.SetInParent()
-    mcfg.write_config(config, repo / model / mcfg.CONFIG_NAME)
-
-
 def copy_model(source_repo: Path, model: str, target_repo: Path) -> Path:
     """Copy one model (config and version folders, no caches) into ``target_repo``."""
     target = target_repo / model
