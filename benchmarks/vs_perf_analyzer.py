@@ -9,7 +9,9 @@ Three parts, each against a tritonserver started with autotune's LocalLauncher o
 repository holding ``noop`` (a python model that returns its input; written here) and the
 example ``bertQA`` (built by examples/build_models.py; 2 CPU instances, dynamic batching), and
 with ``--models cnn`` the example ``cnn`` (2 CPU instances, dynamic batching, max batch 16: a
-winner of the issue's benchmark that perf_analyzer read 1.30x our p99 one evening):
+winner of the issue's benchmark that perf_analyzer read 1.30x our p99 one evening), with
+``--models embedder`` the example ``embedder`` (the same, max batch 8: the best known config of
+the issue's benchmark at 32 clients, whose p99 our race read 1.3-2x perf_analyzer's one morning):
 
 agreement   both models, both protocols, concurrency 1, 4 and 16: the tools alternate (PA, us,
             PA, us, ...) with the same window, stability percentage, max windows and p95 as the
@@ -65,7 +67,7 @@ from autotune.loadgen import LoadGenerator, StatsSnapshot, WindowPlan, breakdown
 from autotune.points import BEHIND_SCHEDULE, Point
 from autotune.settings import Workload
 
-MODELS = ("noop", "bertQA", "cnn")
+MODELS = ("noop", "bertQA", "cnn", "embedder")
 DEFAULT_MODELS = ("noop", "bertQA")
 LEVELS = (1, 4, 16)
 THROUGHPUT_TOLERANCE, LATENCY_TOLERANCE, CAPACITY_FLOOR, RATE_TOLERANCE = 0.05, 0.10, 0.8, 0.02
@@ -98,6 +100,7 @@ INPUT_DATA = {
     "bertQA": {"input_ids": [101 + (i * 7) % 97 for i in range(128)], "segment_ids": [0] * 64 + [1] * 64,
                "input_mask": [1] * 128},
     "cnn": {"image": {"content": [((i * 37) % 255) / 255 for i in range(3 * 64 * 64)], "shape": [3, 64, 64]}},
+    "embedder": {"input_ids": [1 + (i * 13) % 997 for i in range(64)]},
 }  # fmt: skip
 
 
@@ -168,13 +171,13 @@ class Series:
 
 
 def build_repository(root: Path, models: Sequence[str] = DEFAULT_MODELS) -> Path:
-    """``noop`` and ``bertQA`` (the capacity and rate parts use noop), and ``cnn`` if ``models``
-    names it, each with 2 CPU instances and dynamic batching."""
+    """``noop`` and ``bertQA`` (the capacity and rate parts use noop), and ``cnn`` and
+    ``embedder`` where ``models`` names them, each with 2 CPU instances and dynamic batching."""
     repo = root / "repo"
     (repo / "noop" / "1").mkdir(parents=True)
     (repo / "noop" / "config.pbtxt").write_text(NOOP_CONFIG)
     (repo / "noop" / "1" / "model.py").write_text(NOOP_MODEL)
-    max_batch = {"bertQA": 0} | ({"cnn": 16} if "cnn" in models else {})  # 0: the example's own
+    max_batch = {"bertQA": 0} | {m: b for m, b in (("cnn", 16), ("embedder", 8)) if m in models}  # 0: its own
     built = _tools.example_models(list(max_batch))  # one build for both
     for model, batch in max_batch.items():
         target = _tools.copy_model(built, model, repo)
