@@ -102,6 +102,7 @@ INPUT_DATA = {
     "cnn": {"image": {"content": [((i * 37) % 255) / 255 for i in range(3 * 64 * 64)], "shape": [3, 64, 64]}},
     "embedder": {"input_ids": [1 + (i * 13) % 997 for i in range(64)]},
 }  # fmt: skip
+MAX_BATCH = {"bertQA": 0, "cnn": 16, "embedder": 8}  # the examples' max batch here (0: the example's own)
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,8 @@ def build_repository(root: Path, models: Sequence[str] = DEFAULT_MODELS) -> Path
     (repo / "noop" / "1").mkdir(parents=True)
     (repo / "noop" / "config.pbtxt").write_text(NOOP_CONFIG)
     (repo / "noop" / "1" / "model.py").write_text(NOOP_MODEL)
-    max_batch = {"bertQA": 0} | {m: b for m, b in (("cnn", 16), ("embedder", 8)) if m in models}  # 0: its own
-    built = _tools.example_models(list(max_batch))  # one build for both
+    max_batch = {m: b for m, b in MAX_BATCH.items() if m == "bertQA" or m in models}
+    built = _tools.example_models(list(max_batch))  # one build for all
     for model, batch in max_batch.items():
         target = _tools.copy_model(built, model, repo)
         config = text_format.Parse((target / "config.pbtxt").read_text(), mc.ModelConfig())
