@@ -1061,7 +1061,7 @@ def against_best(runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]) -> lis
         pooled = (sum(a for a, _ in met), sum(n for _, n in met))
         out.append(spread_line(fractions, walls, pooled, (top.met, len(top.points))))
         out.append(resampled_bars(runs, by_tool, [r.tool for r in mine]))
-        out.append(alike_bars(runs, by_tool, [r.tool for r in mine]))
+        out.append(resampled_bars(runs, by_tool, [r.tool for r in mine], alike=True))
     return out
 
 
@@ -1071,55 +1071,39 @@ def resampled_bars(
     mine: Sequence[str],
     draws: int = DRAWS,
     seed: int = 0,
+    alike: bool = False,
 ) -> str:
     """The goodput bars again with the same winners, each winner's repeats drawn again with
     replacement (a bootstrap, ``draws`` times; winners that share a measured point share its draw),
     the best known chosen again in each draw as :func:`against_best` chooses it: how often the
     re-measuring instrument's noise alone lets the runs ``mine`` reach the median bar
-    (:data:`ENOUGH`) and the floor (:data:`FLOOR`)."""
-    rng = random.Random(seed)
-    measured = _measured_winners(runs, by_tool)
-
-    def drawn() -> dict[tuple[PaPoint, ...], tuple[PaPoint, ...]]:
-        out: dict[tuple[PaPoint, ...], tuple[PaPoint, ...]] = {}
-        for pts in measured.values():
-            out.setdefault(pts, tuple(rng.choices(pts, k=len(pts))))
-        return out
-
-    n = max((len(pts) for pts in measured.values()), default=0)
-    return f"  re-measured again (each winner's {n} repeats resampled, {draws} draws): " + _bars_drawn(
-        by_tool, measured, mine, drawn, draws
-    )
-
-
-def alike_bars(
-    runs: Sequence[ToolRun],
-    by_tool: dict[str, Remeasured],
-    mine: Sequence[str],
-    draws: int = DRAWS,
-    seed: int = 0,
-) -> str:
-    """The goodput bars as they read if every winner were alike: all the winners' repeats pooled
-    and dealt out again at random (``draws`` times; winners that share a measured point share its
-    deal), the best known chosen again in each draw as :func:`against_best` chooses it. How often
-    the runs ``mine`` reach the median bar (:data:`ENOUGH`) and the floor (:data:`FLOOR`) when no
-    winner is better than another: the most a tool as good as the best can expect of the bars with
-    this instrument in this hour (the best known is the best of several noisy medians)."""
+    (:data:`ENOUGH`) and the floor (:data:`FLOOR`). With ``alike``, as they read if every winner
+    were alike: all the winners' repeats pooled and dealt out again at random, the most a tool as
+    good as the best can expect of the bars with this instrument in this hour (the best known is
+    the best of several noisy medians)."""
     rng = random.Random(seed)
     measured = _measured_winners(runs, by_tool)
     distinct = list(dict.fromkeys(measured.values()))
 
     def drawn() -> dict[tuple[PaPoint, ...], tuple[PaPoint, ...]]:
-        pool = [p for pts in distinct for p in pts]
-        rng.shuffle(pool)
-        out, i = {}, 0
-        for pts in distinct:
-            out[pts], i = tuple(pool[i : i + len(pts)]), i + len(pts)
+        out: dict[tuple[PaPoint, ...], tuple[PaPoint, ...]] = {}
+        if alike:
+            pool = [p for pts in distinct for p in pts]
+            rng.shuffle(pool)
+            for pts in distinct:
+                out[pts], pool = tuple(pool[: len(pts)]), pool[len(pts) :]
+            return out
+        for pts in measured.values():
+            out.setdefault(pts, tuple(rng.choices(pts, k=len(pts))))
         return out
 
-    return f"  if the {len(distinct)} winners were alike (their repeats dealt out again, {draws} draws): " + (
-        _bars_drawn(by_tool, measured, mine, drawn, draws)
+    n = max((len(pts) for pts in measured.values()), default=0)
+    how = (
+        f"if the {len(distinct)} winners were alike (their repeats dealt out again"
+        if alike
+        else f"re-measured again (each winner's {n} repeats resampled"
     )
+    return f"  {how}, {draws} draws): " + _bars_drawn(by_tool, measured, mine, drawn, draws)
 
 
 def _measured_winners(

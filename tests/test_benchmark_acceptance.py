@@ -140,7 +140,8 @@ def test_the_goodput_bars_are_read_as_if_every_winner_were_alike(bench: ModuleTy
     runs = [_run(bench, "MA brute", 400.0), *(_run(bench, f"autotune #{i}", 100.0) for i in (2, 3))]
     mine = ["autotune #2", "autotune #3"]
     steady = {r.tool: _remeasured(bench, r.tool, 500.0, [20.0] * 5) for r in runs}
-    assert bench.alike_bars(runs, steady, mine).endswith("in 100%, none under 0.85 in 100%, both in 100%")
+    alike = bench.resampled_bars(runs, steady, mine, alike=True)
+    assert alike.endswith("in 100%, none under 0.85 in 100%, both in 100%")
     theirs, ours = [500.0, 520.0, 480.0, 540.0, 460.0], [440.0, 450.0, 460.0, 430.0, 470.0]
 
     def read(tool: str, throughputs: list[float]) -> object:
@@ -149,7 +150,7 @@ def test_the_goodput_bars_are_read_as_if_every_winner_were_alike(bench: ModuleTy
 
     shared = read("autotune", ours)  # both our runs' winner: one measured point
     by_tool = {"MA brute": read("MA brute", theirs), "autotune #2": shared, "autotune #3": shared}
-    line = bench.alike_bars(runs, by_tool, mine)
+    line = bench.resampled_bars(runs, by_tool, mine, alike=True)
     assert line.startswith("  if the 2 winners were alike")
     pool, hits = theirs + ours, 0
     for dealt in itertools.combinations(range(10), 5):
