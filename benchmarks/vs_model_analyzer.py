@@ -1082,49 +1082,19 @@ def resampled_bars(
     good as the best can expect of the bars with this instrument in this hour (the best known is
     the best of several noisy medians)."""
     rng = random.Random(seed)
-    measured = _measured_winners(runs, by_tool)
+    measured = {r.tool: m.points for r in runs if (m := by_tool.get(r.tool)) is not None and m.points}
     distinct = list(dict.fromkeys(measured.values()))
-
-    def drawn() -> dict[tuple[PaPoint, ...], tuple[PaPoint, ...]]:
-        out: dict[tuple[PaPoint, ...], tuple[PaPoint, ...]] = {}
+    counts = [0, 0, 0]
+    for _ in range(draws):
+        deal: dict[tuple[PaPoint, ...], tuple[PaPoint, ...]] = {}
         if alike:
             pool = [p for pts in distinct for p in pts]
             rng.shuffle(pool)
             for pts in distinct:
-                out[pts], pool = tuple(pool[: len(pts)]), pool[len(pts) :]
-            return out
-        for pts in measured.values():
-            out.setdefault(pts, tuple(rng.choices(pts, k=len(pts))))
-        return out
-
-    n = max((len(pts) for pts in measured.values()), default=0)
-    how = (
-        f"if the {len(distinct)} winners were alike (their repeats dealt out again"
-        if alike
-        else f"re-measured again (each winner's {n} repeats resampled"
-    )
-    return f"  {how}, {draws} draws): " + _bars_drawn(by_tool, measured, mine, drawn, draws)
-
-
-def _measured_winners(
-    runs: Sequence[ToolRun], by_tool: dict[str, Remeasured]
-) -> dict[str, tuple[PaPoint, ...]]:
-    """Each re-measured winner's repeats, by tool."""
-    return {r.tool: m.points for r in runs if (m := by_tool.get(r.tool)) is not None and m.points}
-
-
-def _bars_drawn(
-    by_tool: dict[str, Remeasured],
-    measured: dict[str, tuple[PaPoint, ...]],
-    mine: Sequence[str],
-    drawn: Callable[[], dict[tuple[PaPoint, ...], tuple[PaPoint, ...]]],
-    draws: int,
-) -> str:
-    """How often, over ``draws`` calls of ``drawn`` (each winner's repeats as drawn again), the runs
-    ``mine`` reach the median bar and the floor against the best known of that draw."""
-    counts = [0, 0, 0]
-    for _ in range(draws):
-        deal = drawn()
+                deal[pts], pool = tuple(pool[: len(pts)]), pool[len(pts) :]
+        else:  # (each winner draws; one that shares a point keeps the first draw)
+            for pts in measured.values():
+                deal.setdefault(pts, tuple(rng.choices(pts, k=len(pts))))
         again = {t: replace(by_tool[t], points=deal[pts]) for t, pts in measured.items()}
         best = max((m.goodput for m in again.values() if meets_bar(m)), default=0.0)
         fractions = [_goodput(again.get(t)) / best if best else 0.0 for t in mine]
@@ -1133,7 +1103,16 @@ def _bars_drawn(
         counts[1] += floor_ok
         counts[2] += median_ok and floor_ok
     a, b, both = (c / draws for c in counts)
-    return f"median >= {ENOUGH} in {a:.0%}, none under {FLOOR} in {b:.0%}, both in {both:.0%}"
+    n = max((len(pts) for pts in measured.values()), default=0)
+    how = (
+        f"if the {len(distinct)} winners were alike (their repeats dealt out again"
+        if alike
+        else f"re-measured again (each winner's {n} repeats resampled"
+    )
+    return (
+        f"  {how}, {draws} draws): median >= {ENOUGH} in {a:.0%}, none under {FLOOR} in {b:.0%}, "
+        f"both in {both:.0%}"
+    )
 
 
 def tables_from(result: Path) -> str:
