@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from autotune import decide, tuner
 from autotune import model_config as mcfg
@@ -70,6 +70,14 @@ class Reading:
         return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[percentile]
 
 
+class Bias(NamedTuple):
+    """A freshly started server's offset from the truth: its throughput's factor, and its tail's
+    beyond what the slower throughput brings (a stalled server's: above 1)."""
+
+    speed: float
+    tail: float = 1.0
+
+
 class Surface(Protocol):
     """What a simulated server serves: the truth of a candidate at a concurrency, and a window."""
 
@@ -84,13 +92,13 @@ class Surface(Protocol):
     def truth(self, candidate: Candidate, level: int) -> Reading: ...
 
     def window(
-        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: float
+        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: Bias
     ) -> Reading:
         """One window's readings; ``bias``: the server's own offset (:meth:`server_bias`)."""
         ...
 
-    def server_bias(self, rng: random.Random) -> float:
-        """How much a freshly started server's throughput reads off the truth (a factor)."""
+    def server_bias(self, rng: random.Random) -> Bias:
+        """How much a freshly started server reads off the truth."""
         ...
 
     def truth_sd(self, candidate: Candidate) -> float:
@@ -109,7 +117,7 @@ class Synthetic:
     ``knee``; latency follows by Little's law, with a tail that grows with utilisation. Each
     window's throughput varies by ``cv`` (for a :data:`QUIET_WINDOW_S` window), its tail by
     ``1.5 cv``, a server by ``cv / 2``; with probability ``stall``, a window's tail is 1.5-3x
-    (a stall of the machine)."""
+    (a stall of the machine) and a fresh server a stalled one (:meth:`server_bias`)."""
 
     name: str
     sla: Sla
@@ -154,12 +162,12 @@ class Synthetic:
         )
 
     def window(
-        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: float
+        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: Bias
     ) -> Reading:
         true = self.truth(candidate, level)
         cv = self.cv * math.sqrt(QUIET_WINDOW_S / window_s)
-        throughput = true.throughput * bias * max(0.3, 1 + rng.gauss(0, cv))
-        tail = max(0.3, 1 + rng.gauss(0, 1.5 * cv)) * true.throughput / throughput
+        throughput = true.throughput * bias.speed * max(0.3, 1 + rng.gauss(0, cv))
+        tail = max(0.3, 1 + rng.gauss(0, 1.5 * cv)) * bias.tail * true.throughput / throughput
         if rng.random() < self.stall:
             tail *= rng.uniform(1.5, 3.0)
             throughput *= rng.uniform(0.85, 0.98)
@@ -168,8 +176,13 @@ class Synthetic:
             throughput, true.p50_ms * body, true.p90_ms * tail, true.p95_ms * tail, true.p99_ms * tail
         )
 
-    def server_bias(self, rng: random.Random) -> float:
-        return max(0.5, 1 + rng.gauss(0, self.cv / 2))
+    def server_bias(self, rng: random.Random) -> Bias:
+        """A fresh server reads ``cv / 2`` off the truth; with probability ``stall`` it is a stalled
+        one (another tenant's load for its whole life): 0.65-0.85x as fast, its tail 1.2-1.5x more."""
+        speed = max(0.5, 1 + rng.gauss(0, self.cv / 2))
+        if self.stall and rng.random() < self.stall:
+            return Bias(speed * rng.uniform(0.65, 0.85), rng.uniform(1.2, 1.5))
+        return Bias(speed)
 
     def truth_sd(self, candidate: Candidate) -> float:
         return 0.0  # a model's own truth
@@ -351,7 +364,7 @@ class SimServer:
     (``models``: each name's candidate with a bias drawn for it)."""
 
     candidate: Candidate | None
-    bias: float
+    bias: Bias
     description: str = "simulated server"
     metrics_url: str = ""
     models: dict[str, SimServer] = field(default_factory=dict)
@@ -404,7 +417,7 @@ class SimTrials(Trials):
         readings carry a bias of its own, as if on a server of its own."""
         self.now += self.surface.start_s * (1 + SHARED_START * (len(candidates) - 1))
         models = {name: SimServer(c, self.surface.server_bias(self.rng)) for name, c in candidates.items()}
-        yield SimServer(None, 1.0, models=models)
+        yield SimServer(None, Bias(1.0), models=models)
 
     def generator(self, server: SimServer, plan: WindowPlan, model: str = "") -> SimGenerator:  # type: ignore[override]
         return SimGenerator(self, server.models[model] if model else server, plan)
@@ -742,7 +755,7 @@ class Surveyed:
         return Reading(throughput, latency, latency, latency, latency)
 
     def window(
-        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: float
+        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: Bias
     ) -> Reading:
         readings = self._readings(candidate)
         levels = readings[0] if len(readings) == 1 else rng.choice(readings)  # one: no draw, as before
@@ -754,12 +767,12 @@ class Surveyed:
             (there.throughput + (throughput - there.throughput) * scale) * true.throughput / there.throughput
         )
         latency = (there.p95_ms + (latency - there.p95_ms) * scale) * true.p95_ms / there.p95_ms
-        latency /= bias
-        return Reading(throughput * bias, latency, latency, latency, latency)
+        latency /= bias.speed
+        return Reading(throughput * bias.speed, latency, latency, latency, latency)
 
-    def server_bias(self, rng: random.Random) -> float:
+    def server_bias(self, rng: random.Random) -> Bias:
         """A fresh server's factor, drawn with :attr:`bias_sd`."""
-        return max(0.5, 1 + rng.gauss(0, self.bias_sd))
+        return Bias(max(0.5, 1 + rng.gauss(0, self.bias_sd)))
 
     @property
     def bias_sd(self) -> float:

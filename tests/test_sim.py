@@ -102,6 +102,23 @@ def test_a_family_spans_its_noise_and_each_sla_bites_inside_the_concurrency_rang
         assert goodput > 0 and 1 < level < SPACE.concurrency_max
 
 
+def test_on_a_stalls_surface_a_fresh_server_is_now_and_then_a_stalled_one() -> None:
+    """With a stall rate, that share of fresh servers read slower all their life, their tail
+    fattened beyond it; without one, servers draw as they always did (no draw more)."""
+    quiet, stalls = sim.synthetic_family(1, 0.05, seed=2)[0], sim.synthetic_family(1, 0.05, seed=2, stall=0.1)[0]
+    rng = random.Random(4)
+    drawn = [stalls.server_bias(rng) for _ in range(4000)]
+    stalled = [b for b in drawn if b.tail > 1]
+    assert len(stalled) / len(drawn) == pytest.approx(0.1, abs=0.02)
+    assert all(1.2 <= b.tail <= 1.5 and b.speed < 0.95 for b in stalled)
+    assert statistics.fmean(b.speed for b in stalled) == pytest.approx(0.75, abs=0.02)
+    one, two = random.Random(5), random.Random(5)
+    assert [quiet.server_bias(one) for _ in range(50)] == [sim.Bias(max(0.5, 1 + two.gauss(0, 0.025))) for _ in range(50)]
+    plain = quiet.window(sim.REFERENCE, 8, random.Random(6), 0.5, sim.Bias(0.8, 1.4))
+    slow = quiet.window(sim.REFERENCE, 8, random.Random(6), 0.5, sim.Bias(0.8))
+    assert plain.throughput == pytest.approx(slow.throughput) and plain.p99_ms == pytest.approx(slow.p99_ms * 1.4)
+
+
 def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tmp_path: Path) -> None:
     """A survey file as benchmarks/survey.py writes it: the truth is the windows' mean, between
     surveyed levels the line between them, above the last its throughput and a latency growing with
@@ -122,7 +139,7 @@ def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tm
     assert surface.truth(on, 2).throughput == pytest.approx(105 + (390 - 105) / 3)  # a third of the way
     assert surface.truth(replace(off, max_batch_size=4), 4).throughput == 210  # no batching: one entry
     rng = random.Random(1)
-    drawn = {surface.window(on, 4, rng, 0.5, 1.0).throughput for _ in range(50)}
+    drawn = {surface.window(on, 4, rng, 0.5, sim.Bias(1.0)).throughput for _ in range(50)}
     assert drawn == {380.0, 400.0}
     assert sim.true_goodput(surface, on, replace(SPACE, concurrency_max=4)) == (390.0, 4)
     assert sim.true_goodput(surface, off, replace(SPACE, concurrency_max=4))[1] < 4  # 4 breaks 8 ms
@@ -167,10 +184,10 @@ def test_a_survey_read_again_on_other_servers_takes_their_mean_and_measures_thei
     assert apart.truth(on, 1).throughput == pytest.approx(105 * 1.05)
     assert apart.truth(off, 4).throughput == pytest.approx(210 * 0.95)
     rng = random.Random(1)
-    drawn = {round(apart.window(on, 4, rng, 0.5, 1.0).throughput, 6) for _ in range(80)}
+    drawn = {round(apart.window(on, 4, rng, 0.5, sim.Bias(1.0)).throughput, 6) for _ in range(80)}
     assert drawn == {round(380 * 1.05, 6), round(400 * 1.05, 6)}  # from either server, scaled to the mean
     assert apart.server_spread == pytest.approx(math.log(1.1 / 0.9) / 2)  # +-10%: about 0.1
-    bias = [apart.server_bias(rng) for _ in range(4000)]
+    bias = [apart.server_bias(rng).speed for _ in range(4000)]
     assert statistics.stdev(bias) == pytest.approx(apart.server_spread, rel=0.1)
     drift = load([scaled({sim.survey_label(on): 0.9, sim.survey_label(off): 0.9})])
     assert drift.server_spread == pytest.approx(0.0, abs=1e-12)
@@ -294,10 +311,10 @@ def test_a_surveyed_surfaces_fresh_servers_spread_as_measured_else_by_half_the_w
     pooled spread."""
     surveyed = sim.Surveyed.load(Path(__file__).resolve().parents[1] / "benchmarks/surveys/cnn.json.gz")
     rng = random.Random(3)
-    own = statistics.stdev(surveyed.server_bias(rng) for _ in range(4000))
+    own = statistics.stdev(surveyed.server_bias(rng).speed for _ in range(4000))
     assert surveyed.server_cv is None and own == pytest.approx(surveyed.cv / 2, rel=0.1)
     wide = replace(surveyed, server_cv=0.09)
-    assert statistics.stdev(wide.server_bias(rng) for _ in range(4000)) == pytest.approx(0.09, rel=0.1)
+    assert statistics.stdev(wide.server_bias(rng).speed for _ in range(4000)) == pytest.approx(0.09, rel=0.1)
 
 
 class _Servers(sim.SimTrials):
