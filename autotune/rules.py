@@ -270,17 +270,17 @@ def round_spread(samples: Iterable[Sequence[Point]], percentile: int) -> Noise:
 
 def rounds_latency(points: Sequence[Point], percentile: int, spread: Noise = NO_SPREAD) -> Estimate:
     """The latency at ``percentile`` of a contender's rounds at one level: their mean figure, with
-    the error of their windows pooled (none without two windows at that percentile) and, with a
-    ``spread`` (:func:`round_spread`), that of a mean over this many fresh servers; its degrees of
-    freedom the two errors' (Welch-Satterthwaite)."""
+    the error of a mean over this many fresh servers where a ``spread`` (:func:`round_spread`) is
+    known (a round's figure holds its windows' noise and its server's, so that is all of it), else
+    that of their windows pooled (none without two windows at that percentile)."""
+    mean = sum(p.latency_ms(percentile) for p in points) / len(points) if points else 0.0
+    across = spread.cv * mean / math.sqrt(len(points)) if spread.df and points else 0.0
+    if across:
+        return Estimate(mean, across, len(points), spread.df)
     pooled = all(p.window_percentile == percentile for p in points)
     windows = [w for p in points for w in p.window_latencies_ms] if pooled else []
-    mean = sum(p.latency_ms(percentile) for p in points) / len(points) if points else 0.0
     own = Estimate.of(windows) if len(windows) >= 2 else Estimate(mean, 0.0, 0)  # (none: its figure)
-    across = spread.cv * mean / math.sqrt(len(points)) if spread.df and points else 0.0
-    se = math.hypot(own.se, across)
-    parts = (own.se**4 / own.df if own.df else 0.0) + (across**4 / spread.df if across else 0.0)
-    return Estimate(mean, se, own.n, round(se**4 / parts) if parts else -1)
+    return Estimate(mean, own.se, own.n)
 
 
 def rounds_meet(points: Sequence[Point], sla: Sla, spread: Noise = NO_SPREAD) -> bool:

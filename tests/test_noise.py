@@ -257,18 +257,21 @@ def test_rounds_meet_as_a_mean_across_servers_with_the_races_spread() -> None:
     assert claimed(17.0, spread=True) >= 0.5
 
 
-def test_the_races_spread_pools_its_contenders_levels_and_counts_its_degrees_of_freedom() -> None:
+def test_the_races_spread_pools_its_contenders_levels_and_is_the_whole_error_of_their_rounds() -> None:
     """A round's spread pools each contender's rounds at a level (relative sd, n - 1 degrees of
-    freedom each; one round adds nothing); the rounds' error takes the two errors' degrees of
-    freedom (Welch-Satterthwaite): few where the spread dominates, the windows' where it is small."""
+    freedom each; one round adds nothing); with it, the rounds' error is that of a mean over this
+    many fresh servers and nothing more (a round's figure holds its windows' noise: not counted
+    twice), with the spread's degrees of freedom; without it, their windows' pooled."""
     at = [windowed(8, 900.0, v) for v in (18.0, 20.0)]
     other = [windowed(4, 500.0, v) for v in (9.0, 10.0, 11.0)]
     found = rules.round_spread([at, other, [windowed(2, 300.0, 5.0)]], 95)
     assert found.df == 3 and found.cv == pytest.approx(((2 / 19**2 + 2 * 0.1**2) / 3) ** 0.5)
     wide = rules.rounds_latency(at, 95, found)
-    assert wide.mean == 19.0 and wide.df <= 4 and wide.se > rules.rounds_latency(at, 95).se
+    assert wide.mean == 19.0 and wide.df == 3 and wide.se == pytest.approx(found.cv * 19.0 / 2**0.5)
+    alone = rules.rounds_latency(at, 95)
+    assert alone.mean == 19.0 and alone.df == 5 and wide.se > alone.se
     narrow = rules.rounds_latency(at, 95, Noise(0.001, 3))
-    assert narrow.df == rules.rounds_latency(at, 95).df == 5
+    assert narrow.df == 3 and narrow.se == pytest.approx(0.001 * 19.0 / 2**0.5) and narrow.se < alone.se
     assert rules.rounds_meet(at, Sla(95, 21.0)) and not rules.rounds_meet(at, Sla(95, 21.0), found)
 
 

@@ -105,7 +105,8 @@ def test_a_family_spans_its_noise_and_each_sla_bites_inside_the_concurrency_rang
 def test_on_a_stalls_surface_a_fresh_server_is_now_and_then_a_stalled_one() -> None:
     """With a stall rate, that share of fresh servers read slower all their life, their tail
     fattened beyond it; without one, servers draw as they always did (no draw more)."""
-    quiet, stalls = sim.synthetic_family(1, 0.05, seed=2)[0], sim.synthetic_family(1, 0.05, seed=2, stall=0.1)[0]
+    quiet = sim.synthetic_family(1, 0.05, seed=2)[0]
+    stalls = sim.synthetic_family(1, 0.05, seed=2, stall=0.1)[0]
     rng = random.Random(4)
     drawn = [stalls.server_bias(rng) for _ in range(4000)]
     stalled = [b for b in drawn if b.tail > 1]
@@ -113,10 +114,12 @@ def test_on_a_stalls_surface_a_fresh_server_is_now_and_then_a_stalled_one() -> N
     assert all(1.2 <= b.tail <= 1.5 and b.speed < 0.95 for b in stalled)
     assert statistics.fmean(b.speed for b in stalled) == pytest.approx(0.75, abs=0.02)
     one, two = random.Random(5), random.Random(5)
-    assert [quiet.server_bias(one) for _ in range(50)] == [sim.Bias(max(0.5, 1 + two.gauss(0, 0.025))) for _ in range(50)]
+    as_before = [sim.Bias(max(0.5, 1 + two.gauss(0, 0.025))) for _ in range(50)]
+    assert [quiet.server_bias(one) for _ in range(50)] == as_before
     plain = quiet.window(sim.REFERENCE, 8, random.Random(6), 0.5, sim.Bias(0.8, 1.4))
     slow = quiet.window(sim.REFERENCE, 8, random.Random(6), 0.5, sim.Bias(0.8))
-    assert plain.throughput == pytest.approx(slow.throughput) and plain.p99_ms == pytest.approx(slow.p99_ms * 1.4)
+    assert plain.throughput == pytest.approx(slow.throughput)
+    assert plain.p99_ms == pytest.approx(slow.p99_ms * 1.4)
 
 
 def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tmp_path: Path) -> None:
