@@ -1084,11 +1084,12 @@ def resampled_bars(
     rng = random.Random(seed)
     measured = {r.tool: m.points for r in runs if (m := by_tool.get(r.tool)) is not None and m.points}
     distinct = list(dict.fromkeys(measured.values()))
+    every = [p for pts in distinct for p in pts]  # the repeats an "alike" deal deals out
     counts = [0, 0, 0]
     for _ in range(draws):
         deal: dict[tuple[PaPoint, ...], tuple[PaPoint, ...]] = {}
         if alike:
-            pool = [p for pts in distinct for p in pts]
+            pool = list(every)
             rng.shuffle(pool)
             for pts in distinct:
                 deal[pts], pool = tuple(pool[: len(pts)]), pool[len(pts) :]
