@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -18,10 +19,31 @@ from autotune.hostlock import Holder
 from autotune.objective import RAW, Scoring
 from autotune.points import Point, ServerBreakdown, errors_line
 from autotune.report import gpu_summary
-from autotune.results import COMPLETE, PRUNED, Outcome, Recommendation, TrialResult, recommendation
+from autotune.results import (
+    COMPLETE,
+    PRUNED,
+    Outcome,
+    Recommendation,
+    TrialResult,
+    gain,
+    recommendation,
+)
 from autotune.search_space import Candidate
 
-console = Console(stderr=True, highlight=False)
+LOG_WIDTH = 10_000  # a file or a pipe: lines as long as they are, never wrapped
+
+
+def for_people(stderr: bool = False) -> Console:
+    """A console that never breaks a line of its own in a file or a pipe (a log: a table's row,
+    a command or a path stays on one line, its boxes in ASCII); on a terminal, the terminal's
+    width, with long text left to the terminal to wrap (a command copied from it stays whole)."""
+    probe = Console(stderr=stderr)
+    if probe.is_terminal:
+        return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=LOG_WIDTH, safe_box=True)
+
+
+console = for_people(stderr=True)
 
 
 class RichEvents(Events):
@@ -58,14 +80,19 @@ class RichEvents(Events):
     def waiting(self, holder: Holder | None) -> None:
         self._log(hostlock.waiting(holder))
 
-    def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
+    def run_started(self, run_dir: Path, total: int, budget_s: float | None, then: str = "") -> None:
         self.run_dir = run_dir
-        budget = f", budget {budget_s / 60:.0f} min" if budget_s else ""
-        self._log(f"run directory: {run_dir}{budget}")
+        budget = f"; the search's budget {budget_s / 60:.3g} min" if budget_s else ""
+        after = f", then {then}, outside it" if budget and then else f"; then {then}" if then else ""
+        self._log(f"run directory: {run_dir}{budget}{after}")
         self._trials = self._progress.add_task("trials", total=total, status="")
 
-    def trial_started(self, number: int, candidate: Candidate, baseline: bool) -> None:
+    def trial_started(
+        self, number: int, candidate: Candidate, baseline: bool, again_of: int | None = None
+    ) -> None:
         tag = " (baseline: your config)" if baseline else ""
+        if again_of is not None:  # it comes before trials queued after the one it repeats
+            self._log(f"trial {number:>3}: trial {again_of}'s config again, first (it was interrupted)")
         if self._current is not None:
             self._progress.remove_task(self._current)
         self._current = self._progress.add_task(
@@ -193,26 +220,31 @@ def print_summary(outcome: Outcome, apply_line: bool = True) -> None:
     """The run's end on the console: the winner against your config, what changed, where the
     report is and (``apply_line``) the command that applies it; a round of a run in rounds gets
     none, as the rounds' last line names the command that applies them all."""
-    out = Console(highlight=False)
+    out = for_people()
     info, winner, base = outcome.info, outcome.winner, outcome.baseline
     table = _summary_table(outcome)
+    if not out.is_terminal:
+        table.box = box.ASCII2
     if table.row_count:
         out.print(table)
     if outcome.all_failed:
         out.print("[bold red]every trial failed[/]: see the report for each one's reason and server log")
     elif winner is None:
         out.print("[bold red]no config met the SLA[/]: see the report for the closest ones")
-    elif base is not None and base.best is not None and winner.best is not None:
-        # both from the search's measurements: the baseline is not verified
-        gain = winner.goodput() / max(base.goodput(), 1e-9)
+    elif (found := gain(winner, base, info.verifications, info.sla.percentile, info.scoring)) is not None:
         if info.scoring.per_gpu:  # the objective first, the throughput beside it
-            per_gpu = gain * info.scoring.share(base.candidate) / info.scoring.share(winner.candidate)
             out.print(
-                f"winner vs your config: {per_gpu:.2f}x throughput per GPU at the SLA "
-                f"({gain:.2f}x throughput; search measurements)"
+                f"winner vs your config: {found.ratio:.2f}x throughput per GPU at the SLA "
+                f"({found.throughput:.2f}x throughput; the table's figures: {found.figures})"
             )
         else:
-            out.print(f"winner vs your config: {gain:.2f}x throughput at the SLA (search measurements)")
+            out.print(
+                f"winner vs your config: {found.ratio:.2f}x throughput at the SLA "
+                f"(the table's figures: {found.figures})"
+            )
+    refused = _refused(winner, base)
+    if refused:
+        out.print(f"note: {refused}")
     if info.open_loop is not None:
         out.print(info.open_loop.summary())
     if info.winner_diff:
@@ -221,6 +253,17 @@ def print_summary(outcome: Outcome, apply_line: bool = True) -> None:
     out.print(f"report: {outcome.run_dir / 'report.html'}")
     if winner is not None and apply_line:
         out.print(f"apply it: autotune apply {outcome.run_dir}")
+
+
+def _refused(winner: TrialResult | None, yours: TrialResult | None) -> str:
+    """What a winner that lowers max_batch_size refuses that your config took ("" nothing)."""
+    if winner is None or yours is None or winner.candidate is None or yours.candidate is None:
+        return ""
+    sizes = winner.candidate.refuses(yours.candidate)
+    if not sizes:
+        return ""
+    w, y = winner.candidate.max_batch_size, yours.candidate.max_batch_size
+    return f"the winner's max_batch_size {w} is below your config's {y}: it refuses requests of batch {sizes}"
 
 
 def _summary_table(outcome: Outcome) -> Table:

@@ -170,6 +170,8 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from autotune._console import for_people
+
     settings = settings_from(args)
     err = Console(stderr=True, highlight=False)
     with hostlock.measuring(
@@ -177,9 +179,7 @@ def run(args: argparse.Namespace) -> int:
     ):
         points = _measure(settings, err)
     _write_outputs(settings, points)
-    out = Console(highlight=False)
-    if not out.is_terminal:  # a pipe or a file: do not squeeze the table into 80 columns
-        out = Console(highlight=False, width=200)
+    out = for_people()  # a pipe or a file: the table's rows on one line each
     out.print(render_table(settings, points))
     for name in sorted({w for p in points for w in p.warnings}):
         err.print(f"[yellow]warning[/] {name}: {WARNING_TEXT.get(name, '')}")

@@ -1,11 +1,11 @@
-"""Which step of an ensemble to tune when the user names none: the one with the least capacity.
+"""Which step of a pipeline to tune when the user names none: the one that limits it under load.
 
-The pipeline is served as the repository has it and measured at one client (no request waits
-in a queue there, so each step's time is its own work): a step's capacity is its instances over
-its compute time per request, and a pipeline serves no more than its step of least capacity
-(``autotune run --model ENSEMBLE`` without ``--step`` tunes that one first). After each round
-of such a run, the step that limits the pipeline is read off the round winner's own operating
-point, under load: the one where a request spends the most time (:func:`next_step`).
+Before round 1 the pipeline is served as the repository has it and its goodput searched as a
+trial's is; at that operating point, under load, the step where a request spends the most time
+(queued and computed) is the one requests wait for, and round 1 tunes it (:func:`find`). A
+step's compute at one client alone can name another: a decoder of less compute per request can
+still be where requests queue. After each round, the next step is read off that round winner's
+operating point the same way (:func:`next_step`).
 """
 
 from __future__ import annotations
@@ -13,16 +13,21 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 
 from autotune import hostlock
 from autotune import model_config as mcfg
+from autotune.finals import RAMP_S
 from autotune.launch import make_launcher
 from autotune.loadgen import LoadGenerator
 from autotune.pipeline import Pipeline, tuned_configs
 from autotune.points import Point
+from autotune.rules import judged_at
+from autotune.search_space import bundled, load_search_space
 from autotune.settings import RunSettings
 from autotune.staging import Stages, stage_members
+from autotune.traffic import Loader, requests_per_s
 
 
 def slowest(point: Point, instances: dict[str, int]) -> str:
@@ -53,12 +58,14 @@ def _load_us(point: Point, name: str, instances: dict[str, int]) -> float:
     return step.compute_us / max(1, instances.get(name, 1))
 
 
-def find(settings: RunSettings, found: Pipeline, *, wait: bool = False) -> tuple[str, str]:
-    """The step to tune (:func:`slowest`) and what it was read from (:func:`line`): the pipeline served
-    from the user's repository (linked, never written; the steps of ``settings.tuned_steps`` with
-    the configs earlier rounds chose) at one client, holding the machine's
-    measurement lock; the server is stopped before this returns."""
-
+def find(settings: RunSettings, found: Pipeline, *, wait: bool = False) -> tuple[str, Point]:
+    """The step to tune first and the operating point it was read at: the pipeline served from the user's
+    repository (linked, never written; the steps of ``settings.tuned_steps`` with the configs
+    earlier rounds chose), its goodput searched as a trial's is (:meth:`Loader.search`, at the
+    run's SLA, within the search space's load), and at that operating point, under load, the
+    step where a request spends the most time (:func:`next_step`; a point without step figures:
+    :func:`slowest`). It holds the machine's measurement lock; the server is stopped before this
+    returns."""
     tuned = tuned_configs(settings.tuned_steps)
 
     def instances(model: str) -> int:  # a GPU config's per GPU, times its GPUs
@@ -67,6 +74,8 @@ def find(settings: RunSettings, found: Pipeline, *, wait: bool = False) -> tuple
         return count * max(1, len(gpus))
 
     counts = {m: instances(m) for m in found.members}
+    space = load_search_space(settings.search_space or bundled("default"))
+    loader, sla = Loader.read(settings.traffic), settings.search_sla
     name = f"bottleneck-{os.getpid()}"
     with hostlock.measuring("autotune run (finding the bottleneck)", wait=wait):
         launcher = make_launcher(settings.launch, name)
@@ -76,12 +85,23 @@ def find(settings: RunSettings, found: Pipeline, *, wait: bool = False) -> tuple
         with tempfile.TemporaryDirectory(prefix="autotune-bottleneck-") as logs:
             try:
                 with launcher.serve(view, settings.model, Path(logs) / "server.log") as server:
-                    gen = LoadGenerator.connect(
+                    plan = judged_at(settings.plan, sla.limit_ms)
+                    first = LoadGenerator.connect(
                         server.host, server.http_port, server.grpc_port, settings.model,
-                        protocol=settings.protocol, plan=settings.plan, workload=settings.workload,
-                        preflight=True,
-                    )  # fmt: skip
-                    point = gen.with_steps(found.members).at_concurrency(1)
+                        protocol=settings.protocol, plan=plan, workload=settings.workload, preflight=True,
+                    ).with_steps(found.members)  # fmt: skip
+                    later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, RAMP_S)))
+                    done: list[Point] = []
+
+                    def at(level: float) -> Point:
+                        done.append(loader.point(later if done else first, level))
+                        return done[-1]
+
+                    def one_client() -> float:
+                        return requests_per_s(at(1.0))
+
+                    measured = loader.search(at, sla, space, None, None, one_client)
             finally:
                 stages.remove()
-    return slowest(point, counts), line(point, counts)
+    point = measured.closest(sla)
+    return next_step(point, ()) or slowest(point, counts), point

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import __version__, stopping
-from autotune.errors import AutotuneError, DiskFullError, MeasurementError, UsageError
+from autotune.errors import (
+    AutotuneError,
+    DiskFullError,
+    MachineLimitError,
+    MeasurementError,
+    NoConfigMetError,
+    UsageError,
+)
 from autotune.objective import Sla
 from autotune.results import FAIL
 from autotune.settings import (
@@ -55,7 +62,8 @@ The run directory (reports/<model>/<run-id>/) holds report.html, trials.csv, the
 winner's config (winner.pbtxt, winner.diff), the study (study.db) and the server logs.
 exit codes: 0 ok, 1 error, 2 bad input (nothing written), 3 server failed to start (or a
 remote server could not go back to its own config), 4 measurement failed (or every trial
-failed: nothing to apply), 5 study storage, 6 write-back refused, 130 interrupted."""
+failed: nothing to apply), 5 study storage, 6 write-back refused, 7 no config met the SLA
+(measured, nothing to apply), 130 interrupted."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -169,7 +177,8 @@ def _add_run(sub: Any) -> None:
     budget.add_argument("--max-trials", type=int, help=f"configs to try (default {DEFAULTS.max_trials})")
     budget.add_argument(
         "--time-budget",
-        help="wall time for the search, counted over every --resume, e.g. 90s, 10m, 1h "
+        help="wall time for the search, counted over every --resume, e.g. 90s, 10m, 1h; the race of "
+        "the finalists and the open-loop check come after it, outside this budget "
         f"(default {(DEFAULTS.time_budget_s or 0) / 60:g}m; 'none' for no limit)",
     )
     budget.add_argument(
@@ -312,8 +321,10 @@ def _add_apply(sub: Any) -> None:
     apply = sub.add_parser(
         "apply",
         help="write a run's winning config into the model repository",
-        description="Atomically write the winner's config.pbtxt (backup kept, diff "
-        "shown, verified by loading it in Triton), or --undo it.",
+        description="Atomically write the winner's config.pbtxt (backup kept, verified by loading "
+        "it in Triton), or --undo it. Only the fields the winner changes are rewritten: the rest of "
+        "the file (comments, order, layout) stays byte for byte, and the diff printed is of the "
+        "file as written.",
     )
     apply.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     apply.add_argument("--undo", action="store_true", help="restore the config saved before the write-back")
@@ -523,28 +534,32 @@ def resume_line(run_dir: Path, storage: str | None) -> str:
 
 
 def _bottleneck_step(settings: RunSettings, wait: bool) -> RunSettings:
-    """A pipeline without --step is tuned in rounds: the first round tunes its step of least
-    capacity (:mod:`autotune.bottleneck`; an ensemble's step, or a model a BLS model calls, the
-    BLS model served with at least as many instances as each: :func:`autotune.pipeline.caller_served`),
-    found on the pipeline as the repository has it; any other model: ``settings`` as they are."""
+    """A pipeline without --step is tuned in rounds: the first round tunes the step requests wait
+    for at your config's operating point, under load (:func:`autotune.bottleneck.find`; an
+    ensemble's step, or a model a BLS model calls, the BLS model served with at least as many
+    instances as each: :func:`autotune.pipeline.caller_served`); any other model: ``settings``
+    as they are."""
     from autotune import bottleneck
+    from autotune._console import bottleneck_line
     from autotune.pipeline import ENSEMBLE, read_pipeline
 
     found = read_pipeline(settings.repository, settings.model, settings.composing)  # broken: its one line
     if found is None:
         return settings
     flow = " -> ".join(found.members) if found.kind == ENSEMBLE else f"calls {', '.join(found.members)}"
-    print(f"{settings.model}: {flow}; finding its bottleneck at one client", file=sys.stderr)
+    print(
+        f"{settings.model}: {flow}; finding its bottleneck at your config's operating point", file=sys.stderr
+    )
     if found.kind != ENSEMBLE:
         print(
             f"{settings.model} is served with at least as many instances as each model it calls "
             "(an instance holds a request until its calls return)",
             file=sys.stderr,
         )
-    step, read = bottleneck.find(settings, found, wait=wait)
+    step, point = bottleneck.find(settings, found, wait=wait)
+    where = bottleneck_line(point) or "no per-step figures"
     print(
-        f"compute per request and instances: {read}; the least capacity: {step}; round 1 tunes it",
-        file=sys.stderr,
+        f"round 1: at your config's operating point ({point.where}) {where}; tuning {step}", file=sys.stderr
     )
     return replace(settings, step=step, rounds=True)
 
@@ -552,8 +567,10 @@ def _bottleneck_step(settings: RunSettings, wait: bool) -> RunSettings:
 def _run(args: argparse.Namespace) -> int:
     """``autotune run``: one run, or an ensemble's rounds (:func:`_next_round`) one after another;
     the write-back (--write-back) after the last."""
+    from autotune import openfiles
     from autotune.rundir import RunDir, find_unfinished
 
+    openfiles.raise_limit()  # each client holds a file here and one in the server, which inherits it
     record = RunDir.load(args.resume).record if args.resume is not None else None
     settings = settings_from(args, record)
     if settings.run_dir is None and not args.fresh:
@@ -694,12 +711,11 @@ def _tune_once(
         line = resume_line(events.run_dir, record.storage if record else settings.storage)
         print(f"\ninterrupted: servers stopped, finished trials kept; continue with: {line}", file=sys.stderr)
         return 130, None
-    except DiskFullError as exc:
+    except (DiskFullError, MachineLimitError) as exc:
         where = events.run_dir or settings.run_dir
+        first = "free space on that disk" if isinstance(exc, DiskFullError) else exc.hint
         exc.hint = (
-            f"free space on that disk, then continue with: {resume_line(where, settings.storage)}"
-            if where
-            else exc.hint
+            f"{first}, then continue with: {resume_line(where, settings.storage)}" if where else exc.hint
         )
         raise
     print_summary(outcome, apply_line=not settings.rounds)  # rounds: the last round's line says it
@@ -708,7 +724,25 @@ def _tune_once(
             f"every trial failed: {_first_reason(outcome)}",
             hint=f"each trial's reason and server log: {outcome.run_dir / 'report.html'}",
         )
+    if outcome.winner is None:
+        raise _nothing_met(outcome, settings.sla)
     return 0, outcome
+
+
+def _nothing_met(outcome: Outcome, sla: Sla) -> NoConfigMetError:
+    """A run with no winner: how far the SLA lies from the closest point measured."""
+    closest = outcome.closest(sla.percentile)
+    where = ""
+    if closest is not None:
+        trial, point = closest
+        latency = point.latency_ms(sla.percentile)
+        where = (
+            f": the lowest p{sla.percentile} measured was {latency:.3g} ms (trial {trial.number} at "
+            f"{point.where}), {latency / sla.limit_ms:.3g}x the limit"
+        )
+    report = outcome.run_dir / "report.html"
+    hint = f"--sla-p{sla.percentile}-ms is in milliseconds; the closest configs: {report}"
+    return NoConfigMetError(f"no config met the SLA ({sla.label}){where}", hint=hint)
 
 
 def _first_reason(outcome: Outcome) -> str:

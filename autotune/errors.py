@@ -16,6 +16,10 @@ optuna, OS) are translated where they enter, with ``raise ... from exc``.
     │   ├── ServerExitedError               tritonserver/container exited early
     │   ├── ModelNotReadyError              the model never became ready
     │   └── ControlError                    the server's control API refused or did not answer
+    ├── MachineLimitError          exit 3   a limit of this machine (open files) stopped a trial:
+    │                                       the run stops (not one candidate's failure)
+    ├── YourConfigError            exit 3   your own config does not load here, for a reason no
+    │                                       candidate changes: the run stops
     ├── RestoreError               exit 3   a remote server could not go back to its own config:
     │                                       the run stops (not one trial's failure)
     ├── MeasurementError           exit 4   the load generator could not measure; every trial failed
@@ -24,7 +28,9 @@ optuna, OS) are translated where they enter, with ``raise ... from exc``.
     ├── StudyError                 exit 5   the study storage is unusable
     │   └── DiskFullError                   the disk of the run directory filled up: the run
     │                                       stopped, its trials and report kept (--resume)
-    └── WriteBackError             exit 6   the config could not be written back safely
+    ├── WriteBackError             exit 6   the config could not be written back safely
+    └── NoConfigMetError           exit 7   the run ended, measured, with no config that met the
+                                            SLA: nothing to apply
 """
 
 from __future__ import annotations
@@ -90,6 +96,20 @@ class ControlError(LaunchError):
         self.status = status
 
 
+class MachineLimitError(AutotuneError):
+    """A limit of the machine (the open-file limit) stopped a trial: no candidate can pass it."""
+
+    exit_code = 3
+    hint = "raise the limit named above"
+
+
+class YourConfigError(AutotuneError):
+    """Your own config did not load here: every candidate shares the reason (a missing module)."""
+
+    exit_code = 3
+    hint = "fix the model so your config loads (the server's line above), then run again"
+
+
 class RestoreError(AutotuneError):
     """A remote server could not be put back on its own config after a trial."""
 
@@ -122,3 +142,10 @@ class DiskFullError(StudyError):
 class WriteBackError(AutotuneError):
     exit_code = 6
     hint = "the model repository was left unchanged unless the message says otherwise"
+
+
+class NoConfigMetError(AutotuneError):
+    """The run measured configs, and none met the SLA: it has nothing to apply."""
+
+    exit_code = 7
+    hint = "the report shows the closest configs"

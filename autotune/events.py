@@ -20,11 +20,15 @@ class Events:
         """Another command holds the machine's measurement lock (``holder``: who, when it can be
         told); the run waits for it."""
 
-    def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
-        """The run directory exists; ``total`` trials at most, within ``budget_s`` (None: no limit)."""
+    def run_started(self, run_dir: Path, total: int, budget_s: float | None, then: str = "") -> None:
+        """The run directory exists; ``total`` trials at most, within ``budget_s`` (None: no
+        limit); ``then``: what follows the search, outside that budget ("" nothing)."""
 
-    def trial_started(self, number: int, candidate: Candidate, baseline: bool) -> None:
-        """A trial was asked; its server is starting."""
+    def trial_started(
+        self, number: int, candidate: Candidate, baseline: bool, again_of: int | None = None
+    ) -> None:
+        """A trial was asked; its server is starting. ``again_of``: the interrupted trial whose
+        config it measures again."""
 
     def point_measured(self, number: int, point: Point) -> None:
         """One operating point of the trial in flight was measured."""

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from autotune import rules, stopping
+from autotune import openfiles, rules, stopping
 from autotune.errors import LaunchError, MeasurementError
+from autotune.launch import read_tail
 from autotune.loadgen import LoadGenerator
 from autotune.noise import Noise
 from autotune.points import Point, WindowPlan
@@ -49,6 +50,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     pct = settings.sla.percentile
     to_limit = {r.number: rules.to_limit(r, sla.limit_ms, pct) for r in ranked}
     carries = None if prep.loader.open_loop else to_limit
+    changes = rules.changes_from(ranked, prep.baseline)  # ties go to the nearest to your config
 
     def measured(contenders: Sequence[TrialResult]) -> dict[int, Point | None]:
         """A round of each of ``contenders``: on one server (where they can share one) in an order
@@ -90,7 +92,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     for _ in range(settings.repeats):
         this_round = measured(alive)
         alive = [r for r in alive if one_round(r, this_round[r.number])]
-        left = rules.outraced({r.number: rounds[r.number] for r in alive}, shares, carries)
+        left = rules.outraced({r.number: rounds[r.number] for r in alive}, shares, carries, changes)
         alive = [r for r in alive if r.number not in left]
         if len(alive) <= 1 and all(len(rounds[r.number]) >= 2 for r in alive):
             break
@@ -100,7 +102,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     by_number = {r.number: r for r in ranked}
     while True:  # the leader must meet the SLA where it stands, as a mean across servers
         standing = {n: pts for n, pts in rounds.items() if pts and not rules.rounds_break(pts, sla)}
-        n = rules.race_leader(standing, shares, pct, carries)
+        n = rules.race_leader(standing, shares, pct, carries, changes)
         if n is None or rules.rounds_meet(rounds[n], sla, spread()):
             break
         if len(rounds[n]) >= settings.repeats and not down(n):  # undecided at the budget: a level down
@@ -132,6 +134,8 @@ def _round(
         with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
             point = _point(prep, trials, trials.generator(server, plan), result.number, level, i)
     except (LaunchError, MeasurementError) as exc:
+        if openfiles.exhausted(exc, read_tail(trials.run_dir.log(f"{name}.log"), None)):
+            raise openfiles.limit_error(str(exc).splitlines()[0]) from exc
         trials.events.verification_failed(result, str(exc).splitlines()[0])
         return None
     stopping.check()

@@ -1,4 +1,5 @@
-"""config.pbtxt as a protobuf message: load, apply a candidate, validate, write, diff.
+"""config.pbtxt as a protobuf message: load, apply a candidate, validate, write (a write-back
+edits the user's file in place: :mod:`autotune.config_edit`).
 
 The config never becomes a string we build by hand: it is parsed with
 ``google.protobuf.text_format`` into ``model_config_pb2.ModelConfig``; a candidate copies
@@ -7,7 +8,6 @@ the message and edits the copy.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import TypeAlias
 
@@ -103,16 +103,6 @@ def config_text(config: ModelConfig) -> str:
 def write_config(config: ModelConfig, path: Path) -> None:
     """Write atomically: a temporary file beside the target, fsync, then rename."""
     write_text_atomic(path, config_text(config))
-
-
-def config_diff(before: ModelConfig, after: ModelConfig, label: str = "config.pbtxt") -> str:
-    lines = difflib.unified_diff(
-        config_text(before).splitlines(keepends=True),
-        config_text(after).splitlines(keepends=True),
-        fromfile=f"a/{label}",
-        tofile=f"b/{label}",
-    )
-    return "".join(lines)
 
 
 def supports_tensorrt(config: ModelConfig) -> bool:

@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,19 @@ def group_members(pgid: int) -> list[int]:
         if fields and len(fields) > 2 and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
             found.append(int(entry.name))
     return found
+
+
+def child_of(pid: int, timeout_s: float = 2.0, poll_s: float = 0.01) -> int | None:
+    """The first child of process ``pid`` to appear within ``timeout_s``, read from /proc; None
+    when none does (``pid`` ended first, or there is no /proc)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and pid_alive(pid):
+        for entry in Path("/proc").glob("[0-9]*"):
+            fields = _stat(entry)
+            if fields and len(fields) > 1 and fields[1] == str(pid):
+                return int(entry.name)
+        time.sleep(poll_s)
+    return None
 
 
 def cmdline(pid: int) -> str:

@@ -223,6 +223,40 @@ def recommendation(
 
 
 @dataclass(frozen=True)
+class Gain:
+    """The winner against your config, on the figures the summary shows for each
+    (:func:`recommendation`): the objective's ratio (goodput, or goodput per GPU), the
+    throughput's, and whether both figures are raced ones."""
+
+    ratio: float
+    throughput: float
+    raced: bool
+    baseline: float  # your config's figure, as the objective counts it
+
+    @property
+    def figures(self) -> str:
+        """Which figures the ratio compares, for people."""
+        return "raced figures" if self.raced else "the winner raced, your config as searched"
+
+
+def gain(
+    winner: TrialResult | None, baseline: TrialResult | None, verifications: Sequence[Verification],
+    percentile: int, scoring: Scoring,
+) -> Gain | None:  # fmt: skip
+    """The winner's recommended figure over your config's (None where either has none)."""
+    if winner is None or baseline is None:
+        return None
+    w, b = (recommendation(r, verifications, percentile) for r in (winner, baseline))
+    if w is None or b is None or b.throughput <= 0:
+        return None
+    ratio = w.throughput / b.throughput
+    shares = scoring.share(baseline.candidate) / scoring.share(winner.candidate)
+    base = scoring.score(b.throughput, baseline.candidate)
+    raced = w.verification is not None and b.verification is not None
+    return Gain(ratio * shares, ratio, raced, base)  # shares: 1 unless the run counts per GPU
+
+
+@dataclass(frozen=True)
 class RunInfo:
     run_id: str
     model: str
@@ -259,6 +293,12 @@ class Outcome:
     @property
     def baseline(self) -> TrialResult | None:
         return next((t for t in self.trials if t.baseline and t.state == COMPLETE), None)
+
+    def closest(self, percentile: int) -> tuple[TrialResult, Point] | None:
+        """The measured point with the lowest latency at ``percentile``, and its trial (None:
+        nothing was measured): how near the SLA a run without a winner came."""
+        found = [(t, p) for t in self.trials if t.measurement for p in t.measurement.points]
+        return min(found, key=lambda tp: tp[1].latency_ms(percentile), default=None)
 
     @property
     def all_failed(self) -> bool:

@@ -299,15 +299,30 @@ def rounds_break(points: Sequence[Point], sla: Sla) -> bool:
 
 
 def outraced(
-    rounds: dict[int, Sequence[Point]], shares: dict[int, int], carries: Mapping[int, Carry] | None = None
-) -> set[int]:
+    rounds: dict[int, Sequence[Point]], shares: dict[int, int], carries: Mapping[int, Carry] | None = None,
+    changes: Mapping[int, int] | None = None,
+) -> set[int]:  # fmt: skip
     """The contenders (by trial number, with their rounds) that leave the race: those
-    :func:`autotune.noise.not_ahead` of the one with the most :func:`raced` throughput."""
+    :func:`autotune.noise.not_ahead` of the :func:`_top` by :func:`raced` throughput."""
     found = _raced(rounds, shares, carries)
     if not found:
         return set()
-    top = max(found, key=lambda n: found[n].mean)
+    top = _top(found, changes)
     return {n for n, e in found.items() if n != top and not_ahead(e, found[top])}
+
+
+def _top(
+    found: Mapping[int, Estimate],
+    changes: Mapping[int, int] | None,
+    tie: Callable[[int], float] | None = None,
+) -> int:
+    """The contender to beat: of those the one with the most throughput is not :func:`better`
+    than, the one with the fewest ``changes`` from your config (a winner written back changes
+    no more of your file than it must), then the least ``tie`` (default: the most throughput)."""
+    leader = max(found, key=lambda n: found[n].mean)
+    tied = [n for n, e in found.items() if not better(found[leader], e)]
+    near = changes or {}
+    return min(tied, key=lambda n: (near.get(n, 0), tie(n) if tie else -found[n].mean))
 
 
 def _raced(
@@ -319,23 +334,26 @@ def _raced(
 
 def race_leader(
     rounds: Mapping[int, Sequence[Point]], shares: Mapping[int, int], percentile: int,
-    carries: Mapping[int, Carry] | None = None,
+    carries: Mapping[int, Carry] | None = None, changes: Mapping[int, int] | None = None,
 ) -> int | None:  # fmt: skip
-    """The contender (by trial number) with the most :func:`raced` throughput if each has a carry;
-    else, of those not worse than it, the lowest median latency at ``percentile``; None without any."""
+    """The contender (by trial number) :func:`_top` by :func:`raced` throughput: among ties, the
+    one with the fewest ``changes`` from your config, then (unless each has a carry) the lowest
+    median latency at ``percentile``; None without any."""
     found = _raced(rounds, shares, carries)
-    if not found or (carries is not None and all(n in carries for n in found)):
-        return max(found, key=lambda n: found[n].mean, default=None)
-    leader = max(found.values(), key=lambda e: e.mean)
-    tied = [n for n, e in found.items() if not better(leader, e)]
-    return min(tied, key=lambda n: statistics.median_high(p.latency_ms(percentile) for p in rounds[n]))
+    if not found:
+        return None
+    if carries is not None and all(n in carries for n in found):
+        return _top(found, changes)
+    return _top(found, changes, lambda n: statistics.median_high(p.latency_ms(percentile) for p in rounds[n]))
 
 
 def race_winner(
-    verifications: Sequence[Verification], results: Sequence[TrialResult], sla: Sla, scoring: Scoring = RAW
-) -> int | None:
+    verifications: Sequence[Verification], results: Sequence[TrialResult], sla: Sla, scoring: Scoring = RAW,
+    yours: Candidate | None = None,
+) -> int | None:  # fmt: skip
     """The :func:`race_leader` of the contenders that passed (in a closed loop, :func:`to_limit`
-    the limit each was raced at); with none, the first :func:`ranked` trial not raced."""
+    the limit each was raced at; among ties the nearest to ``yours``); with none, the first
+    :func:`ranked` trial not raced."""
     shares = {r.number: scoring.share(r.candidate) for r in results}
     passed = {v.trial: v.points for v in verifications if v.passed}
     if passed:
@@ -345,9 +363,18 @@ def race_winner(
             for v in verifications
             if v.passed and v.concurrency and v.limit_ms > 0 and v.trial in by_number
         }
-        return race_leader(passed, shares, sla.percentile, carries if len(carries) == len(passed) else None)
+        changes = changes_from(results, yours)
+        complete = carries if len(carries) == len(passed) else None
+        return race_leader(passed, shares, sla.percentile, complete, changes)
     raced_trials = {v.trial for v in verifications}
     return next((r.number for r in ranked(results, scoring) if r.number not in raced_trials), None)
+
+
+def changes_from(results: Iterable[TrialResult], yours: Candidate | None) -> dict[int, int]:
+    """How many fields each trial's candidate changes from ``yours`` (none given: {})."""
+    if yours is None:
+        return {}
+    return {r.number: r.candidate.changes_from(yours) for r in results if r.candidate is not None}
 
 
 def race_levels(result: TrialResult, sla: Sla) -> list[float]:

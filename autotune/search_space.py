@@ -23,7 +23,7 @@ dimension is a list of choices (or ``{min: A, max: B}`` for integers). See
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,6 +55,19 @@ class Candidate:
     max_queue_delay_us: int
     trt_fp16: bool
     trt_workspace_mb: int = 0  # a field added later: run files without it read as 0
+
+    def changes_from(self, other: Candidate) -> int:
+        """How many of its fields differ from ``other``'s: how far a config written back from it
+        lies from that one (the race prefers the nearest to yours among ties)."""
+        return sum(getattr(self, f.name) != getattr(other, f.name) for f in fields(self))
+
+    def refuses(self, yours: Candidate) -> str:
+        """The client batch sizes your config takes and this one refuses (its max_batch_size is
+        lower), as people read them (``9-16``); "" when none."""
+        low, high = self.max_batch_size + 1, yours.max_batch_size
+        if high <= self.max_batch_size:
+            return ""
+        return f"{low}" if low == high else f"{low}-{high}"
 
     def gpus_used(self, server_gpus: int = 0) -> int:
         """GPUs its instances run on: none for KIND_CPU; its ``gpus`` list, else (no list: Triton

@@ -528,7 +528,7 @@ def simulate(
         results = tuple(study.results())
         verifications = run.record.verifications
         s = prep.settings
-        winner = race_winner(verifications, results, s.search_sla, prep.scoring)
+        winner = race_winner(verifications, results, s.search_sla, prep.scoring, prep.baseline)
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
     return SimOutcome(seed, results, verifications, winner, trials.now, measured, honest(results, told, prep))

@@ -75,14 +75,20 @@ class Stages:
         reap(root)
         me = Owner.current()
         folder = root / f"{_SLUG.sub('-', run_id).strip('-.') or 'run'}.{me.pid}.{me.started or 0}"
-        folder.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):  # another process may remove the empty root between our two mkdirs
+            with contextlib.suppress(FileNotFoundError):
+                folder.mkdir(parents=True, exist_ok=True)
+                break
         return cls(folder)
 
     def path(self, name: str) -> Path:
         return self.folder / name
 
     def remove(self) -> None:
+        """This process's stages gone, and the stage root too once no other process has any."""
         shutil.rmtree(self.folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another process's stages are still there
+            self.folder.parent.rmdir()
 
 
 def reap(root: Path) -> list[Path]:

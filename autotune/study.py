@@ -65,6 +65,7 @@ class Asked:
     trial: optuna.Trial
     baseline: bool = False
     as_is: bool = False  # it runs a config the space does not hold (no params: see Study.enqueue)
+    again_of: int | None = None  # the interrupted trial it measures again (Study.interrupted)
 
     def set(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """Set user attributes on the trial; returns all this process set, ``attrs`` included."""
@@ -142,7 +143,8 @@ class Study:
     def ask(self) -> Asked:
         """The next trial: an interrupted one to measure again (:meth:`interrupted`), else the
         first queued, else the sampler's."""
-        trial = self._ask_again() or self._study.ask()
+        again = self._ask_again()
+        trial = again[1] if again else self._study.ask()
         if "as_is" in trial.user_attrs:  # no params: see enqueue
             candidate = candidate_from_json(trial.user_attrs["as_is"])
         else:
@@ -150,7 +152,7 @@ class Study:
         trial.set_user_attr("candidate", _candidate_json(candidate))
         trial.set_user_attr("worker", Owner.current().text())
         baseline, as_is = bool(trial.user_attrs.get("baseline")), "as_is" in trial.user_attrs
-        return Asked(trial.number, candidate, trial, baseline=baseline, as_is=as_is)
+        return Asked(trial.number, candidate, trial, baseline, as_is, again[0] if again else None)
 
     def tell_measured(self, asked: Asked, measurement: Measurement, duration_s: float) -> TrialResult:
         """Tell the study what the trial measured; the trial's result, as :meth:`results` reads it."""
@@ -235,9 +237,9 @@ class Study:
         ]
         return [(again.params, again.baseline) for again in self._first]
 
-    def _ask_again(self) -> optuna.Trial | None:
-        """The next interrupted trial (:meth:`interrupted`) as a new trial, marked as measured
-        again; None when none is left."""
+    def _ask_again(self) -> tuple[int, optuna.Trial] | None:
+        """The next interrupted trial (:meth:`interrupted`): its number, and a new trial that
+        measures it again (marked so); None when none is left."""
         while self._first:
             again = self._first.pop(0)
             done = set(self.attr("requeued", []))
@@ -254,7 +256,7 @@ class Study:
                 state=TrialState.RUNNING, system_attrs={"fixed_params": used}, user_attrs=attrs
             )
             trial_id = self._study._storage.create_new_trial(self._study._study_id, template_trial=template)
-            return optuna.Trial(self._study, trial_id)
+            return again.number, optuna.Trial(self._study, trial_id)
         return None
 
     # ------------------------------------------------------------ reading

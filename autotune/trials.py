@@ -19,17 +19,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune import decide, finals, rules, stopping, trt_build
+from autotune import decide, finals, openfiles, rules, stopping, trt_build
 from autotune import model_config as mcfg
 from autotune.errors import (
     AutotuneError,
     ConfigError,
     LaunchError,
+    MachineLimitError,
     MeasurementError,
     ServerExitedError,
     UsageError,
     WorkloadError,
     WrongOutputError,
+    YourConfigError,
 )
 from autotune.events import Events
 from autotune.files import disk_full
@@ -68,6 +70,7 @@ class Trials:
         self._reference: Reference | None = None  # your config's answers (autotune.outputs)
         self._sample: list[tuple[Payload, str]] = []  # the check's requests, made on the first server
         self.clock = time.monotonic  # what trial durations and the time budget are read from
+        self.loaded = False  # the trial in flight's server got its model ready
 
     def close(self) -> None:
         """Remove the stages (every server has stopped when its :meth:`Launcher.serve` block ended)."""
@@ -78,7 +81,7 @@ class Trials:
         """Ask one trial and tell its result; ``results``: every trial so far, this worker's or not."""
         stopping.check()
         asked = study.ask()
-        self.events.trial_started(asked.number, asked.candidate, asked.baseline)
+        self.events.trial_started(asked.number, asked.candidate, asked.baseline, asked.again_of)
         self.events.trial_finished(self._measure_and_tell(study, asked, results, self.clock()))
 
     def _measure_and_tell(
@@ -95,9 +98,13 @@ class Trials:
         except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed
             log = self.log(asked.number)
             why = _reason(exc, _tail(log, None))  # the load error may lie far above the log's end
+            stop = self._not_the_candidate(exc, why, asked.candidate, log)
+            if stop is not None:  # measured again on --resume
+                study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
+                raise stop from exc
             wrong = isinstance(exc, WrongOutputError)
             return study.tell_failed(asked, why, _tail(log), self.clock() - start, wrong_outputs=wrong)
-        except WorkloadError:  # the data, not the config: the run stops, the trial runs again
+        except (WorkloadError, MachineLimitError, YourConfigError):  # not the config's: the run stops
             study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
             raise
         except Exception as exc:  # a crash: recorded with its reason, never re-run; the run stops
@@ -111,6 +118,21 @@ class Trials:
         except BaseException:  # a stop request: measured again on --resume
             study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
             raise
+
+    def _not_the_candidate(
+        self, exc: AutotuneError, why: str, candidate: Candidate, log: Path
+    ) -> AutotuneError | None:
+        """The error that stops the run, rather than count the candidate failed: the machine's
+        open-file limit ran out (:mod:`autotune.openfiles`), or your own config, as this machine
+        runs it, did not load (every candidate is it with other settings); None otherwise."""
+        tail = _tail(log, None)
+        if openfiles.exhausted(exc, tail):
+            return openfiles.limit_error(why)
+        if not self.loaded and candidate == decide.in_space(self.prep.baseline, self.prep.space):
+            said = failure_line(tail) or why
+            hint = f"{YourConfigError.hint} (the server's log: {log})"
+            return YourConfigError(f"your config does not load here: {said}", hint=hint)
+        return None
 
     def log(self, number: int) -> Path:
         return self.run_dir.log(f"trial-{number:03d}.log")
@@ -128,6 +150,8 @@ class Trials:
         try:
             return self.measure(asked, start, beat)
         except ServerExitedError as exc:
+            if not self.loaded:  # a model that did not load: not a crash under load
+                raise
             log = self.log(asked.number)
             if log.exists():
                 log.replace(log.with_suffix(".1.log"))
@@ -141,6 +165,7 @@ class Trials:
         requests; a WorkloadError stops the run) and chooses the run's GPU probe (none: no sampling),
         which then reads each server at its own metrics (:func:`autotune.gpu_probe.at_server`)."""
         settings = self.prep.settings
+        self._check_open_files(server)
         name = model or settings.model
         data = self._data[name] if name in self._data else self._data[settings.model]
         gen = LoadGenerator.connect(
@@ -182,7 +207,9 @@ class Trials:
         plan = rules.judged_at(settings.plan, search_sla.limit_ms)
         if settings.output_check and self.reference() is None and asked.candidate not in self._sources():
             self._record_reference()  # on a server of its own, before this candidate's
+        self.loaded = False
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
+            self.loaded = True
             first = self.generator(server, plan)  # once warm, a new level settles within a few requests
             check_start = self.clock()
             checked = self._check_outputs(asked.candidate, first)  # before anything is measured
@@ -211,6 +238,12 @@ class Trials:
         if measured.points and all(p.errors for p in measured.points):  # errors are a verdict: it failed
             raise MeasurementError(f"every load measured got errors: {errors_line(measured.points)}")
         return replace(measured, output_check=checked, output_check_s=check_s)
+
+    def _check_open_files(self, server: Server) -> None:
+        """A server of ours that cannot take the run's clients under the open-file limit ends
+        the run (:func:`autotune.openfiles.check_server`)."""
+        if server.pid and self.prep.clients:
+            openfiles.check_server(server.pid, self.prep.clients, server.description)
 
     # ------------------------------------------------------------ the output check
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune import __version__, decide, finals, hostlock, rules, stopping
+from autotune import __version__, decide, finals, hostlock, openfiles, rules, stopping
 from autotune import model_config as mcfg
+from autotune.config_edit import edit_in_place, text_diff
 from autotune.errors import DiskFullError, UsageError, WorkloadError
 from autotune.events import Events
 from autotune.files import Room, disk_full, file_digest, free_bytes, mib, write_text_atomic
@@ -64,6 +65,12 @@ class Prepared:
     # --models: the workload of each model served beside the tuned one, read and checked once
     beside_data: tuple[WorkloadData | None, ...] = ()
 
+    @property
+    def clients(self) -> int:
+        """The most connections a point opens: the space's clients for each model served (an
+        open loop's are not known before it runs: 0)."""
+        return 0 if self.loader.open_loop else self.space.concurrency_max * (1 + len(self.settings.beside))
+
 
 def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     """Validate the input (UsageError on anything wrong); writes nothing. ``server_gpus``: how
@@ -101,7 +108,7 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
     model_dir = mcfg.model_dir(settings.repository, tuned)
     scoring = resumed.scoring if resumed is not None else scoring_for(space, server_gpus)
     notes = narrowed(given, space, settings.workload.batch_size)
-    return Prepared(
+    prepared = Prepared(
         settings,
         original,
         model_dir,
@@ -115,6 +122,8 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
         pipeline=pipeline,
         beside_data=beside_data,
     )
+    openfiles.check_room(prepared.clients)
+    return prepared
 
 
 def narrowed(given: SearchSpace, space: SearchSpace, batch_size: int) -> tuple[str, ...]:
@@ -210,7 +219,7 @@ def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
         _seed(study, prep)
     study.interrupted()  # measured again first
     started = trials.clock() - run.record.searched_s  # the time budget counts earlier sessions
-    trials.events.run_started(run.path, settings.max_trials, settings.time_budget_s)
+    trials.events.run_started(run.path, settings.max_trials, settings.time_budget_s, after_search(prep))
     try:
         while _go_on(prep, study, results := study.results(), trials.clock() - started):
             trials.run(study, results)
@@ -220,6 +229,17 @@ def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
         raise
     stopping.check()
     return finals.race(prep, trials, trials.run_dir, study)
+
+
+def after_search(prep: Prepared) -> str:
+    """What the run does after its search, for people: the race, the open-loop check."""
+    s = prep.settings
+    steps = []
+    if s.repeats >= 1 and s.finalists >= 1:
+        steps.append(f"the race of up to {s.finalists} finalists (up to {s.repeats} rounds each)")
+    if s.repeats >= 1 and s.open_loop_check and not prep.loader.open_loop and not s.beside:
+        steps.append("the winner's open-loop check")
+    return " and ".join(steps)
 
 
 def _open(prep: Prepared, path: Path) -> tuple[RunDir, Study]:
@@ -376,19 +396,30 @@ def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: 
 # ---------------------------------------------------------------- the winner
 
 
+def _your_text(prep: Prepared, digest: str) -> str:
+    """Your config.pbtxt's text as the run began: the file, while it is unchanged since (else
+    the config the run read, in text format)."""
+    path = prep.model_dir / mcfg.CONFIG_NAME
+    if path.is_file() and file_digest(path) == digest:
+        return path.read_bytes().decode("utf-8")
+    return mcfg.config_text(prep.original)
+
+
 def _finish(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> Outcome:
     """The winner (:func:`autotune.rules.race_winner`) written beside the report; a concurrency
     run's winner is measured under arrivals at a rate too (:func:`finals.check_open_loop`)."""
     results = study.results()
     s = prep.settings
-    winner = rules.race_winner(run.record.verifications, results, s.search_sla, prep.scoring)
+    winner = rules.race_winner(run.record.verifications, results, s.search_sla, prep.scoring, prep.baseline)
     if winner is not None:
         chosen = next(r for r in results if r.number == winner)
         run = finals.check_open_loop(prep, trials, run, chosen)
         assert chosen.candidate is not None
         config = mcfg.apply_candidate(prep.original, chosen.candidate)
-        mcfg.write_config(config, run.path / WINNER_CONFIG)
-        write_text_atomic(run.path / WINNER_DIFF, mcfg.config_diff(prep.original, config))
+        yours = _your_text(prep, run.record.original_digest)
+        written = edit_in_place(yours, config)  # your file with only the winner's fields changed
+        write_text_atomic(run.path / WINNER_CONFIG, written)
+        write_text_atomic(run.path / WINNER_DIFF, text_diff(yours, written))
     run = run.update(finished=_now(), winner=winner, owner=None)
     outcome = Outcome(run.path, run.info(), tuple(results))
     write_report(outcome.info, outcome.trials, outcome.run_dir)

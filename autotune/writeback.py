@@ -8,6 +8,10 @@ each checked and backed up the same way, and ``undo`` restores them all: never o
 without the others. Every write, restores included, is atomic
 (:func:`autotune.files.copy_atomic`): a reader never sees half a config.
 
+Only the fields the winner changes are rewritten (:func:`autotune.config_edit.edit_in_place`):
+the rest of the file (comments, order, layout) stays byte for byte, and each diff is of the
+file's text as it was against the text as written.
+
 The written config is verified on the kind of server the run measured on: the launcher and
 options recorded in the run directory (a local tritonserver, a container of the run's image,
 or the remote server, which loads it through its repository API and then goes back to its
@@ -29,6 +33,7 @@ from typing import Any
 
 from autotune import model_config as mcfg
 from autotune import trt_build
+from autotune.config_edit import edit_in_place, text_diff
 from autotune.errors import AutotuneError, UsageError, WriteBackError, WrongOutputError
 from autotune.files import copy_atomic, file_digest, write_text_atomic
 from autotune.launch import Launcher, make_launcher
@@ -43,7 +48,8 @@ STATE_FILE = "writeback.json"
 
 @dataclass(frozen=True)
 class Written:
-    """One config written back: where, its backup, and its diff against what it replaced."""
+    """One config written back: where, its backup, and the diff of the file's text as it was
+    against the text as written."""
 
     path: Path
     backup: Path
@@ -135,16 +141,15 @@ def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
             _check_writable(t.path.parent, run_dir)
     written = []
     for t in targets:
-        current = mcfg.parse_config(
-            (t.backup if t.path in done else t.path).read_text(encoding="utf-8"), str(t.path)
-        )
+        before = _text_of(t.backup if t.path in done else t.path)
+        after = edit_in_place(before, t.config, str(t.path))
         if t.path not in done:
             with _named(t.path):
                 copy_atomic(t.path, t.backup)
                 copy_atomic(t.path, run_dir / t.original)
                 _save_state(run_dir, targets)
-                mcfg.write_config(t.config, t.path)
-        written.append(Written(t.path, t.backup, mcfg.config_diff(current, t.config)))
+                write_text_atomic(t.path, after)
+        written.append(Written(t.path, t.backup, text_diff(before, after)))
     verified_on = ""
     if launcher is not None:
         try:
@@ -303,6 +308,11 @@ def _save_state(run_dir: Path, targets: list[_Target]) -> None:
         for t in targets
     ]
     write_text_atomic(run_dir / STATE_FILE, json.dumps({"targets": entries}, indent=2))
+
+
+def _text_of(path: Path) -> str:
+    """A config's text as it is on disk, line endings included (nothing translated)."""
+    return path.read_bytes().decode("utf-8")
 
 
 def _normal(text: str) -> str:

@@ -320,7 +320,7 @@ def killed_resume(p: Probe) -> str:
     trials = _trials(run_dir)
     (interrupted,) = [t for t in trials if t["interrupted"]]
     after = trials[trials.index(interrupted) + 1 :]
-    expect(after and after[0]["params"] == interrupted["params"], "not measured first")
+    expect(bool(after) and after[0]["params"] == interrupted["params"], "not measured first")
     return f"trial {interrupted['number']} measured again as trial {after[0]['number']}, first"
 
 
@@ -483,7 +483,7 @@ def _trials(run_dir: Path) -> list[dict[str, object]]:
 
     run = RunDir.load(run_dir)
     study = optuna.load_study(study_name=run.record.study_name, storage=run.study_url())
-    started = [t for t in study.trials if t.datetime_start is not None]
+    started = [(t.datetime_start, t) for t in study.trials if t.datetime_start is not None]
     return [
         {
             "number": t.number,
@@ -491,7 +491,7 @@ def _trials(run_dir: Path) -> list[dict[str, object]]:
             "params": t.params,
             "interrupted": bool(t.user_attrs.get("interrupted")),
         }
-        for t in sorted(started, key=lambda t: t.datetime_start)
+        for _, t in sorted(started, key=lambda pair: pair[0])
     ]
 
 

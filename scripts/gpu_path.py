@@ -22,6 +22,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotune.outputs import Answer
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "tests" / "gpu_models"
@@ -41,11 +45,10 @@ load:
 KIND = "KIND_GPU"  # KIND_CPU with --cpu
 
 
-def served_answers(
-    out: Path, precision: str, metrics: bool
-) -> tuple[list[dict[str, object]], dict[str, str]]:
+def served_answers(out: Path, precision: str, metrics: bool) -> tuple[list[Answer], dict[str, str]]:
     """Serve torch_mlp computing in ``precision``; its answers to the output check's requests
-    (after a load at 8 clients; ``metrics``: the server's /metrics then saved to OUT)."""
+    (after a load at 8 clients; ``metrics``: the server's /metrics then saved to OUT). The
+    server is stopped when :meth:`Launcher.serve`'s block ends; the stages are removed after."""
     from autotune.gpu_probe import scrape
     from autotune.launch import make_launcher
     from autotune.loadgen import LoadGenerator
@@ -60,8 +63,8 @@ def served_answers(
 
         del config.instance_group[:]
         config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
+    launcher = make_launcher(Launch(), "gpu-path")  # reaps what a killed run left
     stages = Stages.for_run(f"gpu-path-{precision}")
-    launcher = make_launcher(Launch(), "gpu-path")
     try:
         repo = stage_model(MODELS / "torch_mlp", config, stages.path("repo"))
         with launcher.serve(repo, "torch_mlp", out / f"server-{precision}.log") as server:
@@ -77,7 +80,6 @@ def served_answers(
             answers, types = gen.answers([payload for payload, _ in sample])
             return list(answers), types
     finally:
-        launcher.drain()
         stages.remove()
 
 
@@ -86,8 +88,8 @@ def fp16_check(out: Path) -> bool:
 
     full, types = served_answers(out, "fp32", metrics=True)
     half, _ = served_answers(out, "fp16", metrics=False)
-    strict = compare(full, half, types)  # type: ignore[arg-type]
-    held = compare(full, half, types, fp16=True)  # type: ignore[arg-type]
+    strict = compare(full, half, types)
+    held = compare(full, half, types, fp16=True)
     print(f"  FP32's tolerance: {strict.line if strict else 'no difference found'}")
     print(f"  FP16's tolerance: {held.line if held else 'accepted'}")
     return strict is not None and held is None

@@ -46,10 +46,10 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def rows(out: str) -> dict[str, list[str]]:
     """The summary table's header and rows, by their first cell."""
-    lines = [line for line in out.splitlines() if "│" in line or "┃" in line]
+    lines = [line for line in out.splitlines() if line.startswith("|")]  # not a terminal: ASCII
     cells = {}
     for line in lines:
-        parts = [c.strip() for c in line.replace("┃", "│").split("│")][1:-1]
+        parts = [c.strip() for c in line.split("|")][1:-1]
         if parts and parts[0] in ("", "winner", "baseline") and parts[0] not in cells:
             cells[parts[0]] = parts
     return cells
@@ -133,3 +133,35 @@ def test_a_point_that_got_errors_says_how_many_and_the_first() -> None:
         "\n    4% of requests answered with errors at concurrency 8 (first: HTTP 500: busy)"
         in _trial_line(feasible, 95)
     )
+
+
+def test_in_a_log_every_row_and_command_stays_on_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Written to a file or a pipe (not a terminal): no cell cut, no row wrapped, the apply
+    command whole on one line even in a 245-character path."""
+    deep = tmp_path / ("a-rather-long-folder-name-" * 9)[:240]
+    repeats = tuple(point(4, t, 9) for t in (290.0, 300.0, 310.0))
+    verified = Verification(trial=1, concurrency=4, points=repeats, sla_met=3)
+    both = (trial(0, point(2, 100, 5), baseline=True), trial(1, point(4, 320, 9)))
+    print_summary(Outcome(deep, info(verifications=(verified,)), both))
+    lines = capsys.readouterr().out.splitlines()
+    assert f"apply it: autotune apply {deep}" in lines  # one line, whole
+    assert not any("…" in line for line in lines)
+    table = [line for line in lines if line.startswith(("|", "+"))]
+    assert len(table) == 6 and len({len(line) for line in table}) == 1  # rule, head, rule, 2 rows, rule
+    winner = rows("\n".join(lines))["winner"]
+    assert winner[1] == both[1].candidate.label() and winner[-1] == "3/3 race rounds met the SLA"
+
+
+def test_a_winner_that_lowers_max_batch_size_names_the_batches_it_refuses(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    base = trial(0, point(2, 100, 5), baseline=True)
+    yours = replace(base, candidate=replace(base.candidate, max_batch_size=16))  # type: ignore[type-var]
+    print_summary(Outcome(tmp_path, info(), (yours, trial(1, point(4, 300, 9)))))
+    out = capsys.readouterr().out
+    said = "note: the winner's max_batch_size 8 is below your config's 16: it refuses requests of batch 9-16"
+    assert said in out
+    print_summary(Outcome(tmp_path, info(), (base, trial(1, point(4, 300, 9)))))  # 8 as yours: no note
+    assert "refuses" not in capsys.readouterr().out

@@ -414,3 +414,25 @@ def test_the_finalists_are_the_measured_trials_not_worse_than_the_best() -> None
     assert [r.number for r in rules.finalists(results, 3)] == [0, 1]  # best first; no figures, none
     assert [r.number for r in rules.finalists(results, 1)] == [0]
     assert rules.finalists([broken, pruned], 2) == []
+
+
+def test_among_ties_the_config_nearest_to_yours_leads_and_stays_in_the_race() -> None:
+    """A cnn winner lowered max_batch_size 16 to 8 on a gain within noise (1157 against 1132
+    infer/s): of contenders not shown different, the one that changes fewest fields of your
+    config leads; one shown better still wins, however far from yours."""
+    yours = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)
+    near = replace(yours, instance_count=2)  # one field changed
+    far = replace(yours, instance_count=2, max_batch_size=8, dynamic_batching=True)  # three
+    ahead = [windowed(8, v, 15.0) for v in (1157.0, 1180.0, 1134.0)]  # far: a mean 2% higher
+    behind = [windowed(8, v, 15.0) for v in (1132.0, 1150.0, 1114.0)]  # near
+    changes = {0: far.changes_from(yours), 1: near.changes_from(yours)}
+    assert changes == {0: 3, 1: 1}
+    rounds = {0: ahead, 1: behind}
+    assert rules.race_leader(rounds, {}, 95) == 0  # by throughput alone: the far one
+    assert rules.race_leader(rounds, {}, 95, changes=changes) == 1
+    assert 1 not in rules.outraced(rounds, {}, changes=changes)  # the near one is the one to beat
+    results = [_trial(0, ahead, far), _trial(1, behind, near)]
+    made = [Verification(n, 8, tuple(p), 3) for n, p in rounds.items()]
+    assert rules.race_winner(made, results, SLA, yours=yours) == 1
+    shown = {0: [windowed(8, v, 15.0) for v in (1400.0, 1410.0, 1390.0)], 1: behind}  # 24% ahead
+    assert rules.race_leader(shown, {}, 95, changes=changes) == 0

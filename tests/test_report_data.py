@@ -348,13 +348,17 @@ def test_console_summary_shows_the_recommended_points_and_a_gain_from_one_source
     base = trial(0, point(2, 100, 5), baseline=True)
     found = trial(1, point(8, 260, 11), point(16, 300, 19))
     print_summary(Outcome(tmp_path, run(winner=1, verifications=(v,)), (base, found)))
-    out = capsys.readouterr().out
-    winner_row = next(line for line in out.splitlines() if "winner" in line and "│" in line)
-    cells = [c.strip() for c in winner_row.split("│")]
+    out = capsys.readouterr().out  # not a terminal: plain ASCII rows, one line each
+    winner_row = next(line for line in out.splitlines() if "winner" in line and "|" in line)
+    cells = [c.strip() for c in winner_row.split("|")]
     assert cells[3:7] == ["8", "245", "6.5", "13.0"] and cells[7].startswith("3/3")  # the raced medians
-    base_row = next(line for line in out.splitlines() if "baseline" in line and "│" in line)
-    assert [c.strip() for c in base_row.split("│")][3:8] == ["2", "100", "2.5", "5.0", "-"]  # search
-    assert "3.00x throughput at the SLA (search measurements)" in out  # 300 / 100, same as the report
+    base_row = next(line for line in out.splitlines() if "baseline" in line and "|" in line)
+    assert [c.strip() for c in base_row.split("|")][3:8] == ["2", "100", "2.5", "5.0", "-"]  # search
+    # the ratio of the table's two figures, 245 / 100, as the report's card reads it
+    said = "2.45x throughput at the SLA (the table's figures: the winner raced, your config as searched)"
+    assert said in out
+    data = report_data(run(winner=1, verifications=(v,)), (base, found))
+    assert data.gain == pytest.approx(2.45) and data.baseline_goodput == pytest.approx(100)
 
 
 def test_the_baseline_is_the_measured_one_when_an_interrupted_baseline_ran_again() -> None:

@@ -33,13 +33,40 @@ def test_a_stop_raised_inside_a_finalizer_is_not_lost(monkeypatch: pytest.Monkey
         stopping.check()
 
 
+def test_a_stop_swallowed_by_a_finalizer_is_not_printed_while_a_command_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An event loop's ``__del__`` that the stop's KeyboardInterrupt lands in printed its traceback
+    before the resume line (SIGTERM in the middle of a run); any other unraisable still prints."""
+    printed: list[type[BaseException] | None] = []
+    monkeypatch.setattr(sys, "__unraisablehook__", lambda u: printed.append(u.exc_type))
+    monkeypatch.setattr(stopping, "_requested", False)
+    restore = stopping.install()
+    try:
+
+        class Finalized:
+            def __init__(self, error: type[BaseException]) -> None:
+                self.error = error
+
+            def __del__(self) -> None:
+                raise self.error
+
+        stopping._requested = True  # as the signal handler sets it
+        Finalized(KeyboardInterrupt)
+        Finalized(ValueError)
+    finally:
+        restore()
+    assert printed == [ValueError]
+    assert sys.unraisablehook is not stopping._unraisable  # the hook before the command is back
+
+
 def test_a_new_run_starts_with_no_stop_pending(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stop acted upon by an earlier run in this process does not stop the next one."""
     monkeypatch.setattr(stopping, "_requested", True)
     installed: list[int] = []
     monkeypatch.setattr(stopping.signal, "signal", lambda signum, handler: installed.append(signum))
     stopping.install()
-    assert sorted(installed) == sorted([signal.SIGINT, signal.SIGTERM])
+    assert sorted(installed) == sorted([signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
     stopping.check()  # nothing pending: no KeyboardInterrupt
 
 

@@ -14,9 +14,15 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
+from autotune.config_edit import edit_in_place
 from autotune.control import ServerControl
+from autotune.files import file_digest
 from autotune.launch.local import LocalLauncher
-from autotune.model_config import parse_config
+from autotune.model_config import apply_candidate, config_text, parse_config, write_config
+from autotune.objective import Sla
+from autotune.rundir import WINNER_CONFIG, RunDir, RunRecord
+from autotune.search_space import Candidate
+from autotune.settings import Launch
 from tests.conftest import servers_of, staged_servers, toy_run_args
 
 pytestmark = pytest.mark.integration
@@ -70,8 +76,9 @@ def test_a_config_that_does_not_load_is_restored_atomically(
     err = capsys.readouterr().err
     assert "did not load and answer as your config does, so the original was restored" in err
     assert config.read_bytes() == original
-    winner = (run_dir / "winner.pbtxt").read_bytes()
-    assert any(winner in contents for contents in seen.values()), "the winner was written, then undone"
+    winner = parse_config((run_dir / "winner.pbtxt").read_text())
+    written = edit_in_place(original.decode(), winner).encode()  # your file, edited to the winner
+    assert any(written in contents for contents in seen.values()), "the winner was written, then undone"
     assert all(len(contents) == 1 for contents in seen.values()), "a config was rewritten in place"
     assert staged_servers() == [] and servers_of(run_dir) == []
 
@@ -161,3 +168,47 @@ def test_a_remote_server_that_cannot_go_back_to_its_config_stops_the_run(
     assert f"the server at {http} could not go back to its own config of model 'toy'" in err, err
     (run_dir,) = list((tmp_path / "reports" / "toy").iterdir())
     assert "load toy from the server's repository: FAILED" in (run_dir / "logs" / "trial-000.log").read_text()
+
+
+def test_apply_keeps_your_comments_and_prints_only_the_lines_it_changes(
+    toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The write-back edits your config.pbtxt in place: comments, order and layout stay, and the
+    diff printed (the file as it was against the file as written) holds the changed lines alone.
+    The run directory is made by hand (no server: --no-verify); undo gives your bytes back."""
+    config = toy_repo / "toy" / "config.pbtxt"
+    mine = "# toy: hand-tuned, see docs\n" + config.read_text().replace(
+        "    count: 1\n", "    # one per core\n    count: 1  # was 2 before 2026\n"
+    )
+    config.write_text(mine)
+    winner = apply_candidate(parse_config(mine), Candidate(3, "KIND_CPU", (), 8, True, (4, 8), 100, False))
+    record = RunRecord(
+        run_id="20261204-101010", model="toy", repository=toy_repo.resolve(), sla=Sla(95, 60.0),
+        launch=Launch(), protocol="http", study_name="s", storage=None,
+        original_config=config_text(parse_config(mine)),
+        original_digest=file_digest(config), started="", finished="2026-12-04T10:20:00+00:00", winner=0,
+    )  # fmt: skip
+    run = RunDir.create(tmp_path / "reports" / "toy" / record.run_id, record)
+    write_config(winner, run.path / WINNER_CONFIG)
+    capsys.readouterr()
+    assert main(["apply", "--no-verify", str(run.path)]) == 0
+    out = capsys.readouterr().out
+    expected = mine.replace("count: 1  #", "count: 3  #") + (
+        "dynamic_batching {\n  preferred_batch_size: [ 4, 8 ]\n  max_queue_delay_microseconds: 100\n}\n"
+    )
+    assert config.read_text() == expected
+    lines = out.splitlines()
+    changed = [line for line in lines if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
+    assert changed == [
+        "-    count: 1  # was 2 before 2026",
+        "+    count: 3  # was 2 before 2026",
+        "+dynamic_batching {",
+        "+  preferred_batch_size: [ 4, 8 ]",
+        "+  max_queue_delay_microseconds: 100",
+        "+}",
+    ]
+    assert "--- a/config.pbtxt\n+++ b/config.pbtxt\n" in out
+    assert main(["apply", "--no-verify", str(run.path)]) == 0  # again: seen as written, not rewritten
+    assert config.read_text() == expected and capsys.readouterr().out == out
+    assert main(["apply", "--undo", str(run.path)]) == 0
+    assert config.read_text() == mine

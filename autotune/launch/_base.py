@@ -49,6 +49,7 @@ class Server:
     alive: Callable[[], bool]
     description: str = ""
     metrics_url: str = ""
+    pid: int = 0  # the server's process on this machine (0: not one of ours here)
 
     @property
     def http_url(self) -> str:
@@ -248,8 +249,8 @@ def failure_line(log_text: str) -> str:
     trt = tensorrt_error(log_text)
     for line in lines:
         for said in ("failed to load '", "failed to load model '"):  # a version's load, the model's
-            if said in line:
-                load = line[line.index(said) :].rstrip('"')
+            if said in line:  # Triton writes a Python traceback's newlines as "\\n": its first line
+                load = line[line.index(said) :].split("\\n")[0].rstrip('"')
                 return _with_cause(load, trt)[:300]
     for line in lines:
         for state in ("| UNAVAILABLE: ", "| Not loaded: "):  # the status table: | name | version | why |

@@ -44,11 +44,12 @@ from autotune.launch._base import (
     Started,
     metrics_args,
 )
-from autotune.processes import group_members, pid_alive
+from autotune.processes import child_of, group_members, pid_alive
 from autotune.settings import LocalOptions
 from autotune.staging import safe_path, safe_temp
 
 SHM_DIR = Path("/dev/shm")
+PYTHON_ENV_DIR, PYTHON_ENV_GLOB = Path("/tmp"), "python_env_*"  # the python backend's, see remove_python_envs
 SHM_PREFIX = "autotune_pb_"  # the python backend's shared memory of our servers: SHM_PREFIX<pid>_<n>_...
 _SERVERS = itertools.count()
 GUARD = (sys.executable, "-m", "autotune.guard")  # see autotune/guard.py
@@ -154,6 +155,7 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         # removed; an error or an interrupt still stops it gracefully.
         self._kill_when_done = kill_when_done
         self._shm: dict[int, str] = {}  # a running server's (by pid) python backend shared-memory prefix
+        self._started: dict[int, float] = {}  # a running server's (by pid) start, on the file clock
 
     @classmethod
     def from_options(cls, options: LocalOptions, *, extra_args: tuple[str, ...] = ()) -> LocalLauncher:
@@ -172,10 +174,12 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         self, repository: Path, model: str, log_path: Path, ports: Ports
     ) -> Started[subprocess.Popen[bytes]]:
         proc = self._spawn(repository, log_path, ports)
+        pid = child_of(proc.pid)  # the server's own pid (``proc`` is its guard's): messages name it
         server = Server(
             "127.0.0.1", ports.http, ports.grpc, log_path,
-            alive=lambda: proc.poll() is None, description=f"tritonserver (pid {proc.pid})",
-            metrics_url=f"http://127.0.0.1:{ports.metrics}/metrics",
+            alive=lambda: proc.poll() is None,
+            description=f"tritonserver (pid {pid})" if pid else f"tritonserver (guard pid {proc.pid})",
+            metrics_url=f"http://127.0.0.1:{ports.metrics}/metrics", pid=pid or 0,
         )  # fmt: skip
         return Started(server, proc, exit_detail=lambda: f" with exit code {proc.poll()}")
 
@@ -186,6 +190,9 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         prefix = self._shm.pop(proc.pid, "")
         for region in SHM_DIR.glob(f"{prefix}*") if prefix else ():  # a killed stub's, or a crashed one's
             region.unlink(missing_ok=True)
+        since = self._started.pop(proc.pid, None)
+        if since is not None:
+            remove_python_envs(since)
 
     def _spawn(self, repository: Path, log_path: Path, ports: Ports) -> subprocess.Popen[bytes]:
         """tritonserver under its guard (:mod:`autotune.guard`), which leads the new process group
@@ -211,6 +218,7 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         ]
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("wb") as log:
+            since = os.stat(log.fileno()).st_mtime  # the file clock, as the folders' times read it
             try:
                 proc = subprocess.Popen(
                     args,
@@ -225,6 +233,7 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         try:
             _pids.remember(self._pid_dir, proc.pid, " ".join(GUARD))
             self._shm[proc.pid] = shm
+            self._started[proc.pid] = since
         except BaseException:
             stop_process(proc)
             raise
@@ -237,6 +246,21 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         if libs:
             env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, env.get("LD_LIBRARY_PATH", "")]).rstrip(":")
         return env
+
+
+def remove_python_envs(since: float, directory: Path = PYTHON_ENV_DIR) -> list[Path]:
+    """Remove the empty ``python_env_*`` folders made in ``directory`` at or after ``since``
+    (a file-clock time) by this user. Triton's python backend makes one in /tmp for each server
+    and removes it only on a graceful exit, which a server killed once measured never has.
+    A folder in use is not empty (an execution environment unpacked there): it stays."""
+    removed = []
+    for folder in directory.glob(PYTHON_ENV_GLOB):
+        with contextlib.suppress(OSError):  # gone, not ours, or not empty
+            info = folder.lstat()
+            if info.st_uid == os.getuid() and info.st_ctime >= since:
+                folder.rmdir()
+                removed.append(folder)
+    return removed
 
 
 def reap_shared_memory(directory: Path = SHM_DIR) -> list[Path]:

@@ -32,7 +32,15 @@ from autotune.files import write_text_atomic
 from autotune.gpu import GpuFigures, peak_memory_mb
 from autotune.objective import RAW, Scoring, Sla
 from autotune.points import Point, ServerBreakdown
-from autotune.results import COMPLETE, Recommendation, RunInfo, TrialResult, Verification, recommendation
+from autotune.results import (
+    COMPLETE,
+    Recommendation,
+    RunInfo,
+    TrialResult,
+    Verification,
+    gain,
+    recommendation,
+)
 
 # A trial's own columns; its point's columns follow (see point_columns).
 TRIAL_COLUMNS = (
@@ -103,11 +111,12 @@ class ReportData:
     winner: int | None  # trial number
     winner_chosen: bool  # True: RunInfo.winner; False: the best feasible trial so far
     baseline: int | None  # trial number
-    gain: float | None  # winner goodput / baseline goodput; None when either is missing or 0
+    gain: float | None  # the winner's figure over your config's (autotune.results.gain); None: no ratio
     verifications: tuple[VerificationRow, ...]
     recommended: Recommendation | None = None  # the winner's operating point (verified if it was)
     gpus: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(GPU_TABLE_COLUMNS)))
     gain_per_gpu: float | None = None  # the winner's goodput per GPU over the baseline's (per-GPU runs)
+    baseline_goodput: float = 0.0  # your config's figure beside the gain, as the objective counts it
 
     @property
     def sla(self) -> Sla:
@@ -165,6 +174,10 @@ def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
     front = pareto_front(table, "throughput_per_gpu" if per_gpu else "throughput")
     winner, chosen = _winner(run, table)
     baseline = _baseline(ordered)
+    by_number = {t.number: t for t in ordered}
+    chosen_trial = by_number.get(winner) if winner is not None else None
+    base_trial = by_number.get(baseline) if baseline is not None else None
+    found = gain(chosen_trial, base_trial, run.verifications, run.sla.percentile, run.scoring)
     table = table.assign(pareto=table["trial"].isin(front["trial"]), winner=table["trial"].eq(winner))
     return ReportData(
         run=run,
@@ -174,11 +187,12 @@ def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
         winner=winner,
         winner_chosen=chosen,
         baseline=baseline,
-        gain=gain(table, winner, baseline),
+        gain=found.throughput if found else None,
         verifications=tuple(_verification_row(v, table, run.sla) for v in run.verifications),
         recommended=_recommended(ordered, winner, run),
         gpus=gpu_table(ordered, run.sla),
-        gain_per_gpu=gain(table, winner, baseline, "goodput_per_gpu") if per_gpu else None,
+        gain_per_gpu=found.ratio if found and per_gpu else None,
+        baseline_goodput=found.baseline if found else 0.0,
     )
 
 
@@ -389,16 +403,6 @@ def best_so_far(trials: pd.DataFrame, goodput: str = "goodput") -> int | None:
         return None
     ranked = feasible.sort_values([goodput, "latency_ms", "trial"], ascending=[False, True, True])
     return int(ranked["trial"].iloc[0])
-
-
-def gain(
-    trials: pd.DataFrame, winner: int | None, baseline: int | None, goodput: str = "goodput"
-) -> float | None:
-    """The winner's ``goodput`` over the baseline's; None when the ratio means nothing."""
-    if winner is None or baseline is None:
-        return None
-    base = float(trials.loc[baseline, goodput])
-    return None if base <= 0 else float(trials.loc[winner, goodput]) / base
 
 
 def _verification_row(v: Verification, trials: pd.DataFrame, sla: Sla) -> VerificationRow:

@@ -176,7 +176,7 @@ def _kpis(data: ReportData) -> Kpis | None:
         goodput, latency, p50 = r.throughput, r.latency_ms, r.p50_ms
     else:
         where, goodput, latency, p50 = _where(w), w["goodput"], w["latency_ms"], w["p50_ms"]
-    base = 0.0 if data.baseline is None else float(data.row(data.baseline)[data.goodput_column])
+    base = data.baseline_goodput
     gpus = int(w["gpus_used"] or 0)
     per_gpu = goodput / max(gpus, 1) if data.per_gpu and goodput is not None else None  # CPU: as one
     return Kpis(
