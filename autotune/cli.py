@@ -547,9 +547,7 @@ def _bottleneck_step(settings: RunSettings, wait: bool) -> RunSettings:
     if found is None:
         return settings
     flow = " -> ".join(found.members) if found.kind == ENSEMBLE else f"calls {', '.join(found.members)}"
-    print(
-        f"{settings.model}: {flow}; finding its bottleneck at your config's operating point", file=sys.stderr
-    )
+    print(f"{settings.model}: {flow}; finding its bottleneck under load", file=sys.stderr)
     if found.kind != ENSEMBLE:
         print(
             f"{settings.model} is served with at least as many instances as each model it calls "
@@ -558,9 +556,7 @@ def _bottleneck_step(settings: RunSettings, wait: bool) -> RunSettings:
         )
     step, point = bottleneck.find(settings, found, wait=wait)
     where = bottleneck_line(point) or "no per-step figures"
-    print(
-        f"round 1: at your config's operating point ({point.where}) {where}; tuning {step}", file=sys.stderr
-    )
+    print(f"round 1: at your config's operating point, {point.where}, {where}; tunes {step}", file=sys.stderr)
     return replace(settings, step=step, rounds=True)
 
 

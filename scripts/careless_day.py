@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import difflib
 import hashlib
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -31,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,11 +112,20 @@ class Probe:
             "--window", "0.5", "--finalists", "0", "--no-open-loop-check", "--max-trials", "1", *extra,
         ]  # fmt: skip
 
-    def autotune(self, *args: str, timeout: float = 600, cwd: Path | None = None) -> Done:
+    def autotune(
+        self,
+        *args: str,
+        timeout: float = 600,
+        cwd: Path | None = None,
+        limit_files: tuple[int, int] | None = None,
+    ) -> Done:
+        """``autotune ARGS`` as a user types it; ``limit_files``: its open-file limit (soft, hard;
+        -1 keeps that one), as ``ulimit -n`` sets it."""
         start = time.monotonic()
         done = subprocess.run(
             [*CLI, *args], env=self.env, cwd=cwd or self.root, stdin=subprocess.DEVNULL,
             capture_output=True, text=True, timeout=timeout,
+            preexec_fn=None if limit_files is None else partial(_limit_files, *limit_files),
         )  # fmt: skip
         return Done(done.returncode, done.stdout, done.stderr, time.monotonic() - start)
 
@@ -132,6 +144,14 @@ class Probe:
         done = self.autotune(*self.run_args(*extra))
         expect(done.code == 0, f"a plain run failed (exit {done.code}): {done.err[-500:]}")
         return self.runs()[-1].parent
+
+
+def _limit_files(soft: int, hard: int) -> None:
+    """In the child before it runs: the open-file limit as ``ulimit -n`` would set it."""
+    now_soft, now_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (soft if soft >= 0 else now_soft, hard if hard >= 0 else now_hard)
+    )
 
 
 def expect(ok: bool, saw: str) -> None:
@@ -452,6 +472,190 @@ def batch_below(p: Probe) -> str:
     return note[:110]
 
 
+# ---------------------------------------------------------------- the tester's second round
+
+
+def open_files(p: Probe) -> str:
+    """``ulimit -n 128`` (soft and hard) and a space up to 64 clients: the run ends, exit 3,
+    naming the limit, within a minute, and no trial is counted failed for it; with only the
+    soft limit at 128, the run raises it and finishes."""
+    p.space.write_text(SPACE.replace("max: 16", "max: 64"), encoding="utf-8")
+    hard = p.autotune(*p.run_args(), limit_files=(128, 128), timeout=120)
+    line = hard.line()
+    expect(
+        hard.code == 3 and "open-file limit" in line and "128" in line, f"exit {hard.code}: {hard.err[-400:]}"
+    )
+    expect(hard.seconds < 60, f"took {hard.seconds:.0f} s")
+    trials = _trials(p.runs()[-1].parent)
+    expect(
+        not [t for t in trials if t["state"] == "FAIL" and not t["interrupted"]], f"counted failed: {trials}"
+    )
+    soft = p.autotune(*p.run_args("--fresh"), limit_files=(128, -1))
+    expect(soft.code == 0, f"soft limit only: exit {soft.code}: {soft.err[-300:]}")
+    return f"exit 3 in {hard.seconds:.1f} s: {line[:90]}; soft limit alone: raised, exit 0"
+
+
+def apply_in_place(p: Probe) -> str:
+    """`apply` on a config.pbtxt with comments and a hand layout: the comments stay, and a diff
+    against the original shows only the lines of the fields the winner changed."""
+    config = p.repo / "toy" / "config.pbtxt"
+    hand = "# the toy model, laid out by hand\n" + config.read_text(encoding="utf-8").replace(
+        "instance_group [\n  {\n    count: 1\n    kind: KIND_CPU\n  }\n]",
+        "instance_group [ { count: 1 kind: KIND_CPU } ]  # one to start with",
+    )
+    config.write_text(hand, encoding="utf-8")
+    run_dir = p.finished_run("--max-trials", "3", "--patience", "0", "--finalists", "1", "--repeats", "1")
+    done = p.autotune("apply", str(run_dir), "--no-verify")
+    expect(done.code == 0, f"exit {done.code}: {done.err[-300:]}")
+    after = config.read_text(encoding="utf-8")
+    expect(
+        "# the toy model, laid out by hand" in after and "# one to start with" in after,
+        f"comments lost: {after}",
+    )
+    changed = [line for line in difflib.unified_diff(hand.splitlines(), after.splitlines(), lineterm="", n=0)
+               if line[:1] in "+-" and line[:3] not in ("+++", "---")]  # fmt: skip
+    fields = ("instance_group", "count", "max_batch_size", "dynamic_batching", "delay", "preferred", "}")
+    only = all(any(f in line for f in fields) for line in changed)
+    expect(bool(changed) and only, f"lines changed: {changed}")
+    expect(all(line in done.out for line in changed), f"the printed diff is not the file's: {done.out}")
+    return f"{len(changed)} lines changed, comments kept: {'; '.join(changed)[:100]}"
+
+
+def logged(p: Probe) -> str:
+    """The output written to a file (not a terminal), the run directory under a 245-character
+    path: no cell cut, no table row wrapped, every printed command on one line."""
+    reports = p.root / ("reports-" + "x" * 60) / ("y" * 60) / ("z" * 60)
+    reports = Path(str(reports) + "w" * max(0, 245 - len(str(reports)) - 27))  # run dir: +27 chars
+    done = p.autotune(*p.run_args("--finalists", "1", "--max-trials", "2", reports=reports))
+    expect(done.code == 0, f"exit {done.code}: {done.err[-300:]}")
+    (run_json,) = p.runs(reports)
+    lines = (done.out + done.err).splitlines()
+    expect(len(str(run_json.parent)) >= 245, f"the path is {len(str(run_json.parent))} characters")
+    expect(f"apply it: autotune apply {run_json.parent}" in lines, "the apply command is not on one line")
+    expect(not any("…" in line for line in lines), "a cell was cut")
+    table = [line for line in lines if line.startswith(("|", "+-"))]
+    expect(len(table) >= 5 and len({len(line) for line in table}) == 1, f"the table: {table}")
+    return f"{len(table)} table lines of {len(table[0])} characters; the apply line whole"
+
+
+def stopped_by(p: Probe, sig: signal.Signals) -> str:
+    """A run stopped by ``sig`` in the middle of a trial: exit 130, the interrupted line and the
+    resume command, no traceback, nothing of it left in /tmp or /dev/shm; resumed, the console
+    says which trial is measured again."""
+    before_env = set(Path("/tmp").glob("python_env_*"))
+    proc = p.start(*p.run_args("--max-trials", "3", "--patience", "0"))
+    wait_for(lambda: list(p.root.glob("reports/toy/*/logs/trial-001.log")), 300, "the second trial")
+    time.sleep(1.0)
+    os.kill(proc.pid, sig)
+    done = finish(proc)
+    expect(done.code == 130, f"exit {done.code}: {done.err[-300:]}")
+    found = re.search(r"continue with: (.+)$", done.err, re.MULTILINE)
+    expect(found is not None, f"no resume line: {done.err[-300:]}")
+    expect("Traceback" not in done.err and "Exception ignored" not in done.err, f"said: {done.err[-600:]}")
+    left = _left_behind(proc.pid) + [str(f) for f in set(Path("/tmp").glob("python_env_*")) - before_env]
+    expect(not left, f"left: {left}")
+    assert found is not None
+    again = p.autotune(*shlex.split(found.group(1))[1:])
+    expect(again.code == 0, f"the resume failed (exit {again.code}): {again.err[-300:]}")
+    expect("config again, first (it was interrupted)" in again.err, f"not said: {again.err[-400:]}")
+    return f"exit 130, `{found.group(1)[:50]}...`, nothing left; resumed"
+
+
+def sighup(p: Probe) -> str:
+    """Closing the terminal (SIGHUP) is a stop like SIGTERM (see stopped_by)."""
+    return stopped_by(p, signal.SIGHUP)
+
+
+def sigterm(p: Probe) -> str:
+    """SIGTERM (``timeout``) in the middle of a run (see stopped_by)."""
+    return stopped_by(p, signal.SIGTERM)
+
+
+def budget_said(p: Probe) -> str:
+    """The start line says what follows the search's time budget."""
+    done = p.autotune(*p.run_args("--time-budget", "60s", "--finalists", "1"))
+    line = next((x for x in done.err.splitlines() if x.startswith("run directory:")), "")
+    expect(done.code == 0 and "budget 1 min, then the race" in line, f"exit {done.code}: {line}")
+    return line.split("; ", 1)[-1][:110]
+
+
+def sla_below(p: Probe) -> str:
+    """An SLA below every latency (seconds meant as milliseconds): exit 7, no winner, saying how
+    far the SLA lies from the lowest latency measured."""
+    args = p.run_args("--max-trials", "2")
+    args[args.index("--sla-p95-ms") + 1] = "0.05"
+    done = p.autotune(*args)
+    line = done.line()
+    expect(
+        done.code == 7 and "no config met the SLA" in line and "x the limit" in line,
+        f"exit {done.code}: {line}",
+    )
+    return f"exit 7: {line[:110]}"
+
+
+def headline(p: Probe) -> str:
+    """The gain printed is the ratio of the figures the table shows for the winner and your config."""
+    done = p.autotune(*p.run_args("--max-trials", "3", "--patience", "0", "--finalists", "2"))
+    expect(done.code == 0, f"exit {done.code}: {done.err[-300:]}")
+    rows = {cells[1]: cells for line in done.out.splitlines() if line.startswith("|")
+            for cells in [[c.strip() for c in line.split("|")]]}  # fmt: skip
+    found = re.search(r"winner vs your config: ([0-9.]+)x", done.out)
+    expect(found is not None and "winner" in rows and "baseline" in rows, f"said: {done.out[-600:]}")
+    assert found is not None
+    column = rows[""].index("infer/s")
+    ratio = float(rows["winner"][column]) / float(rows["baseline"][column])
+    expect(
+        abs(ratio - float(found.group(1))) <= 0.01 * ratio + 0.01, f"{found.group(1)}x against {ratio:.2f}"
+    )
+    return f"{found.group(0)}; the table: {rows['winner'][column]} / {rows['baseline'][column]}"
+
+
+def server_pid(p: Probe) -> str:
+    """kill -9 of a trial's tritonserver: the message names that server's pid, not its guard's."""
+    proc = p.start(*p.run_args("--max-trials", "2", "--patience", "0"))
+    pid = 0
+
+    def serving() -> bool:
+        nonlocal pid
+        found = [x for x in servers() if "tritonserver" in _command(x) and "guard" not in _command(x)
+                 and "/reports/" not in _command(x) and f".{proc.pid}." in _command(x)]  # fmt: skip
+        pid = found[0] if found else 0
+        return bool(pid)
+
+    wait_for(serving, 120, "a trial's tritonserver")
+    time.sleep(1.0)
+    os.kill(pid, signal.SIGKILL)
+    done = finish(proc)
+    expect(f"tritonserver (pid {pid})" in done.err, f"pid {pid} not named: {done.err[-400:]}")
+    return f"killed {pid}; named: tritonserver (pid {pid})"
+
+
+def missing_module(p: Probe) -> str:
+    """A model whose model.py imports a module the server lacks: exit 3 within a minute, the
+    module named."""
+    model = p.repo / "toy" / "1" / "model.py"
+    model.write_text("import autotune_no_such_module\n" + model.read_text(encoding="utf-8"), encoding="utf-8")
+    done = p.autotune(*p.run_args("--max-trials", "5"))
+    line = done.line()
+    expect(done.code == 3 and "autotune_no_such_module" in line, f"exit {done.code}: {done.err[-400:]}")
+    expect(done.seconds < 60, f"took {done.seconds:.0f} s")
+    return f"exit 3 in {done.seconds:.1f} s: {line[:100]}"
+
+
+def _command(pid: int) -> str:
+    from autotune.processes import cmdline
+
+    return cmdline(pid)
+
+
+def _left_behind(pid: int) -> list[str]:
+    """What a run of process ``pid`` left: its stage folder, its python backend shared memory."""
+    from autotune.staging import stage_root
+
+    stages = [str(f) for f in stage_root().glob(f"*.{pid}.*")] if stage_root().is_dir() else []
+    return stages + [str(f) for f in Path("/dev/shm").glob(f"autotune_pb_{pid}_*")]
+
+
 CASES: dict[str, Callable[[Probe], str]] = {
     "two-runs": two_runs,
     "two-runs-wait": two_runs_wait,
@@ -471,6 +675,16 @@ CASES: dict[str, Callable[[Probe], str]] = {
     "huge-shape": huge_shape,
     "margin": margin,
     "batch-below": batch_below,
+    "open-files": open_files,
+    "apply-in-place": apply_in_place,
+    "logged": logged,
+    "sighup": sighup,
+    "sigterm": sigterm,
+    "budget-said": budget_said,
+    "sla-below": sla_below,
+    "headline": headline,
+    "server-pid": server_pid,
+    "missing-module": missing_module,
 }
 
 

@@ -184,7 +184,7 @@ class _RunLabels(Events):
     def __init__(self, client: Any) -> None:
         self.client, self.run_dir, self.labels = client, Path(), set[str]()
 
-    def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
+    def run_started(self, run_dir: Path, total: int, budget_s: float | None, then: str = "") -> None:
         self.run_dir = run_dir
 
     def point_measured(self, number: int, point: Point) -> None:

@@ -138,20 +138,23 @@ def test_failing_candidates_are_recorded_and_the_search_goes_on(
     assert "refuses dynamic batching" in (outcome.run_dir / "report.html").read_text()
 
 
-def test_a_run_where_every_trial_failed_exits_4_and_offers_nothing_to_apply(
+def test_a_run_whose_own_config_does_not_load_stops_at_once_with_exit_3(
     toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Every candidate is your config with other settings: when yours does not load, the run
+    ends at its first trial with the server's line, the trial kept to measure again on --resume
+    (not counted failed), nothing to apply."""
     config = toy_repo / "toy" / "config.pbtxt"
     crash = 'parameters { key: "crash_on_load" value { string_value: "1" } }\n'
     config.write_text(config.read_text() + crash)
     reports = tmp_path / "reports"
-    assert _run(toy_repo, reports, small_space, "--max-trials", "2", "--write-back") == 4
+    assert _run(toy_repo, reports, small_space, "--max-trials", "2", "--write-back") == 3
     out, err = capsys.readouterr()
-    assert "every trial failed" in out and "every trial failed" in err
+    assert "your config does not load here" in err and "crash_on_load=1" in err
     assert "autotune apply" not in out + err
     outcome = reload_outcome(_run_dir(reports))
-    assert [t.state for t in outcome.trials] == [FAIL, FAIL] and outcome.info.winner is None
-    assert "crash_on_load=1" in (outcome.run_dir / "report.html").read_text()  # each reason is reported
+    assert [(t.state, t.interrupted) for t in outcome.trials] == [(FAIL, True)]
+    assert outcome.info.winner is None
     assert not list(config.parent.glob("config.pbtxt.autotune-*.bak")), "nothing was written back"
 
 

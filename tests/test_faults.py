@@ -258,7 +258,7 @@ class _BreakStaging(Events):
     """Makes the run's staging folder a file once the run directory exists: staging the first
     trial then fails with an OSError nobody expects (as a permission or a broken disk would)."""
 
-    def run_started(self, run_dir: Path, total: int, budget_s: float | None) -> None:
+    def run_started(self, run_dir: Path, total: int, budget_s: float | None, then: str = "") -> None:
         _stages_of(run_dir).parent.mkdir(parents=True, exist_ok=True)
         _stages_of(run_dir).write_text("not a folder")
 

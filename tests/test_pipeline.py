@@ -217,11 +217,12 @@ def test_a_step_of_an_ensemble_is_tuned_end_to_end_and_written_back_alone(
 def test_without_step_an_ensemble_is_tuned_in_rounds_and_written_back_whole(
     toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No --step: round 1 tunes the step of least capacity at one client (slow: 5.5 ms a request
-    against toy's 4.5); its winner (two instances, or batching) leaves toy the step requests wait
-    for, so round 2 tunes toy with slow's winner served; then slow limits again, a step tuned
-    already, and the rounds end. No file of the repository changes; apply on the last round
-    writes both steps' configs, --undo restores both byte for byte."""
+    """No --step: round 1 tunes the step requests wait for at your config's operating point,
+    under load (slow: 5.5 ms a request against toy's 4.5, one instance each); its winner (two
+    instances, or batching) leaves toy the step requests wait for, so round 2 tunes toy with
+    slow's winner served; then slow limits again, a step tuned already, and the rounds end. No
+    file of the repository changes; apply on the last round writes both steps' configs, --undo
+    restores both byte for byte."""
     from autotune.cli import main
     from autotune.rundir import RunDir
     from tests.conftest import staged_servers
@@ -235,7 +236,8 @@ def test_without_step_an_ensemble_is_tuned_in_rounds_and_written_back_whole(
             "--seed", "1"]  # fmt: skip
     assert main(argv) == 0
     err = capsys.readouterr().err
-    assert "the least capacity: slow; round 1 tunes it" in err and "toy " in err
+    assert "round 1: at your config's operating point, concurrency" in err and "bottleneck: slow" in err
+    assert "; tunes slow" in err
     assert "round 2: at the winner's operating point bottleneck: toy" in err and "tuning toy" in err
     assert "rounds done: at the winner's operating point bottleneck: slow" in err
     first, second = sorted((reports / "pipe").iterdir())
@@ -388,8 +390,8 @@ def test_a_model_a_bls_model_calls_is_tuned_through_it(
 def test_without_step_a_bls_model_is_tuned_through_the_model_it_calls(
     toy_repo: Path, tmp_path: Path, small_space: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--composing-models without --step: round 1 tunes the model it calls of least capacity
-    (found at one client: slow, the only one), the BLS model (one instance) served with as many
+    """--composing-models without --step: round 1 tunes the model requests wait for under load
+    (slow, the only one), the BLS model (one instance) served with as many
     instances as it; slow is then tuned already and the rounds end; apply writes slow's winner
     and the BLS model with its instances, --undo puts both back."""
     from autotune.cli import main
@@ -404,8 +406,8 @@ def test_without_step_a_bls_model_is_tuned_through_the_model_it_calls(
             "--max-trials", "2", "--seed", "1"]  # fmt: skip
     assert main(argv) == 0
     err = capsys.readouterr().err
-    assert "caller: calls slow; finding its bottleneck at one client" in err
-    assert "the least capacity: slow; round 1 tunes it" in err and "rounds done" in err
+    assert "caller: calls slow; finding its bottleneck under load" in err
+    assert "; tunes slow" in err and "rounds done" in err
     (run_dir,) = list((reports / "caller").iterdir())
     record = RunDir.load(run_dir).record
     assert (record.tuned, record.rounds, record.tuned_steps) == ("slow", True, ())
