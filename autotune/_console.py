@@ -22,6 +22,7 @@ from autotune.report import gpu_summary
 from autotune.results import (
     COMPLETE,
     PRUNED,
+    Gain,
     Outcome,
     Recommendation,
     TrialResult,
@@ -223,6 +224,7 @@ def print_summary(outcome: Outcome, apply_line: bool = True) -> None:
     out = for_people()
     info, winner, base = outcome.info, outcome.winner, outcome.baseline
     table = _summary_table(outcome)
+    found = gain(winner, base, info.verifications, info.sla.percentile, info.scoring)
     if not out.is_terminal:
         table.box = box.ASCII2
     if table.row_count:
@@ -231,17 +233,8 @@ def print_summary(outcome: Outcome, apply_line: bool = True) -> None:
         out.print("[bold red]every trial failed[/]: see the report for each one's reason and server log")
     elif winner is None:
         out.print("[bold red]no config met the SLA[/]: see the report for the closest ones")
-    elif (found := gain(winner, base, info.verifications, info.sla.percentile, info.scoring)) is not None:
-        if info.scoring.per_gpu:  # the objective first, the throughput beside it
-            out.print(
-                f"winner vs your config: {found.ratio:.2f}x throughput per GPU at the SLA "
-                f"({found.throughput:.2f}x throughput; the table's figures: {found.figures})"
-            )
-        else:
-            out.print(
-                f"winner vs your config: {found.ratio:.2f}x throughput at the SLA "
-                f"(the table's figures: {found.figures})"
-            )
+    elif found is not None:
+        out.print(gain_line(found, info.scoring.per_gpu))
     refused = _refused(winner, base)
     if refused:
         out.print(f"note: {refused}")
@@ -252,7 +245,26 @@ def print_summary(outcome: Outcome, apply_line: bool = True) -> None:
         out.print(info.winner_diff, markup=False, highlight=False)
     out.print(f"report: {outcome.run_dir / 'report.html'}")
     if winner is not None and apply_line:
-        out.print(f"apply it: autotune apply {outcome.run_dir}")
+        keep = found is not None and found.shown is False
+        out.print(
+            f"apply it anyway: autotune apply --force {outcome.run_dir}"
+            if keep
+            else f"apply it: autotune apply {outcome.run_dir}"
+        )
+
+
+def gain_line(found: Gain, per_gpu: bool) -> str:
+    """The headline: the winner against your config on the table's figures, or, where the race
+    did not show it ahead of yours, that you keep your config."""
+    what = "throughput per GPU" if per_gpu else "throughput"
+    also = f"{found.throughput:.2f}x throughput; " if per_gpu else ""
+    if found.shown is False:
+        return (
+            f"keep your config: no candidate was shown better (the winner {found.ratio:.2f}x your "
+            f"config's {what}; {also}{found.figures})"
+        )
+    figures = f"{also}the table's figures: {found.figures}"
+    return f"winner vs your config: {found.ratio:.2f}x {what} at the SLA ({figures})"
 
 
 def _refused(winner: TrialResult | None, yours: TrialResult | None) -> str:

@@ -329,6 +329,12 @@ def _add_apply(sub: Any) -> None:
     apply.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     apply.add_argument("--undo", action="store_true", help="restore the config saved before the write-back")
     apply.add_argument("--no-verify", action="store_true", help="skip loading the written config in Triton")
+    apply.add_argument(
+        "--force",
+        action="store_true",
+        help="write the winner even where the race did not show it better than your config "
+        "(the run said: keep your config)",
+    )
     apply.set_defaults(handler=_apply)
 
 
@@ -587,6 +593,9 @@ def _run(args: argparse.Namespace) -> int:
             break
         settings, record = following, None
     if code == 0 and outcome is not None and settings.write_back and outcome.winner is not None:
+        if RunDir.load(outcome.run_dir).record.shown_better is False:
+            print("--write-back: keep your config: nothing was written", file=sys.stderr)
+            return code
         return _write_back(outcome.run_dir, verify=True)
     return code
 
@@ -761,13 +770,13 @@ def _apply(args: argparse.Namespace) -> int:
         backups = "its backup" if len(paths) == 1 else "their backups"
         print(f"restored {names} from {backups}" if restored else f"{names} {hold}")
         return 0
-    return _write_back(args.run_dir, verify=not args.no_verify)
+    return _write_back(args.run_dir, verify=not args.no_verify, force=args.force)
 
 
-def _write_back(run_dir: Path, verify: bool) -> int:
+def _write_back(run_dir: Path, verify: bool, force: bool = False) -> int:
     from autotune.writeback import write_back
 
-    result = write_back(run_dir, verify=verify)
+    result = write_back(run_dir, verify=verify, force=force)
     for written in result.written:
         print(written.diff or f"({written.path}: the winner's config equals it: nothing to change)")
     them = "them" if len(result.written) > 1 else "it"

@@ -11,9 +11,9 @@ from autotune import openfiles, rules, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.launch import read_tail
 from autotune.loadgen import LoadGenerator
-from autotune.noise import Noise
 from autotune.points import Point, WindowPlan
-from autotune.results import OpenLoopCheck, TrialResult, Verification, recommendation
+from autotune.race import Race
+from autotune.results import COMPLETE, OpenLoopCheck, TrialResult, recommendation
 from autotune.rundir import RunDir
 from autotune.study import Study
 from autotune.traffic import CHECK_DISTRIBUTION, check_sustained
@@ -26,102 +26,92 @@ RAMP_S = 0.3  # warm-up before each point after a server's first one (the first 
 
 
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
-    """The :func:`rules.finalists` raced, at most ``--repeats`` rounds, each on a fresh server (shared where
-    :meth:`Trials.can_share`), each contender at its level, its windows judged with its earlier rounds' there
-    (:func:`rules.judged_at`): rounds that :func:`rules.rounds_break` send it :func:`rules.level_below` (none:
-    it leaves; sent down in the last round: one round there); after each round the :func:`rules.outraced`
-    leave, until one is left with two rounds. The leader must :func:`rules.rounds_meet` where it stands as a
-    mean across servers (the race's :func:`rules.round_spread`): undecided, it gets another round there, up to
-    ``--repeats``, then a level down. A contender's rounds at its last level
-    are its verification (those it left, its ``others``); a race the study recorded is not run again."""
-    settings, scoring = prep.settings, prep.scoring
+    """The :func:`rules.finalists` raced (:class:`autotune.race.Race`), at most ``--repeats`` rounds,
+    each on a fresh server (shared where :meth:`Trials.can_share`), your config beside them as the
+    control (:func:`control`), each racer at its level, its windows judged with its earlier rounds'
+    there (:func:`rules.judged_at`): rounds that break the SLA send it a level down (none left: it
+    leaves; sent down in the last round: one round there); after each round the outraced finalists
+    leave, until one is left with two rounds. The leader must meet the SLA where it stands as a
+    mean across servers: undecided, it gets another round there (the control beside it), up to
+    ``--repeats``, then a level down. A racer's rounds at its last level are its verification
+    (those it left, its ``others``); a race the study recorded is not run again."""
+    settings = prep.settings
     results = study.results()
-    ranked = rules.finalists(results, settings.finalists, scoring) if settings.repeats >= 1 else []
+    ranked = rules.finalists(results, settings.finalists, prep.scoring) if settings.repeats >= 1 else []
     done = {v.trial: v for v in study.verifications()}
     if not ranked or all(r.number in done for r in ranked):
-        return run.update(verifications=tuple(done[r.number] for r in ranked if r.number in done))
-    sla = settings.search_sla
-    shares = {r.number: scoring.share(r.candidate) for r in ranked}
-    levels = {r.number: rules.race_levels(r, sla) for r in ranked}
-    level = {n: listed[0] for n, listed in levels.items()}
-    rounds: dict[int, list[Point]] = {n: [] for n in shares}
-    others: dict[int, list[tuple[float, tuple[Point, ...]]]] = {n: [] for n in shares}
-    count = dict.fromkeys(shares, 0)
-    pct = settings.sla.percentile
-    to_limit = {r.number: rules.to_limit(r, sla.limit_ms, pct) for r in ranked}
-    carries = None if prep.loader.open_loop else to_limit
-    changes = rules.changes_from(ranked, prep.baseline)  # ties go to the nearest to your config
+        recorded = [done[r.number] for r in ranked if r.number in done]
+        return run.update(verifications=(*recorded, *(v for v in done.values() if v.control)))
+    yours = control(results, ranked)
+    state = Race.start(
+        ranked, yours, settings.search_sla, settings.sla.percentile, prep.scoring, prep.baseline,
+        prep.loader.open_loop,
+    )  # fmt: skip
+    by_number = {r.number: r for r in [*ranked, *([yours] if yours else [])]}
 
-    def measured(contenders: Sequence[TrialResult]) -> dict[int, Point | None]:
-        """A round of each of ``contenders``: on one server (where they can share one) in an order
+    def measured(numbers: Sequence[int]) -> dict[int, Point | None]:
+        """A round of each of ``numbers``: on one server (where they can share one) in an order
         that turns each round; else, or where that failed them, each on its own."""
         out: dict[int, Point | None] = {}
-        plans = {r.number: rules.judged_at(settings.plan, sla.limit_ms, rounds[r.number]) for r in contenders}
+        racers = [by_number[n] for n in numbers]
+        plans = {n: rules.judged_at(settings.plan, state.sla.limit_ms, state.rounds[n]) for n in numbers}
         # not on GPUs: a server's GPU figures (its memory) are all its models'
-        on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in contenders)
-        if len(contenders) > 1 and not on_gpus and trials.can_share():
-            turn = count[contenders[0].number] % len(contenders)
-            turned = [*contenders[turn:], *contenders[:turn]]
-            out.update(_shared_round(prep, trials, turned, level, plans, count))
-        for r in contenders:
+        on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in racers)
+        if len(racers) > 1 and not on_gpus and trials.can_share():
+            turn = state.count[numbers[0]] % len(racers)
+            out.update(_shared_round(prep, trials, [*racers[turn:], *racers[:turn]], state, plans))
+        for r in racers:
             if r.number not in out:
-                out[r.number] = _round(prep, trials, r, level[r.number], plans[r.number], count[r.number])
+                out[r.number] = _round(
+                    prep, trials, r, state.level[r.number], plans[r.number], state.count[r.number]
+                )
         return out
 
-    def one_round(result: TrialResult, point: Point | None) -> bool:
-        """``result``'s round added (None: it failed); False: it is out."""
-        n = result.number
-        count[n] += 1
-        if point is None:
-            return False
-        rounds[n].append(point)
-        return not rules.rounds_break(rounds[n], sla) or down(n)
+    def round_of(numbers: Sequence[int]) -> list[int]:
+        """A round of ``numbers`` told to the race; those still in it."""
+        got = measured(numbers)
+        return [n for n in numbers if state.add(n, got[n])]
 
-    def down(n: int) -> bool:
-        """``n`` to :func:`rules.level_below`; False: none is left."""
-        below = rules.level_below(level[n], rounds[n], sla, levels[n], spread())
-        others[n].append((level[n], tuple(rounds[n])))
-        rounds[n], level[n] = [], level[n] if below is None else below
-        return below is not None
-
-    def spread() -> Noise:
-        """The race's :func:`rules.round_spread`: every contender's rounds at each of its levels."""
-        return rules.round_spread([*rounds.values(), *(p for past in others.values() for _, p in past)], pct)
-
-    alive = list(ranked)
+    alive = list(by_number)
     for _ in range(settings.repeats):
-        this_round = measured(alive)
-        alive = [r for r in alive if one_round(r, this_round[r.number])]
-        left = rules.outraced({r.number: rounds[r.number] for r in alive}, shares, carries, changes)
-        alive = [r for r in alive if r.number not in left]
-        if len(alive) <= 1 and all(len(rounds[r.number]) >= 2 for r in alive):
+        alive = round_of(alive)
+        left = state.outraced(alive)
+        alive = [n for n in alive if n not in left]
+        if state.settled(alive):
             break
-    moved = [r for r in alive if not rounds[r.number]]  # down a level in the last round: one there
-    got = measured(moved) if moved else {}
-    alive = [r for r in alive if r not in moved or one_round(r, got[r.number])]
-    by_number = {r.number: r for r in ranked}
+    moved = [n for n in alive if not state.rounds[n]]  # down a level in the last round: one there
+    there = round_of(moved) if moved else []
+    alive = [n for n in alive if n not in moved or n in there]
+    beside = [yours.number] if yours is not None and yours.number in alive else []
     while True:  # the leader must meet the SLA where it stands, as a mean across servers
-        standing = {n: pts for n, pts in rounds.items() if pts and not rules.rounds_break(pts, sla)}
-        n = rules.race_leader(standing, shares, pct, carries, changes)
-        if n is None or rules.rounds_meet(rounds[n], sla, spread()):
+        n = state.leader()
+        if n is None or state.meets(n):
             break
-        if len(rounds[n]) >= settings.repeats and not down(n):  # undecided at the budget: a level down
-            continue  # (none: it leaves)
-        while (ok := one_round(by_number[n], measured([by_number[n]])[n])) and not rounds[n]:
-            pass  # a round where it stands (one that breaks it sends it down a level: one there)
-        if not ok and rounds[n]:
-            down(n)  # its server failed: it leaves, on its rounds there
-    out, found = [], spread()
-    for result in ranked:
-        n = result.number
-        at, points, past = level[n], tuple(rounds[n]), list(others[n])
-        if not points and past:  # it left the race at its last level: it stands on that one's rounds
-            at, points = past.pop()
-        concurrency, rate = (0, at) if prep.loader.open_loop else (int(at), 0.0)
-        met = len(points) if rules.rounds_meet(points, sla, found) else sum(sla.met_by(p) for p in points)
-        out.append(Verification(n, concurrency, points, met, rate, tuple(past), limit_ms=sla.limit_ms))
+        if len(state.rounds[n]) >= settings.repeats and not state.down(n):  # undecided at the budget:
+            continue  # a level down (none: it leaves)
+        while True:  # a round where it stands (one that breaks it sends it down a level: one there)
+            kept = round_of([n, *beside])
+            beside = [c for c in beside if c in kept]
+            if n not in kept or state.rounds[n]:
+                break
+        if n not in kept and state.rounds[n]:
+            state.down(n)  # its server failed: it leaves, on its rounds there
+    out = state.verifications([r.number for r in ranked] + _raced_control(yours, state))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))
+
+
+def control(results: Sequence[TrialResult], ranked: Sequence[TrialResult]) -> TrialResult | None:
+    """Your config's trial, to race beside the finalists: measured, meeting the SLA somewhere,
+    and not a finalist itself (None otherwise)."""
+    numbers = {r.number for r in ranked}
+    yours = next((r for r in results if r.baseline and r.state == COMPLETE and r.best is not None), None)
+    return None if yours is None or yours.number in numbers or yours.reused_from is not None else yours
+
+
+def _raced_control(yours: TrialResult | None, state: Race) -> list[int]:
+    """The control's number, for its verification, when it raced (at least one round)."""
+    return [yours.number] if yours is not None and state.count[yours.number] else []
 
 
 def _round(
@@ -143,13 +133,16 @@ def _round(
 
 
 def _shared_round(
-    prep: Prepared, trials: Trials, contenders: Sequence[TrialResult], level: dict[int, float],
-    plans: dict[int, WindowPlan], count: dict[int, int],
-) -> dict[int, Point]:  # fmt: skip
-    """A round of several finalists on one fresh server, each staged under a name of its own and
+    prep: Prepared,
+    trials: Trials,
+    contenders: Sequence[TrialResult],
+    state: Race,
+    plans: dict[int, WindowPlan],
+) -> dict[int, Point]:
+    """A round of several racers on one fresh server, each staged under a name of its own and
     measured in turn at its level by its plan; those it failed are left out."""
     numbers = [r.number for r in contenders]
-    name = f"race-{'+'.join(f'{n:03d}' for n in numbers)}-{count[numbers[0]] + 1}"
+    name = f"race-{'+'.join(f'{n:03d}' for n in numbers)}-{state.count[numbers[0]] + 1}"
     alias = {r.number: f"{prep.settings.model}__race{r.number:03d}" for r in contenders}
     candidates = {alias[r.number]: r.candidate for r in contenders if r.candidate is not None}
     out: dict[int, Point] = {}
@@ -158,7 +151,7 @@ def _shared_round(
             for n in numbers:
                 try:
                     gen = trials.generator(server, plans[n], alias[n])
-                    out[n] = _point(prep, trials, gen, n, level[n], count[n])
+                    out[n] = _point(prep, trials, gen, n, state.level[n], state.count[n])
                 except MeasurementError:
                     if not server.alive():
                         break

@@ -114,6 +114,20 @@ def not_ahead(a: Estimate, b: Estimate, by: float = RESOLUTION) -> bool:
     return a.mean - b.mean + _bound(a, b) < by * abs(b.mean)
 
 
+def ahead(a: Estimate, b: Estimate, by: float = RESOLUTION) -> bool:
+    """``a`` is shown ahead of ``b`` by ``by`` of ``b``'s figure: the lower bound of ``a`` less
+    ``b`` (:func:`_bound`) is above it (a winner against your config, raced beside it)."""
+    return a.mean - b.mean - _bound(a, b) > by * abs(b.mean)
+
+
+def relative_bound(a: Estimate, b: Estimate) -> float:
+    """The one-sided bound of log(``a`` / ``b``): both relative errors, the fewer degrees of
+    freedom (a ratio's interval is its figure times exp(-+ this)); inf without errors to tell."""
+    if a.mean <= 0 or b.mean <= 0:
+        return math.inf
+    return t95(min(a.df, b.df)) * math.hypot(a.se / a.mean, b.se / b.mean)
+
+
 def _bound(a: Estimate, b: Estimate) -> float:
     """The one-sided bound of ``a`` less ``b``: both errors, the fewer degrees of freedom."""
     return t95(min(a.df, b.df)) * math.hypot(a.se, b.se)

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from autotune.noise import Estimate, ahead, relative_bound
 from autotune.objective import Scoring, Sla
 from autotune.points import Measurement, Point
 from autotune.search_space import Candidate
@@ -81,6 +83,7 @@ class Verification:
     # the latency limit a race held its rounds to (the search's headroom; 0.0: not raced, or
     # recorded before races kept it): what autotune.rules.to_limit carries them to
     limit_ms: float = 0.0
+    control: bool = False  # your config, raced beside the finalists (autotune.race): it never wins
 
     @property
     def where(self) -> str:
@@ -118,6 +121,7 @@ class Verification:
             ],
             "redone": [{"level": level, "point": p.to_dict()} for level, p in self.redone],
             "limit_ms": self.limit_ms,
+            "control": self.control,
         }
 
     @classmethod
@@ -130,7 +134,8 @@ class Verification:
         )
         redone = tuple((float(r["level"]), Point.from_dict(r["point"])) for r in data.get("redone", ()))
         trial, concurrency, met = int(data["trial"]), int(data["concurrency"]), int(data["sla_met"])
-        return cls(trial, concurrency, points, met, rate, others, redone, float(data.get("limit_ms", 0.0)))
+        limit, control = float(data.get("limit_ms", 0.0)), bool(data.get("control", False))
+        return cls(trial, concurrency, points, met, rate, others, redone, limit, control)
 
 
 @dataclass(frozen=True)
@@ -226,24 +231,34 @@ def recommendation(
 class Gain:
     """The winner against your config, on the figures the summary shows for each
     (:func:`recommendation`): the objective's ratio (goodput, or goodput per GPU), the
-    throughput's, and whether both figures are raced ones."""
+    throughput's, whether both figures are raced ones, and where both are, the ratio's interval
+    and whether the winner was shown ahead of your config by :data:`autotune.noise.RESOLUTION`
+    (:func:`autotune.noise.ahead`) on their rounds."""
 
     ratio: float
     throughput: float
     raced: bool
     baseline: float  # your config's figure, as the objective counts it
+    low: float = 0.0  # the ratio's one-sided bounds at the noise model's confidence (raced only)
+    high: float = 0.0
+    shown: bool | None = None  # None: not both raced, no verdict
 
     @property
     def figures(self) -> str:
         """Which figures the ratio compares, for people."""
-        return "raced figures" if self.raced else "the winner raced, your config as searched"
+        if not self.raced:
+            return "the winner raced, your config as searched"
+        if not math.isfinite(self.high):
+            return "raced on the same fresh servers; too few rounds for an interval"
+        return f"{self.low:.2f}-{self.high:.2f}x, raced on the same fresh servers"
 
 
 def gain(
     winner: TrialResult | None, baseline: TrialResult | None, verifications: Sequence[Verification],
     percentile: int, scoring: Scoring,
 ) -> Gain | None:  # fmt: skip
-    """The winner's recommended figure over your config's (None where either has none)."""
+    """The winner's recommended figure over your config's (None where either has none); where
+    both were raced, the interval and verdict from their rounds."""
     if winner is None or baseline is None:
         return None
     w, b = (recommendation(r, verifications, percentile) for r in (winner, baseline))
@@ -252,8 +267,21 @@ def gain(
     ratio = w.throughput / b.throughput
     shares = scoring.share(baseline.candidate) / scoring.share(winner.candidate)
     base = scoring.score(b.throughput, baseline.candidate)
-    raced = w.verification is not None and b.verification is not None
-    return Gain(ratio * shares, ratio, raced, base)  # shares: 1 unless the run counts per GPU
+    found = Gain(ratio * shares, ratio, False, base)  # shares: 1 unless the run counts per GPU
+    if w.verification is None or b.verification is None:
+        return found
+    if winner.number == baseline.number:  # your config won the race
+        return replace(found, raced=True, low=1.0, high=1.0, shown=False)
+    mine = _raced(w.verification, scoring.share(winner.candidate))
+    yours = _raced(b.verification, scoring.share(baseline.candidate))
+    spread = relative_bound(mine, yours)
+    low, high = found.ratio * math.exp(-spread), found.ratio * math.exp(spread)
+    return replace(found, raced=True, low=low, high=high, shown=ahead(mine, yours))
+
+
+def _raced(v: Verification, share: int) -> Estimate:
+    """A racer's throughput over its rounds as measured (per ``share`` GPUs), with their spread."""
+    return Estimate.of([p.throughput for p in v.points]).scaled(1 / share)
 
 
 @dataclass(frozen=True)

@@ -355,18 +355,18 @@ def race_winner(
     the limit each was raced at; among ties the nearest to ``yours``); with none, the first
     :func:`ranked` trial not raced."""
     shares = {r.number: scoring.share(r.candidate) for r in results}
-    passed = {v.trial: v.points for v in verifications if v.passed}
+    passed = {v.trial: v.points for v in verifications if v.passed and not v.control}
     if passed:
         by_number = {r.number: r for r in results}
         carries = {
             v.trial: to_limit(by_number[v.trial], v.limit_ms, sla.percentile)
             for v in verifications
-            if v.passed and v.concurrency and v.limit_ms > 0 and v.trial in by_number
+            if v.trial in passed and v.concurrency and v.limit_ms > 0 and v.trial in by_number
         }
         changes = changes_from(results, yours)
         complete = carries if len(carries) == len(passed) else None
         return race_leader(passed, shares, sla.percentile, complete, changes)
-    raced_trials = {v.trial for v in verifications}
+    raced_trials = {v.trial for v in verifications if not v.control}
     return next((r.number for r in ranked(results, scoring) if r.number not in raced_trials), None)
 
 

@@ -74,6 +74,9 @@ class RunRecord:
     tuned_steps: tuple[TunedStep, ...] = ()  # the steps earlier rounds tuned, served with their winners
     beside: tuple[CoModel, ...] = ()  # models served beside the tuned one (--models)
     weight: float = 1.0  # the tuned model's weight in the objective, with models beside it
+    # the winner shown ahead of your config in the race, raced beside it (results.gain); None: no
+    # verdict (your config did not race); False: keep your config, apply refuses without --force
+    shown_better: bool | None = None
 
     @property
     def tuned(self) -> str:
@@ -142,6 +145,7 @@ class RunRecord:
             "options": self.options.to_json(),
             "searched_s": round(self.searched_s, 3),
             "made": dict(self.made),
+            "shown_better": self.shown_better,
         }
 
     @classmethod
@@ -178,6 +182,7 @@ class RunRecord:
             verifications=tuple(Verification.from_json(v) for v in data.get("verifications", [])),
             options=RunOptions.from_json(data.get("options")),
             searched_s=float(data.get("searched_s", 0.0)),
+            shown_better=data.get("shown_better"),
             made={str(k): str(v) for k, v in (data.get("made") or {}).items()},
         )
 

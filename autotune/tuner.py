@@ -29,7 +29,7 @@ from autotune.objective import RAW, Scoring, scoring_for
 from autotune.pipeline import ENSEMBLE, Pipeline, caller_digest, describe, for_step
 from autotune.processes import Owner
 from autotune.report import write_report
-from autotune.results import Outcome, TrialResult
+from autotune.results import Outcome, TrialResult, gain
 from autotune.rundir import WINNER_CONFIG, WINNER_DIFF, RunDir, RunRecord
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, params_of
 from autotune.settings import RunOptions, RunSettings
@@ -411,16 +411,20 @@ def _finish(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> Outcom
     results = study.results()
     s = prep.settings
     winner = rules.race_winner(run.record.verifications, results, s.search_sla, prep.scoring, prep.baseline)
+    shown = None  # the winner shown ahead of your config, raced beside it (None: no verdict)
     if winner is not None:
         chosen = next(r for r in results if r.number == winner)
         run = finals.check_open_loop(prep, trials, run, chosen)
         assert chosen.candidate is not None
         config = mcfg.apply_candidate(prep.original, chosen.candidate)
-        yours = _your_text(prep, run.record.original_digest)
-        written = edit_in_place(yours, config)  # your file with only the winner's fields changed
+        text = _your_text(prep, run.record.original_digest)
+        written = edit_in_place(text, config)  # your file with only the winner's fields changed
         write_text_atomic(run.path / WINNER_CONFIG, written)
-        write_text_atomic(run.path / WINNER_DIFF, text_diff(yours, written))
-    run = run.update(finished=_now(), winner=winner, owner=None)
+        write_text_atomic(run.path / WINNER_DIFF, text_diff(text, written))
+        yours = Outcome(run.path, run.info(), tuple(results)).baseline
+        found = gain(chosen, yours, run.record.verifications, s.sla.percentile, prep.scoring)
+        shown = found.shown if found is not None else None
+    run = run.update(finished=_now(), winner=winner, owner=None, shown_better=shown)
     outcome = Outcome(run.path, run.info(), tuple(results))
     write_report(outcome.info, outcome.trials, outcome.run_dir)
     return outcome

@@ -123,7 +123,7 @@ def models_written(run_dir: Path, record: RunRecord) -> list[str]:
     return [t.path.parent.name for t in _targets(run_dir, record)]
 
 
-def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
+def write_back(run_dir: Path, *, verify: bool = True, force: bool = False) -> WriteBackResult:
     """Write the run's winner (and, after rounds, every earlier round's) over the repository's
     configs: each checked unchanged since its run began and its folder writable before any is
     written, each backed up, then each replaced; verified by loading the whole model, every
@@ -132,6 +132,12 @@ def write_back(run_dir: Path, *, verify: bool = True) -> WriteBackResult:
     record = run.record
     if record.winner is None or not (run_dir / WINNER_CONFIG).is_file():
         raise UsageError(f"{run_dir}: the run has no winner to apply (unfinished, or no config met the SLA)")
+    if record.shown_better is False and not force:
+        raise WriteBackError(
+            f"{run_dir}: keep your config: the race did not show its winner better than your config, "
+            "raced beside it; nothing was written",
+            hint="--force writes the winner all the same",
+        )
     targets = _targets(run_dir, record)
     launcher = _verifier(record) if verify else None  # before anything is written
     done = {t.path for t in targets if _already_written(run_dir, t)}  # a write-back stopped after those

@@ -55,6 +55,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "autotune.results",
             "autotune.rules",
             "autotune.decide",
+            "autotune.race",
             "autotune.gpu",
             "autotune.config_edit",
         ),

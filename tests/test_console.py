@@ -165,3 +165,27 @@ def test_a_winner_that_lowers_max_batch_size_names_the_batches_it_refuses(
     assert said in out
     print_summary(Outcome(tmp_path, info(), (base, trial(1, point(4, 300, 9)))))  # 8 as yours: no note
     assert "refuses" not in capsys.readouterr().out
+
+
+def test_raced_beside_the_winner_your_config_gives_the_gain_its_interval_or_says_keep_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Your config raced as the control: the headline is the table's two raced figures with an
+    interval; a winner not shown ahead of yours by RESOLUTION says keep your config, and the
+    apply line asks for --force."""
+    base = trial(0, point(2, 100, 5), baseline=True)
+    best = trial(1, point(4, 320, 9))
+    winner = Verification(
+        trial=1, concurrency=4, points=tuple(point(4, t, 9) for t in (295.0, 300.0, 305.0)), sla_met=3
+    )
+    yours = Verification(1 - 1, 2, tuple(point(2, t, 5) for t in (99.0, 100.0, 101.0)), 3, control=True)
+    print_summary(Outcome(tmp_path, info(verifications=(winner, yours)), (base, best)))
+    out = capsys.readouterr().out
+    assert "winner vs your config: 3.00x throughput at the SLA (the table's figures: 2." in out
+    assert "raced on the same fresh servers)" in out and f"apply it: autotune apply {tmp_path}" in out
+    assert rows(out)["baseline"][-1] == "3/3 race rounds met the SLA"
+    close = replace(yours, points=tuple(point(2, t, 5) for t in (296.0, 301.0, 306.0)))
+    print_summary(Outcome(tmp_path, info(verifications=(winner, close)), (base, best)))
+    out = capsys.readouterr().out
+    assert "keep your config: no candidate was shown better (the winner 1.00x your config's throughput" in out
+    assert f"apply it anyway: autotune apply --force {tmp_path}" in out

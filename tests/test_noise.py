@@ -436,3 +436,39 @@ def test_among_ties_the_config_nearest_to_yours_leads_and_stays_in_the_race() ->
     assert rules.race_winner(made, results, SLA, yours=yours) == 1
     shown = {0: [windowed(8, v, 15.0) for v in (1400.0, 1410.0, 1390.0)], 1: behind}  # 24% ahead
     assert rules.race_leader(shown, {}, 95, changes=changes) == 0
+
+
+def test_ahead_by_resolution_needs_the_difference_s_lower_bound_above_it() -> None:
+    """The winner is shown ahead of your config when the lower bound of the difference is above
+    RESOLUTION of yours; a ratio's interval is its figure times exp(-+ the bound of its log)."""
+    yours = Estimate.of([1000.0, 1010.0, 990.0, 1000.0])
+    assert noise.ahead(Estimate.of([1100.0, 1110.0, 1090.0, 1100.0]), yours)  # 10% ahead, tight
+    assert not noise.ahead(Estimate.of([1015.0, 1025.0, 1005.0, 1015.0]), yours)  # 1.5%: within RESOLUTION
+    assert not noise.ahead(Estimate.of([1300.0]), yours)  # one round shows nothing
+    bound = noise.relative_bound(Estimate.of([1100.0, 1110.0, 1090.0, 1100.0]), yours)
+    assert 0 < bound < 0.05 and noise.relative_bound(Estimate.of([1300.0]), yours) == float("inf")
+
+
+def test_your_config_races_as_the_control_it_never_leaves_nor_leads() -> None:
+    """The control gets its rounds like a finalist but is neither outraced nor the leader, and
+    its rounds do not move the race's spread; its verification says it is the control."""
+    from autotune.objective import RAW
+    from autotune.race import Race
+
+    yours = Candidate(1, "KIND_CPU", (), 8, False, (), 0, False)
+    best = _trial(1, [windowed(8, 1000.0, 10.0)], replace(yours, instance_count=2))
+    base = _trial(0, [windowed(4, 300.0, 10.0)], yours)
+    race = Race.start([best], base, SLA, 95, RAW, yours, open_loop=False)
+    for i in range(3):
+        assert race.add(1, windowed(8, 1000.0 + i, 10.0)) and race.add(
+            0, windowed(4, 3000.0 - 100 * i, 10.0 + i)
+        )
+    assert race.outraced([1, 0]) == set() and race.leader() == 1  # 3000 infer/s, yet not a finalist
+    assert race.settled([1, 0])
+    alone = Race.start([best], None, SLA, 95, RAW, yours, open_loop=False)
+    for i in range(3):
+        alone.add(1, windowed(8, 1000.0 + i, 10.0))
+    assert race.spread() == alone.spread()
+    finalist, control = race.verifications([1, 0])
+    assert not finalist.control and control.control and control.trial == 0 and len(control.points) == 3
+    assert rules.race_winner([finalist, control], [best, base], SLA) == 1

@@ -363,13 +363,17 @@ def test_a_race_rounds_contenders_share_one_server_or_each_gets_its_own_when_it_
     for kind in (_Shared, _SharedFails):
         outcome = sim.simulate(QUIET, seed=2, trials_type=kind, max_trials=8, finalists=2)
         rounds = sum(len(v.points) + sum(len(o) for _, o in v.others) for v in outcome.verifications)
-        assert len(outcome.verifications) == 2 and kind.shared and set(kind.shared) == {2}
+        finalists = [v for v in outcome.verifications if not v.control]
+        (yours,) = [v for v in outcome.verifications if v.control]  # your config raced beside them
+        assert len(finalists) == 2 and kind.shared and set(kind.shared) == {3}
+        assert yours.trial == next(r.number for r in outcome.results if r.baseline)
+        assert len(yours.points) == max(len(v.points) for v in finalists)  # on the same servers
         searched = outcome.measured
-        if kind is _Shared:  # each shared server served two rounds
-            assert kind.alone + len(kind.shared) == searched + rounds - len(kind.shared)
+        if kind is _Shared:  # each shared server served three rounds
+            assert kind.alone + len(kind.shared) == searched + rounds - 2 * len(kind.shared)
         else:  # every round on a server of its own
             assert kind.alone == searched + rounds
-        assert outcome.winner in {v.trial for v in outcome.verifications}
+        assert outcome.winner in {v.trial for v in finalists}
 
 
 def test_finalists_on_gpus_race_each_on_a_server_of_its_own() -> None:
@@ -380,7 +384,7 @@ def test_finalists_on_gpus_race_each_on_a_server_of_its_own() -> None:
     outcome = sim.simulate(surface, seed=2, trials_type=_OnGpus, max_trials=8, finalists=2)
     assert all(r.candidate is None or r.candidate.kind == "KIND_GPU" for r in outcome.results)
     rounds = sum(len(v.points) + sum(len(o) for _, o in v.others) for v in outcome.verifications)
-    assert len(outcome.verifications) == 2 and _OnGpus.shared == []
+    assert len([v for v in outcome.verifications if not v.control]) == 2 and _OnGpus.shared == []
     assert _OnGpus.alone == outcome.measured + rounds
 
 

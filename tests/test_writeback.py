@@ -212,3 +212,26 @@ def test_apply_keeps_your_comments_and_prints_only_the_lines_it_changes(
     assert config.read_text() == expected and capsys.readouterr().out == out
     assert main(["apply", "--undo", str(run.path)]) == 0
     assert config.read_text() == mine
+
+
+def test_apply_refuses_a_winner_not_shown_better_than_your_config_unless_forced(
+    toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run whose race did not show its winner ahead of your config (raced beside it) says keep
+    your config; apply writes nothing then (exit 6) unless --force."""
+    config = toy_repo / "toy" / "config.pbtxt"
+    mine = config.read_text()
+    winner = apply_candidate(parse_config(mine), Candidate(2, "KIND_CPU", (), 8, False, (), 0, False))
+    record = RunRecord(
+        run_id="20261204-111111", model="toy", repository=toy_repo.resolve(), sla=Sla(95, 60.0),
+        launch=Launch(), protocol="http", study_name="s", storage=None,
+        original_config=config_text(parse_config(mine)), original_digest=file_digest(config), started="",
+        finished="2026-12-04T11:20:00+00:00", winner=1, shown_better=False,
+    )  # fmt: skip
+    run = RunDir.create(tmp_path / "reports" / "toy" / record.run_id, record)
+    write_config(winner, run.path / WINNER_CONFIG)
+    assert RunDir.load(run.path).record.shown_better is False  # kept in run.json
+    assert main(["apply", "--no-verify", str(run.path)]) == 6
+    assert "keep your config" in capsys.readouterr().err and config.read_text() == mine
+    assert main(["apply", "--no-verify", "--force", str(run.path)]) == 0
+    assert parse_config(config.read_text()) == winner

@@ -117,6 +117,8 @@ class ReportData:
     gpus: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(GPU_TABLE_COLUMNS)))
     gain_per_gpu: float | None = None  # the winner's goodput per GPU over the baseline's (per-GPU runs)
     baseline_goodput: float = 0.0  # your config's figure beside the gain, as the objective counts it
+    gain_figures: str = ""  # which figures the gain compares (autotune.results.Gain.figures)
+    keep_yours: bool = False  # raced beside it, the winner was not shown ahead of your config
 
     @property
     def sla(self) -> Sla:
@@ -193,6 +195,8 @@ def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
         gpus=gpu_table(ordered, run.sla),
         gain_per_gpu=found.ratio if found and per_gpu else None,
         baseline_goodput=found.baseline if found else 0.0,
+        gain_figures=found.figures if found else "",
+        keep_yours=found is not None and found.shown is False,
     )
 
 
@@ -409,7 +413,8 @@ def _verification_row(v: Verification, trials: pd.DataFrame, sla: Sla) -> Verifi
     throughputs = [p.throughput for p in v.points] or [0.0]
     return VerificationRow(
         trial=v.trial,
-        label=str(trials.loc[v.trial, "label"]) if v.trial in trials.index else "",
+        label=("your config, the control: " if v.control else "")
+        + (str(trials.loc[v.trial, "label"]) if v.trial in trials.index else ""),
         concurrency=v.concurrency,
         repeats=len(v.points),
         sla_met=v.sla_met,

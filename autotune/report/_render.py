@@ -54,6 +54,8 @@ class Kpis:
     per_gpu: float | None = None  # a per-GPU run: the winner's goodput per GPU
     gpus_used: int = 0  # ... and the GPUs it used (0: a CPU candidate, counted as one)
     throughput_gain: float | None = None  # a per-GPU run: the gain in throughput, beside it
+    gain_figures: str = ""  # which figures the gain compares, and its interval where raced
+    keep_yours: bool = False  # the race did not show the winner ahead of your config
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,8 @@ def _kpis(data: ReportData) -> Kpis | None:
         goodput=goodput, latency_ms=latency, p50_ms=p50, over=(latency or 0.0) > data.sla.limit_ms,
         where=where, baseline=data.baseline, baseline_goodput=base,
         gain=data.gain_per_gpu if data.per_gpu else data.gain, per_gpu=per_gpu, gpus_used=gpus,
-        throughput_gain=data.gain if data.per_gpu else None,
+        throughput_gain=data.gain if data.per_gpu else None, gain_figures=data.gain_figures,
+        keep_yours=data.keep_yours,
     )  # fmt: skip
 
 
