@@ -63,6 +63,13 @@ class TrialResult:
     def goodput(self) -> float:
         return self.best.throughput if self.best else 0.0
 
+    def estimate(self, share: int = 1) -> Estimate | None:
+        """Its goodput per ``share`` GPUs with its error across servers (the window noise pooled
+        over its search's points, and a fresh server's spread); None without an operating point."""
+        if self.best is None or self.measurement is None:
+            return None
+        return self.best.throughput_estimate(self.measurement.noise).across_servers().scaled(1 / share)
+
 
 @dataclass(frozen=True)
 class Verification:
@@ -242,6 +249,7 @@ class Gain:
     low: float = 0.0  # the ratio's one-sided bounds at the noise model's confidence (raced only)
     high: float = 0.0
     shown: bool | None = None  # None: not both raced, no verdict
+    searched: bool = False  # a round each: the interval and verdict are the search's estimates'
 
     @property
     def figures(self) -> str:
@@ -250,6 +258,8 @@ class Gain:
             return "the winner raced, your config as searched"
         if not math.isfinite(self.high):
             return "raced on the same fresh servers; too few rounds for an interval"
+        if self.searched:
+            return f"a race round each; {self.low:.2f}-{self.high:.2f}x by the search's figures"
         return f"{self.low:.2f}-{self.high:.2f}x, raced on the same fresh servers"
 
 
@@ -272,8 +282,14 @@ def gain(
         return found
     if winner.number == baseline.number:  # your config won the race
         return replace(found, raced=True, low=1.0, high=1.0, shown=False)
-    mine = _raced(w.verification, scoring.share(winner.candidate))
-    yours = _raced(b.verification, scoring.share(baseline.candidate))
+    share_w, share_b = scoring.share(winner.candidate), scoring.share(baseline.candidate)
+    mine, yours = _raced(w.verification, share_w), _raced(b.verification, share_b)
+    if mine.n < 2 or yours.n < 2:  # a round each tells no spread: the search's estimates judge
+        searched = (winner.estimate(share_w), baseline.estimate(share_b))
+        if searched[0] is None or searched[1] is None:
+            return replace(found, raced=True, low=0.0, high=math.inf)
+        mine, yours = searched[0], searched[1]
+        found = replace(found, searched=True)
     spread = relative_bound(mine, yours)
     low, high = found.ratio * math.exp(-spread), found.ratio * math.exp(spread)
     return replace(found, raced=True, low=low, high=high, shown=ahead(mine, yours))

@@ -152,10 +152,7 @@ def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
 def trial_estimate(result: TrialResult, scoring: Scoring = RAW) -> Estimate | None:
     """A trial's goodput as ``scoring`` counts it, with its error (the noise pooled over its
     search's points) across servers; None without an operating point."""
-    if result.best is None or result.measurement is None:
-        return None
-    found = result.best.throughput_estimate(result.measurement.noise).across_servers()
-    return found.scaled(1 / scoring.share(result.candidate))
+    return result.estimate(scoring.share(result.candidate))
 
 
 def better_trial(a: TrialResult, b: TrialResult, scoring: Scoring = RAW) -> bool:

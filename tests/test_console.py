@@ -189,3 +189,26 @@ def test_raced_beside_the_winner_your_config_gives_the_gain_its_interval_or_says
     out = capsys.readouterr().out
     assert "keep your config: no candidate was shown better (the winner 1.00x your config's throughput" in out
     assert f"apply it anyway: autotune apply --force {tmp_path}" in out
+
+
+def test_a_race_round_each_leaves_the_verdict_to_the_search_s_figures(tmp_path: Path) -> None:
+    """One round each (--repeats 1) shows no spread: the interval and the verdict come from the
+    search's estimates (their windows' noise, and a fresh server's spread)."""
+    from autotune.results import gain
+
+    def searched(number: int, throughput: float, baseline: bool = False) -> TrialResult:
+        p = replace(
+            point(4, throughput, 9), window_throughputs=(throughput * 0.99, throughput, throughput * 1.01)
+        )
+        return trial(number, p, baseline=baseline)
+
+    base, best = searched(0, 100.0, baseline=True), searched(1, 300.0)
+    once = (
+        Verification(trial=1, concurrency=4, points=(point(4, 290.0, 9),), sla_met=1),
+        Verification(trial=0, concurrency=4, points=(point(4, 101.0, 9),), sla_met=1, control=True),
+    )
+    found = gain(best, base, once, 95, RAW)
+    assert found is not None and found.searched and found.shown and found.low < 2.87 < found.high
+    assert "a race round each" in found.figures
+    close = gain(searched(1, 102.0), base, once, 95, RAW)
+    assert close is not None and close.shown is False  # 2% apart in the search: not shown ahead
