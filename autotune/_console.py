@@ -83,10 +83,27 @@ class RichEvents(Events):
 
     def run_started(self, run_dir: Path, total: int, budget_s: float | None, then: str = "") -> None:
         self.run_dir = run_dir
-        budget = f"; the search's budget {budget_s / 60:.3g} min" if budget_s else ""
-        after = f", then {then}, outside it" if budget and then else f"; then {then}" if then else ""
-        self._log(f"run directory: {run_dir}{budget}{after}")
+        plan = f"; the search, then {then}" if then else ""
+        if budget_s:
+            plan = (
+                f"; budget {_clock(budget_s)} for the whole run: the search stops in time for {then}"
+                if then
+                else f"; budget {_clock(budget_s)} for the search"
+            )
+        self._log(f"run directory: {run_dir}{plan}")
         self._trials = self._progress.add_task("trials", total=total, status="")
+
+    def search_ended(self, elapsed_s: float, reserve_s: float, budget_s: float | None) -> None:
+        if budget_s is None:
+            return
+        left = max(budget_s - elapsed_s, 0.0)
+        self._log(
+            f"search done at {_clock(elapsed_s)}; the race and the open-loop check take about "
+            f"{reserve_s:.0f} s by this run's trials, {left:.0f} s are left of the budget"
+        )
+
+    def said(self, text: str) -> None:
+        self._log(text)
 
     def trial_started(
         self, number: int, candidate: Candidate, baseline: bool, again_of: int | None = None
@@ -138,6 +155,13 @@ class RichEvents(Events):
             print(text, file=sys.stderr, flush=True)
         else:
             self._progress.console.print(text)
+
+
+def _clock(seconds: float) -> str:
+    """``1:40`` (minutes and seconds), ``1:02:05`` past an hour."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
 def _trial_line(

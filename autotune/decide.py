@@ -4,6 +4,7 @@ search starts and the SLA it is held to."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -199,10 +200,30 @@ def finished(results: Sequence[TrialResult]) -> int:
     return sum(r.state in TOLD and not r.interrupted for r in results)
 
 
-def time_left(budget_s: float | None, elapsed_s: float, finished: int) -> bool:
-    """Whether another trial fits: the elapsed time plus half an average trial is within budget."""
+def time_left(budget_s: float | None, elapsed_s: float, finished: int, reserve_s: float = 0.0) -> bool:
+    """Whether another trial fits: the elapsed time plus half an average trial, and the time kept
+    for what follows the search (``reserve_s``: :func:`after_search_s`), is within budget."""
     per_trial = elapsed_s / finished if finished else 0.0
-    return budget_s is None or elapsed_s + per_trial * 0.5 < budget_s
+    return budget_s is None or elapsed_s + per_trial * 0.5 + reserve_s < budget_s
+
+
+def after_search_s(
+    results: Sequence[TrialResult], racers: int, rounds: int, shared: bool, check_points: int
+) -> float:
+    """The time the race (``racers`` on ``rounds`` rounds at least; ``shared``: a round's racers
+    on one server) and the open-loop check (a server and ``check_points`` points; 0: none) will
+    take, read off this run's own trials: a fresh server's overhead (a trial's time less its
+    points' windows) and a point's windows, each their median; 0.0 before a trial was measured."""
+    measured = [(r.duration_s, r.measurement.points) for r in results if r.measurement and r.duration_s > 0]
+    measured = [(duration, points) for duration, points in measured if points]
+    if not measured:
+        return 0.0
+    start = max(
+        statistics.median(duration - sum(p.duration_s for p in points) for duration, points in measured), 0.0
+    )
+    point = float(statistics.median(p.duration_s for _, points in measured for p in points))
+    per_round = start + racers * point if shared else racers * (start + point)
+    return rounds * per_round + (start + check_points * point if check_points else 0.0)
 
 
 def stand_in(

@@ -24,6 +24,13 @@ class Events:
         """The run directory exists; ``total`` trials at most, within ``budget_s`` (None: no
         limit); ``then``: what follows the search, outside that budget ("" nothing)."""
 
+    def search_ended(self, elapsed_s: float, reserve_s: float, budget_s: float | None) -> None:
+        """The search ended after ``elapsed_s``; the race and the open-loop check follow, about
+        ``reserve_s`` by the run's own trials, within ``budget_s`` (None: no limit)."""
+
+    def said(self, text: str) -> None:
+        """Something the run did that people should know of (a step skipped, an overrun)."""
+
     def trial_started(
         self, number: int, candidate: Candidate, baseline: bool, again_of: int | None = None
     ) -> None:

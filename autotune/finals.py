@@ -67,6 +67,19 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
                 )
         return out
 
+    told: list[bool] = []
+
+    def cut(alive: Sequence[int]) -> bool:
+        """The run's time budget is spent and each racer has a round: no round starts (said once)."""
+        if not trials.out_of_time(trials.check_s) or not all(state.count[n] for n in alive):
+            return False
+        if not told:
+            trials.events.said(
+                "the race stops here: the run's time budget is spent (each racer has its rounds so far)"
+            )
+            told.append(True)
+        return True
+
     def round_of(numbers: Sequence[int]) -> list[int]:
         """A round of ``numbers`` told to the race; those still in it."""
         got = measured(numbers)
@@ -74,18 +87,20 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
 
     alive = list(by_number)
     for _ in range(settings.repeats):
+        if cut(alive):
+            break
         alive = round_of(alive)
         left = state.outraced(alive)
         alive = [n for n in alive if n not in left]
         if state.settled(alive):
             break
     moved = [n for n in alive if not state.rounds[n]]  # down a level in the last round: one there
-    there = round_of(moved) if moved else []
+    there = round_of(moved) if moved and not cut(alive) else []
     alive = [n for n in alive if n not in moved or n in there]
     beside = [yours.number] if yours is not None and yours.number in alive else []
     while True:  # the leader must meet the SLA where it stands, as a mean across servers
         n = state.leader()
-        if n is None or state.meets(n):
+        if n is None or state.meets(n) or cut(alive):
             break
         if len(state.rounds[n]) >= settings.repeats and not state.down(n):  # undecided at the budget:
             continue  # a level down (none: it leaves)
@@ -178,6 +193,9 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
     s, done_before = prep.settings, run.record.open_loop
     checks = not prep.loader.open_loop and s.repeats >= 1 and s.open_loop_check and not s.beside
     if not checks or (done_before is not None and done_before.trial == winner.number):
+        return run
+    if trials.out_of_time():
+        trials.events.said("the open-loop check was skipped: the run's time budget is spent")
         return run
     rec = recommendation(winner, run.record.verifications, s.sla.percentile)
     if winner.candidate is None or rec is None or rec.throughput <= 0:

@@ -9,6 +9,7 @@ A level is a concurrency (closed loop) or a request rate in requests per second 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,9 @@ from autotune.settings import Traffic
 CHECK_FLOOR = 0.125
 CHECK_RESOLUTION = 0.25
 CHECK_DISTRIBUTION = "poisson"  # arrivals as independent users send them
+CHECK_POINTS = 1 + round(
+    math.log2(1 / CHECK_FLOOR)
+)  # its rates at most: the credited one, halved to the floor
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,13 @@ class Trials:
         self._sample: list[tuple[Payload, str]] = []  # the check's requests, made on the first server
         self.clock = time.monotonic  # what trial durations and the time budget are read from
         self.loaded = False  # the trial in flight's server got its model ready
+        self.deadline: float | None = None  # the run's time budget ends then, on :attr:`clock`
+        self.check_s = 0.0  # the time the open-loop check will take, kept from the race's
+
+    def out_of_time(self, keep_s: float = 0.0) -> bool:
+        """The run's time budget is spent, ``keep_s`` kept for what follows (a round started
+        goes on; none starts after it)."""
+        return self.deadline is not None and self.clock() + keep_s >= self.deadline
 
     def close(self) -> None:
         """Remove the stages (every server has stopped when its :meth:`Launcher.serve` block ended)."""

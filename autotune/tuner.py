@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +35,7 @@ from autotune.rundir import WINNER_CONFIG, WINNER_DIFF, RunDir, RunRecord
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, params_of
 from autotune.settings import RunOptions, RunSettings
 from autotune.study import Study, redact
-from autotune.traffic import Loader
+from autotune.traffic import CHECK_POINTS, Loader
 from autotune.trials import Trials, beside_workloads
 
 # Disk a run needs: room kept for what it writes at the end (report.html is about 5 MB, its
@@ -202,7 +203,13 @@ def _search(prep: Prepared, trials: Trials, study: Study) -> Outcome:
     try:
         run = search(prep, trials, study)
         room.release()
-        return _finish(prep, trials, run, study)  # written while the last server stops
+        outcome = _finish(prep, trials, run, study)  # written while the last server stops
+        if trials.deadline is not None and (over := trials.clock() - trials.deadline) > 0:
+            trials.events.said(
+                f"the run took {over:.0f} s more than its time budget: a race round or the open-loop "
+                "check, once started, runs to its end"
+            )
+        return outcome
     except Exception as exc:
         full = disk_full(exc)
         if full is None:
@@ -219,16 +226,38 @@ def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
         _seed(study, prep)
     study.interrupted()  # measured again first
     started = trials.clock() - run.record.searched_s  # the time budget counts earlier sessions
-    trials.events.run_started(run.path, settings.max_trials, settings.time_budget_s, after_search(prep))
+    budget = settings.time_budget_s
+    trials.deadline = None if budget is None else started + budget  # the whole run's, race included
+    trials.events.run_started(run.path, settings.max_trials, budget, after_search(prep))
     try:
-        while _go_on(prep, study, results := study.results(), trials.clock() - started):
+        while _go_on(
+            prep, study, results := study.results(), trials.clock() - started, reserve_s(prep, results)
+        ):
             trials.run(study, results)
             run = trials.run_dir = trials.run_dir.update(searched_s=trials.clock() - started)
     except WorkloadError:
         _forget_if_empty(prep, run, study)
         raise
     stopping.check()
+    results = study.results()
+    trials.check_s = reserve_s(prep, results, race=False)  # the race leaves the open-loop check its time
+    trials.events.search_ended(trials.clock() - started, reserve_s(prep, results), budget)
     return finals.race(prep, trials, trials.run_dir, study)
+
+
+def reserve_s(prep: Prepared, results: Sequence[TrialResult], race: bool = True) -> float:
+    """The time the race (``race``) and the open-loop check will take
+    (:func:`decide.after_search_s`): the finalists and your config, two rounds (the fewest that
+    settle a race), on one server a round where they can share one."""
+    s = prep.settings
+    if s.repeats < 1:
+        return 0.0
+    checks = s.open_loop_check and not prep.loader.open_loop and not s.beside
+    shared = prep.pipeline is None and not s.beside and s.launch.kind != "remote"
+    rounds = min(2, s.repeats) if race else 0
+    return decide.after_search_s(
+        results, max(s.finalists, 1) + 1, rounds, shared, CHECK_POINTS if checks else 0
+    )
 
 
 def after_search(prep: Prepared) -> str:
@@ -370,16 +399,21 @@ def _seed(study: Study, prep: Prepared) -> None:
         study.enqueue(params)
 
 
-def _go_on(prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: float) -> bool:
+def _go_on(
+    prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: float, reserve: float = 0.0
+) -> bool:
     """Whether to run another trial: within the budget (trials, time), and not converged. While
     nothing is queued, the next step of the walk from the best trial is (:func:`decide.unexplored`);
     once converged, or once the sampler proposes a config measured before (:func:`decide.out_of_ideas`),
     the untried one-step neighbours of the finalists (``--finalists``, at least 1: the incumbent
     and the ties the race would take; :func:`decide.unexplored`) are queued and measured first; a
-    converged search ends when none is left."""
+    converged search ends when none is left. The time budget is the whole run's: ``reserve`` is
+    kept for the race and the open-loop check (:func:`reserve_s`)."""
     settings = prep.settings
     finished = decide.finished(results)
-    if finished >= settings.max_trials or not decide.time_left(settings.time_budget_s, elapsed_s, finished):
+    if finished >= settings.max_trials or not decide.time_left(
+        settings.time_budget_s, elapsed_s, finished, reserve
+    ):
         return False
     steps = [] if study.queued() else decide.unexplored(results, prep.space, study.scoring, 1)
     for step in steps[:1]:

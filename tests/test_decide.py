@@ -123,6 +123,26 @@ def test_the_time_budget_keeps_half_a_trial_in_hand() -> None:
     assert time_left(60.0, 0.0, 0)
     assert time_left(60.0, 40.0, 4)  # 10 s a trial: 40 + 5 < 60
     assert not time_left(60.0, 56.0, 4)  # 56 + 7 > 60
+    assert not time_left(60.0, 40.0, 4, reserve_s=16.0)  # the race's time is kept too: 40 + 5 + 16
+
+
+def test_the_race_and_the_check_are_given_the_time_this_runs_trials_took() -> None:
+    """A fresh server's overhead (a trial's time less its points' windows) and a point's windows,
+    their medians over the run's trials; a round of three racers on one server or each on its own."""
+    from autotune.decide import after_search_s
+
+    def timed(number: int, duration: float, windows: tuple[float, ...]) -> TrialResult:
+        t = measured(number, 100.0)
+        assert t.measurement is not None
+        points = tuple(replace(t.measurement.points[0], duration_s=w) for w in windows)
+        return replace(t, duration_s=duration, measurement=replace(t.measurement, points=points))
+
+    trials = [timed(0, 10.0, (2.0, 2.0, 2.0)), timed(1, 9.0, (1.0, 2.0, 2.0)), timed(2, 12.0, (2.0, 2.0))]
+    # overheads 4, 4, 8 (median 4); windows median 2
+    assert after_search_s(trials, 3, 2, True, 0) == pytest.approx(2 * (4 + 3 * 2))
+    assert after_search_s(trials, 3, 2, False, 0) == pytest.approx(2 * 3 * (4 + 2))
+    assert after_search_s(trials, 3, 2, True, 4) == pytest.approx(2 * (4 + 3 * 2) + 4 + 4 * 2)
+    assert after_search_s([], 3, 2, True, 4) == 0.0  # nothing measured yet: nothing known
 
 
 def test_the_next_search_starts_at_the_best_feasible_configs_level() -> None:
