@@ -177,8 +177,9 @@ def _add_run(sub: Any) -> None:
     budget.add_argument("--max-trials", type=int, help=f"configs to try (default {DEFAULTS.max_trials})")
     budget.add_argument(
         "--time-budget",
-        help="wall time for the search, counted over every --resume, e.g. 90s, 10m, 1h; the race of "
-        "the finalists and the open-loop check come after it, outside this budget "
+        help="wall time for the whole run, counted over every --resume, e.g. 90s, 10m, 1h: the search "
+        "stops in time for the race of the finalists and the open-loop check (their time read off the "
+        "run's own trials); a race round or check once started runs to its end, and an overrun is said "
         f"(default {(DEFAULTS.time_budget_s or 0) / 60:g}m; 'none' for no limit)",
     )
     budget.add_argument(

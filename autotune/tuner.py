@@ -261,11 +261,12 @@ def reserve_s(prep: Prepared, results: Sequence[TrialResult], race: bool = True)
 
 
 def after_search(prep: Prepared) -> str:
-    """What the run does after its search, for people: the race, the open-loop check."""
+    """What the run does after its search, for people: the race (your config beside the
+    finalists), the open-loop check."""
     s = prep.settings
     steps = []
     if s.repeats >= 1 and s.finalists >= 1:
-        steps.append(f"the race of up to {s.finalists} finalists (up to {s.repeats} rounds each)")
+        steps.append(f"the race of up to {s.finalists} finalists and your config (up to {s.repeats} rounds)")
     if s.repeats >= 1 and s.open_loop_check and not prep.loader.open_loop and not s.beside:
         steps.append("the winner's open-loop check")
     return " and ".join(steps)
