@@ -315,6 +315,7 @@ class Judged:
     # the winner's true throughput at its recommended operating point over the best true goodput
     # at the search's limit (0.0: not asked for, or no winner): what the user is told to run
     at_point: float = 0.0
+    turned: int = 0  # race rounds a fresh server's warm-up turned (SimOutcome.turned)
 
     @property
     def meets(self) -> bool:
@@ -340,7 +341,7 @@ def judge(
     if winner is None or winner.candidate is None:
         return Judged(
             surface.name, outcome.seed, None, 0, 0.0, math.inf, outcome.sim_s, outcome.measured,
-            outcome.honest, seen=seen,
+            outcome.honest, seen=seen, turned=outcome.turned,
         )  # fmt: skip
     rec = recommendation(winner, outcome.verifications, surface.sla.percentile)
     level = rec.concurrency if rec is not None else 0
@@ -352,22 +353,76 @@ def judge(
     point = true.throughput / best_there if true is not None and best_there > 0 else 0.0
     share = true.latency_ms(surface.sla.percentile) / surface.sla.limit_ms if true is not None else math.inf
     return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, share, outcome.sim_s,
-                  outcome.measured, outcome.honest, there, seen, point)  # fmt: skip
+                  outcome.measured, outcome.honest, there, seen, point, outcome.turned)  # fmt: skip
 
 
 # ---------------------------------------------------------------- simulated servers and load
 
 
+@dataclass(frozen=True)
+class WarmUp:
+    """How a fresh server warms up: its latency is ``1 + size e^(-t / length)`` times the steady
+    one's, its throughput that excess times ``share`` less, ``t`` the time it has served load;
+    each server draws its size and length uniformly from the ranges. From measurements:
+
+    - :data:`CPU_WARMUP`: ``benchmarks/results/warmup-20261129.txt`` (local tritonserver, two
+      cores): a fresh server's first 0.5 s window read p99 1.06-1.78x the steady windows and
+      throughput 0.83-1.00x, its second window steady; a length of 0.1-0.2 s and a size of
+      0.2-2.5 give that first window's mean excess, the second's none.
+    - :data:`GPU_WARMUP`: ``../shared/field/h200-20261204`` (an H200, a torch CNN): a fresh
+      server's first race windows read 23.7, 17.8 and 15.7 ms against a steady 5.5-5.9 ms (4.0,
+      3.0 and 2.7x), the next point steady; a length of 2.5-5 s and a size of 3-6.
+    """
+
+    size: tuple[float, float]
+    length_s: tuple[float, float]
+    share: float = 0.2  # of the latency's excess, the throughput's (0.17/0.78 and 0.06/0.46 on the CPU)
+
+    def draw(self, rng: random.Random) -> Transient:
+        return Transient(rng.uniform(*self.size), rng.uniform(*self.length_s), self.share)
+
+
+CPU_WARMUP = WarmUp((0.2, 2.5), (0.1, 0.2))
+GPU_WARMUP = WarmUp((3.0, 6.0), (2.5, 5.0))
+
+
+@dataclass(frozen=True)
+class Transient:
+    """One fresh server's warm-up (:class:`WarmUp`); the default: none."""
+
+    size: float = 0.0
+    length_s: float = 1.0
+    share: float = 0.0
+
+    def excess(self, t: float) -> float:
+        """The latency's relative excess at ``t`` seconds of load."""
+        return self.size * math.exp(-t / self.length_s) if self.size else 0.0
+
+    def apply(self, reading: Reading, t: float) -> Reading:
+        """``reading`` (a steady window's) as the server reads it ``t`` seconds into its load."""
+        excess = self.excess(t)
+        if not excess:
+            return reading
+        slow, late = 1 + self.share * excess, 1 + excess
+        return Reading(
+            reading.throughput / slow, reading.p50_ms * slow, reading.p90_ms * late,
+            reading.p95_ms * late, reading.p99_ms * late,
+        )  # fmt: skip
+
+
 @dataclass
 class SimServer:
-    """A simulated server serving one candidate, its readings carrying its own bias, or several
-    (``models``: each name's candidate with a bias drawn for it)."""
+    """A simulated server serving one candidate, its readings carrying its own bias and warm-up,
+    or several (``models``: each name's candidate with a bias and a warm-up drawn for it)."""
 
     candidate: Candidate | None
     bias: Bias
     description: str = "simulated server"
     metrics_url: str = ""
     models: dict[str, SimServer] = field(default_factory=dict)
+    transient: Transient = field(default_factory=Transient)
+    loaded_s: float = 0.0  # how long it has served load (its warm-up decays with it)
+    race: bool = False  # a race round's (where a warm-up that turns a verdict is counted)
 
     def alive(self) -> bool:
         return True
@@ -396,15 +451,26 @@ class SimTrials(Trials):
     """:class:`autotune.trials.Trials` on a surface: a server start and a window cost their
     simulated time, read by :attr:`clock`."""
 
-    def __init__(self, prep: tuner.Prepared, run: RunDir, surface: Surface, rng: random.Random) -> None:
+    def __init__(
+        self, prep: tuner.Prepared, run: RunDir, surface: Surface, rng: random.Random,
+        warmup: WarmUp | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(prep, None, run, Events())  # type: ignore[arg-type]  # serves no real server
         self.surface, self.rng, self.now = surface, rng, 0.0
         self.clock = lambda: self.now
+        self.warmup = warmup  # each fresh server's (None: none)
+        self.turned = 0  # race rounds a warm-up turned: over the limit, under it without the warm-up
+
+    def _fresh(self, candidate: Candidate | None, race: bool) -> SimServer:
+        """A fresh server's model: its bias, then (with a warm-up) its transient, each drawn."""
+        bias = self.surface.server_bias(self.rng)
+        transient = self.warmup.draw(self.rng) if self.warmup is not None else Transient()
+        return SimServer(candidate, bias, transient=transient, race=race)
 
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[SimServer]:  # type: ignore[override]
         self.now += self.surface.start_s
-        yield SimServer(candidate, self.surface.server_bias(self.rng))
+        yield self._fresh(candidate, stage_name.startswith("race-"))
 
     def can_share(self) -> bool:
         return True
@@ -416,7 +482,7 @@ class SimTrials(Trials):
         """One start for all (the models load side by side: :data:`SHARED_START`); each model's
         readings carry a bias of its own, as if on a server of its own."""
         self.now += self.surface.start_s * (1 + SHARED_START * (len(candidates) - 1))
-        models = {name: SimServer(c, self.surface.server_bias(self.rng)) for name, c in candidates.items()}
+        models = {name: self._fresh(c, True) for name, c in candidates.items()}  # only the race shares
         yield SimServer(None, Bias(1.0), models=models)
 
     def generator(self, server: SimServer, plan: WindowPlan, model: str = "") -> SimGenerator:  # type: ignore[override]
@@ -427,15 +493,18 @@ class SimTrials(Trials):
         :func:`autotune.points.windows_done`, at most ``max_windows``; its figures the kept
         windows' means."""
         self.now += plan.warmup_s
+        server.loaded_s += plan.warmup_s
         readings: list[Reading] = []
+        steady: list[Reading] = []  # the same windows without the warm-up (what it turned)
         stable = False
         while len(readings) < plan.max_windows:
-            readings.append(
-                self.surface.window(
-                    cast(Candidate, server.candidate), level, self.rng, plan.window_s, server.bias
-                )
+            window = self.surface.window(
+                cast(Candidate, server.candidate), level, self.rng, plan.window_s, server.bias
             )
+            steady.append(window)
+            readings.append(server.transient.apply(window, server.loaded_s + plan.window_s / 2))
             self.now += plan.window_s
+            server.loaded_s += plan.window_s
             latencies = [r.latency_ms(plan.percentile) for r in readings]
             figure = sum(latencies) / len(latencies)  # a simulated point's figure: its windows' mean
             throughputs = [r.throughput for r in readings]
@@ -444,6 +513,8 @@ class SimTrials(Trials):
                 stable = True
                 break
         kept = readings if plan.limit_ms > 0 else readings[-plan.stable_windows :]
+        if server.race and plan.limit_ms > 0:
+            self.turned += _turned(readings, steady, plan)
 
         def mean(name: str) -> float:
             return sum(float(getattr(r, name)) for r in kept) / len(kept)
@@ -462,6 +533,16 @@ class SimTrials(Trials):
         )  # fmt: skip
 
 
+def _turned(readings: Sequence[Reading], steady: Sequence[Reading], plan: WindowPlan) -> bool:
+    """Whether a warm-up turned a point's verdict: its windows' mean latency over the limit, the
+    same windows' without the warm-up within it."""
+
+    def mean(windows: Sequence[Reading]) -> float:
+        return statistics.fmean(r.latency_ms(plan.percentile) for r in windows)
+
+    return mean(readings) > plan.limit_ms >= mean(steady)
+
+
 @dataclass(frozen=True)
 class SimOutcome:
     seed: int
@@ -471,6 +552,7 @@ class SimOutcome:
     sim_s: float
     measured: int
     honest: bool
+    turned: int = 0  # race rounds a fresh server's warm-up turned (:func:`_turned`)
 
 
 def space_of(surface: Surface) -> SearchSpace:
@@ -499,11 +581,12 @@ def simulate(
     baseline: Candidate | None = None,
     workdir: Path | None = None,
     trials_type: type[SimTrials] | None = None,
+    warmup: WarmUp | None = None,
     **options: Any,
 ) -> SimOutcome:
     """One tuning run against ``surface``, with the CLI's defaults (``options``: RunSettings
     fields to change, such as ``max_trials``) and the sampler seeded with ``seed``
-    (``trials_type``: a :class:`SimTrials` of one's own)."""
+    (``trials_type``: a :class:`SimTrials` of one's own; ``warmup``: each fresh server's)."""
     user = space or space_of(surface)
     baseline = baseline if baseline is not None else baseline_of(surface)
     settings = RunSettings(
@@ -523,7 +606,7 @@ def simulate(
         )  # fmt: skip
         run = RunDir.create(Path(tmp) / "run", record)
         study = Study.open(None, "sim", prep.space, surface.sla, seed=seed, scoring=prep.scoring)
-        trials = (trials_type or SimTrials)(prep, run, surface, random.Random(seed))
+        trials = (trials_type or SimTrials)(prep, run, surface, random.Random(seed), warmup)
         run = tuner.search(prep, trials, study)
         results = tuple(study.results())
         verifications = run.record.verifications
@@ -531,7 +614,9 @@ def simulate(
         winner = race_winner(verifications, results, s.search_sla, prep.scoring, prep.baseline)
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
-    return SimOutcome(seed, results, verifications, winner, trials.now, measured, honest(results, told, prep))
+    return SimOutcome(
+        seed, results, verifications, winner, trials.now, measured, honest(results, told, prep), trials.turned
+    )
 
 
 def honest(results: Sequence[TrialResult], told: dict[int, list[float] | None], prep: tuner.Prepared) -> bool:

@@ -75,12 +75,26 @@ def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
     return out
 
 
+WARM_UPS = ("none", "cpu", "gpu", "measured")
+
+
+def warm_up(name: str, surface: sim.Surface) -> sim.WarmUp | None:
+    """A surface's fresh servers' warm-up by ``--warm-up``: none, the CPU's, the GPU's, or
+    (measured) the GPU's on a surface with GPUs and the CPU's on the others."""
+    if name == "none":
+        return None
+    if name == "measured":
+        return sim.GPU_WARMUP if surface.gpus else sim.CPU_WARMUP
+    return sim.GPU_WARMUP if name == "gpu" else sim.CPU_WARMUP
+
+
 def run_surface(
     surface: sim.Surface,
     runs: int,
     max_trials: int = RunSettings.max_trials,
     repeats: int | None = None,
     finalists: int | None = None,
+    warmup: str = "none",
 ) -> tuple[sim.Surface, sim.Tally, tuple[float, float]]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
@@ -89,7 +103,7 @@ def run_surface(
     tally = sim.Tally()
     for seed in range(runs):
         given = {k: v for k, v in (("repeats", repeats), ("finalists", finalists)) if v is not None}
-        outcome = sim.simulate(surface, seed, max_trials=max_trials, **given)
+        outcome = sim.simulate(surface, seed, max_trials=max_trials, warmup=warm_up(warmup, surface), **given)
         tally.judged.append(sim.judge(surface, space, outcome, best, (limit, there)))
     rng = random.Random(0)
     return surface, tally, tally.good_interval(sim.truth_tables(surface, space, 200, rng), rng)
@@ -149,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         help="a column of runs whose operating point meets the SLA read by a client whose latency "
         "reads B times ours (repeatable; perf_analyzer on two shared cores: 1.05-1.30 on cnn and bertQA)",
     )  # fmt: skip
+    parser.add_argument(
+        "--warm-up", choices=WARM_UPS, default="none",
+        help="each fresh server's initial transient (sim.WarmUp): none (default), the CPU's, the GPU's, "
+        "or measured (the GPU's on a surface with GPUs, the CPU's elsewhere); the 'turned' column: "
+        "runs with a race round it turned",
+    )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
         "--misses", action="store_true",
@@ -165,12 +185,15 @@ def main(argv: list[str] | None = None) -> int:
         return draw_one(args)
     print(
         f"{'surface':<28} {'SLA':<15} {'good':>6} {'mean':>6} {'meets':>6} {'worst':>5} {'sim s':>6} "
-        "trials honest good@lim   seen  point   good 95%" + "".join(f" meets*{b:<5g}" for b in args.read_by)
+        "trials honest good@lim   seen  point   good 95% turned"
+        + "".join(f" meets*{b:<5g}" for b in args.read_by)
     )
     rows: list[tuple[sim.Surface, sim.Tally, tuple[float, float]]] = []
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
-            pool.submit(run_surface, s, args.runs, args.max_trials, args.repeats, args.finalists)
+            pool.submit(
+                run_surface, s, args.runs, args.max_trials, args.repeats, args.finalists, args.warm_up
+            )
             for s in surfaces(args)
         ]
         for future in futures:
@@ -182,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{surface.name:<28} {surface.sla.label:<15} {tally.good:>6.1%} {tally.mean:>6.3f} "
                 f"{tally.meets:>6.1%} {worst:>5.2f} {tally.median_s:>6.0f} {trials:>6.0f} "
                 f"{tally.share(lambda j: j.honest):>6.0%} {tally.good_at_limit:>8.1%} {tally.seen:>6.1%} "
-                f"{tally.good_at_point:>6.1%} {low:>5.1%}-{high:.1%}"
+                f"{tally.good_at_point:>6.1%} {low:>5.1%}-{high:.1%} {tally.share(lambda j: j.turned):>6.1%}"
                 + "".join(f" {tally.meets_read_by(b):>11.1%}" for b in args.read_by),
                 flush=True,
             )

@@ -476,3 +476,27 @@ def test_goods_interval_holds_the_runs_error_and_a_surveys_own_error_of_its_trut
     sure = sim.Tally([sim.Judged("s", i, winners[0], 1, 1.0, 0.9, 1.0, 1, True) for i in range(100)])
     assert sure.good_interval([own], random.Random(3)) == (1.0, 1.0)
     assert sure.good_interval(tables, random.Random(3))[0] < 1.0  # its truth's own error: not always the top
+
+
+def test_a_fresh_servers_warm_up_slows_its_first_windows_and_decays_as_it_serves() -> None:
+    """sim.WarmUp, as measured: latency ``1 + size e^(-t/length)`` times the steady one's, the
+    throughput a share of that excess less; no warm-up draws nothing (runs as before)."""
+    steady = sim.Reading(1000.0, 5.0, 5.5, 5.8, 6.0)
+    hot = sim.Transient(size=3.0, length_s=2.0, share=0.2)
+    first, later = hot.apply(steady, 0.5), hot.apply(steady, 20.0)
+    assert first.p99_ms == pytest.approx(6.0 * (1 + 3.0 * math.exp(-0.25)))
+    assert first.throughput == pytest.approx(1000.0 / (1 + 0.2 * 3.0 * math.exp(-0.25)))
+    assert later.p99_ms == pytest.approx(6.0, rel=1e-3) and sim.Transient().apply(steady, 0.0) == steady
+    rng = random.Random(1)
+    drawn = [sim.GPU_WARMUP.draw(rng) for _ in range(50)]
+    assert all(3.0 <= t.size <= 6.0 and 2.5 <= t.length_s <= 5.0 for t in drawn)
+    quiet = sim.simulate(QUIET, seed=2, max_trials=6)
+    assert sim.simulate(QUIET, seed=2, max_trials=6, warmup=None) == quiet  # the default: none
+    warm = sim.simulate(QUIET, seed=2, max_trials=6, warmup=sim.GPU_WARMUP)
+
+    def first(outcome: sim.SimOutcome) -> float:  # the first trial's first point, on a fresh server
+        measured = outcome.results[0].measurement
+        assert measured is not None
+        return measured.points[0].p95_ms
+
+    assert first(warm) > 2 * first(quiet) and quiet.turned == 0
