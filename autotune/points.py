@@ -228,6 +228,7 @@ class Measurement:
     pruned: bool = False
     output_check: str = ""
     output_check_s: float = 0.0  # what the check of its answers took (seconds)
+    ready_s: float = 0.0  # its server's start until the model was ready, its warm-up included (seconds)
 
     @cached_property
     def noise(self) -> Noise:

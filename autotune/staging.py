@@ -33,6 +33,7 @@ from autotune.errors import UsageError
 from autotune.model_config import CONFIG_NAME, ModelConfig, write_config
 from autotune.processes import Owner
 
+WARMUP = "warmup"  # the folder Triton reads model_warmup's input_data_file from
 _SAFE = re.compile(r"[A-Za-z0-9_./+@%,=:-]+")
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -105,13 +106,26 @@ def reap(root: Path) -> list[Path]:
     return gone
 
 
-def stage_model(source: Path, config: ModelConfig, repository: Path) -> Path:
+def stage_model(
+    source: Path, config: ModelConfig, repository: Path, warmup: Mapping[str, bytes] | None = None
+) -> Path:
     """Make ``repository/<name>/`` mirror ``source`` (:func:`mirror`) with ``config`` as its
-    config.pbtxt; returns ``repository``."""
+    config.pbtxt, and ``warmup``'s files (name -> bytes) in a ``warmup/`` folder of its own (a
+    model folder with a ``warmup/`` of yours keeps yours: :func:`can_warm`); returns ``repository``."""
     target = repository / config.name
     mirror(source, target, skip=CONFIG_NAME)
     write_config(config, target / CONFIG_NAME)
+    if warmup:
+        (target / WARMUP).mkdir()
+        for name, data in warmup.items():
+            (target / WARMUP / name).write_bytes(data)
     return repository
+
+
+def can_warm(source: Path) -> bool:
+    """Whether a stage of the model folder ``source`` can hold warm-up files of ours: it has no
+    ``warmup/`` of its own (which its stage links, and which is never written)."""
+    return not (source / WARMUP).exists()
 
 
 def stage_members(

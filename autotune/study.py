@@ -337,6 +337,7 @@ def _measurement_json(measurement: Measurement) -> dict[str, Any]:
         "pruned": measurement.pruned,
         "output_check": measurement.output_check,
         "output_check_s": round(measurement.output_check_s, 3),
+        "ready_s": round(measurement.ready_s, 3),
     }
 
 
@@ -345,8 +346,8 @@ def measurement_from_json(data: dict[str, Any]) -> Measurement:
     best = data.get("best")
     chosen = points[best] if best is not None else None
     pruned, check = bool(data.get("pruned", False)), str(data.get("output_check", ""))
-    check_s = float(data.get("output_check_s", 0.0))
-    return Measurement(points=points, best=chosen, pruned=pruned, output_check=check, output_check_s=check_s)
+    check_s, ready_s = float(data.get("output_check_s", 0.0)), float(data.get("ready_s", 0.0))
+    return Measurement(points, chosen, pruned, check, check_s, ready_s)
 
 
 def _age_s(trial: FrozenTrial) -> float:

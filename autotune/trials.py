@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune import decide, finals, openfiles, rules, stopping, trt_build
+from autotune import decide, finals, openfiles, rules, stopping, trt_build, warmup
 from autotune import model_config as mcfg
 from autotune.errors import (
     AutotuneError,
@@ -46,7 +46,7 @@ from autotune.points import Measurement, Point, WindowPlan, errors_line
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate
-from autotune.staging import Stages, stage_members, stage_model
+from autotune.staging import Stages, can_warm, stage_members, stage_model
 from autotune.study import INTERRUPTED, Asked, Study
 from autotune.traffic import requests_per_s
 
@@ -215,8 +215,9 @@ class Trials:
         if settings.output_check and self.reference() is None and asked.candidate not in self._sources():
             self._record_reference()  # on a server of its own, before this candidate's
         self.loaded = False
+        began = self.clock()
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
-            self.loaded = True
+            self.loaded, ready_s = True, self.clock() - began
             first = self.generator(server, plan)  # once warm, a new level settles within a few requests
             check_start = self.clock()
             checked = self._check_outputs(asked.candidate, first)  # before anything is measured
@@ -244,7 +245,7 @@ class Trials:
                 raise
         if measured.points and all(p.errors for p in measured.points):  # errors are a verdict: it failed
             raise MeasurementError(f"every load measured got errors: {errors_line(measured.points)}")
-        return replace(measured, output_check=checked, output_check_s=check_s)
+        return replace(measured, output_check=checked, output_check_s=check_s, ready_s=ready_s)
 
     def _check_open_files(self, server: Server) -> None:
         """A server of ours that cannot take the run's clients under the open-file limit ends
@@ -317,9 +318,9 @@ class Trials:
         them, a BLS model with :func:`autotune.pipeline.caller_served`'s instances) and served
         (a config with TensorRT gets --trt-build-timeout-s to build its engine); the staged
         folder is removed when the server's context ends."""
-        config = mcfg.apply_candidate(self.prep.original, candidate)
+        config, files = self._warmed(mcfg.apply_candidate(self.prep.original, candidate))
         with self._stage(stage_name) as stage:
-            stage_model(self.prep.model_dir, config, stage)
+            stage_model(self.prep.model_dir, config, stage, files)
             s = self.prep.settings
             models = self.prep.pipeline.models if self.prep.pipeline else ()
             others = [name for name in models if name != config.name] + [c.model for c in s.beside]
@@ -347,9 +348,9 @@ class Trials:
         with self._stage(stage_name) as stage:
             configs = []
             for name, candidate in candidates.items():
-                config = mcfg.apply_candidate(self.prep.original, candidate)
+                config, files = self._warmed(mcfg.apply_candidate(self.prep.original, candidate))
                 config.name = name
-                stage_model(self.prep.model_dir, config, stage)
+                stage_model(self.prep.model_dir, config, stage, files)
                 configs.append(config)
             built = [c for c in configs if mcfg.uses_tensorrt(c)]
             timeout = self.prep.settings.trt_build_timeout_s
@@ -357,6 +358,19 @@ class Trials:
                 self.launcher, stage, configs[-1].name, log, (built or configs)[0], timeout
             ) as srv:
                 yield srv
+
+    def _warmed(self, config: mcfg.ModelConfig) -> tuple[mcfg.ModelConfig, dict[str, bytes]]:
+        """``config`` with Triton's warm-up of every instance at every batch size it can form, on
+        the workload's first entry (:func:`autotune.warmup.samples`), and the files it reads;
+        as it is where the workload is not this model's own input (a pipeline's step), where its
+        folder has a ``warmup/`` of yours, and on a server we do not start (a remote one loads a
+        config, not the files beside it)."""
+        data, s = self.prep.data, self.prep.settings
+        ours = self.launcher is not None and self.launcher.starts_servers
+        if data is None or self.prep.pipeline is not None or not ours or not can_warm(self.prep.model_dir):
+            return config, {}
+        names = [spec.name for spec in data.io.inputs]
+        return warmup.samples(config, data.entries[0], names, s.workload.batch_size)
 
     @contextmanager
     def _stage(self, stage_name: str) -> Iterator[Path]:

@@ -58,6 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "autotune.race",
             "autotune.gpu",
             "autotune.config_edit",
+            "autotune.warmup",
         ),
     ),
     ("settings", ("autotune.settings",)),

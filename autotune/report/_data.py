@@ -45,7 +45,7 @@ from autotune.results import (
 # A trial's own columns; its point's columns follow (see point_columns).
 TRIAL_COLUMNS = (
     "trial", "label", "params", "state", "baseline", "feasible", "reused_from", "reason", "log_tail",
-    "duration_s", "output_check",
+    "duration_s", "output_check", "ready_s",
 )  # fmt: skip
 # A point's GPU figures across its GPUs (gpu_summary): average utilisation (%), peak memory
 # (MiB, the most any one GPU used), average power (W); None without figures.
@@ -236,6 +236,7 @@ def _trial_columns(trial: TrialResult) -> dict[str, Any]:
         "params": dict(trial.params), "state": trial.state, "baseline": trial.baseline,
         "feasible": trial.feasible, "reused_from": trial.reused_from, "reason": trial.reason,
         "log_tail": trial.log_tail, "duration_s": trial.duration_s, "output_check": trial.output_check,
+        "ready_s": trial.measurement.ready_s if trial.measurement else None,
     }  # fmt: skip
 
 
@@ -436,7 +437,7 @@ CSV_HEAD = (
     "concurrency", "request_rate", "throughput", "latency_ms", "p50_ms", "p90_ms", "p95_ms",
     "p99_ms", "avg_ms", "queue_us", "compute_infer_us", "avg_batch", "errors", "error_rate",
 )  # fmt: skip
-CSV_TAIL = ("label", "reused_from", "duration_s", "output_check", "first_error", "reason")
+CSV_TAIL = ("label", "reused_from", "duration_s", "ready_s", "output_check", "first_error", "reason")
 # Only where the run compared goodputs per GPU: after "goodput".
 CSV_PER_GPU = ("gpus_used", "goodput_per_gpu")
 # Only where some trial's point has GPU figures: after "error_rate" (gpu_detail: each GPU's figures).

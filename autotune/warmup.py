@@ -1,0 +1,80 @@
+"""A fresh server warmed before its first window: Triton's ``model_warmup`` in a staged config.
+
+A fresh server is slow at first: each instance meets each batch shape for the first time
+(CUDA contexts, kernel selection, lazy loading on a GPU; caches on a CPU). Triton's
+``model_warmup`` runs samples on every instance, at the batch sizes they name, before the
+model is ready. A staged candidate gets one sample per batch size it can form
+(:func:`batch_sizes`), each the workload's first entry (its real data, so a model that checks
+its input is warmed as it will be used; :func:`samples`). Your config's own ``model_warmup`` is
+kept as it is. The warm-up's time is part of the server's start, which each trial records.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from autotune.model_config import ModelConfig
+
+FOLDER = "warmup"  # Triton reads input_data_file from this folder of the model's
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def batch_sizes(config: ModelConfig, client_batch: int) -> list[int]:
+    """The batch sizes the config's instances can run: with dynamic batching every multiple of
+    the client's batch up to ``max_batch_size``; without, the client's batch alone; a model that
+    does not batch, one request (1)."""
+    if config.max_batch_size <= 0:
+        return [1]
+    step = max(1, client_batch)
+    if not config.HasField("dynamic_batching"):
+        return [min(step, config.max_batch_size)]
+    return list(range(step, config.max_batch_size + 1, step)) or [config.max_batch_size]
+
+
+def samples(
+    config: ModelConfig, entry: Sequence[NDArray[Any] | None], names: Sequence[str], client_batch: int
+) -> tuple[ModelConfig, dict[str, bytes]]:
+    """``config`` with a warm-up sample per batch size (:func:`batch_sizes`) of the workload's
+    ``entry`` (one sample of each input, by ``names``, no batch dimension; an optional input it
+    leaves out is left out), and the files they read (name -> bytes, for :data:`FOLDER`). A
+    config with a ``model_warmup`` of its own comes back as it is, with no files."""
+    if config.model_warmup:
+        return config, {}
+    types = {t.name: t.data_type for t in config.input}
+    files = {
+        _file_name(name): encode(array) for name, array in zip(names, entry, strict=True) if array is not None
+    }
+    out = ModelConfig()
+    out.CopyFrom(config)
+    for size in batch_sizes(config, client_batch):
+        sample = out.model_warmup.add(name=f"autotune batch {size}", batch_size=size, count=1)
+        for name, array in zip(names, entry, strict=True):
+            if array is None or name not in types:
+                continue
+            given = sample.inputs[name]
+            given.data_type = types[name]
+            given.dims.extend(int(d) for d in array.shape)
+            given.input_data_file = _file_name(name)
+    return out, files
+
+
+def encode(array: NDArray[Any]) -> bytes:
+    """A tensor as Triton reads a warm-up file: raw row-major values, or for strings each
+    element's length (4 bytes, little-endian) then its bytes."""
+    if array.dtype.kind in "OSU":
+        parts = []
+        for value in array.reshape(-1):
+            data = value.encode() if isinstance(value, str) else bytes(value)
+            parts.append(struct.pack("<I", len(data)) + data)
+        return b"".join(parts)
+    return np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
+
+
+def _file_name(input_name: str) -> str:
+    return "autotune-" + (_UNSAFE.sub("_", input_name) or "input")
