@@ -65,19 +65,22 @@ def test_a_faster_config_that_answers_wrongly_never_wins(
     assert checks[0] == "reference" and {checks[t.number] for t in batching} == {"differs"}
     assert "wrong answers" in (run_dir / "report.html").read_text(encoding="utf-8")
     assert (run_dir / "reference.npz").is_file()
-    err = capsys.readouterr().err
-    assert "infeasible, answers differ from your config's" in err
+    captured = capsys.readouterr()
+    assert "infeasible, answers differ from your config's" in captured.err
+    # the one config left is yours (one instance, no batching): the run says keep it
+    assert winner.baseline and "keep your config: no candidate was shown better" in captured.out
 
-    # apply checks the written config's answers too: the winner's pass, a batching one's do not
+    # apply checks the written config's answers too (--force: written even where the run said to
+    # keep yours): the winner's pass, a batching one's do not
     config = tmp_path / "repo" / "sentiment" / "config.pbtxt"
     original = config.read_bytes()
-    assert main(["apply", str(run_dir)]) == 0
+    assert main(["apply", "--force", str(run_dir)]) == 0
     assert "16 answers as your config's" in capsys.readouterr().out
     assert main(["apply", "--undo", str(run_dir)]) == 0 and config.read_bytes() == original
     (run_dir / "writeback.json").unlink()
     (run_dir / "winner.pbtxt").write_text(
         (run_dir / "winner.pbtxt").read_text() + "dynamic_batching {\n}\n", encoding="utf-8"
     )
-    assert main(["apply", str(run_dir)]) == 6
+    assert main(["apply", "--force", str(run_dir)]) == 6
     assert "answers differ from your config's" in capsys.readouterr().err
     assert config.read_bytes() == original
