@@ -1,5 +1,5 @@
-"""A fresh server's warm-up (autotune/warmup.py): every instance at every batch size the config
-can form, on the workload's first entry (pure logic; a real server runs it in test_e2e_local)."""
+"""A fresh server's warm-up (autotune/warmup.py): every instance at the batch sizes of the doubling
+ladder to the largest the config can form, on the workload's first entry (pure logic)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,15 @@ output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
 
-def test_the_batch_sizes_are_those_the_config_can_form() -> None:
+def test_the_batch_sizes_climb_the_doubling_ladder_to_the_largest_the_config_can_form() -> None:
     config = parse_config(CONFIG)
     assert warmup.batch_sizes(config, 1) == [1]  # no dynamic batching: the client's batch alone
     batching = apply_candidate(config, Candidate(2, "KIND_CPU", (), 8, True, (), 0, False))
-    assert warmup.batch_sizes(batching, 1) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert warmup.batch_sizes(batching, 1) == [1, 2, 4, 8]  # the doubling ladder to the largest
     assert warmup.batch_sizes(batching, 4) == [4, 8]  # whole client batches only
+    assert warmup.batch_sizes(batching, 3) == [3, 6]  # the largest whole one: 6 of 8
+    batching.max_batch_size = 12
+    assert warmup.batch_sizes(batching, 1) == [1, 2, 4, 8, 12]
     config.max_batch_size = 0
     assert warmup.batch_sizes(config, 1) == [1]  # a model that does not batch
 
