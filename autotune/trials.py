@@ -131,10 +131,17 @@ class Trials:
     ) -> AutotuneError | None:
         """The error that stops the run, rather than count the candidate failed: the machine's
         open-file limit ran out (:mod:`autotune.openfiles`), or your own config, as this machine
-        runs it, did not load (every candidate is it with other settings); None otherwise."""
+        runs it, did not load (every candidate is it with other settings); the model refused the
+        workload's data in the warm-up (a WorkloadError, as in the preflight); None otherwise."""
         tail = _tail(log, None)
         if openfiles.exhausted(exc, tail):
             return openfiles.limit_error(why)
+        data = self.prep.data
+        refused = warmup.refused(tail, self.prep.settings.workload.batch_size)
+        if refused is not None and data is not None:  # the warm-up sends the workload's first entry
+            what = data.source if len(data.entries) == 1 else f"entry 0 of {data.source}"
+            said = f"model {data.io.name!r} answered an error to {what} (its warm-up): {refused}"
+            return WorkloadError(said)
         if not self.loaded and candidate == decide.in_space(self.prep.baseline, self.prep.space):
             said = failure_line(tail) or why
             hint = f"{YourConfigError.hint} (the server's log: {log})"

@@ -25,7 +25,9 @@ from numpy.typing import NDArray
 from autotune.model_config import ModelConfig
 
 FOLDER = "warmup"  # Triton reads input_data_file from this folder of the model's
+SAMPLE = "autotune batch"  # the start of each sample's name
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_REFUSED = re.compile(r"failed to run warmup sample '" + SAMPLE + r" (\d+)': (.*)")
 
 
 def batch_sizes(config: ModelConfig, client_batch: int) -> list[int]:
@@ -57,7 +59,7 @@ def samples(
     out = ModelConfig()
     out.CopyFrom(config)
     for size in batch_sizes(config, client_batch):
-        sample = out.model_warmup.add(name=f"autotune batch {size}", batch_size=size, count=1)
+        sample = out.model_warmup.add(name=f"{SAMPLE} {size}", batch_size=size, count=1)
         for name, array in zip(names, entry, strict=True):
             if array is None or name not in types:
                 continue
@@ -66,6 +68,16 @@ def samples(
             given.dims.extend(int(d) for d in array.shape)
             given.input_data_file = _file_name(name)
     return out, files
+
+
+def refused(log_text: str, client_batch: int) -> str | None:
+    """What the model said when it failed our warm-up sample at the client's own batch (the
+    workload's first request as sent: the data's fault, not the config's), from a server's log;
+    None if it did not (a larger batch that fails is the config's)."""
+    found = _REFUSED.search(log_text)
+    if found is None or int(found.group(1)) > max(1, client_batch):
+        return None
+    return found.group(2).split("\\n")[0].strip().rstrip('";').strip()
 
 
 def encode(array: NDArray[Any]) -> bytes:

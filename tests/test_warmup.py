@@ -55,3 +55,15 @@ def test_your_own_warm_up_is_kept_and_an_input_left_out_is_left_out() -> None:
     assert kept == yours and files == {}
     plain, files = warmup.samples(parse_config(CONFIG), (np.zeros(4, np.float32), None), ["x", "text"], 1)
     assert list(plain.model_warmup[0].inputs) == ["x"] and list(files) == ["autotune-x"]
+
+
+def test_a_sample_refused_at_the_clients_batch_is_the_datas_fault_a_larger_one_the_configs() -> None:
+    line = (
+        "E1204 23:54:43.1 model_lifecycle.cc:654] \"failed to load 'm' version 1: Invalid argument: "
+        "failed to run warmup sample 'autotune batch 2': INPUT_IMAGE is not a base64-encoded image;\\n"
+        'Traceback ..."'
+    )
+    assert warmup.refused(line, 2) == "INPUT_IMAGE is not a base64-encoded image"
+    assert warmup.refused(line, 1) is None  # batch 2 failed where the client sends 1: the config's
+    assert warmup.refused(line.replace("autotune batch", "yours"), 2) is None  # your own warm-up
+    assert warmup.refused("I1204 model 'm' loaded", 1) is None
