@@ -48,13 +48,18 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         prep.loader.open_loop,
     )  # fmt: skip
     by_number = {r.number: r for r in [*ranked, *([yours] if yours else [])]}
+    searched = rules.measured_points(results)
 
     def measured(numbers: Sequence[int]) -> dict[int, Point | None]:
         """A round of each of ``numbers``: on one server (where they can share one) in an order
         that turns each round; else, or where that failed them, each on its own."""
         out: dict[int, Point | None] = {}
         racers = [by_number[n] for n in numbers]
-        plans = {n: rules.judged_at(settings.plan, state.sla.limit_ms, state.rounds[n]) for n in numbers}
+        seen = [*searched, *(p for rounds in state.rounds.values() for p in rounds)]
+        noise = rules.latency_noise(seen, settings.plan.percentile)  # the warm-up test's spread
+        plans = {
+            n: rules.judged_at(settings.plan, state.sla.limit_ms, state.rounds[n], noise) for n in numbers
+        }
         # not on GPUs: a server's GPU figures (its memory) are all its models'
         on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in racers)
         if len(racers) > 1 and not on_gpus and trials.can_share():

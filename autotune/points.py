@@ -9,13 +9,15 @@ nothing but when a point's windows may stop.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from autotune.gpu import GpuFigures
-from autotune.noise import MIN_WINDOWS, Estimate, Noise, breaks, meets
+from autotune.noise import MIN_WINDOWS, Estimate, Noise, breaks, meets, t95
 
 if TYPE_CHECKING:
     from autotune.objective import Sla
@@ -60,6 +62,9 @@ class WindowPlan:
     # its requests), averaged with the point's in the interval's centre as the race averages them
     before_ms: tuple[float, ...] = ()
     before_figures_ms: tuple[float, ...] = ()
+    # the run's window-to-window latency spread, pooled over its points (:func:`warm_windows`
+    # reads it where it has more degrees of freedom than a point's own windows)
+    latency_noise: Noise = field(default_factory=Noise)
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,9 @@ class Point:
     window_throughputs: tuple[float, ...] = ()
     window_latencies_ms: tuple[float, ...] = ()
     window_percentile: int = 0
+    # the latencies of the first windows a warm-up still held (:func:`warm_windows`), dropped
+    # from the point's figures and sample
+    warm_windows_ms: tuple[float, ...] = ()
     # several models on one server (--models): every model's own figures over the same windows,
     # by name, the tuned one's included; ``throughput`` is then their weighted sum (each model's
     # weight times its throughput: the objective), the latencies the tuned model's
@@ -206,7 +214,8 @@ class Point:
         server = ServerBreakdown.from_dict(dict(data.get("server", {})))
         gpus = tuple(GpuFigures.from_dict(g) for g in data.get("gpus", ()))
         warnings = tuple(data["warnings"])
-        windows = {k: tuple(data.get(k, ())) for k in ("window_throughputs", "window_latencies_ms")}
+        kinds = ("window_throughputs", "window_latencies_ms", "warm_windows_ms")
+        windows = {k: tuple(data.get(k, ())) for k in kinds}
         others = tuple((str(name), cls.from_dict(point)) for name, point in data.get("others", ()))
         return cls(
             **{**data, "server": server, "warnings": warnings, "gpus": gpus, **windows, "others": others}
@@ -307,6 +316,30 @@ def windows_done(
         return settled, settled
     stable = is_stable(throughputs, latencies_ms, tolerance)
     return stable, stable
+
+
+def warm_windows(latencies_ms: Sequence[float], noise: Noise | None = None) -> int:
+    """How many of a point's first windows a warm-up still held (the initial transient, by a
+    test rather than a fixed ramp): the first window is dropped while its latency lies above the
+    one-sided bound, at :data:`autotune.noise.CONFIDENCE`, of one more window read as the later
+    ones are; one window is always left. The spread is ``noise`` (the run's, pooled over its
+    points) where that has more degrees of freedom than the later windows, or theirs where they
+    read wider; else theirs alone: a fixed fraction would be a guess about every other machine.
+    Only a slow window is dropped: a warm-up is slow."""
+    dropped = 0
+    while len(latencies_ms) - dropped >= 2:
+        first, later = latencies_ms[dropped], latencies_ms[dropped + 1 :]
+        mean = statistics.fmean(later)
+        found, own = (noise or Noise()).estimate(mean, later), Estimate.of(later)
+        # a point noisier than the run's is judged by its own spread, where it has one
+        se = max(found.se, own.se) if math.isfinite(own.se) else found.se
+        if mean <= 0 or not 0 < se < math.inf:
+            break
+        # one more window's own spread (se * sqrt(n)) and that of the later windows' mean (se)
+        if not first > mean + t95(found.df) * se * math.sqrt(found.n + 1):
+            break
+        dropped += 1
+    return dropped
 
 
 def _within(values: Sequence[float], tolerance: float) -> bool:

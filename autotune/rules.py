@@ -31,13 +31,36 @@ def search_plan(sla: Sla, window_s: float) -> WindowPlan:
     return WindowPlan(window_s=window_s, warmup_s=window_s, percentile=sla.percentile)
 
 
-def judged_at(plan: WindowPlan, limit_ms: float, before: Sequence[Point] = ()) -> WindowPlan:
+def judged_at(
+    plan: WindowPlan, limit_ms: float, before: Sequence[Point] = (), noise: Noise | None = None
+) -> WindowPlan:
     """``plan`` whose points' windows go on until their latency's interval, pooled with the
-    windows of ``before`` (a race's rounds at the level), lies on one side of ``limit_ms``."""
+    windows of ``before`` (a race's rounds at the level), lies on one side of ``limit_ms``;
+    ``noise``: the run's window latency spread (:func:`latency_noise`), which the warm-up test reads."""
     judged = [p for p in before if p.window_percentile == plan.percentile]
     pooled = tuple(w for p in judged for w in p.window_latencies_ms)
     figures = tuple(p.latency_ms(plan.percentile) for p in judged)
-    return replace(plan, limit_ms=limit_ms, before_ms=pooled, before_figures_ms=figures)
+    return replace(
+        plan, limit_ms=limit_ms, before_ms=pooled, before_figures_ms=figures,
+        latency_noise=noise or plan.latency_noise,
+    )  # fmt: skip
+
+
+def latency_noise(points: Iterable[Point], percentile: int) -> Noise:
+    """How far a window's latency at ``percentile`` reads off its point's (a relative sd), pooled
+    over ``points`` (the run's): the spread :func:`autotune.points.warm_windows` tests a point's
+    first window against, with more degrees of freedom than one point's windows have."""
+    return Noise.pooled(p.window_latencies_ms for p in points if p.window_percentile == percentile)
+
+
+def measured_points(results: Iterable[TrialResult]) -> list[Point]:
+    """Every point the trials measured (a reused trial's are its source's: not counted twice)."""
+    return [
+        p
+        for r in results
+        if r.measurement is not None and r.reused_from is None
+        for p in r.measurement.points
+    ]
 
 
 def cannot_win(point: Point, beat: Estimate | None, noise: Noise) -> bool:

@@ -38,6 +38,7 @@ from autotune.points import (
     UNSTABLE,
     Point,
     WindowPlan,
+    warm_windows,
     windows_done,
 )
 from autotune.results import TrialResult, Verification, recommendation
@@ -381,9 +382,20 @@ class WarmUp:
     def draw(self, rng: random.Random) -> Transient:
         return Transient(rng.uniform(*self.size), rng.uniform(*self.length_s), self.share)
 
+    def warmed(self) -> WarmUp:
+        """What Triton's ``model_warmup`` (:mod:`autotune.warmup`) leaves of it: its size times
+        :data:`WARMED`, the share measured on the CPU. On the H200 a trial's first points read
+        steady after the output check's burst (every batch size at once), a race round's did not:
+        that the GPU's share is alike is an assumption a GPU run has to check."""
+        return WarmUp((self.size[0] * WARMED[0], self.size[1] * WARMED[1]), self.length_s, self.share)
+
 
 CPU_WARMUP = WarmUp((0.2, 2.5), (0.1, 0.2))
 GPU_WARMUP = WarmUp((3.0, 6.0), (2.5, 5.0))
+# the share of a fresh server's first-window excess that model_warmup leaves: warmed over cold,
+# 20 fresh servers each way (benchmarks/results/first-window-20261204.txt): bertQA p99 1.051 against
+# 1.729 (0.07), cnn 1.038 against 1.280 (0.14)
+WARMED = (0.07, 0.14)
 
 
 @dataclass(frozen=True)
@@ -422,6 +434,7 @@ class SimServer:
     models: dict[str, SimServer] = field(default_factory=dict)
     transient: Transient = field(default_factory=Transient)
     loaded_s: float = 0.0  # how long it has served load (its warm-up decays with it)
+    stage: str = ""  # the stage it serves (``trial-007``): whose readings it gives
     race: bool = False  # a race round's (where a warm-up that turns a verdict is counted)
 
     def alive(self) -> bool:
@@ -460,6 +473,7 @@ class SimTrials(Trials):
         self.clock = lambda: self.now
         self.warmup = warmup  # each fresh server's (None: none)
         self.turned = 0  # race rounds a warm-up turned: over the limit, under it without the warm-up
+        self.readings: dict[str, list[Point]] = {}  # every point handed out, by its server's stage
 
     def _fresh(self, candidate: Candidate | None, race: bool) -> SimServer:
         """A fresh server's model: its bias, then (with a warm-up) its transient, each drawn."""
@@ -470,7 +484,9 @@ class SimTrials(Trials):
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[SimServer]:  # type: ignore[override]
         self.now += self.surface.start_s
-        yield self._fresh(candidate, stage_name.startswith("race-"))
+        server = self._fresh(candidate, stage_name.startswith("race-"))
+        server.stage = stage_name
+        yield server
 
     def can_share(self) -> bool:
         return True
@@ -506,15 +522,19 @@ class SimTrials(Trials):
             self.now += plan.window_s
             server.loaded_s += plan.window_s
             latencies = [r.latency_ms(plan.percentile) for r in readings]
+            warm = warm_windows(latencies, plan.latency_noise) if plan.limit_ms > 0 else 0
+            latencies = latencies[warm:]
             figure = sum(latencies) / len(latencies)  # a simulated point's figure: its windows' mean
-            throughputs = [r.throughput for r in readings]
+            throughputs = [r.throughput for r in readings[warm:]]
             done, stable = windows_done(throughputs, latencies, plan, plan.tolerance, figure)
             if done:
                 stable = True
                 break
-        kept = readings if plan.limit_ms > 0 else readings[-plan.stable_windows :]
+        latencies = [r.latency_ms(plan.percentile) for r in readings]
+        warm = warm_windows(latencies, plan.latency_noise) if plan.limit_ms > 0 else 0
+        kept = readings[warm:] if plan.limit_ms > 0 else readings[-plan.stable_windows :]
         if server.race and plan.limit_ms > 0:
-            self.turned += _turned(readings, steady, plan)
+            self.turned += _turned(kept, steady[warm:], plan)
 
         def mean(name: str) -> float:
             return sum(float(getattr(r, name)) for r in kept) / len(kept)
@@ -522,20 +542,22 @@ class SimTrials(Trials):
         duration = plan.window_s * len(kept)
         throughput = mean("throughput")
         requests = max(1, int(throughput * duration))
-        return Point(
+        point = Point(
             concurrency=level, request_rate=0.0, throughput=throughput, avg_ms=mean("p50_ms"),
             p50_ms=mean("p50_ms"), p90_ms=mean("p90_ms"), p95_ms=mean("p95_ms"), p99_ms=mean("p99_ms"),
             requests=requests, errors=0, duration_s=duration, windows=len(readings), stable=stable,
             warnings=() if stable else (UNSTABLE,),
             window_throughputs=tuple(r.throughput for r in kept),
             window_latencies_ms=tuple(r.latency_ms(plan.percentile) for r in kept),
-            window_percentile=plan.percentile,
+            window_percentile=plan.percentile, warm_windows_ms=tuple(latencies[:warm]),
         )  # fmt: skip
+        self.readings.setdefault(server.stage, []).append(point)
+        return point
 
 
 def _turned(readings: Sequence[Reading], steady: Sequence[Reading], plan: WindowPlan) -> bool:
-    """Whether a warm-up turned a point's verdict: its windows' mean latency over the limit, the
-    same windows' without the warm-up within it."""
+    """Whether a warm-up turned a point's verdict: its kept windows' mean latency over the limit,
+    the same windows' without the warm-up within it."""
 
     def mean(windows: Sequence[Reading]) -> float:
         return statistics.fmean(r.latency_ms(plan.percentile) for r in windows)
@@ -614,20 +636,30 @@ def simulate(
         winner = race_winner(verifications, results, s.search_sla, prep.scoring, prep.baseline)
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
-    return SimOutcome(
-        seed, results, verifications, winner, trials.now, measured, honest(results, told, prep), trials.turned
-    )
+    truthful = honest(results, told, prep, trials.readings)
+    return SimOutcome(seed, results, verifications, winner, trials.now, measured, truthful, trials.turned)
 
 
-def honest(results: Sequence[TrialResult], told: dict[int, list[float] | None], prep: tuner.Prepared) -> bool:
+def honest(
+    results: Sequence[TrialResult], told: dict[int, list[float] | None], prep: tuner.Prepared,
+    readings: Mapping[str, Sequence[Point]],
+) -> bool:  # fmt: skip
     """Whether the study was told only what was measured for each trial: a measured trial the
-    scores of its own measurement, any other none."""
+    scores of its own measurement, every point of which its own servers read (``readings``: each
+    point the simulator handed out, by its server's stage), any other none."""
     sla = prep.settings.sla
+
+    def key(p: Point) -> tuple[float, float, float]:
+        return p.level, p.throughput, p.latency_ms(sla.percentile)
+
     for r in results:
         if r.measurement is None:
             if told.get(r.number) is not None:
                 return False
             continue
+        own = {key(p) for p in readings.get(f"trial-{r.number:03d}", ())}
+        if any(key(p) not in own for p in r.measurement.points):
+            return False
         share = prep.scoring.share(r.candidate)
         if told.get(r.number) != list(scores(r.measurement.closest(sla), sla, share)):
             return False

@@ -39,7 +39,7 @@ from autotune.gpu import GpuProbe
 from autotune.gpu_probe import at_server, choose_probe
 from autotune.launch import Launcher, Server, failure_line, read_tail
 from autotune.loadgen import Beside, LoadGenerator, ModelIO, Payload, WorkloadData, read_workload
-from autotune.noise import Estimate
+from autotune.noise import Estimate, Noise
 from autotune.outputs import Reference, check_requests, compare, parse_tolerance
 from autotune.pipeline import tuned_configs, with_caller
 from autotune.points import Measurement, Point, WindowPlan, errors_line
@@ -63,6 +63,7 @@ class Trials:
         # the requests for each served name (the tuned model's, and those serve_all staged)
         self._data: dict[str, WorkloadData | None] = {prep.settings.model: prep.data}
         self.checked = False  # the preflight passed
+        self.noise = Noise()  # the run's window latency spread so far (rules.latency_noise)
         self._beside_checked = False  # the models beside it passed theirs
         self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
         self.probed = False
@@ -160,6 +161,7 @@ class Trials:
         a mobilenet run lost its best config so and stopped after 5 trials at 1198 infer/s, where
         the others found 1680-1760. The first server's log is kept (``trial-NNN.1.log``)."""
         start = decide.start_level(results, self.prep.scoring)
+        self.noise = rules.latency_noise(rules.measured_points(results), self.prep.settings.plan.percentile)
         beat = rules.incumbent(results, self.prep.scoring, asked.candidate)
         try:
             return self.measure(asked, start, beat)
@@ -218,7 +220,7 @@ class Trials:
         every point got them fails, naming their share and the server's first."""
         settings, loader = self.prep.settings, self.prep.loader
         search_sla = settings.search_sla
-        plan = rules.judged_at(settings.plan, search_sla.limit_ms)
+        plan = rules.judged_at(settings.plan, search_sla.limit_ms, noise=self.noise)
         if settings.output_check and self.reference() is None and asked.candidate not in self._sources():
             self._record_reference()  # on a server of its own, before this candidate's
         self.loaded = False

@@ -75,16 +75,18 @@ def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
     return out
 
 
-WARM_UPS = ("none", "cpu", "gpu", "measured")
+WARM_UPS = ("none", "cpu", "gpu", "measured", "warmed")
 
 
 def warm_up(name: str, surface: sim.Surface) -> sim.WarmUp | None:
-    """A surface's fresh servers' warm-up by ``--warm-up``: none, the CPU's, the GPU's, or
-    (measured) the GPU's on a surface with GPUs and the CPU's on the others."""
+    """A surface's fresh servers' warm-up by ``--warm-up``: none, the CPU's, the GPU's,
+    (measured) the GPU's on a surface with GPUs and the CPU's on the others, or (warmed) that
+    as Triton's model_warmup leaves it (:meth:`sim.WarmUp.warmed`: what real runs now meet)."""
     if name == "none":
         return None
-    if name == "measured":
-        return sim.GPU_WARMUP if surface.gpus else sim.CPU_WARMUP
+    if name in ("measured", "warmed"):
+        found = sim.GPU_WARMUP if surface.gpus else sim.CPU_WARMUP
+        return found.warmed() if name == "warmed" else found
     return sim.GPU_WARMUP if name == "gpu" else sim.CPU_WARMUP
 
 
@@ -166,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warm-up", choices=WARM_UPS, default="none",
         help="each fresh server's initial transient (sim.WarmUp): none (default), the CPU's, the GPU's, "
-        "or measured (the GPU's on a surface with GPUs, the CPU's elsewhere); the 'turned' column: "
+        "measured (the GPU's on a surface with GPUs, the CPU's elsewhere), or warmed (measured, as "
+        "model_warmup leaves it: what real runs meet); the 'turned' column: "
         "runs with a race round it turned",
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)

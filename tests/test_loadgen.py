@@ -13,6 +13,7 @@ import pickle
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from autotune.loadgen._stats import StatsSnapshot
 from autotune.loadgen._timer import DueTimer
 from autotune.loadgen._transport import Connection, Done, InferError, _parse_response
 from autotune.loadgen._windows import behind_schedule, late_sends, run_windows, summarise
+from autotune.noise import Noise
 from autotune.points import Point, WindowPlan
 
 
@@ -329,8 +331,11 @@ class _Latencies:
         return _tally(1.0, [int(next(self.latencies) * 1e6)] * 100, [], 0, 0)
 
 
-def _windows_until_decided(latencies_ms: list[float], limit_ms: float) -> tuple[Point, int]:
+def _windows_until_decided(
+    latencies_ms: list[float], limit_ms: float, noise: Noise | None = None
+) -> tuple[Point, int]:
     plan = WindowPlan(window_s=1.0, warmup_s=0.0, max_windows=6, min_requests=1, limit_ms=limit_ms)
+    plan = replace(plan, latency_noise=noise) if noise is not None else plan
 
     async def stats() -> StatsSnapshot:
         return StatsSnapshot({}, 0, {})
@@ -708,3 +713,19 @@ def test_a_recorded_pattern_is_scaled_to_the_rate_asked() -> None:
     assert _first(twice, 7).tolist() == [0, 500_000, 500_000, 2_000_000, 2_500_000, 2_500_000, 4_000_000]
     shares = [_first(twice.share(i, 2), 3) for i in range(2)]
     assert sorted(np.concatenate(shares).tolist()) == _first(twice, 6).tolist()
+
+
+def test_the_first_windows_a_warm_up_held_are_dropped_recorded_and_replaced() -> None:
+    """A fresh server's slow first windows (beyond the run's window noise) leave the point's
+    figures and sample, are recorded on it, and the windows go on until enough are kept; the
+    same windows without a limit (perf_analyzer's rule) keep the last three, as before."""
+    tail = [40.0, 24.0, 15.0, 15.5, 14.8, 15.2]  # a 20 ms limit: the tail alone would break it
+    point, windows = _windows_until_decided(tail, limit_ms=20.0, noise=Noise(cv=0.05, df=60))
+    assert point.warm_windows_ms == (40.0, 24.0) and point.window_latencies_ms == (15.0, 15.5)
+    assert windows == 4 and point.stable and point.p95_ms < 20.0
+    assert Point.from_dict(point.to_dict()) == point
+    # the run's noise unknown: the windows' own spread tells the tail only once four are read
+    point, windows = _windows_until_decided(tail, limit_ms=20.0)
+    assert point.warm_windows_ms == (40.0, 24.0) and windows == 4
+    point, windows = _windows_until_decided([40.0, 15.0, 15.5, 14.8], limit_ms=20.0)
+    assert point.warm_windows_ms == (40.0,) and windows == 3  # two could not tell: a third did

@@ -155,6 +155,7 @@ class _Meter:
 
     def __init__(self, surface: sim.Surface, rng: random.Random) -> None:
         self.surface, self.rng, self.now = surface, rng, 0.0
+        self.readings: dict[str, list[Point]] = {}
 
     point = sim.SimTrials.point
 

@@ -12,9 +12,9 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.loadgen._histogram import LatencyHistogram
-from autotune.noise import Estimate
+from autotune.noise import Estimate, Noise
 from autotune.objective import Sla
-from autotune.points import BEHIND_SCHEDULE, Point, is_stable
+from autotune.points import BEHIND_SCHEDULE, Point, is_stable, warm_windows
 from autotune.rules import RATE_RESOLUTION, best_point, find_goodput, find_rate_goodput
 from autotune.traffic import at_the_limit, check_sustained
 
@@ -218,3 +218,24 @@ def test_the_open_loop_check_stops_at_the_first_rate_its_windows_leave_undecided
     assert check_sustained(windowed(0.01), sla, 400.0) == 0.0  # settled everywhere: bisected on
     assert calls == [400.0, 200.0, 283.0, 238.0]  # 238 meets: within the resolution of 283
     assert not at_the_limit(replace(windowed(0.2)(283.0), errors=1), sla)  # not admitted: broken
+
+
+def test_a_first_window_a_warm_up_held_is_dropped_by_the_runs_own_noise_not_a_fixed_ramp() -> None:
+    """The first window is dropped while it lies above the one-sided 95% bound of one more window
+    read as the later ones are: their own spread, or the run's pooled where it knows more."""
+    run = Noise(cv=0.05, df=40)  # windows read 5% apart across the run's points
+    assert warm_windows([23.7, 17.8, 15.7, 15.9, 16.0], run) == 2  # a decaying tail: two dropped
+    assert warm_windows([10.0, 10.3, 9.9], run) == 0  # within the run's noise: kept
+    assert warm_windows([8.0, 10.3, 9.9], run) == 0  # a fast first window is no warm-up
+    assert warm_windows([20.0, 10.0], run) == 1  # the run's spread judges even two windows
+    assert warm_windows([20.0, 10.0]) == 0  # one later window and no run's noise: nothing to judge by
+    assert warm_windows([40.0, 30.0, 20.0, 10.0], run) == 3  # one window is always left
+    # the later windows' own spread where the run's knows less: wide when two windows read far
+    # apart, so a window 1.7x over stays; at six close ones, one 1.6x over goes
+    assert warm_windows([20.0, 10.0, 14.0], Noise(cv=0.05, df=1)) == 0
+    assert warm_windows([16.0, 10.0, 10.5, 9.8, 10.2, 10.1]) == 1
+    # with no warm-up, a first window is dropped about 5% of the time (the verdicts' confidence)
+    rng = random.Random(7)
+    drawn = [[rng.gauss(10.0, 0.5) for _ in range(4)] for _ in range(4000)]
+    share = sum(warm_windows(w, Noise(cv=0.05, df=200)) > 0 for w in drawn) / len(drawn)
+    assert 0.02 < share < 0.08

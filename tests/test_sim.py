@@ -55,6 +55,28 @@ def test_on_a_noise_free_surface_every_run_finds_the_best_and_tells_only_what_it
     assert all(0 < j.sim_s < 12 * 60 and j.trials >= 6 for j in judged)
 
 
+class _Copying(sim.SimTrials):
+    """A search that reports the first trial's measurement for every later trial: each study is
+    told the scores of the measurement stored with it, but not what its own servers read."""
+
+    first: Any = None
+
+    def measure(self, asked: Any, start: Any = None, beat: Any = None) -> Any:
+        measured = super().measure(asked, start, beat)
+        self.first = self.first or measured
+        return self.first
+
+
+def test_honest_fails_on_a_study_told_another_trials_figures() -> None:
+    """``honest`` compares what each trial was told with the readings its own servers gave: a
+    trial told another's figures fails it, though they are the measurement stored with it."""
+    assert sim.simulate(QUIET, seed=1, max_trials=6, finalists=0).honest
+    copied = sim.simulate(QUIET, seed=1, max_trials=6, finalists=0, trials_type=_Copying)
+    stored = [r.measurement.points for r in copied.results if r.measurement is not None]
+    assert len(stored) > 1 and all(points == stored[0] for points in stored)  # each the first's
+    assert not copied.honest
+
+
 def test_a_winner_is_judged_at_its_operating_point_against_the_best_at_the_searchs_limit() -> None:
     """``at_point``: the winner's true throughput where it is recommended over the best goodput at
     the search's limit; on a noise-free surface the recommendation stands within a level of it."""

@@ -8,7 +8,9 @@ window with fewer than ``min_requests`` completions is extended (up to 4x).
 A plan with a limit (``limit_ms``: the search's and the race's) stops once the latency's
 interval over the windows, centred on the point's figure over all their requests (the one it is
 judged on), lies on one side of it (:func:`autotune.points.windows_done`), and
-its figures are every window's, each window's kept as the point's sample. Without one, the run
+its figures are every window's after the first ones a warm-up still held
+(:func:`autotune.points.warm_windows`: dropped, and recorded on the point), each kept window's
+kept as the point's sample. Without one, the run
 stops when the last ``stable_windows`` windows agree within the tolerance (throughput and
 latency at the plan's percentile), as perf_analyzer's do, and the figures come from them; at
 ``max_windows`` either stops with an ``unstable`` warning.
@@ -44,6 +46,7 @@ from autotune.points import (
     UNSTABLE,
     Point,
     WindowPlan,
+    warm_windows,
     windows_done,
 )
 
@@ -122,13 +125,26 @@ async def _sample(probe: GpuProbe | None) -> tuple[GpuSample, ...]:
 def _done(windows: list[Window], plan: WindowPlan) -> tuple[bool, bool]:
     """Whether the windows may stop, and whether they are stable (:func:`autotune.points.windows_done`,
     which reads the last windows it needs); an open loop's tolerance from the kept ones."""
-    throughputs = [w.tally.completions / w.tally.duration_s for w in windows if w.tally.duration_s > 0]
-    latencies = [w.tally.latency.percentile_ns(plan.percentile) / 1e6 for w in windows]
-    kept = windows if plan.limit_ms > 0 else windows[-plan.stable_windows :]
+    kept = _kept(windows, plan)
+    read = kept if plan.limit_ms > 0 else windows  # the rules read the last windows they need
+    throughputs = [w.tally.completions / w.tally.duration_s for w in read if w.tally.duration_s > 0]
+    latencies = [_latency_ms(w, plan) for w in read]
     figure = None  # the point's figure over all its requests: only a limit's verdict reads it
     if plan.limit_ms > 0:
         figure = LatencyHistogram.merged(w.tally.latency for w in kept).percentile_ns(plan.percentile) / 1e6
     return windows_done(throughputs, latencies, plan, tolerance(kept, plan), figure)
+
+
+def _kept(windows: list[Window], plan: WindowPlan) -> list[Window]:
+    """The windows a point's figures come from: with a limit, those after the first ones a warm-up
+    still held (:func:`autotune.points.warm_windows`); without, the last ``stable_windows``."""
+    if plan.limit_ms <= 0:
+        return windows[-plan.stable_windows :]
+    return windows[warm_windows([_latency_ms(w, plan) for w in windows], plan.latency_noise) :]
+
+
+def _latency_ms(window: Window, plan: WindowPlan) -> float:
+    return window.tally.latency.percentile_ns(plan.percentile) / 1e6
 
 
 def tolerance(windows: list[Window], plan: WindowPlan) -> float:
@@ -148,9 +164,11 @@ def summarise(
     rate: float,
     batch: int,
 ) -> Point:
-    """A Point from the last ``stable_windows`` windows (a plan with a limit: from every window),
-    each kept window's throughput and latency kept as the point's sample."""
-    kept = windows if plan.limit_ms > 0 else windows[-plan.stable_windows :]
+    """A Point from the last ``stable_windows`` windows (a plan with a limit: from every window
+    after those a warm-up still held, :func:`_kept`), each kept window's throughput and latency
+    kept as the point's sample."""
+    kept = _kept(windows, plan)
+    warm = windows[: len(windows) - len(kept)] if plan.limit_ms > 0 else []
     start = windows[len(windows) - len(kept) - 1].stats if len(windows) > len(kept) else before
     tally = kept[0].tally
     for window in kept[1:]:
@@ -186,6 +204,7 @@ def summarise(
         window_throughputs=tuple(t.completions * batch / t.duration_s for t in samples),
         window_latencies_ms=tuple(t.latency.percentile_ns(plan.percentile) / 1e6 for t in samples),
         window_percentile=plan.percentile,
+        warm_windows_ms=tuple(_latency_ms(w, plan) for w in warm),
     )  # fmt: skip
 
 

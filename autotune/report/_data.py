@@ -55,11 +55,13 @@ GPU_COLUMNS = ("gpu_util_pct", "gpu_memory_mb", "gpu_power_w")
 # latency_high, throughput_low/high: the point's one-sided 95% bounds (autotune.noise), where its
 # windows were recorded; none in runs recorded by the stability rules
 # each_model: several models on one server, each model's own figures at the point, as text
+# warm_windows: its first windows a warm-up still held, dropped from its figures (points.warm_windows)
 DERIVED_COLUMNS = (
     "latency_ms",
     "latency_high",
     "throughput_low",
     "throughput_high",
+    "warm_windows",
     "avg_batch",
     "error_rate",
     *GPU_COLUMNS,
@@ -69,13 +71,14 @@ WINDOW_FIELDS = (
     "window_throughputs",
     "window_latencies_ms",
     "window_percentile",
-)  # not columns: the bounds are
+    "warm_windows_ms",
+)  # not columns: the bounds are, and the count of warm windows
 NOT_COLUMNS = (*WINDOW_FIELDS, "others")  # nor the models beside: each_model is
 # A trial's columns from the run's scoring: the GPUs its candidate uses, and its throughput and
 # goodput per GPU (the throughput and goodput themselves where the run does not compare per GPU).
 SCORING_COLUMNS = ("gpus_used", "throughput_per_gpu", "goodput_per_gpu")
 # Columns of whole numbers that pandas stores as floats once a row lacks them (see records).
-INTEGER_COLUMNS = ("trial", "concurrency", "reused_from", "gpus_used", "gpu")
+INTEGER_COLUMNS = ("trial", "concurrency", "reused_from", "gpus_used", "gpu", "warm_windows")
 # The GPU panel's table: one row per GPU of each trial's reported point (gpu_table).
 GPU_TABLE_COLUMNS = ("trial", "gpu", "uuid", "utilization_pct", "memory_mb", "power_w")
 
@@ -255,6 +258,7 @@ def measured_columns(point: Point, sla: Sla) -> dict[str, Any]:
         "latency_high": point.latency_bound(sla.percentile) if windows else None,
         "throughput_low": throughput.low if windows and throughput.n > 1 else None,
         "throughput_high": throughput.high if windows and throughput.n > 1 else None,
+        "warm_windows": len(point.warm_windows_ms),
         "avg_batch": point.server.avg_batch,
         "error_rate": point.error_rate,
         **gpu_summary(point.gpus),
@@ -437,7 +441,9 @@ CSV_HEAD = (
     "concurrency", "request_rate", "throughput", "latency_ms", "p50_ms", "p90_ms", "p95_ms",
     "p99_ms", "avg_ms", "queue_us", "compute_infer_us", "avg_batch", "errors", "error_rate",
 )  # fmt: skip
-CSV_TAIL = ("label", "reused_from", "duration_s", "ready_s", "output_check", "first_error", "reason")
+CSV_TAIL = (
+    "label", "reused_from", "duration_s", "ready_s", "warm_windows", "output_check", "first_error", "reason",
+)  # fmt: skip
 # Only where the run compared goodputs per GPU: after "goodput".
 CSV_PER_GPU = ("gpus_used", "goodput_per_gpu")
 # Only where some trial's point has GPU figures: after "error_rate" (gpu_detail: each GPU's figures).

@@ -124,17 +124,25 @@ def _points_trace(points: Sequence[Row], labels: dict[int, str], y: str) -> go.S
         name="operating points",
         marker={"color": [_colour(p["trial"]) for p in points], "size": 7, "opacity": 0.35},
         customdata=[
-            [p["trial"], labels.get(p["trial"], ""), _load(p), "yes" if p["meets_sla"] else "no"]
+            [p["trial"], labels.get(p["trial"], ""), _load(p), "yes" if p["meets_sla"] else "no", _warm(p)]
             for p in points
         ],
         hovertemplate=(
             "trial #%{customdata[0]} · %{customdata[2]}<br>%{customdata[1]}<br>"
-            f"%{{y:,.1f}} {_unit(y)} · %{{x:,.2f}} ms · SLA met: %{{customdata[3]}}<extra></extra>"
+            f"%{{y:,.1f}} {_unit(y)} · %{{x:,.2f}} ms · SLA met: %{{customdata[3]}}"
+            "%{customdata[4]}<extra></extra>"
         ),
     )
 
 
 WHISKER = {"thickness": 1, "width": 0}
+
+
+def _warm(p: Row) -> str:
+    """A hover line for the first windows a warm-up held, dropped from the point ("" none)."""
+    found = p.get("warm_windows")
+    n = int(found) if isinstance(found, (int, float)) and found == found else 0  # NaN: none recorded
+    return f"<br>first {n} window{'s' if n > 1 else ''} dropped: still warming up" if n else ""
 
 
 def _gap(p: Row, bound: str, figure: str) -> float:
