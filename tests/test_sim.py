@@ -522,3 +522,19 @@ def test_a_fresh_servers_warm_up_slows_its_first_windows_and_decays_as_it_serves
         return measured.points[0].p95_ms
 
     assert first(warm) > 2 * first(quiet) and quiet.turned == 0
+
+
+def test_the_headline_reads_the_recommended_point_against_the_sla_itself() -> None:
+    """``users``: the winner's true throughput where it is recommended over the best goodput
+    under the SLA itself (not the search's limit, 10% under it); the share of runs gets a Wilson
+    interval."""
+    surface = sim.synthetic_family(1, 0.05, seed=2)[0]
+    best = max(sim.true_goodput(surface, c, SPACE)[0] for c in sim.candidates(SPACE))
+    limit = surface.sla.limit_ms * 0.9
+    there = max(sim.true_goodput(surface, c, SPACE, limit)[0] for c in sim.candidates(SPACE))
+    judged = sim.judge(surface, SPACE, sim.simulate(surface, 0, space=SPACE), best, (limit, there))
+    assert judged.winner is not None and 0 < judged.users <= judged.at_point  # the SLA's best is higher
+    assert judged.users * best == pytest.approx(judged.at_point * there)  # one throughput, two bests
+    low, high = sim.wilson(0.5, 100)
+    assert low == pytest.approx(0.404, abs=1e-3) and high == pytest.approx(0.596, abs=1e-3)
+    assert sim.wilson(1.0, 200) == (pytest.approx(0.981, abs=1e-3), 1.0)
