@@ -93,9 +93,16 @@ class Surface(Protocol):
     def truth(self, candidate: Candidate, level: int) -> Reading: ...
 
     def window(
-        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: Bias
-    ) -> Reading:
-        """One window's readings; ``bias``: the server's own offset (:meth:`server_bias`)."""
+        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: Bias,
+        block: tuple[int, int] | None = None,
+    ) -> Reading:  # fmt: skip
+        """One window's readings; ``bias``: the server's own offset (:meth:`server_bias`);
+        ``block``: the point's start (:meth:`block_start`) and this window's place in the point."""
+        ...
+
+    def block_start(self, rng: random.Random) -> int | None:
+        """Where a point's windows start in a surface's recorded ones, drawn once a point (None:
+        each window is drawn on its own)."""
         ...
 
     def server_bias(self, rng: random.Random) -> Bias:
@@ -163,8 +170,9 @@ class Synthetic:
         )
 
     def window(
-        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: Bias
-    ) -> Reading:
+        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: Bias,
+        block: tuple[int, int] | None = None,
+    ) -> Reading:  # fmt: skip
         true = self.truth(candidate, level)
         cv = self.cv * math.sqrt(QUIET_WINDOW_S / window_s)
         throughput = true.throughput * bias.speed * max(0.3, 1 + rng.gauss(0, cv))
@@ -176,6 +184,10 @@ class Synthetic:
         return Reading(
             throughput, true.p50_ms * body, true.p90_ms * tail, true.p95_ms * tail, true.p99_ms * tail
         )
+
+    def block_start(self, rng: random.Random) -> int | None:
+        """None: a synthetic window is drawn on its own (independent, as the noise model assumes)."""
+        return None
 
     def server_bias(self, rng: random.Random) -> Bias:
         """A fresh server reads ``cv / 2`` off the truth; with probability ``stall`` it is a stalled
@@ -517,9 +529,11 @@ class SimTrials(Trials):
         readings: list[Reading] = []
         steady: list[Reading] = []  # the same windows without the warm-up (what it turned)
         stable = False
+        start = self.surface.block_start(self.rng)  # a surveyed point's windows: one block of them
         while len(readings) < plan.max_windows:
+            block = None if start is None else (start, len(readings))
             window = self.surface.window(
-                cast(Candidate, server.candidate), level, self.rng, plan.window_s, server.bias
+                cast(Candidate, server.candidate), level, self.rng, plan.window_s, server.bias, block
             )
             steady.append(window)
             readings.append(server.transient.apply(window, server.loaded_s + plan.window_s / 2))
@@ -895,13 +909,26 @@ class Surveyed:
         return Reading(throughput, latency, latency, latency, latency)
 
     def window(
-        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: Bias
-    ) -> Reading:
+        self, candidate: Candidate, level: int, rng: random.Random, window_s: float, bias: Bias,
+        block: tuple[int, int] | None = None,
+    ) -> Reading:  # fmt: skip
+        """A window the survey read there; with ``block`` (a point's start and this window's
+        place), the windows of one point are consecutive ones of one surveyed server, from a
+        random start, so the survey's own window-to-window correlation stays (resampled in
+        blocks); without, each drawn on its own."""
         readings = self._readings(candidate)
-        levels = readings[0] if len(readings) == 1 else rng.choice(readings)  # one: no draw, as before
+        if block is not None:
+            start, k = block
+            levels = readings[start % len(readings)]
+        else:
+            levels = readings[0] if len(readings) == 1 else rng.choice(readings)  # one: no draw
         nearest = min(levels, key=lambda lv: (abs(lv - level), lv))
         true, there = self.truth(candidate, level), _truth(levels, nearest)
-        throughput, latency = rng.choice(levels[nearest])
+        recorded = levels[nearest]
+        if block is not None:
+            throughput, latency = recorded[(start // len(readings) + k) % len(recorded)]
+        else:
+            throughput, latency = rng.choice(recorded)
         scale = math.sqrt(QUIET_WINDOW_S / window_s)  # a longer window is quieter about its mean
         throughput = (
             (there.throughput + (throughput - there.throughput) * scale) * true.throughput / there.throughput
@@ -909,6 +936,10 @@ class Surveyed:
         latency = (there.p95_ms + (latency - there.p95_ms) * scale) * true.p95_ms / there.p95_ms
         latency /= bias.speed
         return Reading(throughput * bias.speed, latency, latency, latency, latency)
+
+    def block_start(self, rng: random.Random) -> int | None:
+        """A point's start in the survey's windows (:meth:`window`)."""
+        return rng.getrandbits(30)
 
     def server_bias(self, rng: random.Random) -> Bias:
         """A fresh server's factor, drawn with :attr:`bias_sd`."""

@@ -403,7 +403,7 @@ def test_finalists_on_gpus_race_each_on_a_server_of_its_own() -> None:
     surface = sim.Surveyed.load(
         Path(__file__).parent.parent / "benchmarks" / "surveys" / "torch_mlp_gpu.json.gz"
     )
-    outcome = sim.simulate(surface, seed=2, trials_type=_OnGpus, max_trials=8, finalists=2)
+    outcome = sim.simulate(surface, seed=1, trials_type=_OnGpus, max_trials=8, finalists=2)  # two raced
     assert all(r.candidate is None or r.candidate.kind == "KIND_GPU" for r in outcome.results)
     rounds = sum(len(v.points) + sum(len(o) for _, o in v.others) for v in outcome.verifications)
     assert len([v for v in outcome.verifications if not v.control]) == 2 and _OnGpus.shared == []
@@ -538,3 +538,27 @@ def test_the_headline_reads_the_recommended_point_against_the_sla_itself() -> No
     low, high = sim.wilson(0.5, 100)
     assert low == pytest.approx(0.404, abs=1e-3) and high == pytest.approx(0.596, abs=1e-3)
     assert sim.wilson(1.0, 200) == (pytest.approx(0.981, abs=1e-3), 1.0)
+
+
+def test_a_surveyed_points_windows_are_one_block_of_a_servers_recorded_windows() -> None:
+    """Resampled in blocks: a point's windows are consecutive windows the survey recorded at the
+    level (from a random start, round the end), so their correlation stays; a window drawn
+    without a block is any one of them."""
+    surface = sim.Surveyed.load(
+        Path(__file__).parent.parent / "benchmarks" / "surveys" / "torch_mlp_gpu.json.gz"
+    )
+    assert not surface.again  # one server: its windows as recorded
+    label, levels = next(iter(surface.windows.items()))
+    level, recorded = next(iter(levels.items()))
+    candidate = next(c for c in sim.candidates(sim.space_of(surface)) if sim.survey_label(c) == label)
+    start = surface.block_start(random.Random(3))
+    assert start is not None
+    read = [
+        surface.window(
+            candidate, level, random.Random(k), sim.QUIET_WINDOW_S, sim.Bias(1.0), (start, k)
+        ).throughput
+        for k in range(len(recorded) + 2)
+    ]
+    expected = [recorded[(start + k) % len(recorded)][0] for k in range(len(recorded) + 2)]
+    assert read == pytest.approx(expected)
+    assert sim.synthetic_family(1, 0.05, seed=2)[0].block_start(random.Random(3)) is None
