@@ -63,6 +63,8 @@ class Trials:
         # the requests for each served name (the tuned model's, and those serve_all staged)
         self._data: dict[str, WorkloadData | None] = {prep.settings.model: prep.data}
         self.checked = False  # the preflight passed
+        self.warm = True  # staged configs get our warm-up (off once it kept your config from loading)
+        self.started = False  # a server of this run has loaded its model
         self.noise = Noise()  # the run's window latency spread so far (rules.latency_noise)
         self._beside_checked = False  # the models beside it passed theirs
         self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
@@ -165,14 +167,32 @@ class Trials:
         beat = rules.incumbent(results, self.prep.scoring, asked.candidate)
         try:
             return self.measure(asked, start, beat)
-        except ServerExitedError as exc:
-            if not self.loaded:  # a model that did not load: not a crash under load
-                raise
+        except LaunchError as exc:
             log = self.log(asked.number)
+            cold = not self.loaded and self._warm_suspect(asked.candidate, log)
+            crashed = self.loaded and isinstance(exc, ServerExitedError)  # under load: once more
+            if not cold and not crashed:
+                raise  # a model that did not load, not for our warm-up
             if log.exists():
                 log.replace(log.with_suffix(".1.log"))
-            self.events.trial_retried(asked.number, str(exc).splitlines()[0])
+            said = str(exc).splitlines()[0]
+            if cold:  # measured without it, and so is the rest of the run
+                self.warm = False
+                said = f"{said}; our warm-up may be why: without it from now on"
+            self.events.trial_retried(asked.number, said)
             return self.measure(asked, start, beat)
+
+    def _warm_suspect(self, candidate: Candidate, log: Path) -> bool:
+        """Whether our warm-up may be what kept the run's first server from loading: no server
+        of this run has loaded yet, the config got our warm-up, and the log does not say the
+        model refused the workload's data in it (that is the data's: :meth:`_not_the_candidate`).
+        Seen: the python backend's server died (signal 11) on a sample its model refused."""
+        if not self.warm or self.started:
+            return False
+        config = mcfg.apply_candidate(self.prep.original, candidate)
+        if self._warmed(config)[0] is config:
+            return False
+        return warmup.refused(_tail(log, None), self.prep.settings.workload.batch_size) is None
 
     def generator(self, server: Server, plan: WindowPlan, model: str = "") -> LoadGenerator:
         """The load for this server (``model``: a name :meth:`serve_all` staged, else the tuned
@@ -226,7 +246,7 @@ class Trials:
         self.loaded = False
         began = self.clock()
         with self.serve(asked.candidate, self.log(asked.number), f"trial-{asked.number:03d}") as server:
-            self.loaded, ready_s = True, self.clock() - began
+            self.loaded, self.started, ready_s = True, True, self.clock() - began
             first = self.generator(server, plan)  # once warm, a new level settles within a few requests
             check_start = self.clock()
             checked = self._check_outputs(asked.candidate, first)  # before anything is measured
@@ -376,7 +396,9 @@ class Trials:
         config, not the files beside it)."""
         data, s = self.prep.data, self.prep.settings
         ours = self.launcher is not None and self.launcher.starts_servers
-        if data is None or self.prep.pipeline is not None or not ours or not can_warm(self.prep.model_dir):
+        if not self.warm or data is None or self.prep.pipeline is not None or not ours:
+            return config, {}
+        if not can_warm(self.prep.model_dir):
             return config, {}
         names = [spec.name for spec in data.io.inputs]
         return warmup.samples(config, data.entries[0], names, s.workload.batch_size)
