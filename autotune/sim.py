@@ -541,15 +541,14 @@ class SimTrials(Trials):
             server.loaded_s += plan.window_s
             latencies = [r.latency_ms(plan.percentile) for r in readings]
             warm = warm_windows(latencies, plan.latency_noise) if plan.limit_ms > 0 else 0
-            latencies = latencies[warm:]
-            figure = sum(latencies) / len(latencies)  # a simulated point's figure: its windows' mean
+            figure = sum(latencies[warm:]) / len(
+                latencies[warm:]
+            )  # a simulated point's figure: its windows' mean
             throughputs = [r.throughput for r in readings[warm:]]
-            done, stable = windows_done(throughputs, latencies, plan, plan.tolerance, figure)
+            done, stable = windows_done(throughputs, latencies[warm:], plan, plan.tolerance, figure)
             if done:
                 stable = True
                 break
-        latencies = [r.latency_ms(plan.percentile) for r in readings]
-        warm = warm_windows(latencies, plan.latency_noise) if plan.limit_ms > 0 else 0
         kept = readings[warm:] if plan.limit_ms > 0 else readings[-plan.stable_windows :]
         if server.race and plan.limit_ms > 0:
             self.turned += _turned(kept, steady[warm:], plan)
