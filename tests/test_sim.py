@@ -10,7 +10,6 @@ import json
 import math
 import random
 import statistics
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -306,30 +305,6 @@ def test_a_converged_search_ends_once_the_finalists_neighbours_are_measured_not_
     assert left_of_ties > 0
 
 
-def test_the_picture_of_a_run_draws_every_trial_each_race_round_and_the_winner() -> None:
-    """benchmarks/simulate.py --picture: an SVG with a label per trial, a mark or an interval
-    for each (an x where none met the SLA), a dot per race round and the winner's label."""
-    import sys
-    import xml.etree.ElementTree as ET
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from picture import draw  # type: ignore[import-not-found]
-
-    from autotune import rules
-
-    surface = sim.synthetic_family(1, 0.05, seed=1)[0]
-    outcome = sim.simulate(surface, seed=0, max_trials=10)
-    root = ET.fromstring(draw(surface, outcome))
-    texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
-    assert [t for t in texts if t.isdigit()] == [str(i) for i in range(len(outcome.results))]
-    without = sum(rules.trial_estimate(r) is None for r in outcome.results)
-    assert texts.count("x") == without and 0 < without < len(outcome.results)
-    rounds = sum(len(v.points) for v in outcome.verifications)
-    dots = [c for c in root.iter("{http://www.w3.org/2000/svg}circle") if c.get("r") == "2.5"]
-    assert rounds >= 2 and len(dots) == rounds
-    assert f"#{outcome.winner} won" in texts
-
-
 def test_a_surveyed_surfaces_fresh_servers_spread_as_measured_else_by_half_the_windows() -> None:
     """Surveyed.server_cv (a survey's "server_cv", or simulate.py --server-spread) sets how far a
     fresh server reads off the truth; without it (and one server surveyed), half the windows'
@@ -442,27 +417,6 @@ def test_a_tally_reads_the_winners_share_of_the_best_at_the_bar_and_on_average()
     assert tally.good == 0.5 and tally.meets == 0.75
     assert abs(tally.mean - statistics.fmean(ratios)) < 1e-12
     assert sim.Tally().mean == 0.0
-
-
-def test_simulate_lists_each_surfaces_misses_by_winner() -> None:
-    """``simulate.py --misses``: the winners below 0.95 of the best, counted by config and by their
-    goodput at the SLA and at the search's limit, most first."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import simulate
-
-    one = sim.candidates(sim.default_space())[0]
-    ratios = ((0.948, 0.993), (0.948, 0.993), (0.99, 1.0), (0.5, 0.6), (0.948, 0.9), (0.0, 0.0))
-    judged = [
-        sim.Judged("s", i, one if r else None, 0, r, 0.9, 1.0, 1, True, ratio_at_limit=at)
-        for i, (r, at) in enumerate(ratios)
-    ]
-    label = sim.survey_label(one)
-    assert simulate.misses(sim.Tally(judged)) == [
-        f"2x 0.948 (0.993 at the limit) {label}",
-        f"1x 0.500 (0.600 at the limit) {label}",
-        f"1x 0.948 (0.900 at the limit) {label}",
-        "1x 0.000 (0.000 at the limit) none",
-    ]
 
 
 def test_goods_interval_holds_the_runs_error_and_a_surveys_own_error_of_its_truth() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,12 +15,9 @@ pytestmark = pytest.mark.integration
 
 
 def _survey_main():  # type: ignore[no-untyped-def]
-    path = Path(__file__).parents[1] / "benchmarks" / "survey.py"
-    spec = importlib.util.spec_from_file_location("autotune_survey", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    import survey
+
+    return survey.main
 
 
 def test_a_survey_measures_every_config_at_every_level_and_resumes(

@@ -7,22 +7,15 @@ import importlib
 import itertools
 import json
 import statistics
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling _tools
-    try:
-        return importlib.import_module("vs_model_analyzer")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return importlib.import_module("vs_model_analyzer")
 
 
 def _remeasured(bench: ModuleType, tool: str, throughput: float, p99s: list[float]) -> object:
