@@ -26,15 +26,11 @@ RAMP_S = 0.3  # warm-up before each point after a server's first one (the first 
 
 
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
-    """The :func:`rules.finalists` raced (:class:`autotune.race.Race`), at most ``--repeats`` rounds,
-    each on a fresh server (shared where :meth:`Trials.can_share`), your config beside them as the
-    control (:func:`control`), each racer at its level, its windows judged with its earlier rounds'
-    there (:func:`rules.judged_at`): rounds that break the SLA send it a level down (none left: it
-    leaves; sent down in the last round: one round there); after each round the outraced finalists
-    leave, until one is left with two rounds. The leader must meet the SLA where it stands as a
-    mean across servers: undecided, it gets another round there (the control beside it), up to
-    ``--repeats``, then a level down. A racer's rounds at its last level are its verification
-    (those it left, its ``others``); a race the study recorded is not run again."""
+    """The :func:`rules.finalists` raced, your config beside them as the control (:func:`control`).
+    :class:`autotune.race.Race` decides each round; this serves it: each round on a fresh server
+    (shared where :meth:`Trials.can_share`), each racer at its level, its windows judged with its
+    earlier rounds' there (:func:`rules.judged_at`). A racer's rounds at its last level are its
+    verification; a race the study recorded is not run again."""
     settings = prep.settings
     results = study.results()
     ranked = rules.finalists(results, settings.finalists, prep.scoring) if settings.repeats >= 1 else []
@@ -45,7 +41,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     yours = control(results, ranked)
     state = Race.start(
         ranked, yours, settings.search_sla, settings.sla.percentile, prep.scoring, prep.baseline,
-        prep.loader.open_loop,
+        prep.loader.open_loop, settings.repeats,
     )  # fmt: skip
     by_number = {r.number: r for r in [*ranked, *([yours] if yours else [])]}
     searched = rules.measured_points(results)
@@ -72,50 +68,12 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
                 )
         return out
 
-    told: list[bool] = []
-
-    def cut(alive: Sequence[int]) -> bool:
-        """The run's time budget is spent and each racer has a round: no round starts (said once)."""
-        if not trials.out_of_time(trials.check_s) or not all(state.count[n] for n in alive):
-            return False
-        if not told:
-            trials.events.said(
-                "the race stops here: the run's time budget is spent (each racer has its rounds so far)"
-            )
-            told.append(True)
-        return True
-
-    def round_of(numbers: Sequence[int]) -> list[int]:
-        """A round of ``numbers`` told to the race; those still in it."""
-        got = measured(numbers)
-        return [n for n in numbers if state.add(n, got[n])]
-
-    alive = list(by_number)
-    for _ in range(settings.repeats):
-        if cut(alive):
-            break
-        alive = round_of(alive)
-        left = state.outraced(alive)
-        alive = [n for n in alive if n not in left]
-        if state.settled(alive):
-            break
-    moved = [n for n in alive if not state.rounds[n]]  # down a level in the last round: one there
-    there = round_of(moved) if moved and not cut(alive) else []
-    alive = [n for n in alive if n not in moved or n in there]
-    beside = [yours.number] if yours is not None and yours.number in alive else []
-    while True:  # the leader must meet the SLA where it stands, as a mean across servers
-        n = state.leader()
-        if n is None or state.meets(n) or cut(alive):
-            break
-        if len(state.rounds[n]) >= settings.repeats and not state.down(n):  # undecided at the budget:
-            continue  # a level down (none: it leaves)
-        while True:  # a round where it stands (one that breaks it sends it down a level: one there)
-            kept = round_of([n, *beside])
-            beside = [c for c in beside if c in kept]
-            if n not in kept or state.rounds[n]:
-                break
-        if n not in kept and state.rounds[n]:
-            state.down(n)  # its server failed: it leaves, on its rounds there
+    while (numbers := state.next_round(trials.out_of_time(trials.check_s))) is not None:
+        state.take(measured(numbers))
+    if state.out_of_time:
+        trials.events.said(
+            "the race stops here: the run's time budget is spent (each racer has its rounds so far)"
+        )
     out = state.verifications([r.number for r in ranked] + _raced_control(yours, state))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))

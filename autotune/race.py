@@ -1,6 +1,15 @@
 """The finalists' race as a state: who is in it, at which level, with which rounds; each
 transition a method, every verdict one of :mod:`autotune.rules`. Serving the rounds is not its
-business (:func:`autotune.finals.race` serves them and tells it each round).
+business: :func:`autotune.finals.race` asks it for the next round (:meth:`Race.next_round`),
+serves that round, and tells it the points (:meth:`Race.take`).
+
+The race goes in three phases:
+
+1. ``rounds``: every racer a round, at most ``repeats`` times. After each round the outraced
+   finalists leave. It ends early when one finalist is left with two rounds.
+2. ``moved``: a racer sent down a level in the last round gets one round there.
+3. ``leader``: the leader must meet the SLA where it stands, as a mean across servers. It gets
+   rounds there (your config beside it) until it does, or it is sent down, or it leaves.
 
 Your config races beside the finalists as the **control** when it is not one of them: it gets a
 round on the same fresh servers every round, goes down a level like a contender, and never
@@ -37,13 +46,22 @@ class Race:
     rounds: dict[int, list[Point]] = field(default_factory=dict)
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = field(default_factory=dict)
     count: dict[int, int] = field(default_factory=dict)
+    repeats: int = 1  # the rounds of the first phase, and a leader's most where it stands
+    phase: str = "rounds"  # then "moved", "leader", "done"
+    alive: list[int] = field(default_factory=list)  # the racers still in the race, in order
+    beside: list[int] = field(default_factory=list)  # the control, beside the leader's rounds
+    played: int = 0  # rounds of the first phase played
+    current: int | None = None  # the leader whose rounds where it stands go on
+    asked: list[int] = field(default_factory=list)  # the racers of the round being served
+    out_of_time: bool = False  # the race stopped for the run's time budget
 
     @classmethod
     def start(
         cls, ranked: Sequence[TrialResult], control: TrialResult | None, sla: Sla, percentile: int,
-        scoring: Scoring, yours: Candidate | None, open_loop: bool,
+        scoring: Scoring, yours: Candidate | None, open_loop: bool, repeats: int = 1,
     ) -> Race:  # fmt: skip
-        """The finalists ``ranked`` (and ``control``, your config's trial) at their first levels."""
+        """The finalists ``ranked`` (and ``control``, your config's trial) at their first levels,
+        for at most ``repeats`` rounds each (``--repeats``)."""
         racers = [*ranked, *([control] if control is not None else [])]
         levels = {r.number: rules.race_levels(r, sla) for r in racers}
         carry = {r.number: rules.to_limit(r, sla.limit_ms, percentile) for r in racers}
@@ -52,8 +70,79 @@ class Race:
             None if open_loop else carry,
             rules.changes_from(racers, yours), control.number if control is not None else None,
             level={n: listed[0] for n, listed in levels.items()}, rounds={r.number: [] for r in racers},
-            others={r.number: [] for r in racers}, count=dict.fromkeys(levels, 0),
+            others={r.number: [] for r in racers}, count=dict.fromkeys(levels, 0), repeats=repeats,
+            alive=list(levels),
         )  # fmt: skip
+
+    def next_round(self, out_of_time: bool) -> list[int] | None:
+        """The racers of the next round, to serve and then :meth:`take`; None: the race is over.
+        ``out_of_time``: the run's budget is spent; once each racer has a round, no round starts."""
+        while True:
+            if self.phase == "rounds":
+                if self.played < self.repeats and not self._cut(out_of_time):
+                    return self._ask(self.alive)
+                self.phase = "moved"
+            elif self.phase == "moved":
+                moved = [n for n in self.alive if not self.rounds[n]]  # down a level in the last round
+                if moved and not self._cut(out_of_time):
+                    return self._ask(moved)
+                self._to_leader(moved, [])
+            elif self.phase == "leader":
+                if self.current is None and not self._next_leader(out_of_time):
+                    self.phase = "done"
+                    return None
+                assert self.current is not None
+                return self._ask([self.current, *self.beside])
+            else:
+                return None
+
+    def take(self, points: Mapping[int, Point | None]) -> None:
+        """The round :meth:`next_round` asked for, served: each racer's point (None: it failed)."""
+        kept = [n for n in self.asked if self.add(n, points.get(n))]
+        if self.phase == "rounds":
+            self.played += 1
+            left = self.outraced(kept)
+            self.alive = [n for n in kept if n not in left]
+            if self.settled(self.alive):
+                self.phase = "moved"
+        elif self.phase == "moved":
+            self._to_leader(self.asked, kept)
+        elif self.phase == "leader":
+            n = self.current
+            assert n is not None
+            self.beside = [c for c in self.beside if c in kept]
+            if n in kept and not self.rounds[n]:
+                return  # sent down a level by this round: one round there
+            if n not in kept and self.rounds[n]:
+                self.down(n)  # its server failed: it leaves, on its rounds there
+            self.current = None
+
+    def _ask(self, numbers: Sequence[int]) -> list[int]:
+        self.asked = list(numbers)
+        return list(numbers)
+
+    def _cut(self, out_of_time: bool) -> bool:
+        """Out of time, and each racer still in has a round: no round starts."""
+        if out_of_time and all(self.count[n] for n in self.alive):
+            self.out_of_time = True
+        return self.out_of_time
+
+    def _to_leader(self, moved: Sequence[int], there: Sequence[int]) -> None:
+        """The ``moved`` racers that did not get a round ``there`` leave; the leader's phase."""
+        self.alive = [n for n in self.alive if n not in moved or n in there]
+        self.beside = [self.control] if self.control is not None and self.control in self.alive else []
+        self.phase = "leader"
+
+    def _next_leader(self, out_of_time: bool) -> bool:
+        """The leader that must still show it meets the SLA where it stands (False: none). One at
+        its most rounds there, undecided, goes a level down first (none left: it leaves)."""
+        while True:
+            n = self.leader()
+            if n is None or self.meets(n) or self._cut(out_of_time):
+                return False
+            if len(self.rounds[n]) < self.repeats or self.down(n):
+                self.current = n
+                return True
 
     def spread(self) -> Noise:
         """:func:`rules.round_spread` over every finalist's rounds at each of its levels (the

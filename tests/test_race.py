@@ -1,0 +1,163 @@
+"""The race's transitions (autotune.race.Race), one test each: which racers the next round asks
+for, and what a served round does to the race. Pure logic: the points are made up."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autotune.objective import RAW, Sla
+from autotune.points import Point
+from autotune.race import Race
+from autotune.search_space import Candidate
+from tests.test_noise import _trial, windowed
+
+SLA = Sla(95, 20.0)
+YOURS = Candidate(1, "KIND_CPU", (), 8, False, (), 0, False)
+CONTROL = 0
+
+
+def _race(finalists: int = 2, control: bool = True, repeats: int = 3) -> Race:
+    """Finalists 1, 2, ... that each met the SLA at 4 and 8 clients; your config (trial 0) at 4."""
+    ranked = [
+        _trial(i + 1, [windowed(4, 500.0, 8.0), windowed(8, 1000.0, 12.0)], replace(YOURS, instance_count=i + 2))
+        for i in range(finalists)
+    ]
+    yours = _trial(CONTROL, [windowed(4, 300.0, 10.0)], YOURS) if control else None
+    return Race.start(ranked, yours, SLA, 95, RAW, YOURS, open_loop=False, repeats=repeats)
+
+
+def meets(level: float, throughput: float = 1000.0) -> Point:
+    return windowed(int(level), throughput, 12.0)
+
+
+def near(level: float) -> Point:
+    """A round whose latency is too near the limit to say."""
+    return windowed(int(level), 1000.0, 19.6, spread=0.1)
+
+
+def breaks(level: float) -> Point:
+    return windowed(int(level), 500.0, 40.0)
+
+
+def _play(race: Race, points: dict[int, Point | None]) -> list[int] | None:
+    asked = race.next_round(False)
+    assert asked is not None and set(asked) == set(points)
+    race.take(points)
+    return asked
+
+
+def test_the_first_round_asks_every_racer_at_its_first_level() -> None:
+    race = _race()
+    assert race.next_round(False) == [1, 2, CONTROL] and race.phase == "rounds"
+    assert race.level == {1: 8.0, 2: 8.0, CONTROL: 4.0}
+
+
+def test_a_finalist_outraced_leaves_after_the_round_that_shows_it() -> None:
+    race = _race()
+    _play(race, {1: meets(8, 2000.0), 2: meets(8, 1000.0), CONTROL: meets(4, 300.0)})
+    assert race.alive == [1, 2, CONTROL] and race.played == 1  # one round shows nothing
+    _play(race, {1: meets(8, 2010.0), 2: meets(8, 1010.0), CONTROL: meets(4, 301.0)})
+    assert race.alive == [1, CONTROL]  # the control stays: it is never outraced
+
+
+def test_the_first_phase_ends_once_one_finalist_is_left_with_two_rounds() -> None:
+    race = _race(finalists=1, repeats=6)
+    _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})
+    assert race.phase == "rounds"
+    _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})
+    assert race.phase == "moved" and race.played == 2
+
+
+def test_the_first_phase_ends_after_its_repeats() -> None:
+    race = _race(repeats=1)
+    _play(race, {1: near(8), 2: near(8), CONTROL: meets(4, 300.0)})
+    assert race.played == 1 and race.phase == "rounds"
+    asked = race.next_round(False)
+    assert race.phase == "leader" and asked == [race.current, CONTROL]
+
+
+def test_a_racer_whose_server_failed_leaves() -> None:
+    race = _race()
+    _play(race, {1: meets(8), 2: None, CONTROL: meets(4, 300.0)})
+    assert race.alive == [1, CONTROL] and race.count[2] == 1
+
+
+def test_out_of_time_no_round_starts_once_each_racer_has_one() -> None:
+    race = _race()
+    assert race.next_round(True) == [1, 2, CONTROL]  # none has a round yet: this one is played
+    race.take({1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)})
+    assert race.next_round(True) is None and race.out_of_time and race.phase == "done"
+
+
+def test_a_racer_sent_down_in_the_last_round_gets_one_round_there() -> None:
+    race = _race(finalists=1, repeats=1)
+    _play(race, {1: breaks(8), CONTROL: meets(4, 300.0)})
+    below = race.level[1]
+    assert below < 8 and not race.rounds[1] and race.alive == [1, CONTROL]
+    assert race.next_round(False) == [1] and race.phase == "moved"
+    race.take({1: meets(below)})
+    assert race.phase == "leader" and race.alive == [1, CONTROL] and race.rounds[1]
+
+
+def test_a_racer_sent_down_that_fails_there_leaves() -> None:
+    race = _race(finalists=1, repeats=1)
+    _play(race, {1: breaks(8), CONTROL: meets(4, 300.0)})
+    assert race.next_round(False) == [1]
+    race.take({1: None})
+    assert race.alive == [CONTROL] and race.next_round(False) is None
+
+
+def test_a_leader_that_meets_the_sla_ends_the_race() -> None:
+    race = _race(finalists=1)
+    _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})
+    _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})
+    assert race.meets(1) and race.next_round(False) is None and race.phase == "done"
+
+
+def test_an_undecided_leader_gets_rounds_where_it_stands_the_control_beside() -> None:
+    race = _race(finalists=1, repeats=3)
+    for _ in range(2):
+        _play(race, {1: near(8), CONTROL: meets(4, 300.0)})
+    assert not race.meets(1)
+    assert race.next_round(False) == [1, CONTROL] and race.phase == "leader" and race.current == 1
+    race.take({1: near(8), CONTROL: meets(4, 300.0)})
+    assert race.current is None and len(race.rounds[1]) == 3  # a round there; the leader chosen again
+
+
+def test_a_leader_at_its_most_rounds_still_undecided_goes_down_first() -> None:
+    race = _race(finalists=1, repeats=2)
+    for _ in range(2):
+        _play(race, {1: near(8), CONTROL: meets(4, 300.0)})
+    assert race.next_round(False) == [1, CONTROL]
+    assert race.level[1] < 8 and not race.rounds[1] and len(race.others[1]) == 1
+
+
+def test_a_leader_whose_round_breaks_the_sla_gets_another_round_a_level_down() -> None:
+    race = _race(finalists=1, repeats=3)
+    for _ in range(2):
+        _play(race, {1: near(8), CONTROL: meets(4, 300.0)})
+    race.next_round(False)
+    race.take({1: breaks(8), CONTROL: meets(4, 300.0)})
+    assert race.current == 1 and race.level[1] < 8 and not race.rounds[1]
+    assert race.next_round(False) == [1, CONTROL]
+
+
+def test_a_leader_whose_server_fails_leaves_on_its_rounds_there() -> None:
+    race = _race(finalists=1, repeats=3)
+    for _ in range(2):
+        _play(race, {1: near(8), CONTROL: meets(4, 300.0)})
+    race.next_round(False)
+    race.take({1: None, CONTROL: None})
+    assert race.current is None and not race.rounds[1] and len(race.others[1][-1][1]) == 2
+    assert race.beside == []  # the control failed too: it leaves the leader's side
+    assert race.next_round(False) is None  # no leader stands: the race is over
+    (verification,) = race.verifications([1])
+    assert len(verification.points) == 2  # it stands on its rounds there
+
+
+def test_out_of_time_a_racer_sent_down_in_the_last_round_leaves_without_its_round_there() -> None:
+    race = _race(finalists=2, repeats=1)
+    _play(race, {1: breaks(8), 2: meets(8), CONTROL: meets(4, 300.0)})
+    assert race.alive == [1, 2, CONTROL] and not race.rounds[1]
+    assert race.next_round(True) is None and race.out_of_time
+    assert race.alive == [2, CONTROL]  # sent down, no round there: out of the race
