@@ -18,11 +18,10 @@ from pathlib import Path
 
 from autotune import hostlock
 from autotune import model_config as mcfg
-from autotune.finals import RAMP_S
 from autotune.launch import make_launcher
 from autotune.loadgen import LoadGenerator
 from autotune.pipeline import Pipeline, tuned_configs
-from autotune.points import Point
+from autotune.points import RAMP_S, Point
 from autotune.rules import judged_at
 from autotune.search_space import bundled, load_search_space
 from autotune.settings import RunSettings

@@ -693,14 +693,14 @@ def _tune_once(
 ) -> tuple[int, Outcome | None]:
     """One run, start to finish, its summary printed: the exit code and its outcome (None:
     stopped before it ended)."""
-    from autotune import tuner
+    from autotune import prepare, tuner
     from autotune._console import RichEvents, print_summary
     from autotune.launch import server_gpus
 
     gpus = server_gpus(settings.launch)
     if gpus.note:
         print(gpus.note, file=sys.stderr)
-    prep = tuner.prepare(settings, server_gpus=gpus.count)
+    prep = prepare.prepare(settings, server_gpus=gpus.count)
     count = len(prep.data.entries) if prep.data else 1
     entries = f" ({count} entries, sent in turn)" if count > 1 else ""
     print(f"workload: {settings.workload.label}{entries}; {settings.traffic.label}", file=sys.stderr)

@@ -5,24 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from autotune import openfiles, rules, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.launch import read_tail
 from autotune.loadgen import LoadGenerator
-from autotune.points import Point, WindowPlan
+from autotune.points import RAMP_S, Point, WindowPlan
+from autotune.prepare import Prepared
 from autotune.race import Race
 from autotune.results import COMPLETE, OpenLoopCheck, TrialResult, recommendation
 from autotune.rundir import RunDir
 from autotune.study import Study
 from autotune.traffic import CHECK_DISTRIBUTION, check_sustained
-
-if TYPE_CHECKING:
-    from autotune.trials import Trials
-    from autotune.tuner import Prepared
-
-RAMP_S = 0.3  # warm-up before each point after a server's first one (the first gets the plan's)
+from autotune.trials import Trials
 
 
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:

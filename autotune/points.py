@@ -22,6 +22,8 @@ from autotune.noise import MIN_WINDOWS, Estimate, Noise, breaks, meets, t95
 if TYPE_CHECKING:
     from autotune.objective import Sla
 
+RAMP_S = 0.3  # warm-up before each point after a server's first one (the first gets the plan's)
+
 # Named warnings, each with text a person can act on.
 UNSTABLE = "unstable"
 ERRORS = "errors"

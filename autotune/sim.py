@@ -30,7 +30,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
-from autotune import decide, tuner
+from autotune import decide, prepare, tuner
 from autotune import model_config as mcfg
 from autotune.events import Events
 from autotune.objective import Sla, scores
@@ -481,7 +481,7 @@ class SimTrials(Trials):
     simulated time, read by :attr:`clock`."""
 
     def __init__(
-        self, prep: tuner.Prepared, run: RunDir, surface: Surface, rng: random.Random,
+        self, prep: prepare.Prepared, run: RunDir, surface: Surface, rng: random.Random,
         warmup: WarmUp | None = None,
     ) -> None:  # fmt: skip
         super().__init__(prep, None, run, Events())  # type: ignore[arg-type]  # serves no real server
@@ -633,7 +633,7 @@ def simulate(
         open_loop_check=False, **options,
     )  # fmt: skip
     settings = replace(settings, plan=search_plan(surface.sla, 0.5))
-    prep = tuner.Prepared(
+    prep = prepare.Prepared(
         settings, mcfg.ModelConfig(name="sim"), Path("."), user, baseline, None,
         Loader(Traffic()), server_gpus=surface.gpus, cores=surface.cores,
     )  # fmt: skip
@@ -658,7 +658,7 @@ def simulate(
 
 
 def honest(
-    results: Sequence[TrialResult], told: dict[int, list[float] | None], prep: tuner.Prepared,
+    results: Sequence[TrialResult], told: dict[int, list[float] | None], prep: prepare.Prepared,
     readings: Mapping[str, Sequence[Point]],
 ) -> bool:  # fmt: skip
     """Whether the study was told only what was measured for each trial: a measured trial the

@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from autotune import decide, finals, openfiles, rules, stopping, trt_build, warmup
+from autotune import decide, openfiles, rules, stopping, trt_build, warmup
 from autotune import model_config as mcfg
 from autotune.errors import (
     AutotuneError,
@@ -28,7 +28,6 @@ from autotune.errors import (
     MachineLimitError,
     MeasurementError,
     ServerExitedError,
-    UsageError,
     WorkloadError,
     WrongOutputError,
     YourConfigError,
@@ -38,21 +37,18 @@ from autotune.files import disk_full
 from autotune.gpu import GpuProbe
 from autotune.gpu_probe import at_server, choose_probe
 from autotune.launch import Launcher, Server, failure_line, read_tail
-from autotune.loadgen import Beside, LoadGenerator, ModelIO, Payload, WorkloadData, read_workload
+from autotune.loadgen import Beside, LoadGenerator, Payload, WorkloadData
 from autotune.noise import Estimate, Noise
 from autotune.outputs import Reference, check_requests, compare, parse_tolerance
 from autotune.pipeline import tuned_configs, with_caller
-from autotune.points import Measurement, Point, WindowPlan, errors_line
+from autotune.points import RAMP_S, Measurement, Point, WindowPlan, errors_line
+from autotune.prepare import Prepared
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate
 from autotune.staging import Stages, can_warm, stage_members, stage_model
 from autotune.study import INTERRUPTED, Asked, Study
 from autotune.traffic import requests_per_s
-
-if TYPE_CHECKING:
-    from autotune.settings import RunSettings
-    from autotune.tuner import Prepared
 
 
 class Trials:
@@ -251,7 +247,7 @@ class Trials:
             check_start = self.clock()
             checked = self._check_outputs(asked.candidate, first)  # before anything is measured
             check_s = self.clock() - check_start
-            later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, finals.RAMP_S)))
+            later = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, RAMP_S)))
             done: list[Point] = []
 
             def note(point: Point) -> Point:
@@ -414,24 +410,6 @@ class Trials:
             yield stage
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-
-
-def beside_workloads(settings: RunSettings, pipeline: bool) -> tuple[WorkloadData | None, ...]:
-    """The workload of each model served beside the tuned one, read against its config (None:
-    it declares no inputs); a UsageError where several models on one server cannot be tuned."""
-    if not settings.beside:
-        return ()
-    if settings.traffic.open_loop:
-        raise UsageError("several models on one server (--models) are measured in a closed loop only")
-    if pipeline:
-        raise UsageError("several models on one server (--models) cannot include a pipeline's --step yet")
-    out = []
-    for co in settings.beside:
-        config = mcfg.load_config(settings.repository, co.model)
-        mcfg.check_versions(mcfg.model_dir(settings.repository, co.model), config)
-        io = ModelIO.from_config(co.model, config)
-        out.append(None if io is None else read_workload(io, co.workload, settings.seed or 0))
-    return tuple(out)
 
 
 def triton_version(host: str, port: int) -> str:

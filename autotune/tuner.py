@@ -14,167 +14,27 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune import __version__, decide, finals, hostlock, openfiles, rules, stopping
+from autotune import __version__, decide, finals, hostlock, rules, stopping
 from autotune import model_config as mcfg
 from autotune.config_edit import edit_in_place, text_diff
-from autotune.errors import DiskFullError, UsageError, WorkloadError
+from autotune.errors import DiskFullError, WorkloadError
 from autotune.events import Events
 from autotune.files import Room, disk_full, file_digest, free_bytes, mib, write_text_atomic
 from autotune.launch import make_launcher
-from autotune.loadgen import ModelIO, WorkloadData, read_workload
-from autotune.objective import RAW, Scoring, scoring_for
-from autotune.pipeline import ENSEMBLE, Pipeline, caller_digest, describe, for_step
+from autotune.pipeline import caller_digest, describe
+from autotune.prepare import RUN_ROOM_BYTES, Prepared
 from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult, gain
 from autotune.rundir import WINNER_CONFIG, WINNER_DIFF, RunDir, RunRecord
-from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, params_of
-from autotune.settings import RunOptions, RunSettings
+from autotune.search_space import params_of
+from autotune.settings import RunOptions
 from autotune.study import Study, redact
-from autotune.traffic import CHECK_POINTS, Loader
-from autotune.trials import Trials, beside_workloads
-
-# Disk a run needs: room kept for what it writes at the end (report.html is about 5 MB, its
-# plotly.js inline; trials.csv, winner.pbtxt and winner.diff are small), and per trial (a
-# server log of 10-100 kB, the study's rows).
-RUN_ROOM_BYTES = 16 * 2**20
-TRIAL_BYTES = 2**20
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """Everything checked before anything is started or written."""
-
-    settings: RunSettings
-    original: mcfg.ModelConfig
-    model_dir: Path
-    # the user's space as this model, machine and workload allow it: the sampler, the seeds and
-    # the neighbours stay in it; your config is measured whether it holds it or not
-    space: SearchSpace
-    baseline: Candidate
-    data: WorkloadData | None  # the workload read and checked; None: the config declares no inputs
-    loader: Loader  # the traffic, its arrival pattern read and checked
-    server_gpus: int = 0  # GPUs the server side has (asked of the launcher, not of this machine)
-    scoring: Scoring = RAW  # goodput, or goodput per GPU (objective.scoring_for); a resumed run's own
-    notes: tuple[str, ...] = ()  # what people should know before the run: the space was narrowed
-    cores: int = 0  # the cores the server's instances share (the seeds' "many"); 0: this machine's
-    pipeline: Pipeline | None = None  # --step: the ensemble served whole, ``original`` its step's config
-    # --models: the workload of each model served beside the tuned one, read and checked once
-    beside_data: tuple[WorkloadData | None, ...] = ()
-
-    @property
-    def clients(self) -> int:
-        """The most connections a point opens: the space's clients for each model served (an
-        open loop's are not known before it runs: 0)."""
-        return 0 if self.loader.open_loop else self.space.concurrency_max * (1 + len(self.settings.beside))
-
-
-def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
-    """Validate the input (UsageError on anything wrong); writes nothing. ``server_gpus``: how
-    many GPUs the server side has (``kind: auto`` follows it, and whether goodputs are compared
-    per GPU: :func:`autotune.objective.scoring_for`, decided once; a resumed run keeps its own)."""
-    gpu_available = server_gpus > 0
-    resumed = None if settings.run_dir is None else _check_resumable(settings, settings.run_dir)
-    served = mcfg.load_config(settings.repository, settings.model)  # what the load generator sends to
-    mcfg.check_versions(mcfg.model_dir(settings.repository, settings.model), served)
-    pipeline = for_step(settings.repository, served, settings.step, settings.composing)  # checked
-    tuned = settings.step or settings.model
-    # an ensemble's step takes requests as large as the ensemble's max batch size
-    ensemble = pipeline is not None and pipeline.kind == ENSEMBLE
-    original = served
-    if tuned != settings.model:
-        original = mcfg.load_config(settings.repository, tuned)
-        mcfg.check_versions(mcfg.model_dir(settings.repository, tuned), original)
-    models = [*(pipeline.models if pipeline else (settings.model,)), *settings.beside_names]  # served
-    space_file = settings.search_space or default_space_path()
-    given = load_search_space(space_file, gpu_available=gpu_available, model=tuned, served=models)
-    baseline = mcfg.candidate_of(original)
-    space = given.restricted(
-        batching=original.max_batch_size > 0,
-        gpu=gpu_available,
-        tensorrt=mcfg.supports_tensorrt(original),
-        min_batch=max(settings.workload.batch_size, served.max_batch_size if ensemble else 0),
-        gpu_count=server_gpus,
-    )
-    io = ModelIO.from_config(settings.model, served)  # None: it declares no inputs, the server will
-    data = None if io is None else read_workload(io, settings.workload, settings.seed or 0)  # read once
-    beside_data = beside_workloads(settings, pipeline is not None)
-    loader = Loader.read(settings.traffic)
-    _check_writable(settings.reports_dir if settings.run_dir is None else settings.run_dir)
-    _check_room(settings.reports_dir if settings.run_dir is None else settings.run_dir, settings.max_trials)
-    model_dir = mcfg.model_dir(settings.repository, tuned)
-    scoring = resumed.scoring if resumed is not None else scoring_for(space, server_gpus)
-    notes = narrowed(given, space, settings.workload.batch_size)
-    prepared = Prepared(
-        settings,
-        original,
-        model_dir,
-        space,
-        baseline,
-        data,
-        loader,
-        server_gpus,
-        scoring,
-        notes,
-        pipeline=pipeline,
-        beside_data=beside_data,
-    )
-    openfiles.check_room(prepared.clients)
-    return prepared
-
-
-def narrowed(given: SearchSpace, space: SearchSpace, batch_size: int) -> tuple[str, ...]:
-    """What the workload took out of the space that people should hear of: max batch sizes
-    below the requests' batch size (every one of them: only the batch size itself is tried)."""
-    below = sorted({m for m in given.max_batch_size if 0 < m < batch_size})
-    if not below or space.max_batch_size == given.max_batch_size:
-        return ()
-    left = ", ".join(map(str, space.max_batch_size))
-    return (
-        f"the search space's max_batch_size {', '.join(map(str, below))} cannot take requests of "
-        f"--batch-size {batch_size}: trying max_batch_size {left}",
-    )
-
-
-def default_space_path() -> Path:
-    return bundled("default")
-
-
-def _check_writable(path: Path) -> None:
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK):
-        raise UsageError(f"report directory is not writable: {path} ({probe} is not a writable directory)")
-
-
-def _check_room(path: Path, trials: int) -> None:
-    """Enough free disk for a run of ``trials`` trials, else a UsageError that says how much."""
-    need, free = RUN_ROOM_BYTES + trials * TRIAL_BYTES, free_bytes(path)
-    if free < need:
-        raise UsageError(
-            f"not enough disk space for the run: {path} has {mib(free)} free, a run of {trials} trials "
-            f"needs about {mib(need)} (its report alone is about 5 MiB)",
-            hint="free some space, or give --reports-dir on another disk",
-        )
-
-
-def _check_resumable(settings: RunSettings, run_dir: Path) -> RunRecord:
-    run = RunDir.load(run_dir)
-    run.study_url(settings.storage)  # a recorded URL whose password was hidden needs --storage
-    record = run.record
-    changed = record.differences(settings)
-    if changed:
-        raise UsageError(
-            f"--resume {run_dir}: resume a run with the settings it started with ({'; '.join(changed)})"
-        )
-    if record.running_elsewhere() and record.owner is not None:
-        raise UsageError(f"--resume {run_dir}: process {record.owner.pid} is still running it")
-    return record
+from autotune.traffic import CHECK_POINTS
+from autotune.trials import Trials
 
 
 def tune(prep: Prepared, events: Events | None = None, *, wait: bool = False) -> Outcome:

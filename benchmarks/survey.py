@@ -36,16 +36,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autotune import hostlock, sim, stopping, tuner
+from autotune import hostlock, prepare, sim, stopping
 from autotune.events import Events
 from autotune.launch import make_launcher, server_gpus
 from autotune.objective import Sla
 from autotune.points import WindowPlan
+from autotune.prepare import default_space_path
 from autotune.rundir import RunDir, RunRecord
 from autotune.search_space import space_document
 from autotune.settings import Launch, RunSettings
 from autotune.trials import Trials
-from autotune.tuner import default_space_path
 
 LEVELS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 # a config's levels end at the first whose latency is this many times the limit: above it a
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         model=args.model, repository=repository, sla=sla, search_space=args.search_space, output_check=False
     )
     gpus = server_gpus(settings.launch)  # a KIND_GPU space stays on the GPU where there is one
-    prep = tuner.prepare(settings, server_gpus=gpus.count)
+    prep = prepare.prepare(settings, server_gpus=gpus.count)
     data = _read(args.out) or {
         "version": sim.SURVEY_VERSION, "model": args.model, "percentile": sla.percentile,
         "limit_ms": sla.limit_ms, "cores": os.cpu_count() or 1, "gpus": gpus.count,

@@ -330,7 +330,7 @@ def test_a_model_folder_without_a_version_folder_is_refused_in_tritons_words(
 
 def test_batch_sizes_all_below_the_requests_are_named(toy_repo: Path, tmp_path: Path) -> None:
     from autotune.cli import build_parser, settings_from
-    from autotune.tuner import prepare
+    from autotune.prepare import prepare
 
     space = tmp_path / "space.yaml"
     space.write_text("max_batch_size: [2, 4]\n")

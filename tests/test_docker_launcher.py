@@ -32,9 +32,10 @@ from autotune.launch import failure_line, free_ports, read_tail
 from autotune.launch._base import Ports
 from autotune.model_config import load_config
 from autotune.points import Point
+from autotune.prepare import prepare
 from autotune.settings import DockerOptions
 from autotune.staging import stage_model
-from autotune.tuner import prepare, tune
+from autotune.tuner import tune
 
 docker = pytest.importorskip("docker")
 

@@ -12,10 +12,11 @@ import pytest
 
 from autotune.cli import build_parser, main, settings_from
 from autotune.events import Events
+from autotune.prepare import prepare
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL
 from autotune.study import INTERRUPTED
-from autotune.tuner import prepare, tune
+from autotune.tuner import tune
 from tests.conftest import CLI, servers_of, staged_servers, toy_run_args
 
 pytestmark = pytest.mark.integration

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from autotune.errors import SearchSpaceError
+from autotune.prepare import default_space_path
 from autotune.search_space import Candidate, load_search_space, params_of, parse_search_space
-from autotune.tuner import default_space_path
 
 
 class Fixed:

@@ -174,8 +174,8 @@ def test_each_model_gets_its_section_of_the_search_space_and_a_section_for_no_mo
     section (pinned to 3 instances), the one that tunes toy the top level; a section for a model
     the run does not serve is one line, exit 2, nothing written."""
     from autotune.cli import build_parser, settings_from
+    from autotune.prepare import prepare
     from autotune.settings import serving
-    from autotune.tuner import prepare
 
     repo = _twin_repo(toy_repo)
     space = tmp_path / "space.yaml"

@@ -1,4 +1,4 @@
-"""tuner.prepare (no server): the per-GPU decision is made once, from the space and the server's
+"""prepare.prepare (no server): the per-GPU decision is made once, from the space and the server's
 GPUs, and a resumed run keeps the one it recorded; and the SLA a trial's search keeps."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from autotune.objective import RAW, Scoring, Sla
+from autotune.prepare import prepare
 from autotune.rundir import RunDir, RunRecord
 from autotune.settings import Launch, RunSettings
-from autotune.tuner import prepare
 
 TWO_SIZES = "instance_group:\n  kind: [KIND_GPU]\n  gpus: [[0], [0, 1]]\nmax_batch_size: [8]\n"
 
