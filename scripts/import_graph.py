@@ -1,11 +1,12 @@
 """The import graph of the autotune package, and the layering rules it must follow.
 
     python scripts/import_graph.py            # the graph as text (module -> modules it imports)
-    python scripts/import_graph.py --mermaid  # the same as a Mermaid flowchart (docs/architecture.md)
+    python scripts/import_graph.py --mermaid  # the same as a Mermaid flowchart
+    python scripts/import_graph.py --layers   # the layers as a text drawing (docs/architecture.md)
     python scripts/import_graph.py --check    # exit 1 and one line per broken rule
 
-Read with ``ast``, nothing is imported. Imports inside functions count like the others (a
-lazy import is still a dependency); ``if TYPE_CHECKING:`` imports do not (they never run).
+Read with ``ast``, nothing is imported. Every import counts: one inside a function (a lazy
+import is still a dependency) and one under ``if TYPE_CHECKING:`` (a type is a dependency too).
 The rules (``--check``; tests/test_architecture.py runs it):
 
 - layering: every module belongs to one layer of :data:`LAYERS` and imports only modules of
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
+import textwrap
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
@@ -73,6 +75,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "tune",
         (
             "autotune.events",
+            "autotune.prepare",
             "autotune.tuner",
             "autotune.trials",
             "autotune.finals",
@@ -99,13 +102,6 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
-def _type_checking_only(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST, module: str, is_package: bool, known: Collection[str]) -> Iterator[str]:
     """The modules ``tree`` imports: ``from a import b`` is ``a.b`` when that is a module, else ``a``."""
     for node in ast.walk(tree):
@@ -123,22 +119,12 @@ def _imports(tree: ast.AST, module: str, is_package: bool, known: Collection[str
                 yield name if name in known else base
 
 
-def _strip_type_checking(tree: ast.Module) -> ast.Module:
-    class Strip(ast.NodeTransformer):
-        def visit_If(self, node: ast.If) -> ast.AST | None:
-            return None if _type_checking_only(node) else self.generic_visit(node)
-
-    result = Strip().visit(tree)
-    assert isinstance(result, ast.Module)
-    return result
-
-
 def graph(root: Path = ROOT) -> dict[str, set[str]]:
     """Module -> the package's modules it imports (names resolved to modules that exist)."""
     known = modules(root)
     out: dict[str, set[str]] = {}
     for name, path in known.items():
-        tree = _strip_type_checking(ast.parse(path.read_text(encoding="utf-8")))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
         found = set()
         for target in _imports(tree, name, path.name == "__init__.py", known):
             while target and target not in known:
@@ -227,9 +213,55 @@ def as_mermaid(edges: dict[str, set[str]]) -> str:
     return "\n".join(lines)
 
 
+def as_layers(edges: dict[str, set[str]], width: int = 96) -> str:
+    """The layers as a text drawing, highest first: each layer's modules (a package is one name
+    that ends in ``/``; the package's own ``__init__`` is ``__init__``), then the other layers
+    its modules import, read from ``edges``."""
+
+    def node(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    def shown(name: str) -> str:
+        if name == PACKAGE:
+            return "__init__"
+        is_package = any(m.startswith(name + ".") for m in edges)
+        return _short(name) + ("/" if is_package else "")
+
+    members: dict[int, set[str]] = {}
+    uses: dict[int, set[int]] = {}
+    for module, targets in edges.items():
+        own = layer_of(module)
+        key = -1 if own is None else own
+        members.setdefault(key, set()).add(shown(node(module)))
+        for target in targets:
+            theirs = layer_of(target)
+            if theirs is not None and theirs != key:
+                uses.setdefault(key, set()).add(theirs)
+    pad = max(len(title) for title, _ in LAYERS) + 3
+    lines: list[str] = []
+    order = sorted(members, reverse=True)
+    for index in order:
+        title = LAYERS[index][0] if index >= 0 else "in no layer"
+        lines.append(
+            textwrap.fill(
+                ", ".join(sorted(members[index])),
+                width=width,
+                initial_indent=f"{title:<{pad}}",
+                subsequent_indent=" " * pad,
+            )
+        )
+        if index == order[-1]:
+            break
+        below = ", ".join(LAYERS[i][0] for i in sorted(uses.get(index, ()), reverse=True))
+        lines.append(f"{'  |':<{pad}}imports {below}" if below else "  |")
+        lines.append("  v")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart")
+    parser.add_argument("--layers", action="store_true", help="print the layers as a text drawing")
     parser.add_argument("--check", action="store_true", help="check the rules; exit 1 if one is broken")
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to read (default: this one)")
     args = parser.parse_args(argv)
@@ -238,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(found) or "import graph: every rule holds")
         return 1 if found else 0
     edges = graph(args.root)
-    print(as_mermaid(edges) if args.mermaid else as_text(edges))
+    if args.layers:
+        print(as_layers(edges))
+    else:
+        print(as_mermaid(edges) if args.mermaid else as_text(edges))
     return 0
 
 
