@@ -18,10 +18,8 @@ CONTROL = 0
 
 def _race(finalists: int = 2, control: bool = True, repeats: int = 3) -> Race:
     """Finalists 1, 2, ... that each met the SLA at 4 and 8 clients; your config (trial 0) at 4."""
-    ranked = [
-        _trial(i + 1, [windowed(4, 500.0, 8.0), windowed(8, 1000.0, 12.0)], replace(YOURS, instance_count=i + 2))
-        for i in range(finalists)
-    ]
+    met = [windowed(4, 500.0, 8.0), windowed(8, 1000.0, 12.0)]
+    ranked = [_trial(i + 1, met, replace(YOURS, instance_count=i + 2)) for i in range(finalists)]
     yours = _trial(CONTROL, [windowed(4, 300.0, 10.0)], YOURS) if control else None
     return Race.start(ranked, yours, SLA, 95, RAW, YOURS, open_loop=False, repeats=repeats)
 
