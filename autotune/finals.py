@@ -9,12 +9,12 @@ from dataclasses import replace
 from autotune import openfiles, rules, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.launch import read_tail
-from autotune.loadgen import LoadGenerator
 from autotune.points import RAMP_S, Point, WindowPlan
 from autotune.prepare import Prepared
 from autotune.race import Race
 from autotune.results import COMPLETE, OpenLoopCheck, TrialResult, recommendation
 from autotune.rundir import RunDir
+from autotune.serving import Load
 from autotune.study import Study
 from autotune.traffic import CHECK_DISTRIBUTION, check_sustained
 from autotune.trials import Trials
@@ -134,12 +134,12 @@ def _shared_round(
     return out
 
 
-def _point(prep: Prepared, trials: Trials, gen: LoadGenerator, number: int, level: float, i: int) -> Point:
+def _point(prep: Prepared, trials: Trials, gen: Load, number: int, level: float, i: int) -> Point:
     """Trial ``number``'s round ``i`` at ``level``, told to the console (an open loop's arrivals
     drawn with the round's own seed)."""
     where = f"{level:.4g} req/s" if prep.loader.open_loop else f"concurrency {level:.0f}"
     trials.events.verifying(number, where, i + 1, prep.settings.repeats)
-    return prep.loader.point(replace(gen, seed=i + 1) if prep.loader.open_loop else gen, level)
+    return prep.loader.point(gen.with_seed(i + 1) if prep.loader.open_loop else gen, level)
 
 
 def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialResult) -> RunDir:

@@ -4,7 +4,7 @@ A :class:`Surface` maps a candidate at a level (a concurrency) to the distributi
 window's readings; its noise-free figures are the ground truth. :func:`simulate` runs the real
 search (:func:`autotune.tuner.search`: seeds, the sampler, stand-ins, every goodput search,
 convergence, the finalists' race) and the real winner's choice against it, on a
-:class:`SimTrials`: servers that start in :attr:`Surface.start_s` and load generators whose
+:class:`SimServers`: servers that start in :attr:`Surface.start_s` and load generators whose
 windows are drawn from the surface and stopped by the load generator's own rule
 (:func:`autotune.points.windows_done`). Time is the simulated
 time those windows and starts take. :func:`judge` says how good the run's answer truly was:
@@ -461,7 +461,7 @@ class SimServer:
 class SimGenerator:
     """A load generator over a surface: windows until the plan's rule stops them."""
 
-    trials: SimTrials
+    servers: SimServers
     server: SimServer
     plan: WindowPlan
     seed: int = 0
@@ -469,27 +469,38 @@ class SimGenerator:
     def with_plan(self, plan: WindowPlan) -> SimGenerator:
         return replace(self, plan=plan)
 
+    def with_seed(self, seed: int) -> SimGenerator:
+        return replace(self, seed=seed)
+
     def at_concurrency(self, concurrency: int) -> Point:
-        return self.trials.point(self.server, concurrency, self.plan)
+        return self.servers.point(self.server, concurrency, self.plan)
 
     def at_rate(self, rate: float, distribution: str = "constant") -> Point:
         raise NotImplementedError("the simulator has closed loops only")
 
+    def at_intervals(self, intervals_us: Sequence[int], rate: float | None = None) -> Point:
+        raise NotImplementedError("the simulator has closed loops only")
 
-class SimTrials(Trials):
-    """:class:`autotune.trials.Trials` on a surface: a server start and a window cost their
-    simulated time, read by :attr:`clock`."""
+    def check_sample(self, workload: Any, seed: int, count: int) -> list[tuple[Any, str]]:
+        raise NotImplementedError("the simulator's runs have no output check")
 
-    def __init__(
-        self, prep: prepare.Prepared, run: RunDir, surface: Surface, rng: random.Random,
-        warmup: WarmUp | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(prep, None, run, Events())  # type: ignore[arg-type]  # serves no real server
+    def answers(self, payloads: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        raise NotImplementedError("the simulator's runs have no output check")
+
+
+class SimServers:
+    """:class:`autotune.serving.Servers` on a surface: a server start and a window cost their
+    simulated time, read by :meth:`clock`."""
+
+    def __init__(self, surface: Surface, rng: random.Random, warmup: WarmUp | None = None) -> None:
         self.surface, self.rng, self.now = surface, rng, 0.0
-        self.clock = lambda: self.now
+        self.warm, self.version = True, ""
         self.warmup = warmup  # each fresh server's (None: none)
         self.turned = 0  # race rounds a warm-up turned: over the limit, under it without the warm-up
         self.readings: dict[str, list[Point]] = {}  # every point handed out, by its server's stage
+
+    def clock(self) -> float:
+        return self.now
 
     def _fresh(self, candidate: Candidate | None, race: bool) -> SimServer:
         """A fresh server's model: its bias, then (with a warm-up) its transient, each drawn."""
@@ -498,7 +509,7 @@ class SimTrials(Trials):
         return SimServer(candidate, bias, transient=transient, race=race)
 
     @contextmanager
-    def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[SimServer]:  # type: ignore[override]
+    def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[SimServer]:
         self.now += self.surface.start_s
         server = self._fresh(candidate, stage_name.startswith("race-"))
         server.stage = stage_name
@@ -508,7 +519,7 @@ class SimTrials(Trials):
         return True
 
     @contextmanager
-    def serve_all(  # type: ignore[override]
+    def serve_all(
         self, candidates: Mapping[str, Candidate], log: Path, stage_name: str
     ) -> Iterator[SimServer]:
         """One start for all (the models load side by side: :data:`SHARED_START`); each model's
@@ -517,8 +528,14 @@ class SimTrials(Trials):
         models = {name: self._fresh(c, True) for name, c in candidates.items()}  # only the race shares
         yield SimServer(None, Bias(1.0), models=models)
 
-    def generator(self, server: SimServer, plan: WindowPlan, model: str = "") -> SimGenerator:  # type: ignore[override]
+    def generator(self, server: SimServer, plan: WindowPlan, model: str = "") -> SimGenerator:
         return SimGenerator(self, server.models[model] if model else server, plan)
+
+    def warmed(self, config: mcfg.ModelConfig) -> tuple[mcfg.ModelConfig, dict[str, bytes]]:
+        return config, {}  # a fresh server's warm-up is the surface's (:class:`WarmUp`)
+
+    def close(self) -> None:
+        pass
 
     def point(self, server: SimServer, level: int, plan: WindowPlan) -> Point:
         """One point, as :func:`autotune.loadgen._windows.run_windows` measures it: windows until
@@ -619,13 +636,15 @@ def simulate(
     space: SearchSpace | None = None,
     baseline: Candidate | None = None,
     workdir: Path | None = None,
-    trials_type: type[SimTrials] | None = None,
+    trials_type: type[Trials] = Trials,
+    servers_type: type[SimServers] | None = None,
     warmup: WarmUp | None = None,
     **options: Any,
 ) -> SimOutcome:
     """One tuning run against ``surface``, with the CLI's defaults (``options``: RunSettings
     fields to change, such as ``max_trials``) and the sampler seeded with ``seed``
-    (``trials_type``: a :class:`SimTrials` of one's own; ``warmup``: each fresh server's)."""
+    (``trials_type``, ``servers_type``: one's own :class:`Trials`, :class:`SimServers`;
+    ``warmup``: each fresh server's)."""
     user = space or space_of(surface)
     baseline = baseline if baseline is not None else baseline_of(surface)
     settings = RunSettings(
@@ -645,7 +664,8 @@ def simulate(
         )  # fmt: skip
         run = RunDir.create(Path(tmp) / "run", record)
         study = Study.open(None, "sim", prep.space, surface.sla, seed=seed, scoring=prep.scoring)
-        trials = (trials_type or SimTrials)(prep, run, surface, random.Random(seed), warmup)
+        servers = (servers_type or SimServers)(surface, random.Random(seed), warmup)
+        trials = trials_type(prep, servers, run, Events(), clock=servers.clock)
         run = tuner.search(prep, trials, study)
         results = tuple(study.results())
         verifications = run.record.verifications
@@ -653,8 +673,8 @@ def simulate(
         winner = race_winner(verifications, results, s.search_sla, prep.scoring, prep.baseline)
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
-    truthful = honest(results, told, prep, trials.readings)
-    return SimOutcome(seed, results, verifications, winner, trials.now, measured, truthful, trials.turned)
+    truthful = honest(results, told, prep, servers.readings)
+    return SimOutcome(seed, results, verifications, winner, servers.now, measured, truthful, servers.turned)
 
 
 def honest(

@@ -14,12 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.loadgen import LoadGenerator, read_intervals
+from autotune.loadgen import read_intervals
 from autotune.noise import Estimate, breaks, meets
 from autotune.objective import Sla
 from autotune.points import Measurement, Point
 from autotune.rules import find_goodput, find_rate_goodput
 from autotune.search_space import SearchSpace
+from autotune.serving import Load
 from autotune.settings import Traffic
 
 # The open-loop check of a concurrency run's winner goes down to this fraction of the rate its
@@ -47,7 +48,7 @@ class Loader:
     def open_loop(self) -> bool:
         return self.traffic.open_loop
 
-    def point(self, gen: LoadGenerator, level: float) -> Point:
+    def point(self, gen: Load, level: float) -> Point:
         """One point at ``level``: a concurrency, or a rate with the run's arrivals."""
         if not self.open_loop:
             return gen.at_concurrency(int(level))

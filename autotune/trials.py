@@ -1,25 +1,24 @@
-"""One trial, start to finish: the candidate staged and served, its goodput searched, the study told.
+"""One trial, start to finish: the candidate served, its answers checked, its goodput searched,
+the study told.
 
-:class:`Trials` is what the tuner (:mod:`autotune.tuner`) and the finalists' verification
-(:mod:`autotune.finals`) serve candidates through: it stages a candidate, starts its server on
-the run's launcher, measures it with the run's load, and tells the study what it measured, or
-why it failed.
+:class:`Trials` is what the tuner (:mod:`autotune.tuner`) and the finalists' race
+(:mod:`autotune.finals`) measure through. It serves candidates on the run's
+:class:`autotune.serving.Servers` (real ones: :class:`autotune.launched.LaunchedServers`;
+simulated: :class:`autotune.sim.SimServers`), and tells the study what it measured, or why it
+failed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import shutil
 import time
-import urllib.request
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autotune import decide, openfiles, rules, stopping, trt_build, warmup
+from autotune import decide, openfiles, rules, stopping, warmup
 from autotune import model_config as mcfg
 from autotune.errors import (
     AutotuneError,
@@ -34,19 +33,15 @@ from autotune.errors import (
 )
 from autotune.events import Events
 from autotune.files import disk_full
-from autotune.gpu import GpuProbe
-from autotune.gpu_probe import at_server, choose_probe
-from autotune.launch import Launcher, Server, failure_line, read_tail
-from autotune.loadgen import Beside, LoadGenerator, Payload, WorkloadData
+from autotune.launch import failure_line, read_tail
 from autotune.noise import Estimate, Noise
 from autotune.outputs import Reference, check_requests, compare, parse_tolerance
-from autotune.pipeline import tuned_configs, with_caller
 from autotune.points import RAMP_S, Measurement, Point, WindowPlan, errors_line
 from autotune.prepare import Prepared
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate
-from autotune.staging import Stages, can_warm, stage_members, stage_model
+from autotune.serving import Load, Servers
 from autotune.study import INTERRUPTED, Asked, Study
 from autotune.traffic import requests_per_s
 
@@ -54,21 +49,16 @@ from autotune.traffic import requests_per_s
 class Trials:
     """Runs trials and verifications: stages the candidate, serves it, measures, tells the study."""
 
-    def __init__(self, prep: Prepared, launcher: Launcher[Any], run: RunDir, events: Events) -> None:
-        self.prep, self.launcher, self.run_dir, self.events = prep, launcher, run, events
-        # the requests for each served name (the tuned model's, and those serve_all staged)
-        self._data: dict[str, WorkloadData | None] = {prep.settings.model: prep.data}
-        self.checked = False  # the preflight passed
-        self.warm = True  # staged configs get our warm-up (off once it kept your config from loading)
+    def __init__(
+        self, prep: Prepared, servers: Servers[Any], run: RunDir, events: Events,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:  # fmt: skip
+        self.prep, self.servers, self.run_dir, self.events = prep, servers, run, events
         self.started = False  # a server of this run has loaded its model
         self.noise = Noise()  # the run's window latency spread so far (rules.latency_noise)
-        self._beside_checked = False  # the models beside it passed theirs
-        self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
-        self.probed = False
-        self._stages: Stages | None = None  # made on the first serve, removed by close
         self._reference: Reference | None = None  # your config's answers (autotune.outputs)
-        self._sample: list[tuple[Payload, str]] = []  # the check's requests, made on the first server
-        self.clock = time.monotonic  # what trial durations and the time budget are read from
+        self._sample: list[tuple[Any, str]] = []  # the check's requests, made on the first server
+        self.clock = clock  # what trial durations and the time budget are read from
         self.loaded = False  # the trial in flight's server got its model ready
         self.deadline: float | None = None  # the run's time budget ends then, on :attr:`clock`
         self.check_s = 0.0  # the time the open-loop check will take, kept from the race's
@@ -79,9 +69,8 @@ class Trials:
         return self.deadline is not None and self.clock() + keep_s >= self.deadline
 
     def close(self) -> None:
-        """Remove the stages (every server has stopped when its :meth:`Launcher.serve` block ended)."""
-        if self._stages is not None:
-            self._stages.remove()
+        """What serving left removed (:meth:`Servers.close`)."""
+        self.servers.close()
 
     def run(self, study: Study, results: list[TrialResult]) -> None:
         """Ask one trial and tell its result; ``results``: every trial so far, this worker's or not."""
@@ -173,7 +162,7 @@ class Trials:
                 log.replace(log.with_suffix(".1.log"))
             said = str(exc).splitlines()[0]
             if cold:  # measured without it, and so is the rest of the run
-                self.warm = False
+                self.servers.warm = False
                 said = f"{said}; our warm-up may be why: without it from now on"
             self.events.trial_retried(asked.number, said)
             return self.measure(asked, start, beat)
@@ -183,50 +172,32 @@ class Trials:
         of this run has loaded yet, the config got our warm-up, and the log does not say the
         model refused the workload's data in it (that is the data's: :meth:`_not_the_candidate`).
         Seen: the python backend's server died (signal 11) on a sample its model refused."""
-        if not self.warm or self.started:
+        if not self.servers.warm or self.started:
             return False
         config = mcfg.apply_candidate(self.prep.original, candidate)
-        if self._warmed(config)[0] is config:
+        if self.servers.warmed(config)[0] is config:
             return False
         return warmup.refused(_tail(log, None), self.prep.settings.workload.batch_size) is None
 
-    def generator(self, server: Server, plan: WindowPlan, model: str = "") -> LoadGenerator:
-        """The load for this server (``model``: a name :meth:`serve_all` staged, else the tuned
-        model's); the first server that answers also gets the preflight
-        (LoadGenerator.preflight: each distinct shape of the workload, then a spread of its
-        requests; a WorkloadError stops the run) and chooses the run's GPU probe (none: no sampling),
-        which then reads each server at its own metrics (:func:`autotune.gpu_probe.at_server`)."""
-        settings = self.prep.settings
-        self._check_open_files(server)
-        name = model or settings.model
-        data = self._data[name] if name in self._data else self._data[settings.model]
-        gen = LoadGenerator.connect(
-            server.host, server.http_port, server.grpc_port, name, protocol=settings.protocol,
-            plan=plan, workload=settings.workload, data=data, preflight=not self.checked,
-        )  # fmt: skip
-        self._data[name], self.checked = gen.data, True  # as the server serves it, encoded once
-        if not self.probed:
-            self.probe, self.probed = choose_probe(server.metrics_url, settings.launch.kind), True
-            version = triton_version(server.host, server.http_port)
-            if version and "triton" not in self.run_dir.record.made:
-                self.run_dir = self.run_dir.update(made={**self.run_dir.record.made, "triton": version})
-        gen = gen.with_steps(self.prep.pipeline.members) if self.prep.pipeline else gen
-        gen = gen.with_beside(self._beside(server, plan), settings.weight) if settings.beside else gen
-        return gen.with_gpu_probe(at_server(self.probe, server.metrics_url))  # this server's metrics
+    def generator(self, server: Any, plan: WindowPlan, model: str = "") -> Load:
+        """The load on ``server`` (:meth:`Servers.generator`); the server's version goes into the
+        run's record once one has answered."""
+        gen = self.servers.generator(server, plan, model)
+        made = self.run_dir.record.made
+        if self.servers.version and "triton" not in made:
+            self.run_dir = self.run_dir.update(made={**made, "triton": self.servers.version})
+        return gen
 
-    def _beside(self, server: Server, plan: WindowPlan) -> list[Beside]:
-        """A load generator for each model served beside the tuned one, with its own workload
-        (checked on the first server, as the tuned model's), as many clients as the tuned one."""
-        beside = []
-        for co, data in zip(self.prep.settings.beside, self.prep.beside_data, strict=True):
-            gen = LoadGenerator.connect(
-                server.host, server.http_port, server.grpc_port, co.model,
-                protocol=self.prep.settings.protocol, plan=plan, workload=co.workload, data=data,
-                preflight=not self._beside_checked,
-            )  # fmt: skip
-            beside.append(Beside(gen, co.weight, co.sla.percentile))
-        self._beside_checked = True
-        return beside
+    def serve(self, candidate: Candidate, log: Path, stage_name: str) -> AbstractContextManager[Any]:
+        return self.servers.serve(candidate, log, stage_name)
+
+    def serve_all(
+        self, candidates: Mapping[str, Candidate], log: Path, stage_name: str
+    ) -> AbstractContextManager[Any]:
+        return self.servers.serve_all(candidates, log, stage_name)
+
+    def can_share(self) -> bool:
+        return self.servers.can_share()
 
     def measure(self, asked: Asked, start: float | None = None, beat: Estimate | None = None) -> Measurement:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
@@ -272,12 +243,6 @@ class Trials:
             raise MeasurementError(f"every load measured got errors: {errors_line(measured.points)}")
         return replace(measured, output_check=checked, output_check_s=check_s, ready_s=ready_s)
 
-    def _check_open_files(self, server: Server) -> None:
-        """A server of ours that cannot take the run's clients under the open-file limit ends
-        the run (:func:`autotune.openfiles.check_server`)."""
-        if server.pid and self.prep.clients:
-            openfiles.check_server(server.pid, self.prep.clients, server.description)
-
     # ------------------------------------------------------------ the output check
 
     def reference(self) -> Reference | None:
@@ -294,7 +259,7 @@ class Trials:
             dict.fromkeys((self.prep.baseline, decide.in_space(self.prep.baseline, self.prep.space)))
         )
 
-    def _check_outputs(self, candidate: Candidate, gen: LoadGenerator) -> str:
+    def _check_outputs(self, candidate: Candidate, gen: Load) -> str:
         """The check of :mod:`autotune.outputs` on the candidate's server, before it is measured:
         "reference" (its answers become the run's reference), "passed", "" (--output-check off);
         a WrongOutputError naming the first difference."""
@@ -336,92 +301,8 @@ class Trials:
             hint="--output-check off measures candidates without comparing their answers",
         )
 
-    @contextmanager
-    def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[Server]:
-        """The candidate staged (:func:`autotune.staging.stage_model`; with ``--step``, beside the
-        ensemble and its other steps as they are, or with the configs earlier rounds chose for
-        them, a BLS model with :func:`autotune.pipeline.caller_served`'s instances) and served
-        (a config with TensorRT gets --trt-build-timeout-s to build its engine); the staged
-        folder is removed when the server's context ends."""
-        config, files = self._warmed(mcfg.apply_candidate(self.prep.original, candidate))
-        with self._stage(stage_name) as stage:
-            stage_model(self.prep.model_dir, config, stage, files)
-            s = self.prep.settings
-            models = self.prep.pipeline.models if self.prep.pipeline else ()
-            others = [name for name in models if name != config.name] + [c.model for c in s.beside]
-            # the ensemble and its other steps as they are, or as earlier rounds tuned them; a
-            # BLS model calling the tuned one with at least as many instances as it
-            served = tuned_configs(s.tuned_steps)
-            pipeline = self.prep.pipeline
-            if pipeline is not None and config.name != pipeline.model:
-                served = with_caller(pipeline, s.repository, {**served, config.name: config})
-            stage_members(s.repository, others, stage, served)
-            with trt_build.serving(self.launcher, stage, s.model, log, config, s.trt_build_timeout_s) as srv:
-                yield srv
 
-    def can_share(self) -> bool:
-        """Whether several candidates can be served by one server (:meth:`serve_all`): the
-        launcher starts its own servers and the tuned model is served alone (no pipeline, no
-        models beside it)."""
-        return self.launcher.starts_servers and self.prep.pipeline is None and not self.prep.settings.beside
-
-    @contextmanager
-    def serve_all(self, candidates: Mapping[str, Candidate], log: Path, stage_name: str) -> Iterator[Server]:
-        """Each of ``candidates`` staged as a model of its own, named by its key, and all served
-        by one server (:meth:`can_share` says when); the staged folder is removed when the
-        server's context ends."""
-        with self._stage(stage_name) as stage:
-            configs = []
-            for name, candidate in candidates.items():
-                config, files = self._warmed(mcfg.apply_candidate(self.prep.original, candidate))
-                config.name = name
-                stage_model(self.prep.model_dir, config, stage, files)
-                configs.append(config)
-            built = [c for c in configs if mcfg.uses_tensorrt(c)]
-            timeout = self.prep.settings.trt_build_timeout_s
-            with trt_build.serving(
-                self.launcher, stage, configs[-1].name, log, (built or configs)[0], timeout
-            ) as srv:
-                yield srv
-
-    def _warmed(self, config: mcfg.ModelConfig) -> tuple[mcfg.ModelConfig, dict[str, bytes]]:
-        """``config`` with Triton's warm-up of every instance at every batch size it can form, on
-        the workload's first entry (:func:`autotune.warmup.samples`), and the files it reads;
-        as it is where the workload is not this model's own input (a pipeline's step), where its
-        folder has a ``warmup/`` of yours, and on a server we do not start (a remote one loads a
-        config, not the files beside it)."""
-        data, s = self.prep.data, self.prep.settings
-        ours = self.launcher is not None and self.launcher.starts_servers
-        if not self.warm or data is None or self.prep.pipeline is not None or not ours:
-            return config, {}
-        if not can_warm(self.prep.model_dir):
-            return config, {}
-        names = [spec.name for spec in data.io.inputs]
-        return warmup.samples(config, data.entries[0], names, s.workload.batch_size)
-
-    @contextmanager
-    def _stage(self, stage_name: str) -> Iterator[Path]:
-        """A folder of the run's stages (:class:`autotune.staging.Stages`), removed when the
-        context ends."""
-        if self._stages is None:
-            self._stages = Stages.for_run(self.run_dir.record.run_id)
-        stage = self._stages.path(stage_name)
-        try:
-            yield stage
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
-
-
-def triton_version(host: str, port: int) -> str:
-    """The server's version, from its metadata (``GET /v2``); "" when it does not answer."""
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/v2", timeout=5) as reply:
-            return str(json.loads(reply.read()).get("version", ""))
-    except (OSError, ValueError):
-        return ""
-
-
-def _died(server: Server, settle_s: float = 1.0) -> bool:
+def _died(server: Any, settle_s: float = 1.0) -> bool:
     """Whether the server is gone (a killed process closes its sockets a moment before it is reaped)."""
     deadline = time.monotonic() + settle_s
     while server.alive():

@@ -24,6 +24,7 @@ from autotune.errors import DiskFullError, WorkloadError
 from autotune.events import Events
 from autotune.files import Room, disk_full, file_digest, free_bytes, mib, write_text_atomic
 from autotune.launch import make_launcher
+from autotune.launched import LaunchedServers
 from autotune.pipeline import caller_digest, describe
 from autotune.prepare import RUN_ROOM_BYTES, Prepared
 from autotune.processes import Owner
@@ -47,7 +48,7 @@ def tune(prep: Prepared, events: Events | None = None, *, wait: bool = False) ->
         lease.name(str(path))  # what a run refused meanwhile is told
         launcher = make_launcher(settings.launch, path.name)  # a wrong set-up fails before any write
         run, study = _open(prep, path)
-        trials = Trials(prep, launcher, run, events)
+        trials = Trials(prep, LaunchedServers(prep, launcher, run.record.run_id), run, events)
         try:
             return _search(prep, trials, study)
         finally:

@@ -37,15 +37,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune import hostlock, prepare, sim, stopping
-from autotune.events import Events
 from autotune.launch import make_launcher, server_gpus
+from autotune.launched import LaunchedServers
 from autotune.objective import Sla
 from autotune.points import WindowPlan
 from autotune.prepare import default_space_path
 from autotune.rundir import RunDir, RunRecord
 from autotune.search_space import space_document
 from autotune.settings import Launch, RunSettings
-from autotune.trials import Trials
 
 LEVELS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 # a config's levels end at the first whose latency is this many times the limit: above it a
@@ -131,14 +130,14 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         run = RunDir.create(Path(tmp) / "survey", record)
         launcher = make_launcher(settings.launch, "survey")
-        trials = Trials(prep, launcher, run, Events())
+        servers = LaunchedServers(prep, launcher, run.record.run_id)
         try:
             for i, config in enumerate(configs):
                 label = sim.survey_label(config)
                 if label in readings:
                     continue
-                with trials.serve(config, run.log(f"{i:03d}.log"), f"survey-{i:03d}") as server:
-                    gen = trials.generator(server, plan)
+                with servers.serve(config, run.log(f"{i:03d}.log"), f"survey-{i:03d}") as server:
+                    gen = servers.generator(server, plan)
                     levels = {}
                     for level in sorted(args.levels):
                         point = gen.at_concurrency(level)
@@ -152,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 done = len(readings)
                 print(f"{done}/{len(configs)} {label} ({time.monotonic() - started:.0f} s)", flush=True)
         finally:
-            trials.close()
+            servers.close()
     return 0
 
 

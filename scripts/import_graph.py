@@ -65,7 +65,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("settings", ("autotune.settings",)),
     # talking to a server that runs: its control plane, the load generator
-    ("io", ("autotune.control", "autotune.loadgen", "autotune.gpu_probe", "autotune.traffic")),
+    (
+        "io",
+        (
+            "autotune.control",
+            "autotune.loadgen",
+            "autotune.gpu_probe",
+            "autotune.serving",
+            "autotune.traffic",
+        ),
+    ),
     # starting and stopping servers
     ("launch", ("autotune.launch", "autotune.staging", "autotune.trt_build", "autotune.openfiles")),
     # what persists: the study, the run directory
@@ -76,6 +85,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "autotune.events",
             "autotune.prepare",
+            "autotune.launched",
             "autotune.tuner",
             "autotune.trials",
             "autotune.finals",

@@ -138,7 +138,7 @@ def test_the_goodput_search_finds_each_surfaces_knee_within_the_noise() -> None:
         found = []
         for _ in range(40):
             server = sim.SimServer(config, surface.server_bias(rng))
-            trials = _Meter(surface, rng)
+            trials = sim.SimServers(surface, rng)
             m = rules.find_goodput(partial(trials.point, server, plan=plan), surface.sla, 1, 32)
             assert m.best is not None
             level = int(m.best.level)
@@ -148,16 +148,6 @@ def test_the_goodput_search_finds_each_surfaces_knee_within_the_noise() -> None:
             )
         near = min(0.9, step_below * 0.98)  # a level in the interval's reach of the limit is undecided
         assert sum(r >= near for r in found) >= 36, (surface.name, top, sorted(found)[:5])
-
-
-class _Meter:
-    """:meth:`autotune.sim.SimTrials.point` without a run: one surface, one random stream."""
-
-    def __init__(self, surface: sim.Surface, rng: random.Random) -> None:
-        self.surface, self.rng, self.now = surface, rng, 0.0
-        self.readings: dict[str, list[Point]] = {}
-
-    point = sim.SimTrials.point
 
 
 def _trial(number: int, points: list[Point], candidate: Candidate | None = None) -> TrialResult:

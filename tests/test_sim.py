@@ -22,6 +22,7 @@ from autotune import sim
 from autotune.errors import LaunchError
 from autotune.objective import Sla
 from autotune.search_space import Candidate
+from autotune.trials import Trials
 
 SPACE = sim.default_space()
 QUIET = sim.Synthetic("quiet", Sla(95, 12.0), mu=400.0, cores=2, alpha=0.4, cv=0.0)
@@ -54,7 +55,7 @@ def test_on_a_noise_free_surface_every_run_finds_the_best_and_tells_only_what_it
     assert all(0 < j.sim_s < 12 * 60 and j.trials >= 6 for j in judged)
 
 
-class _Copying(sim.SimTrials):
+class _Copying(Trials):
     """A search that reports the first trial's measurement for every later trial: each study is
     told the scores of the measurement stored with it, but not what its own servers read."""
 
@@ -317,7 +318,7 @@ def test_a_surveyed_surfaces_fresh_servers_spread_as_measured_else_by_half_the_w
     assert statistics.stdev(wide.server_bias(rng).speed for _ in range(4000)) == pytest.approx(0.09, rel=0.1)
 
 
-class _Servers(sim.SimTrials):
+class _Servers(sim.SimServers):
     """Counts the servers started: alone (``serve``) and shared by a round (``serve_all``)."""
 
     alone: int = 0
@@ -358,7 +359,7 @@ def test_a_race_rounds_contenders_share_one_server_or_each_gets_its_own_when_it_
     """A round's finalists are served by one server, each as a model of its own; where that
     server cannot start, each is measured on a server of its own and the race is run the same."""
     for kind in (_Shared, _SharedFails):
-        outcome = sim.simulate(QUIET, seed=2, trials_type=kind, max_trials=8, finalists=2)
+        outcome = sim.simulate(QUIET, seed=2, servers_type=kind, max_trials=8, finalists=2)
         rounds = sum(len(v.points) + sum(len(o) for _, o in v.others) for v in outcome.verifications)
         finalists = [v for v in outcome.verifications if not v.control]
         (yours,) = [v for v in outcome.verifications if v.control]  # your config raced beside them
@@ -378,7 +379,7 @@ def test_finalists_on_gpus_race_each_on_a_server_of_its_own() -> None:
     surface = sim.Surveyed.load(
         Path(__file__).parent.parent / "benchmarks" / "surveys" / "torch_mlp_gpu.json.gz"
     )
-    outcome = sim.simulate(surface, seed=1, trials_type=_OnGpus, max_trials=8, finalists=2)  # two raced
+    outcome = sim.simulate(surface, seed=1, servers_type=_OnGpus, max_trials=8, finalists=2)  # two raced
     assert all(r.candidate is None or r.candidate.kind == "KIND_GPU" for r in outcome.results)
     rounds = sum(len(v.points) + sum(len(o) for _, o in v.others) for v in outcome.verifications)
     assert len([v for v in outcome.verifications if not v.control]) == 2 and _OnGpus.shared == []

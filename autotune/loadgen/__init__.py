@@ -124,6 +124,10 @@ class LoadGenerator:
     def with_plan(self, plan: WindowPlan) -> LoadGenerator:
         return replace(self, plan=plan)
 
+    def with_seed(self, seed: int) -> LoadGenerator:
+        """The same load, an open loop's arrivals drawn with ``seed``."""
+        return replace(self, seed=seed)
+
     def with_gpu_probe(self, probe: GpuProbe | None) -> LoadGenerator:
         return replace(self, gpu_probe=probe)
 
