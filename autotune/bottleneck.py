@@ -21,8 +21,9 @@ from autotune import model_config as mcfg
 from autotune.launch import make_launcher
 from autotune.loadgen import LoadGenerator
 from autotune.pipeline import Pipeline, tuned_configs
-from autotune.points import RAMP_S, Point
-from autotune.rules import judged_at
+from autotune.points import Point
+from autotune.search.level_search import judged_at
+from autotune.search.noise import RAMP_S
 from autotune.search_space import bundled, load_search_space
 from autotune.settings import RunSettings
 from autotune.staging import Stages, stage_members

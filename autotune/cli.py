@@ -468,7 +468,7 @@ def _options(args: argparse.Namespace, record: RunRecord | None) -> RunOptions:
 def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> RunSettings:
     """The run's settings: each flag as given, else (``record``: a run to resume) the run's
     own, else its default."""
-    from autotune.rules import search_plan
+    from autotune.search.level_search import search_plan
 
     opts = _options(args, record)
     served = None
@@ -665,7 +665,7 @@ def _next_beside(settings: RunSettings, steps: tuple[TunedStep, ...], run_dir: P
 def _swapped(settings: RunSettings, following: CoModel) -> RunSettings:
     """Several models on one server: ``settings`` with ``following`` tuned, the tuned model
     served beside it in its place."""
-    from autotune.rules import search_plan
+    from autotune.search.level_search import search_plan
 
     me = CoModel(settings.model, replace(settings.sla, others=()), settings.weight, settings.workload)
     beside = tuple(me if c.model == following.model else c for c in settings.beside)

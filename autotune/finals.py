@@ -6,14 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from autotune import openfiles, rules, stopping
+from autotune import openfiles, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.launch import read_tail
-from autotune.points import RAMP_S, Point, WindowPlan
+from autotune.points import Point, WindowPlan
 from autotune.prepare import Prepared
-from autotune.race import Race
 from autotune.results import COMPLETE, OpenLoopCheck, TrialResult, recommendation
 from autotune.rundir import RunDir
+from autotune.search import level_search, ranking
+from autotune.search.noise import RAMP_S
+from autotune.search.racing import Race
 from autotune.serving import Load
 from autotune.study import Study
 from autotune.traffic import CHECK_DISTRIBUTION, check_sustained
@@ -21,14 +23,14 @@ from autotune.trials import Trials
 
 
 def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
-    """The :func:`rules.finalists` raced, your config beside them as the control (:func:`control`).
-    :class:`autotune.race.Race` decides each round; this serves it: each round on a fresh server
+    """The :func:`ranking.finalists` raced, your config beside them as the control (:func:`control`).
+    :class:`autotune.search.racing.Race` decides each round; this serves it: each round on a fresh server
     (shared where :meth:`Trials.can_share`), each racer at its level, its windows judged with its
-    earlier rounds' there (:func:`rules.judged_at`). A racer's rounds at its last level are its
+    earlier rounds' there (:func:`level_search.judged_at`). A racer's rounds at its last level are its
     verification; a race the study recorded is not run again."""
     settings = prep.settings
     results = study.results()
-    ranked = rules.finalists(results, settings.finalists, prep.scoring) if settings.repeats >= 1 else []
+    ranked = ranking.finalists(results, settings.finalists, prep.scoring) if settings.repeats >= 1 else []
     done = {v.trial: v for v in study.verifications()}
     if not ranked or all(r.number in done for r in ranked):
         recorded = [done[r.number] for r in ranked if r.number in done]
@@ -39,7 +41,7 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         prep.loader.open_loop, settings.repeats,
     )  # fmt: skip
     by_number = {r.number: r for r in [*ranked, *([yours] if yours else [])]}
-    searched = rules.measured_points(results)
+    searched = level_search.measured_points(results)
 
     def measured(numbers: Sequence[int]) -> dict[int, Point | None]:
         """A round of each of ``numbers``: on one server (where they can share one) in an order
@@ -47,9 +49,10 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         out: dict[int, Point | None] = {}
         racers = [by_number[n] for n in numbers]
         seen = [*searched, *(p for rounds in state.rounds.values() for p in rounds)]
-        noise = rules.latency_noise(seen, settings.plan.percentile)  # the warm-up test's spread
+        noise = level_search.latency_noise(seen, settings.plan.percentile)  # the warm-up test's spread
         plans = {
-            n: rules.judged_at(settings.plan, state.sla.limit_ms, state.rounds[n], noise) for n in numbers
+            n: level_search.judged_at(settings.plan, state.sla.limit_ms, state.rounds[n], noise)
+            for n in numbers
         }
         # not on GPUs: a server's GPU figures (its memory) are all its models'
         on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in racers)
@@ -159,7 +162,7 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
     if winner.candidate is None or rec is None or rec.throughput <= 0:
         return run
     credited = rec.throughput / s.workload.batch_size
-    name, plan = f"open-loop-{winner.number:03d}", rules.judged_at(s.plan, s.sla.limit_ms)
+    name, plan = f"open-loop-{winner.number:03d}", level_search.judged_at(s.plan, s.sla.limit_ms)
     done: list[Point] = []
     try:
         with trials.serve(winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:

@@ -10,7 +10,7 @@ candidate is feasible when its best operating point meets the SLA; its scores ar
 search space holds candidates that use different numbers of GPUs (:func:`scoring_for`), the
 throughput per GPU used, so that two GPUs must do twice the work of one to win. It is decided
 once per run and told to every comparison: the study's scores, the search's pruning bound, the
-finalists and the winner (:mod:`autotune.decide`), the console and the report.
+finalists and the winner (:mod:`autotune.search`), the console and the report.
 """
 
 from __future__ import annotations

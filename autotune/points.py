@@ -1,28 +1,25 @@
-"""What a measurement is: the records of a point and of a candidate's search, how a point's
-windows are measured (:class:`WindowPlan`) and when they stop (:func:`windows_done`).
+"""What a measurement is: the records of a point and of a candidate's search, and how a point's
+windows are measured (:class:`WindowPlan`).
 
 A :class:`Point` is one level (a concurrency, or a request rate) measured in windows; a
 :class:`Measurement` is a candidate's search over levels for the best throughput that meets
-the SLA. The search policy that makes them is :mod:`autotune.rules`'; this module decides
-nothing but when a point's windows may stop.
+the SLA. This module decides nothing: when a point's windows stop, and everything else the
+search decides, is :mod:`autotune.search`'s.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from autotune.gpu import GpuFigures
-from autotune.noise import MIN_WINDOWS, Estimate, Noise, breaks, meets, t95
+from autotune.search.noise import Estimate, Noise
 
 if TYPE_CHECKING:
     from autotune.objective import Sla
 
-RAMP_S = 0.3  # warm-up before each point after a server's first one (the first gets the plan's)
 
 # Named warnings, each with text a person can act on.
 UNSTABLE = "unstable"
@@ -243,7 +240,7 @@ class Measurement:
 
     @cached_property
     def noise(self) -> Noise:
-        """The window noise of throughput pooled over its points (:class:`autotune.noise.Noise`)."""
+        """The window noise of throughput pooled over its points (:class:`autotune.search.noise.Noise`)."""
         return Noise.pooled(p.window_throughputs for p in self.points)
 
     @property
@@ -282,70 +279,3 @@ def errors_line(points: Sequence[Point]) -> str:
     text = next((p.first_error for p in erred if p.first_error), "")
     first = f" (first: {text})" if text else ""
     return f"{worst.error_rate:.0%} of requests answered with errors at {worst.where}{first}"
-
-
-# ---------------------------------------------------------------- when a point's windows stop
-
-
-def is_stable(throughputs: Sequence[float], latencies: Sequence[float], tolerance: float) -> bool:
-    """perf_analyzer's rule: the last 3 windows' throughputs and latencies each within
-    ``tolerance`` of their mean."""
-    if len(throughputs) < 3 or len(latencies) < 3:
-        return False
-    return _within(throughputs[-3:], tolerance) and _within(latencies[-3:], tolerance)
-
-
-def windows_done(
-    throughputs: Sequence[float], latencies_ms: Sequence[float], plan: WindowPlan, tolerance: float,
-    figure_ms: float | None = None,
-) -> tuple[bool, bool]:  # fmt: skip
-    """Whether a point's windows so far (each one's throughput and latency, every window: the
-    rules read the last ones they need) may stop, and whether they are stable. With a limit:
-    once at least :data:`autotune.noise.MIN_WINDOWS` put the latency's interval (with the plan's
-    windows before) on one side of it (they are then "stable"); without, perf_analyzer's
-    stability (:func:`is_stable`, ``tolerance``). The interval is the one the point is judged
-    on: centred on ``figure_ms``, its latency over all its windows' requests so far
-    (:meth:`Point.latency_estimate`; with rounds before, the mean of their figures and it, as
-    :func:`autotune.rules.rounds_latency`), its error the windows'; None: the windows' mean."""
-    if plan.limit_ms > 0:
-        if len(latencies_ms) < MIN_WINDOWS:
-            return False, False
-        latency = Estimate.of([*plan.before_ms, *latencies_ms])
-        if figure_ms is not None:
-            centre = sum([*plan.before_figures_ms, figure_ms]) / (len(plan.before_figures_ms) + 1)
-            latency = Estimate(centre, latency.se, latency.n)
-        settled = meets(latency, plan.limit_ms) or breaks(latency, plan.limit_ms)
-        return settled, settled
-    stable = is_stable(throughputs, latencies_ms, tolerance)
-    return stable, stable
-
-
-def warm_windows(latencies_ms: Sequence[float], noise: Noise | None = None) -> int:
-    """How many of a point's first windows a warm-up still held (the initial transient, by a
-    test rather than a fixed ramp): the first window is dropped while its latency lies above the
-    one-sided bound, at :data:`autotune.noise.CONFIDENCE`, of one more window read as the later
-    ones are; one window is always left. The spread is ``noise`` (the run's, pooled over its
-    points) where that has more degrees of freedom than the later windows, or theirs where they
-    read wider; else theirs alone: a fixed fraction would be a guess about every other machine.
-    Only a slow window is dropped: a warm-up is slow."""
-    dropped = 0
-    while len(latencies_ms) - dropped >= 2:
-        first, later = latencies_ms[dropped], latencies_ms[dropped + 1 :]
-        mean = statistics.fmean(later)
-        found, own = (noise or Noise()).estimate(mean, later), Estimate.of(later)
-        # a point noisier than the run's is judged by its own spread, where it has one
-        se = max(found.se, own.se) if math.isfinite(own.se) else found.se
-        if mean <= 0 or not 0 < se < math.inf:
-            break
-        # one more window's own spread (se * sqrt(n)) and that of the later windows' mean (se)
-        if not first > mean + t95(found.df) * se * math.sqrt(found.n + 1):
-            break
-        dropped += 1
-    return dropped
-
-
-def _within(values: Sequence[float], tolerance: float) -> bool:
-    mean = sum(values) / len(values)
-    if mean <= 0:
-        return False
-    return all(abs(v - mean) <= tolerance * mean for v in values)

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from autotune.noise import Estimate, ahead, relative_bound
 from autotune.objective import Scoring, Sla
 from autotune.points import Measurement, Point
+from autotune.search.noise import Estimate, ahead, relative_bound
 from autotune.search_space import Candidate
 
 COMPLETE = "COMPLETE"
@@ -36,7 +36,7 @@ class TrialResult:
     log_tail: str = ""  # the server log's last lines, for failed trials
     duration_s: float = 0.0
     # PRUNED, not measured: a repeat of an earlier trial's candidate, or a config that trial
-    # stands in for (autotune.decide.dominated); its figures are that trial's, never its own
+    # stands in for (autotune.search.walk.dominated); its figures are that trial's, never its own
     reused_from: int | None = None
     # FAIL because the tuner was stopped (Ctrl-C, SIGTERM, kill -9) while it ran: it is measured
     # again on --resume and does not count against the budget. A crash is a FAIL with its reason.
@@ -81,14 +81,14 @@ class Verification:
     points: tuple[Point, ...]
     sla_met: int  # how many repeats met the SLA
     request_rate: float = 0.0
-    # the levels a race left (autotune.rules.level_below), each with its rounds there; the one it
+    # the levels a race left (autotune.search.racing.level_below), each with its rounds there; the one it
     # stands on left out
     others: tuple[tuple[float, tuple[Point, ...]], ...] = ()
     # repeats set aside and measured again, with their levels (runs recorded by the stability
     # rules: our client's stalls may have decided their tails)
     redone: tuple[tuple[float, Point], ...] = ()
     # the latency limit a race held its rounds to (the search's headroom; 0.0: not raced, or
-    # recorded before races kept it): what autotune.rules.to_limit carries them to
+    # recorded before races kept it): what autotune.search.racing.to_limit carries them to
     limit_ms: float = 0.0
     control: bool = False  # your config, raced beside the finalists (autotune.race): it never wins
 
@@ -239,8 +239,8 @@ class Gain:
     """The winner against your config, on the figures the summary shows for each
     (:func:`recommendation`): the objective's ratio (goodput, or goodput per GPU), the
     throughput's, whether both figures are raced ones, and where both are, the ratio's interval
-    and whether the winner was shown ahead of your config by :data:`autotune.noise.RESOLUTION`
-    (:func:`autotune.noise.ahead`) on their rounds."""
+    and whether the winner was shown ahead of your config by :data:`autotune.search.noise.RESOLUTION`
+    (:func:`autotune.search.noise.ahead`) on their rounds."""
 
     ratio: float
     throughput: float

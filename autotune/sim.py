@@ -6,7 +6,7 @@ search (:func:`autotune.tuner.search`: seeds, the sampler, stand-ins, every good
 convergence, the finalists' race) and the real winner's choice against it, on a
 :class:`SimServers`: servers that start in :attr:`Surface.start_s` and load generators whose
 windows are drawn from the surface and stopped by the load generator's own rule
-(:func:`autotune.points.windows_done`). Time is the simulated
+(:func:`autotune.search.sampling.windows_done`). Time is the simulated
 time those windows and starts take. :func:`judge` says how good the run's answer truly was:
 the winner's true goodput against the surface's best, and whether its operating point truly
 meets the SLA.
@@ -30,20 +30,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
-from autotune import decide, prepare, tuner
 from autotune import model_config as mcfg
+from autotune import prepare, tuner
 from autotune.events import Events
 from autotune.objective import Sla, scores
-from autotune.points import (
-    UNSTABLE,
-    Point,
-    WindowPlan,
-    warm_windows,
-    windows_done,
-)
+from autotune.points import UNSTABLE, Point, WindowPlan
 from autotune.results import TrialResult, Verification, recommendation
-from autotune.rules import race_winner, search_plan
 from autotune.rundir import RunDir, RunRecord
+from autotune.search import walk
+from autotune.search.level_search import search_plan
+from autotune.search.racing import race_winner
+from autotune.search.sampling import warm_windows, windows_done
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, parse_search_space
 from autotune.settings import Launch, RunSettings, Traffic
 from autotune.study import Study
@@ -280,7 +277,7 @@ def truth_tables(
 
 
 def candidates(space: SearchSpace) -> list[Candidate]:
-    """Every candidate the space holds, one of each :func:`autotune.decide.equivalent` class."""
+    """Every candidate the space holds, one of each :func:`autotune.search.walk.equivalent` class."""
     out: list[Candidate] = []
     pending: list[dict[str, Any]] = [{}]
     names = ("instance_count", "kind", "gpus", "max_batch_size", "dynamic_batching",
@@ -290,7 +287,7 @@ def candidates(space: SearchSpace) -> list[Candidate]:
         pending = [{**p, name: c} for p in pending for c in choices]
     for params in pending:
         made = space.suggest(_Params(params))
-        if not any(decide.equivalent(made, c) for c in out):
+        if not any(walk.equivalent(made, c) for c in out):
             out.append(made)
     return out
 
@@ -539,7 +536,7 @@ class SimServers:
 
     def point(self, server: SimServer, level: int, plan: WindowPlan) -> Point:
         """One point, as :func:`autotune.loadgen._windows.run_windows` measures it: windows until
-        :func:`autotune.points.windows_done`, at most ``max_windows``; its figures the kept
+        :func:`autotune.search.sampling.windows_done`, at most ``max_windows``; its figures the kept
         windows' means."""
         self.now += plan.warmup_s
         server.loaded_s += plan.warmup_s
@@ -807,7 +804,7 @@ Levels = dict[int, tuple[tuple[float, float], ...]]  # level -> a server's windo
 @dataclass(frozen=True)
 class Surveyed:
     """A surface measured on a real server (``benchmarks/survey.py``): for each config of a space
-    (one of each :func:`autotune.decide.equivalent` class), at each surveyed level, its windows'
+    (one of each :func:`autotune.search.walk.equivalent` class), at each surveyed level, its windows'
     throughputs and latencies at the survey's percentile, on one server (``windows``) and, where
     the survey was run again (``survey.py --server 2``...), on others (``again``: every config, or
     some). The truth at a level is the mean over the servers that read the config of their windows'
@@ -874,7 +871,7 @@ class Surveyed:
     @cached_property
     def cv(self) -> float:
         """The windows' throughput spread, pooled over every surveyed point of every server."""
-        from autotune.noise import Noise
+        from autotune.search.noise import Noise
 
         return Noise.pooled(
             [t for t, _ in pairs]
@@ -996,6 +993,6 @@ def _truth(levels: Levels, level: int) -> Reading:
 
 
 def survey_label(candidate: Candidate) -> str:
-    """How a survey names a config: its :func:`autotune.decide.canonical` form's label
-    (:func:`autotune.decide.equivalent` configs share one entry)."""
-    return decide.canonical(candidate).label()
+    """How a survey names a config: its :func:`autotune.search.walk.canonical` form's label
+    (:func:`autotune.search.walk.equivalent` configs share one entry)."""
+    return walk.canonical(candidate).label()

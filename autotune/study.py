@@ -173,7 +173,7 @@ class Study:
     def tell_pruned(self, asked: Asked, reason: str, source: int | None = None) -> TrialResult:
         """Tell the study the trial was not measured, for ``reason``; ``source``: the trial that
         stands in for it (the same config measured before, or one that settles it: see
-        :func:`autotune.decide.stand_in`). Optuna gets no values: the sampler counts a pruned
+        :func:`autotune.search.walk.stand_in`). Optuna gets no values: the sampler counts a pruned
         trial among the worse ones, and never another trial's figures as this config's."""
         attrs: dict[str, Any] = {"reason": reason[:500], "duration_s": 0.0}
         if source is not None:

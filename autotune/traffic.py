@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.loadgen import read_intervals
-from autotune.noise import Estimate, breaks, meets
 from autotune.objective import Sla
 from autotune.points import Measurement, Point
-from autotune.rules import find_goodput, find_rate_goodput
+from autotune.search.level_search import find_goodput, find_rate_goodput
+from autotune.search.noise import Estimate, breaks, meets
 from autotune.search_space import SearchSpace
 from autotune.serving import Load
 from autotune.settings import Traffic
@@ -65,8 +65,9 @@ class Loader:
         beat: Estimate | None,
         first_guess: Callable[[], float],
     ) -> Measurement:
-        """The candidate's goodput search (:func:`autotune.rules.find_goodput`, or in an open loop
-        :func:`autotune.rules.find_rate_goodput`) from ``start`` (the best candidate's level; None
+        """The candidate's goodput search (:func:`autotune.search.level_search.find_goodput`, or in
+        an open loop :func:`autotune.search.level_search.find_rate_goodput`) from ``start`` (the best
+        candidate's level; None
         for the first candidate: a closed loop starts at the lowest concurrency, an open loop at
         ``first_guess()``, the rate one client alone gets answered at); ``beat``: the best
         trial's throughput so far, across servers."""
@@ -100,7 +101,7 @@ def check_sustained(at: Callable[[float], Point], sla: Sla, credited_rate: float
 
 def at_the_limit(point: Point, sla: Sla) -> bool:
     """Admitted by the SLA, and its latency's interval still holds the limit after its windows:
-    neither :func:`autotune.noise.meets` nor :func:`autotune.noise.breaks` it (undecided)."""
+    neither :func:`autotune.search.noise.meets` nor :func:`autotune.search.noise.breaks` it (undecided)."""
     latency = point.latency_estimate(sla.percentile)
     return sla.admits(point) and not meets(latency, sla.limit_ms) and not breaks(latency, sla.limit_ms)
 

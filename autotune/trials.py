@@ -18,8 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from autotune import decide, openfiles, rules, stopping, warmup
 from autotune import model_config as mcfg
+from autotune import openfiles, stopping, warmup
 from autotune.errors import (
     AutotuneError,
     ConfigError,
@@ -34,12 +34,13 @@ from autotune.errors import (
 from autotune.events import Events
 from autotune.files import disk_full
 from autotune.launch import failure_line, read_tail
-from autotune.noise import Estimate, Noise
 from autotune.outputs import Reference, check_requests, compare, parse_tolerance
-from autotune.points import RAMP_S, Measurement, Point, WindowPlan, errors_line
+from autotune.points import Measurement, Point, WindowPlan, errors_line
 from autotune.prepare import Prepared
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
+from autotune.search import level_search, walk
+from autotune.search.noise import RAMP_S, Estimate, Noise
 from autotune.search_space import Candidate
 from autotune.serving import Load, Servers
 from autotune.study import INTERRUPTED, Asked, Study
@@ -55,7 +56,7 @@ class Trials:
     ) -> None:  # fmt: skip
         self.prep, self.servers, self.run_dir, self.events = prep, servers, run, events
         self.started = False  # a server of this run has loaded its model
-        self.noise = Noise()  # the run's window latency spread so far (rules.latency_noise)
+        self.noise = Noise()  # the run's window latency spread so far (level_search.latency_noise)
         self._reference: Reference | None = None  # your config's answers (autotune.outputs)
         self._sample: list[tuple[Any, str]] = []  # the check's requests, made on the first server
         self.clock = clock  # what trial durations and the time budget are read from
@@ -83,7 +84,7 @@ class Trials:
         self, study: Study, asked: Asked, results: list[TrialResult], start: float
     ) -> TrialResult:
         yours = asked.baseline or asked.as_is  # your config, or its twin here: measured wherever it lies
-        pruned = decide.stand_in(results, asked.candidate, self.prep.space, self.prep.scoring, yours)
+        pruned = walk.stand_in(results, asked.candidate, self.prep.space, self.prep.scoring, yours)
         try:
             if pruned is not None:
                 source, why = pruned
@@ -130,7 +131,7 @@ class Trials:
             what = data.source if len(data.entries) == 1 else f"entry 0 of {data.source}"
             said = f"model {data.io.name!r} answered an error to {what} (its warm-up): {refused}"
             return WorkloadError(said)
-        if not self.loaded and candidate == decide.in_space(self.prep.baseline, self.prep.space):
+        if not self.loaded and candidate == walk.in_space(self.prep.baseline, self.prep.space):
             said = failure_line(tail) or why
             hint = f"{YourConfigError.hint} (the server's log: {log})"
             return YourConfigError(f"your config does not load here: {said}", hint=hint)
@@ -140,16 +141,18 @@ class Trials:
         return self.run_dir.log(f"trial-{number:03d}.log")
 
     def _measure_twice(self, asked: Asked, results: list[TrialResult]) -> Measurement:
-        """:meth:`measure` from the best level (:func:`decide.start_level`) against the best trial
-        (:func:`rules.incumbent`), and once more on a new
+        """:meth:`measure` from the best level (:func:`walk.start_level`) against the best trial
+        (:func:`level_search.incumbent`), and once more on a new
         server should the first die under load: the nvidia-pytriton wheel's tritonserver crashes
         now and then under the python backend with dynamic batching (an assertion in gRPC's
         sync.cc, or signal 11), and a failed config is not proposed again by the neighbour rule:
         a mobilenet run lost its best config so and stopped after 5 trials at 1198 infer/s, where
         the others found 1680-1760. The first server's log is kept (``trial-NNN.1.log``)."""
-        start = decide.start_level(results, self.prep.scoring)
-        self.noise = rules.latency_noise(rules.measured_points(results), self.prep.settings.plan.percentile)
-        beat = rules.incumbent(results, self.prep.scoring, asked.candidate)
+        start = walk.start_level(results, self.prep.scoring)
+        self.noise = level_search.latency_noise(
+            level_search.measured_points(results), self.prep.settings.plan.percentile
+        )
+        beat = level_search.incumbent(results, self.prep.scoring, asked.candidate)
         try:
             return self.measure(asked, start, beat)
         except LaunchError as exc:
@@ -202,12 +205,13 @@ class Trials:
     def measure(self, asked: Asked, start: float | None = None, beat: Estimate | None = None) -> Measurement:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
         candidate's level, against ``beat`` (the best trial's throughput), on a server of its
-        own, its points judged at :attr:`RunSettings.search_sla` (:func:`rules.judged_at`). Errors are a
+        own, its points judged at :attr:`RunSettings.search_sla` (:func:`level_search.judged_at`).
+        Errors are a
         verdict: a point with any breaks the SLA (:meth:`Sla.met_by`), and a candidate whose
         every point got them fails, naming their share and the server's first."""
         settings, loader = self.prep.settings, self.prep.loader
         search_sla = settings.search_sla
-        plan = rules.judged_at(settings.plan, search_sla.limit_ms, noise=self.noise)
+        plan = level_search.judged_at(settings.plan, search_sla.limit_ms, noise=self.noise)
         if settings.output_check and self.reference() is None and asked.candidate not in self._sources():
             self._record_reference()  # on a server of its own, before this candidate's
         self.loaded = False
@@ -255,9 +259,7 @@ class Trials:
     def _sources(self) -> tuple[Candidate, ...]:
         """The candidates whose answers the others are held to: your config as it is, and (if
         that cannot run here) its twin in the search space."""
-        return tuple(
-            dict.fromkeys((self.prep.baseline, decide.in_space(self.prep.baseline, self.prep.space)))
-        )
+        return tuple(dict.fromkeys((self.prep.baseline, walk.in_space(self.prep.baseline, self.prep.space))))
 
     def _check_outputs(self, candidate: Candidate, gen: Load) -> str:
         """The check of :mod:`autotune.outputs` on the candidate's server, before it is measured:

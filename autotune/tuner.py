@@ -4,7 +4,7 @@
       --LoadGenerator / find_goodput--> Measurement --> Study.tell --> TrialResult
 
 This module runs the loop and does the I/O; every decision (seeds, where a search starts,
-convergence, finalists, the winner) is a pure function of :mod:`autotune.decide`. The run's
+convergence, finalists, the winner) is a pure function of :mod:`autotune.search`. The run's
 record is :mod:`autotune.rundir`'s; progress goes to an :class:`~autotune.events.Events`
 object, and the tuner prints nothing itself.
 """
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune import __version__, decide, finals, hostlock, rules, stopping
+from autotune import __version__, finals, hostlock, stopping
 from autotune import model_config as mcfg
 from autotune.config_edit import edit_in_place, text_diff
 from autotune.errors import DiskFullError, WorkloadError
@@ -31,6 +31,7 @@ from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult, gain
 from autotune.rundir import WINNER_CONFIG, WINNER_DIFF, RunDir, RunRecord
+from autotune.search import racing, walk
 from autotune.search_space import params_of
 from autotune.settings import RunOptions
 from autotune.study import Study, redact
@@ -108,7 +109,7 @@ def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
 
 def reserve_s(prep: Prepared, results: Sequence[TrialResult], race: bool = True) -> float:
     """The time the race (``race``) and the open-loop check will take
-    (:func:`decide.after_search_s`): the finalists and your config, two rounds (the fewest that
+    (:func:`walk.after_search_s`): the finalists and your config, two rounds (the fewest that
     settle a race), on one server a round where they can share one."""
     s = prep.settings
     if s.repeats < 1:
@@ -116,7 +117,7 @@ def reserve_s(prep: Prepared, results: Sequence[TrialResult], race: bool = True)
     checks = s.open_loop_check and not prep.loader.open_loop and not s.beside
     shared = prep.pipeline is None and not s.beside and s.launch.kind != "remote"
     rounds = min(2, s.repeats) if race else 0
-    return decide.after_search_s(
+    return walk.after_search_s(
         results, max(s.finalists, 1) + 1, rounds, shared, CHECK_POINTS if checks else 0
     )
 
@@ -175,7 +176,7 @@ def _out_of_room(exc: BaseException, run: RunDir, study: Study) -> DiskFullError
 def _forget_if_empty(prep: Prepared, run: RunDir, study: Study) -> None:
     """A new run its data stopped before any trial ended leaves nothing (its study is in it)."""
     s = prep.settings
-    if s.run_dir is None and s.storage is None and not decide.finished(study.results()):
+    if s.run_dir is None and s.storage is None and not walk.finished(study.results()):
         shutil.rmtree(run.path, ignore_errors=True)
 
 
@@ -252,12 +253,12 @@ def cpu_model() -> str:
 
 
 def _seed(study: Study, prep: Prepared) -> None:
-    """The original config first, then the heuristic seeds of :func:`decide.heuristic_seeds`."""
-    twin = decide.in_space(prep.baseline, prep.space)
+    """The original config first, then the heuristic seeds of :func:`walk.heuristic_seeds`."""
+    twin = walk.in_space(prep.baseline, prep.space)
     study.enqueue(params_of(prep.baseline), baseline=True, as_is=prep.baseline)
     if twin != prep.baseline:  # yours cannot run here: its CPU twin next (as it is, if outside the space)
         study.enqueue(params_of(twin), again=True, as_is=twin)
-    for params in decide.heuristic_seeds(prep.space, prep.cores or os.cpu_count() or 1, twin):
+    for params in walk.heuristic_seeds(prep.space, prep.cores or os.cpu_count() or 1, twin):
         study.enqueue(params)
 
 
@@ -265,25 +266,25 @@ def _go_on(
     prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: float, reserve: float = 0.0
 ) -> bool:
     """Whether to run another trial: within the budget (trials, time), and not converged. While
-    nothing is queued, the next step of the walk from the best trial is (:func:`decide.unexplored`);
-    once converged, or once the sampler proposes a config measured before (:func:`decide.out_of_ideas`),
+    nothing is queued, the next step of the walk from the best trial is (:func:`walk.unexplored`);
+    once converged, or once the sampler proposes a config measured before (:func:`walk.out_of_ideas`),
     the untried one-step neighbours of the finalists (``--finalists``, at least 1: the incumbent
-    and the ties the race would take; :func:`decide.unexplored`) are queued and measured first; a
+    and the ties the race would take; :func:`walk.unexplored`) are queued and measured first; a
     converged search ends when none is left. The time budget is the whole run's: ``reserve`` is
     kept for the race and the open-loop check (:func:`reserve_s`)."""
     settings = prep.settings
-    finished = decide.finished(results)
-    if finished >= settings.max_trials or not decide.time_left(
+    finished = walk.finished(results)
+    if finished >= settings.max_trials or not walk.time_left(
         settings.time_budget_s, elapsed_s, finished, reserve
     ):
         return False
-    steps = [] if study.queued() else decide.unexplored(results, prep.space, study.scoring, 1)
+    steps = [] if study.queued() else walk.unexplored(results, prep.space, study.scoring, 1)
     for step in steps[:1]:
         study.enqueue(params_of(step))
-    converged = decide.converged(results, settings.patience, study.scoring)
-    if not converged and not decide.out_of_ideas(results):
+    converged = walk.converged(results, settings.patience, study.scoring)
+    if not converged and not walk.out_of_ideas(results):
         return True
-    untried = decide.unexplored(results, prep.space, study.scoring, max(settings.finalists, 1))
+    untried = walk.unexplored(results, prep.space, study.scoring, max(settings.finalists, 1))
     for candidate in untried:  # a neighbour queued before is not queued twice
         study.enqueue(params_of(candidate))
     return bool(untried) or not converged
@@ -302,11 +303,11 @@ def _your_text(prep: Prepared, digest: str) -> str:
 
 
 def _finish(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> Outcome:
-    """The winner (:func:`autotune.rules.race_winner`) written beside the report; a concurrency
+    """The winner (:func:`autotune.search.racing.race_winner`) written beside the report; a concurrency
     run's winner is measured under arrivals at a rate too (:func:`finals.check_open_loop`)."""
     results = study.results()
     s = prep.settings
-    winner = rules.race_winner(run.record.verifications, results, s.search_sla, prep.scoring, prep.baseline)
+    winner = racing.race_winner(run.record.verifications, results, s.search_sla, prep.scoring, prep.baseline)
     shown = None  # the winner shown ahead of your config, raced beside it (None: no verdict)
     if winner is not None:
         chosen = next(r for r in results if r.number == winner)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from autotune import decide, rules, sim
+from autotune import sim
 from autotune.results import TrialResult
+from autotune.search import racing, ranking, walk
 from autotune.search_space import SearchSpace
 
 W, H = 820, 380
@@ -21,7 +22,8 @@ COLOURS = {"your config": "#444", "seed": "#8c564b", "walk": "#1f77b4", "TPE": "
 
 def origin(i: int, results: Sequence[TrialResult], space: SearchSpace, seeds: int) -> str:
     """Where trial ``i`` came from: the first is your config, the next ``seeds`` the seeds; a
-    later one is a step of the walk when it is the first step :func:`autotune.decide.unexplored` takes from
+    later one is a step of the walk when it is the first step
+    :func:`autotune.search.walk.unexplored` takes from
     the trials before it, else the sampler's."""
     result = results[i]
     if result.measurement is None:
@@ -30,8 +32,8 @@ def origin(i: int, results: Sequence[TrialResult], space: SearchSpace, seeds: in
         return "your config"
     if i <= seeds:
         return "seed"
-    steps = decide.unexplored(results[:i], space, n=1)[:1]
-    same = result.candidate is not None and any(decide.equivalent(s, result.candidate) for s in steps)
+    steps = walk.unexplored(results[:i], space, n=1)[:1]
+    same = result.candidate is not None and any(walk.equivalent(s, result.candidate) for s in steps)
     return "walk" if same else "TPE"
 
 
@@ -40,7 +42,7 @@ def draw(surface: sim.Surface, outcome: sim.SimOutcome) -> str:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
     results = sorted(outcome.results, key=lambda r: r.number)
-    seeds = len(decide.heuristic_seeds(space, surface.cores, sim.baseline_of(surface)))
+    seeds = len(walk.heuristic_seeds(space, surface.cores, sim.baseline_of(surface)))
     races = list(outcome.verifications)
     columns = len(results) + 1 + 2 * len(races)
     step = (W - LEFT - RIGHT) / max(columns, 1)
@@ -82,7 +84,7 @@ def draw(surface: sim.Surface, outcome: sim.SimOutcome) -> str:
         colour = COLOURS[kind]
         true = sim.true_goodput(surface, result.candidate, space)[0] / best if result.candidate else 0.0
         out.append(f'<circle cx="{x(col):.1f}" cy="{y(true):.1f}" r="4" fill="none" stroke="{colour}"/>')
-        found = rules.trial_estimate(result)
+        found = ranking.trial_estimate(result)
         if found is not None and found.mean > 0:
             low, high = found.low / best, found.high / best
             out.append(
@@ -102,7 +104,7 @@ def draw(surface: sim.Surface, outcome: sim.SimOutcome) -> str:
     for k, verification in enumerate(races):
         col = len(results) + 1 + 2 * k + 0.5
         won = verification.trial == outcome.winner
-        carry = rules.to_limit(by_number[verification.trial], verification.limit_ms, surface.sla.percentile)
+        carry = racing.to_limit(by_number[verification.trial], verification.limit_ms, surface.sla.percentile)
         rounds = [carry(p) / best for p in verification.points]
         for i, ratio in enumerate(rounds):
             dx = (i - (len(rounds) - 1) / 2) * min(4.0, step / max(len(rounds), 1))
@@ -114,7 +116,7 @@ def draw(surface: sim.Surface, outcome: sim.SimOutcome) -> str:
         out.append(f'<text x="{x(middle):.1f}" y="{H - BOTTOM + 30}" text-anchor="middle">race rounds</text>')
     if outcome.winner is not None:
         col = next((i for i, r in enumerate(results) if r.number == outcome.winner), None)
-        found = rules.trial_estimate(results[col]) if col is not None else None
+        found = ranking.trial_estimate(results[col]) if col is not None else None
         if col is not None and found is not None:
             out.append(
                 f'<circle cx="{x(col):.1f}" cy="{y(found.mean / best):.1f}" r="7" fill="none" '

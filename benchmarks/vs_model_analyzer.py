@@ -783,7 +783,7 @@ def remeasure(
 def behaviour(config_text: str) -> str:
     """What the server does with a config, as :func:`describe` says it, where configs without
     dynamic batching that differ only in their max batch size are alike (each request runs
-    alone: autotune's ``decide.equivalent``)."""
+    alone: autotune's ``walk.equivalent``)."""
     text = describe(config_text)
     return re.sub(r" mbs \d+ no-dyn$", " mbs >0 no-dyn", text)
 

@@ -47,7 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "values",
         (
-            "autotune.noise",
+            "autotune.search",
             "autotune.points",
             "autotune.objective",
             "autotune.search_space",
@@ -55,9 +55,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "autotune.pipeline",
             "autotune.outputs",
             "autotune.results",
-            "autotune.rules",
-            "autotune.decide",
-            "autotune.race",
             "autotune.gpu",
             "autotune.config_edit",
             "autotune.warmup",

@@ -27,15 +27,20 @@ def test_every_module_is_in_a_layer() -> None:
 
 
 def test_the_check_finds_an_import_that_goes_up(tmp_path: Path) -> None:
-    """The rules can fail: a copy of the package where a value module imports the tuner, and a
-    module outside the launch package imports one of its private modules."""
+    """The rules can fail: a copy of the package where a value module imports the tuner (in a
+    function), another a type of the trials (under TYPE_CHECKING), and a module outside the
+    launch package imports one of its private modules."""
     shutil.copytree(ROOT / "autotune", tmp_path / "autotune")
-    rules = tmp_path / "autotune" / "rules.py"
-    rules.write_text(rules.read_text() + "\n\ndef _late() -> None:\n    from autotune import tuner\n")
+    ranking = tmp_path / "autotune" / "search" / "ranking.py"
+    ranking.write_text(ranking.read_text() + "\n\ndef _late() -> None:\n    from autotune import tuner\n")
+    walk = tmp_path / "autotune" / "search" / "walk.py"
+    typed = "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from autotune.trials import Trials\n"
+    walk.write_text(walk.read_text() + typed)
     study = tmp_path / "autotune" / "study.py"
     study.write_text(study.read_text() + "\nfrom autotune.launch._pids import reap\n")
     found = import_graph.problems(tmp_path)
-    assert "autotune.rules (values) imports autotune.tuner (tune), a layer above it" in found
+    assert "autotune.search.ranking (values) imports autotune.tuner (tune), a layer above it" in found
+    assert "autotune.search.walk (values) imports autotune.trials (tune), a layer above it" in found
     assert "autotune.study imports the private module autotune.launch._pids from outside its package" in found
 
 
@@ -156,6 +161,11 @@ def missing_names(text: str) -> list[str]:
 
 def test_the_page_names_only_modules_that_exist() -> None:
     assert missing_names(DOC.read_text(encoding="utf-8")) == []
+
+
+def test_the_search_page_names_only_functions_that_exist() -> None:
+    """docs/search.md names, beside each step, the function that applies it: each one exists."""
+    assert missing_names((ROOT / "docs" / "search.md").read_text(encoding="utf-8")) == []
 
 
 def test_a_made_up_module_is_caught() -> None:

@@ -1,7 +1,7 @@
 """The tuner's pure decisions (autotune.decide): seeds, neighbours, the walk, convergence, the
 budget, what stands in for a proposal, where a search starts and the SLA it is held to (no server).
 
-Whether one trial is better than another is :func:`autotune.rules.better_trial`'s verdict on
+Whether one trial is better than another is :func:`autotune.search.ranking.better_trial`'s verdict on
 intervals. The helpers' points have 3 windows 2% apart, so each goodput's error across servers
 is known: one is better than another when it is about 14.3% higher or more. The figures below
 are either clearly tied (within 8%) or clearly apart (20% or more)."""
@@ -12,8 +12,11 @@ from dataclasses import replace
 
 import pytest
 
-from autotune import rules
-from autotune.decide import (
+from autotune.objective import Scoring, Sla
+from autotune.points import Measurement, Point
+from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING, TrialResult
+from autotune.search import level_search, racing, ranking
+from autotune.search.walk import (
     converged,
     dominated,
     equivalent,
@@ -28,9 +31,6 @@ from autotune.decide import (
     time_left,
     unexplored,
 )
-from autotune.objective import Scoring, Sla
-from autotune.points import Measurement, Point
-from autotune.results import COMPLETE, FAIL, PRUNED, RUNNING, TrialResult
 from autotune.search_space import Candidate, params_of, parse_search_space
 
 SPREAD = 0.02  # the windows' spread about a point's figures (relative)
@@ -76,16 +76,16 @@ def failed(number: int, reason: str = "server exited", interrupted: bool = False
 
 def test_the_helpers_figures_are_tied_within_8_percent_and_apart_from_20() -> None:
     """The verdicts the tests below rely on (RAW and per GPU alike: a share scales both)."""
-    assert not rules.better_trial(measured(0, 108.0), measured(1, 100.0))
-    assert not rules.better_trial(measured(0, 100.0), measured(1, 108.0))
-    assert rules.better_trial(measured(0, 120.0), measured(1, 100.0))
-    assert not rules.better_trial(measured(0, 100.0), measured(1, 120.0))
-    assert rules.better_trial(measured(0, 1.0), measured(1, 0.0))  # none met the SLA: any is better
+    assert not ranking.better_trial(measured(0, 108.0), measured(1, 100.0))
+    assert not ranking.better_trial(measured(0, 100.0), measured(1, 108.0))
+    assert ranking.better_trial(measured(0, 120.0), measured(1, 100.0))
+    assert not ranking.better_trial(measured(0, 100.0), measured(1, 120.0))
+    assert ranking.better_trial(measured(0, 1.0), measured(1, 0.0))  # none met the SLA: any is better
 
 
 def test_converged_after_patience_configs_without_progress() -> None:
     """Converged: the last ``patience`` configs measured (failed ones too) brought none better
-    than the best before them (rules.better_trial); a tie with the best is no progress."""
+    than the best before them (ranking.better_trial); a tie with the best is no progress."""
     results = [measured(0, 100.0), measured(1, 150.0), measured(2, 157.0), failed(3), measured(4, 0.0)]
     assert not converged(results, 4)  # 3 since the best (157 is tied with 150)
     assert converged([*results, measured(5, 149.0)], 4)
@@ -129,7 +129,7 @@ def test_the_time_budget_keeps_half_a_trial_in_hand() -> None:
 def test_the_race_and_the_check_are_given_the_time_this_runs_trials_took() -> None:
     """A fresh server's overhead (a trial's time less its points' windows) and a point's windows,
     their medians over the run's trials; a round of three racers on one server or each on its own."""
-    from autotune.decide import after_search_s
+    from autotune.search.walk import after_search_s
 
     def timed(number: int, duration: float, windows: tuple[float, ...]) -> TrialResult:
         t = measured(number, 100.0)
@@ -316,7 +316,7 @@ def test_the_walk_steps_from_the_best_trial_one_untried_neighbour_at_a_time() ->
 
 def test_the_neighbours_of_a_config_tied_with_the_best_are_tried_too() -> None:
     """The search does not end while a one-step neighbour of a config the best is not better
-    than (rules.better_trial: a tie) is untried; the best's own steps come first, and a
+    than (ranking.better_trial: a tie) is untried; the best's own steps come first, and a
     config the best is better than adds none."""
     space = parse_search_space(DEFAULT_LIKE)
     best = Candidate(2, "KIND_CPU", (), 16, True, (), 0, False)
@@ -374,7 +374,7 @@ def test_an_instance_step_that_lost_with_batching_is_that_batch_sizes_loss() -> 
 
 
 def test_an_instance_count_that_lost_with_and_without_batching_is_not_measured_again() -> None:
-    """A proposal whose instance count lost (rules.better_trial: the other count was better, or
+    """A proposal whose instance count lost (ranking.better_trial: the other count was better, or
     it met the SLA nowhere) both without dynamic batching and with it, each time against the
     same config but for the count, is pruned: the loser nearest its max batch size stands in.
     One loss is not enough, nor is a tie."""
@@ -491,13 +491,13 @@ def test_per_gpu_two_gpus_must_do_twice_the_work_of_one_to_lead() -> None:
     next search starts."""
     one = measured(0, 150.0, candidate=on_gpus(0), level=4)
     two = measured(1, 200.0, candidate=on_gpus(0, 1), level=8)
-    assert rules.score(two, PER_GPU) == 100.0 and rules.score(two) == 200.0  # RAW: the throughput
-    assert rules.better_trial(two, one) and rules.better_trial(one, two, PER_GPU)  # 100 a GPU against 150
-    assert [r.number for r in rules.finalists([one, two], 2)] == [1]
-    assert [r.number for r in rules.finalists([one, two], 2, PER_GPU)] == [0]
+    assert ranking.score(two, PER_GPU) == 100.0 and ranking.score(two) == 200.0  # RAW: the throughput
+    assert ranking.better_trial(two, one) and ranking.better_trial(one, two, PER_GPU)  # 100 a GPU against 150
+    assert [r.number for r in ranking.finalists([one, two], 2)] == [1]
+    assert [r.number for r in ranking.finalists([one, two], 2, PER_GPU)] == [0]
     sla = Sla(95, 20.0)
     assert (
-        rules.race_winner([], [one, two], sla, PER_GPU) == 0 and rules.race_winner([], [one, two], sla) == 1
+        racing.race_winner([], [one, two], sla, PER_GPU) == 0 and racing.race_winner([], [one, two], sla) == 1
     )
     assert start_level([one, two], PER_GPU) == 4 and start_level([one, two]) == 8
     more = measured(2, 310.0, candidate=on_gpus(0, 1))
@@ -506,25 +506,27 @@ def test_per_gpu_two_gpus_must_do_twice_the_work_of_one_to_lead() -> None:
 
 
 def test_per_gpu_the_bound_to_beat_is_in_the_candidates_own_throughput() -> None:
-    """What a candidate's search must beat (rules.incumbent) is the best per-GPU goodput times
+    """What a candidate's search must beat (level_search.incumbent) is the best per-GPU goodput times
     the GPUs the candidate uses: a 2-GPU candidate must reach twice it, a 1-GPU one the best
     per-GPU goodput itself (not a 2-GPU trial's throughput); its error scales with it."""
     results = [measured(0, 150.0, candidate=on_gpus(0)), measured(1, 250.0, candidate=on_gpus(0, 1))]
     on_two, on_one = (
-        rules.incumbent(results, PER_GPU, on_gpus(0, 1)),
-        rules.incumbent(results, PER_GPU, on_gpus(1)),
+        level_search.incumbent(results, PER_GPU, on_gpus(0, 1)),
+        level_search.incumbent(results, PER_GPU, on_gpus(1)),
     )
     assert on_two is not None and on_one is not None
     assert on_two.mean == pytest.approx(300.0) and on_one.mean == pytest.approx(150.0)
     assert on_two.se == pytest.approx(2 * on_one.se) and on_one.se > 0
-    raw = rules.incumbent(results)
+    raw = level_search.incumbent(results)
     assert raw is not None and raw.mean == pytest.approx(250.0)
-    assert rules.incumbent([failed(0), measured(1, 0.0)], PER_GPU, on_gpus(0)) is None  # nothing to beat yet
+    assert (
+        level_search.incumbent([failed(0), measured(1, 0.0)], PER_GPU, on_gpus(0)) is None
+    )  # nothing to beat yet
 
 
 @pytest.mark.parametrize("window_s", [0.25, 0.5, 2.0])
 def test_a_servers_first_point_discards_one_window_of_warm_up(window_s: float) -> None:
     """The search's plan: windows of --window after one window's warm-up (a fresh server's first
     half-second reads slow, the next ones as the rest: benchmarks/results/warmup-20261129.txt)."""
-    plan = rules.search_plan(Sla(99, 50.0), window_s)
+    plan = level_search.search_plan(Sla(99, 50.0), window_s)
     assert (plan.window_s, plan.warmup_s, plan.percentile, plan.limit_ms) == (window_s, window_s, 99, 0.0)

@@ -32,8 +32,8 @@ from autotune.loadgen._stats import StatsSnapshot
 from autotune.loadgen._timer import DueTimer
 from autotune.loadgen._transport import Connection, Done, InferError, _parse_response
 from autotune.loadgen._windows import behind_schedule, late_sends, run_windows, summarise
-from autotune.noise import Noise
 from autotune.points import Point, WindowPlan
+from autotune.search.noise import Noise
 
 
 def test_exported_names() -> None:

@@ -11,11 +11,13 @@ from functools import partial
 
 import pytest
 
-from autotune import noise, rules, sim
-from autotune.noise import Estimate, Noise
+from autotune import sim
 from autotune.objective import Sla
-from autotune.points import Point, WindowPlan, windows_done
+from autotune.points import Point, WindowPlan
 from autotune.results import COMPLETE, PRUNED, TrialResult, Verification
+from autotune.search import level_search, noise, racing, ranking
+from autotune.search.noise import Estimate, Noise
+from autotune.search.sampling import windows_done
 from autotune.search_space import Candidate
 
 SLA = Sla(95, 20.0)
@@ -80,26 +82,26 @@ def test_a_points_windows_stop_on_the_interval_it_is_judged_on() -> None:
     assert not Sla(99, 20.0).met_by(point)  # the verdict it would have stopped into
     assert windows_done([160] * 5, windows, plan, 0.1, 12.0) == (True, True)
     earlier = [replace(windowed(12, 500.0, f), window_latencies_ms=(f - 1, f + 1)) for f in (17.0, 19.0)]
-    judged = rules.judged_at(WindowPlan(max_windows=8, percentile=95), 20.0, earlier)
+    judged = level_search.judged_at(WindowPlan(max_windows=8, percentile=95), 20.0, earlier)
     assert judged.before_figures_ms == (17.0, 19.0)
-    # rounds before: the centre is the mean of every round's figure, as rules.rounds_latency's
+    # rounds before: the centre is the mean of every round's figure, as racing.rounds_latency's
     assert windows_done([100, 100], [16.0, 16.2], judged, 0.1, 16.1)[0]  # centre 17.4: meets
     assert not windows_done([100, 100], [16.0, 16.2], judged, 0.1, 23.0)[0]  # centre 19.7: open
 
 
 def test_a_race_rounds_windows_stop_on_the_latency_of_every_round_at_its_level() -> None:
-    """A round's windows are judged with the earlier rounds' at the level (rules.judged_at): near
+    """A round's windows are judged with the earlier rounds' at the level (level_search.judged_at): near
     the limit, what a round alone leaves undecided the rounds together settle."""
-    from autotune import rules
+    from autotune.search import level_search
 
     earlier = [windowed(12, 500.0, 18.8, spread=0.01, n=8), windowed(12, 500.0, 18.9, spread=0.01, n=8)]
-    alone = rules.judged_at(WindowPlan(max_windows=8, percentile=95), 20.0)
-    pooled = rules.judged_at(WindowPlan(max_windows=8, percentile=95), 20.0, earlier)
+    alone = level_search.judged_at(WindowPlan(max_windows=8, percentile=95), 20.0)
+    pooled = level_search.judged_at(WindowPlan(max_windows=8, percentile=95), 20.0, earlier)
     assert alone.before_ms == () and len(pooled.before_ms) == 16
     latencies = [18.0, 19.9]  # this round's two windows: undecided alone
     assert windows_done([100, 101], latencies, alone, 0.1) == (False, False)
     assert windows_done([100, 101], latencies, pooled, 0.1) == (True, True)
-    other = rules.judged_at(WindowPlan(max_windows=8, percentile=99), 20.0, earlier)  # p95 windows
+    other = level_search.judged_at(WindowPlan(max_windows=8, percentile=99), 20.0, earlier)  # p95 windows
     assert other.before_ms == ()
 
 
@@ -117,9 +119,9 @@ def test_the_operating_point_is_the_highest_level_not_worse_than_the_best() -> N
         windowed(8, 570.0, 15.0),
         windowed(12, 580.0, 25.0),
     ]
-    assert rules.best_point(points, SLA) is points[2]  # 8: feasible, tied with the most
-    assert rules.best_point(points[:1], SLA) is points[0]
-    assert rules.best_point(points[3:], SLA) is None
+    assert level_search.best_point(points, SLA) is points[2]  # 8: feasible, tied with the most
+    assert level_search.best_point(points[:1], SLA) is points[0]
+    assert level_search.best_point(points[3:], SLA) is None
 
 
 def test_the_goodput_search_finds_each_surfaces_knee_within_the_noise() -> None:
@@ -139,7 +141,7 @@ def test_the_goodput_search_finds_each_surfaces_knee_within_the_noise() -> None:
         for _ in range(40):
             server = sim.SimServer(config, surface.server_bias(rng))
             trials = sim.SimServers(surface, rng)
-            m = rules.find_goodput(partial(trials.point, server, plan=plan), surface.sla, 1, 32)
+            m = level_search.find_goodput(partial(trials.point, server, plan=plan), surface.sla, 1, 32)
             assert m.best is not None
             level = int(m.best.level)
             found.append(surface.truth(config, level).throughput / truth)
@@ -153,7 +155,7 @@ def test_the_goodput_search_finds_each_surfaces_knee_within_the_noise() -> None:
 def _trial(number: int, points: list[Point], candidate: Candidate | None = None) -> TrialResult:
     from autotune.points import Measurement
 
-    best = rules.best_point(points, SLA)
+    best = level_search.best_point(points, SLA)
     return TrialResult(number, COMPLETE, candidate, {}, False, Measurement(tuple(points), best))
 
 
@@ -161,10 +163,10 @@ def test_trials_compare_across_servers_and_a_tie_is_no_progress() -> None:
     a = _trial(0, [windowed(4, 500.0, 8.0), windowed(8, 900.0, 12.0)])
     b = _trial(1, [windowed(4, 510.0, 8.0), windowed(8, 930.0, 12.0)])  # 3% more: within the servers' noise
     c = _trial(2, [windowed(4, 800.0, 8.0), windowed(8, 1400.0, 12.0)])
-    assert not rules.better_trial(b, a) and not rules.better_trial(a, b)
-    assert rules.better_trial(c, a) and not rules.better_trial(a, c)
-    assert rules.finalists([a, b, c], 3) == [c]  # a and b are worse than c
-    assert [r.number for r in rules.finalists([a, b], 3)] == [1, 0]
+    assert not ranking.better_trial(b, a) and not ranking.better_trial(a, b)
+    assert ranking.better_trial(c, a) and not ranking.better_trial(a, c)
+    assert ranking.finalists([a, b, c], 3) == [c]  # a and b are worse than c
+    assert [r.number for r in ranking.finalists([a, b], 3)] == [1, 0]
 
 
 def test_a_figure_is_not_ahead_only_when_its_difference_is_shown_below_the_resolution() -> None:
@@ -187,13 +189,13 @@ def test_the_race_drops_those_not_ahead_of_the_leader_and_the_lowest_latency_win
     slow = [windowed(8, v, 9.0) for v in (700.0, 710.0, 690.0)]
     unsure = [windowed(8, 1000.0, 11.0)]  # one round: it may yet be ahead
     rounds = {0: fast, 1: close, 2: slow, 3: unsure}
-    assert rules.outraced(rounds, {}) == {1, 2}  # each round as measured, spread over the rounds
-    assert rules.raced(close).se == pytest.approx(rules.raced(close, carry=lambda p: p.throughput).se)
+    assert racing.outraced(rounds, {}) == {1, 2}  # each round as measured, spread over the rounds
+    assert racing.raced(close).se == pytest.approx(racing.raced(close, carry=lambda p: p.throughput).se)
     verifications = [Verification(n, 8, tuple(p), len(p)) for n, p in enumerate((fast, close, slow))]
-    assert rules.race_winner(verifications, [], SLA) == 1  # tied with the leader, less latency
+    assert racing.race_winner(verifications, [], SLA) == 1  # tied with the leader, less latency
     failed = [replace(verifications[0], sla_met=2), replace(verifications[1], sla_met=1)]
     one = _trial(5, [windowed(8, 400.0, 10.0)])
-    assert rules.race_winner(failed, [one], SLA) == 5  # none passed every round: the best not raced
+    assert racing.race_winner(failed, [one], SLA) == 5  # none passed every round: the best not raced
 
 
 def test_a_contender_falls_back_to_the_levels_its_search_found_meeting_the_sla() -> None:
@@ -203,9 +205,9 @@ def test_a_contender_falls_back_to_the_levels_its_search_found_meeting_the_sla()
         windowed(12, 950.0, 17.0),
         windowed(16, 960.0, 30.0),
     ]
-    assert rules.race_levels(_trial(0, points), SLA) == [12, 8, 4]
-    assert rules.race_levels(_trial(1, [windowed(6, 500.0, 8.0)]), SLA) == [6, 3]  # none lower: half
-    assert rules.race_levels(_trial(2, [windowed(1, 100.0, 8.0)]), SLA) == [1]
+    assert racing.race_levels(_trial(0, points), SLA) == [12, 8, 4]
+    assert racing.race_levels(_trial(1, [windowed(6, 500.0, 8.0)]), SLA) == [6, 3]  # none lower: half
+    assert racing.race_levels(_trial(2, [windowed(1, 100.0, 8.0)]), SLA) == [1]
 
 
 def test_a_contenders_rounds_at_a_level_are_judged_together() -> None:
@@ -213,18 +215,18 @@ def test_a_contenders_rounds_at_a_level_are_judged_together() -> None:
     rounds clearly over the limit break it; rounds near it are undecided (neither)."""
     near = [windowed(8, 900.0, 18.0, spread=0.12, n=2), windowed(8, 910.0, 18.5, spread=0.12, n=2)]
     assert not any(SLA.met_by(p) for p in near)  # alone, each round's interval reaches the limit
-    assert rules.rounds_meet(near, SLA) and not rules.rounds_break(near, SLA)
+    assert racing.rounds_meet(near, SLA) and not racing.rounds_break(near, SLA)
     over = [windowed(8, 900.0, 26.0), windowed(8, 900.0, 25.0)]
-    assert rules.rounds_break(over, SLA) and not rules.rounds_meet(over, SLA)
+    assert racing.rounds_break(over, SLA) and not racing.rounds_meet(over, SLA)
     edge = [windowed(8, 900.0, 19.8, spread=0.1, n=2)]
-    assert not rules.rounds_meet(edge, SLA) and not rules.rounds_break(edge, SLA)
+    assert not racing.rounds_meet(edge, SLA) and not racing.rounds_break(edge, SLA)
     erred = [replace(windowed(8, 900.0, 10.0), errors=3)]
-    assert rules.rounds_break(erred, SLA) and not rules.rounds_meet(erred, SLA)
+    assert racing.rounds_break(erred, SLA) and not racing.rounds_meet(erred, SLA)
 
 
 def test_rounds_meet_as_a_mean_across_servers_with_the_races_spread() -> None:
     """Rounds on fresh servers read apart by more than their windows say: with the race's
-    :func:`rules.round_spread`, 'meets' is claimed of a latency truly at the limit in at most
+    :func:`racing.round_spread`, 'meets' is claimed of a latency truly at the limit in at most
     ~5% of races (windows alone: far more often), and of one 15% under it most of the time."""
     rng = random.Random(11)
 
@@ -240,8 +242,8 @@ def test_rounds_meet_as_a_mean_across_servers_with_the_races_spread() -> None:
         count = 0
         for _ in range(draws):
             mine, rival = rounds(truth, 3), rounds(truth * 0.8, 3)
-            found = rules.round_spread([mine, rival], 95) if spread else rules.NO_SPREAD
-            count += rules.rounds_meet(mine, SLA, found)
+            found = racing.round_spread([mine, rival], 95) if spread else racing.NO_SPREAD
+            count += racing.rounds_meet(mine, SLA, found)
         return count / draws
 
     assert claimed(20.0, spread=True) <= 0.07 < 0.20 < claimed(20.0, spread=False)
@@ -255,15 +257,15 @@ def test_the_races_spread_pools_its_contenders_levels_and_is_the_whole_error_of_
     twice), with the spread's degrees of freedom; without it, their windows' pooled."""
     at = [windowed(8, 900.0, v) for v in (18.0, 20.0)]
     other = [windowed(4, 500.0, v) for v in (9.0, 10.0, 11.0)]
-    found = rules.round_spread([at, other, [windowed(2, 300.0, 5.0)]], 95)
+    found = racing.round_spread([at, other, [windowed(2, 300.0, 5.0)]], 95)
     assert found.df == 3 and found.cv == pytest.approx(((2 / 19**2 + 2 * 0.1**2) / 3) ** 0.5)
-    wide = rules.rounds_latency(at, 95, found)
+    wide = racing.rounds_latency(at, 95, found)
     assert wide.mean == 19.0 and wide.df == 3 and wide.se == pytest.approx(found.cv * 19.0 / 2**0.5)
-    alone = rules.rounds_latency(at, 95)
+    alone = racing.rounds_latency(at, 95)
     assert alone.mean == 19.0 and alone.df == 5 and wide.se > alone.se
-    narrow = rules.rounds_latency(at, 95, Noise(0.001, 3))
+    narrow = racing.rounds_latency(at, 95, Noise(0.001, 3))
     assert narrow.df == 3 and narrow.se == pytest.approx(0.001 * 19.0 / 2**0.5) and narrow.se < alone.se
-    assert rules.rounds_meet(at, Sla(95, 21.0)) and not rules.rounds_meet(at, Sla(95, 21.0), found)
+    assert racing.rounds_meet(at, Sla(95, 21.0)) and not racing.rounds_meet(at, Sla(95, 21.0), found)
 
 
 def test_a_point_judged_after_every_window_claims_meets_as_docs_search_says() -> None:
@@ -293,22 +295,22 @@ def test_a_contender_that_does_not_meet_the_sla_steps_down_by_littles_law() -> N
     one whose latency would reach the limit, unless a level its search found meeting the SLA is
     higher; an open loop (request rates) takes the listed levels only."""
     twice = [windowed(12, 1000.0, 40.0)]  # twice the limit's latency (and more, its upper bound)
-    assert rules.level_below(12, twice, SLA, [12, 3]) == 5.0
-    assert rules.level_below(12, twice, SLA, [12, 8, 4]) == 8  # the search's level is higher
+    assert racing.level_below(12, twice, SLA, [12, 3]) == 5.0
+    assert racing.level_below(12, twice, SLA, [12, 8, 4]) == 8  # the search's level is higher
     close = [windowed(12, 1000.0, 20.5)]
-    assert rules.level_below(12, close, SLA, [12, 6]) == 11.0  # at least one client fewer
-    assert rules.level_below(1, [windowed(1, 100.0, 30.0)], SLA, [1]) is None
+    assert racing.level_below(12, close, SLA, [12, 6]) == 11.0  # at least one client fewer
+    assert racing.level_below(1, [windowed(1, 100.0, 30.0)], SLA, [1]) is None
     rate = [replace(p, concurrency=0, request_rate=800.0) for p in twice]
-    assert rules.level_below(800.0, rate, SLA, [800.0, 400.0]) == 400.0
+    assert racing.level_below(800.0, rate, SLA, [800.0, 400.0]) == 400.0
 
 
 def test_the_race_leader_is_the_lowest_latency_of_those_not_worse_than_the_best() -> None:
     fast = [windowed(8, v, 15.0) for v in (1000.0, 1010.0, 990.0)]
     close = [windowed(8, v, 11.0) for v in (995.0, 1005.0, 1000.0)]
     slow = [windowed(4, v, 5.0) for v in (600.0, 610.0, 590.0)]
-    assert rules.race_leader({0: fast, 1: close, 2: slow}, {}, 95) == 1
-    assert rules.race_leader({0: fast, 2: slow}, {}, 95) == 0  # less latency, but worse
-    assert rules.race_leader({}, {}, 95) is None
+    assert racing.race_leader({0: fast, 1: close, 2: slow}, {}, 95) == 1
+    assert racing.race_leader({0: fast, 2: slow}, {}, 95) == 0  # less latency, but worse
+    assert racing.race_leader({}, {}, 95) is None
 
 
 def test_a_round_is_carried_to_the_limit_along_its_searchs_slopes() -> None:
@@ -316,14 +318,14 @@ def test_a_round_is_carried_to_the_limit_along_its_searchs_slopes() -> None:
     with room under the limit is credited what it would serve there, one over it less, never
     further than the levels the slopes came from; without slopes, as measured."""
     search = [windowed(8, 1000.0, 10.0), windowed(12, 1225.0, 14.14), windowed(16, 1500.0, 20.0)]
-    carry = rules.to_limit(_trial(0, search), 20.0, 95)
+    carry = racing.to_limit(_trial(0, search), 20.0, 95)
     assert carry(windowed(12, 1225.0, 14.14)) == pytest.approx(1500.0, rel=0.01)  # room for 4 clients
     assert carry(windowed(16, 1500.0, 20.0)) == pytest.approx(1500.0)  # at the limit already
     assert carry(windowed(12, 1225.0, 28.28)) == pytest.approx(1000.0, rel=0.01)  # 8 clients over
     assert carry(windowed(12, 1225.0, 2.0)) == pytest.approx(1500.0, rel=0.01)  # to 16 clients at most
-    flat = rules.to_limit(_trial(1, [windowed(8, 1000.0, 10.0), windowed(16, 1000.0, 10.0)]), 20.0, 95)
+    flat = racing.to_limit(_trial(1, [windowed(8, 1000.0, 10.0), windowed(16, 1000.0, 10.0)]), 20.0, 95)
     assert flat(windowed(8, 990.0, 10.0)) == 990.0  # latency that does not grow: no slope to carry on
-    alone = rules.to_limit(_trial(2, [windowed(8, 1000.0, 10.0)]), 20.0, 95)
+    alone = racing.to_limit(_trial(2, [windowed(8, 1000.0, 10.0)]), 20.0, 95)
     assert alone(windowed(8, 990.0, 10.0)) == 990.0
 
 
@@ -333,7 +335,7 @@ def test_a_round_is_carried_along_the_side_of_its_search_it_goes_to_not_across_a
     (167.5), not one slope over all three (188: more than the config served at any level); one
     over the limit, along the levels up to 3 (to 2 at most)."""
     knee = [windowed(2, 125.0, 11.3), windowed(3, 164.0, 14.4), windowed(4, 169.0, 23.0)]
-    carry = rules.to_limit(_trial(0, knee), 20.0, 95)
+    carry = racing.to_limit(_trial(0, knee), 20.0, 95)
     assert carry(windowed(3, 164.0, 14.4)) == pytest.approx(167.5, rel=0.002)
     assert carry(windowed(3, 160.0, 30.0)) == pytest.approx(160.0 * 125.0 / 164.0, rel=0.01)
     assert carry(windowed(4, 169.0, 19.0)) == pytest.approx(169.0, rel=0.01)  # from the top: all three, to 4
@@ -350,14 +352,14 @@ def test_carried_to_the_limit_the_config_that_would_serve_most_there_leads_the_r
     a = [windowed(12, v, 13.0) for v in (1200.0, 1190.0, 1210.0)]
     b = [windowed(12, v, 13.5) for v in (1190.0, 1180.0, 1200.0)]
     results = [_trial(0, steep), _trial(1, gentle)]
-    carries = {r.number: rules.to_limit(r, 20.0, 95) for r in results}
-    assert rules.race_leader({0: a, 1: b}, {}, 95) == 0  # tied, less latency
-    assert rules.race_leader({0: a, 1: b}, {}, 95, carries) == 1
-    assert rules.outraced({0: a, 1: b}, {}, carries) == {0}
+    carries = {r.number: racing.to_limit(r, 20.0, 95) for r in results}
+    assert racing.race_leader({0: a, 1: b}, {}, 95) == 0  # tied, less latency
+    assert racing.race_leader({0: a, 1: b}, {}, 95, carries) == 1
+    assert racing.outraced({0: a, 1: b}, {}, carries) == {0}
     made = [Verification(n, 12, tuple(p), 3, limit_ms=20.0) for n, p in enumerate((a, b))]
-    assert rules.race_winner(made, results, SLA) == 1
+    assert racing.race_winner(made, results, SLA) == 1
     assert Verification.from_json(made[0].to_json()) == made[0]
-    assert rules.race_winner([replace(v, limit_ms=0.0) for v in made], results, SLA) == 0
+    assert racing.race_winner([replace(v, limit_ms=0.0) for v in made], results, SLA) == 0
 
 
 def closed_loop(capacity: float, service_ms: float):  # type: ignore[no-untyped-def]
@@ -375,13 +377,13 @@ def test_the_goodput_search_doubles_bisects_and_stops_where_nothing_better_is_le
     """Doubling while the SLA holds and the throughput is better; at a level that breaks it,
     bisecting while the broken level serves better than the met one; more clients that serve
     no better end the search (the operating point: the highest level not worse than the best)."""
-    knee = rules.find_goodput(closed_loop(500.0, 10.0), Sla(95, 20.0), 1, 32)
+    knee = level_search.find_goodput(closed_loop(500.0, 10.0), Sla(95, 20.0), 1, 32)
     assert [p.level for p in knee.points] == [1, 2, 4, 8, 16] and not knee.pruned
     assert knee.best is not None and knee.best.level == 8  # 16 breaks and serves no more than 8
-    bisected = rules.find_goodput(closed_loop(500.0, 10.0), Sla(95, 15.0), 1, 32)
+    bisected = level_search.find_goodput(closed_loop(500.0, 10.0), Sla(95, 15.0), 1, 32)
     assert [p.level for p in bisected.points] == [1, 2, 4, 6, 8]  # 8 breaks, 500 against 4's 400
     assert bisected.best is not None and bisected.best.level == 6
-    flat = rules.find_goodput(closed_loop(300.0, 10.0), Sla(95, 50.0), 1, 32)
+    flat = level_search.find_goodput(closed_loop(300.0, 10.0), Sla(95, 50.0), 1, 32)
     assert [p.level for p in flat.points] == [1, 2, 4, 8]  # 8 meets it, no better than 4: saturated
     assert flat.best is not None and flat.best.level == 8
 
@@ -390,10 +392,10 @@ def test_a_candidate_whose_broken_level_cannot_win_is_measured_once() -> None:
     """A level that breaks the SLA bounds every level below it: shown worse than the best
     trial (across servers), its candidate stops there (pruned)."""
     best = Estimate(1000.0, 10.0, 3).across_servers()
-    pruned = rules.find_goodput(closed_loop(500.0, 10.0), Sla(95, 20.0), 1, 32, start=16, beat=best)
+    pruned = level_search.find_goodput(closed_loop(500.0, 10.0), Sla(95, 20.0), 1, 32, start=16, beat=best)
     assert [p.level for p in pruned.points] == [16] and pruned.pruned and pruned.best is None
     close = Estimate(520.0, 10.0, 3).across_servers()  # 500 is not shown worse than 520: it goes on
-    kept = rules.find_goodput(closed_loop(500.0, 10.0), Sla(95, 20.0), 1, 32, start=16, beat=close)
+    kept = level_search.find_goodput(closed_loop(500.0, 10.0), Sla(95, 20.0), 1, 32, start=16, beat=close)
     assert not kept.pruned and kept.best is not None and kept.best.level == 8
 
 
@@ -402,9 +404,9 @@ def test_the_finalists_are_the_measured_trials_not_worse_than_the_best() -> None
     worse, broken = _trial(2, [windowed(8, 600.0, 10.0)]), _trial(3, [windowed(8, 1200.0, 30.0)])
     pruned = TrialResult(4, PRUNED, None, {}, False, None, reused_from=0)
     results = [worse, tied, broken, pruned, best]
-    assert [r.number for r in rules.finalists(results, 3)] == [0, 1]  # best first; no figures, none
-    assert [r.number for r in rules.finalists(results, 1)] == [0]
-    assert rules.finalists([broken, pruned], 2) == []
+    assert [r.number for r in ranking.finalists(results, 3)] == [0, 1]  # best first; no figures, none
+    assert [r.number for r in ranking.finalists(results, 1)] == [0]
+    assert ranking.finalists([broken, pruned], 2) == []
 
 
 def test_among_ties_the_config_nearest_to_yours_leads_and_stays_in_the_race() -> None:
@@ -419,14 +421,14 @@ def test_among_ties_the_config_nearest_to_yours_leads_and_stays_in_the_race() ->
     changes = {0: far.changes_from(yours), 1: near.changes_from(yours)}
     assert changes == {0: 3, 1: 1}
     rounds = {0: ahead, 1: behind}
-    assert rules.race_leader(rounds, {}, 95) == 0  # by throughput alone: the far one
-    assert rules.race_leader(rounds, {}, 95, changes=changes) == 1
-    assert 1 not in rules.outraced(rounds, {}, changes=changes)  # the near one is the one to beat
+    assert racing.race_leader(rounds, {}, 95) == 0  # by throughput alone: the far one
+    assert racing.race_leader(rounds, {}, 95, changes=changes) == 1
+    assert 1 not in racing.outraced(rounds, {}, changes=changes)  # the near one is the one to beat
     results = [_trial(0, ahead, far), _trial(1, behind, near)]
     made = [Verification(n, 8, tuple(p), 3) for n, p in rounds.items()]
-    assert rules.race_winner(made, results, SLA, yours=yours) == 1
+    assert racing.race_winner(made, results, SLA, yours=yours) == 1
     shown = {0: [windowed(8, v, 15.0) for v in (1400.0, 1410.0, 1390.0)], 1: behind}  # 24% ahead
-    assert rules.race_leader(shown, {}, 95, changes=changes) == 0
+    assert racing.race_leader(shown, {}, 95, changes=changes) == 0
 
 
 def test_ahead_by_resolution_needs_the_difference_s_lower_bound_above_it() -> None:
@@ -444,7 +446,7 @@ def test_your_config_races_as_the_control_it_never_leaves_nor_leads() -> None:
     """The control gets its rounds like a finalist but is neither outraced nor the leader, and
     its rounds do not move the race's spread; its verification says it is the control."""
     from autotune.objective import RAW
-    from autotune.race import Race
+    from autotune.search.racing import Race
 
     yours = Candidate(1, "KIND_CPU", (), 8, False, (), 0, False)
     best = _trial(1, [windowed(8, 1000.0, 10.0)], replace(yours, instance_count=2))
@@ -462,4 +464,4 @@ def test_your_config_races_as_the_control_it_never_leaves_nor_leads() -> None:
     assert race.spread() == alone.spread()
     finalist, control = race.verifications([1, 0])
     assert not finalist.control and control.control and control.trial == 0 and len(control.points) == 3
-    assert rules.race_winner([finalist, control], [best, base], SLA) == 1
+    assert racing.race_winner([finalist, control], [best, base], SLA) == 1

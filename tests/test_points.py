@@ -1,6 +1,6 @@
 """What a point is and how it is judged: the SLA, the stability rule of a point measured as
 perf_analyzer measures it, the latency histogram, and the open loop's rate search
-(:func:`autotune.rules.find_rate_goodput`)."""
+(:func:`autotune.search.level_search.find_rate_goodput`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.loadgen._histogram import LatencyHistogram
-from autotune.noise import Estimate, Noise
 from autotune.objective import Sla
-from autotune.points import BEHIND_SCHEDULE, Point, is_stable, warm_windows
-from autotune.rules import RATE_RESOLUTION, best_point, find_goodput, find_rate_goodput
+from autotune.points import BEHIND_SCHEDULE, Point
+from autotune.search.level_search import best_point, find_goodput, find_rate_goodput
+from autotune.search.noise import RATE_RESOLUTION, Estimate, Noise
+from autotune.search.sampling import is_stable, warm_windows
 from autotune.traffic import at_the_limit, check_sustained
 
 

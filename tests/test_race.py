@@ -1,4 +1,4 @@
-"""The race's transitions (autotune.race.Race), one test each: which racers the next round asks
+"""The race's transitions (autotune.search.racing.Race), one test each: which racers the next round asks
 for, and what a served round does to the race. Pure logic: the points are made up."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from autotune.objective import RAW, Sla
 from autotune.points import Point
-from autotune.race import Race
+from autotune.search.racing import Race
 from autotune.search_space import Candidate
 from tests.test_noise import _trial, windowed
 

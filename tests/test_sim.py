@@ -276,33 +276,33 @@ def test_a_space_that_only_batches_never_measures_a_config_without_batching_but_
 def test_after_the_seeds_the_search_walks_from_the_best_trial() -> None:
     """While nothing else is queued, the next trial is a one-step change of the best trial so
     far (by its figure) that no trial has tried: the first trials after the seeds walk."""
-    from autotune import decide, rules
+    from autotune.search import ranking, walk
 
     surface = sim.synthetic_family(1, 0.05, seed=2)[0]
     outcome = sim.simulate(surface, seed=0, max_trials=12, finalists=0)
     told = sorted((r for r in outcome.results if r.candidate is not None), key=lambda r: r.number)
-    seeds = 1 + len(decide.heuristic_seeds(SPACE, surface.cores, sim.BASELINE))
+    seeds = 1 + len(walk.heuristic_seeds(SPACE, surface.cores, sim.BASELINE))
     for i in range(seeds, seeds + 4):
         before = [r for r in told[:i] if r.measurement is not None]
-        best = max((r for r in before if r.feasible), key=rules.score)
+        best = max((r for r in before if r.feasible), key=ranking.score)
         assert best.candidate is not None and told[i].candidate is not None
-        assert told[i].candidate in decide.neighbours(best.candidate, SPACE), (i, told[i].candidate)
-        assert not any(decide.equivalent(told[i].candidate, r.candidate) for r in told[:i] if r.candidate)
+        assert told[i].candidate in walk.neighbours(best.candidate, SPACE), (i, told[i].candidate)
+        assert not any(walk.equivalent(told[i].candidate, r.candidate) for r in told[:i] if r.candidate)
 
 
 def test_a_converged_search_ends_once_the_finalists_neighbours_are_measured_not_every_ties() -> None:
     """A search that ends before its budget has measured every one-step neighbour of the
     ``--finalists`` (the best and the ties the race takes) that is not a losing step; a tie the
     race would not take may keep neighbours untried."""
-    from autotune import decide
+    from autotune.search import walk
 
     surface = sim.synthetic_family(1, 0.02, seed=0)[0]
     left_of_ties = 0
     for seed in range(3):
         outcome = sim.simulate(surface, seed, finalists=2)
         assert len(outcome.results) < 20  # converged, within the budget
-        assert decide.unexplored(outcome.results, SPACE, n=2) == []
-        left_of_ties += len(decide.unexplored(outcome.results, SPACE))
+        assert walk.unexplored(outcome.results, SPACE, n=2) == []
+        left_of_ties += len(walk.unexplored(outcome.results, SPACE))
     assert left_of_ties > 0
 
 
@@ -390,7 +390,7 @@ def test_a_contender_sent_down_a_level_as_its_rounds_run_out_is_raced_there() ->
     """The winner is a finalist that met the SLA where one could: the race does not end with its
     leader sent down a level (by the round that ends the race, or its level's) and not measured
     there, for a trial never raced to win instead (short budgets, where that happens most)."""
-    from autotune import rules
+    from autotune.search import racing
 
     surface = sim.Surveyed.load(
         Path(__file__).parent.parent / "benchmarks" / "surveys" / "torch_mlp_gpu.json.gz"
@@ -403,8 +403,8 @@ def test_a_contender_sent_down_a_level_as_its_rounds_run_out_is_raced_there() ->
                 continue
             for v in outcome.verifications:  # none met it: each had no level left below
                 sla = Sla(surface.sla.percentile, v.limit_ms)
-                listed = rules.race_levels(by_number[v.trial], sla)
-                assert rules.level_below(v.concurrency, v.points, sla, listed) is None, (repeats, seed)
+                listed = racing.race_levels(by_number[v.trial], sla)
+                assert racing.level_below(v.concurrency, v.points, sla, listed) is None, (repeats, seed)
 
 
 def test_a_tally_reads_the_winners_share_of_the_best_at_the_bar_and_on_average() -> None:

@@ -118,7 +118,7 @@ def test_a_gpu_baseline_on_a_machine_without_one_runs_as_is_while_the_space_hold
 ) -> None:
     from dataclasses import replace
 
-    from autotune.decide import in_space
+    from autotune.search.walk import in_space
 
     study = _study(tmp_path)  # SPACE: CPU instances only, as on a machine without a GPU
     gpu = replace(

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune import decide
 from autotune.cli import main
 from autotune.gpu_probe import local_gpu_count
 from autotune.reload import reload_outcome
 from autotune.results import COMPLETE, FAIL, PRUNED, Outcome
+from autotune.search import walk
 from tests.conftest import examples_builder, servers_of, staged_servers
 
 pytestmark = pytest.mark.integration
@@ -156,9 +156,9 @@ def test_mobilenet_is_measured_with_an_instance_per_core_before_batching(
     outcome = reload_outcome(_run_dir(reports, "mobilenet"))
     baseline, first = outcome.trials[0], outcome.trials[1]
     assert baseline.baseline and baseline.candidate is not None and first.candidate is not None
-    per_core = decide.closest((1, 2), os.cpu_count() or 1)
+    per_core = walk.closest((1, 2), os.cpu_count() or 1)
     if per_core != baseline.candidate.instance_count:  # the first seed changes the instances alone
-        assert decide.equivalent(first.candidate, replace(baseline.candidate, instance_count=per_core))
+        assert walk.equivalent(first.candidate, replace(baseline.candidate, instance_count=per_core))
     assert all(t.state == COMPLETE for t in outcome.trials)
     assert outcome.winner is not None and outcome.winner.goodput() > 0
 

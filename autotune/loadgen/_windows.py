@@ -7,9 +7,9 @@ the probe in a thread; the point's GPU figures summarise the kept windows' sampl
 window with fewer than ``min_requests`` completions is extended (up to 4x).
 A plan with a limit (``limit_ms``: the search's and the race's) stops once the latency's
 interval over the windows, centred on the point's figure over all their requests (the one it is
-judged on), lies on one side of it (:func:`autotune.points.windows_done`), and
+judged on), lies on one side of it (:func:`autotune.search.sampling.windows_done`), and
 its figures are every window's after the first ones a warm-up still held
-(:func:`autotune.points.warm_windows`: dropped, and recorded on the point), each kept window's
+(:func:`autotune.search.sampling.warm_windows`: dropped, and recorded on the point), each kept window's
 kept as the point's sample. Without one, the run
 stops when the last ``stable_windows`` windows agree within the tolerance (throughput and
 latency at the plan's percentile), as perf_analyzer's do, and the figures come from them; at
@@ -38,17 +38,8 @@ from autotune.gpu import GpuProbe, GpuSample
 from autotune.loadgen._histogram import LatencyHistogram
 from autotune.loadgen._load import Tally
 from autotune.loadgen._stats import StatsSnapshot, breakdown
-from autotune.points import (
-    BEHIND_SCHEDULE,
-    ERRORS,
-    FEW_SAMPLES,
-    LATE_SENDS,
-    UNSTABLE,
-    Point,
-    WindowPlan,
-    warm_windows,
-    windows_done,
-)
+from autotune.points import BEHIND_SCHEDULE, ERRORS, FEW_SAMPLES, LATE_SENDS, UNSTABLE, Point, WindowPlan
+from autotune.search.sampling import warm_windows, windows_done
 
 STATS_TIMEOUT_S = 10.0
 SENT_FRACTION = 0.98
@@ -123,8 +114,9 @@ async def _sample(probe: GpuProbe | None) -> tuple[GpuSample, ...]:
 
 
 def _done(windows: list[Window], plan: WindowPlan) -> tuple[bool, bool]:
-    """Whether the windows may stop, and whether they are stable (:func:`autotune.points.windows_done`,
-    which reads the last windows it needs); an open loop's tolerance from the kept ones."""
+    """Whether the windows may stop, and whether they are stable
+    (:func:`autotune.search.sampling.windows_done`, which reads the last windows it needs); an
+    open loop's tolerance from the kept ones."""
     kept = _kept(windows, plan)
     read = kept if plan.limit_ms > 0 else windows  # the rules read the last windows they need
     throughputs = [w.tally.completions / w.tally.duration_s for w in read if w.tally.duration_s > 0]
@@ -137,7 +129,7 @@ def _done(windows: list[Window], plan: WindowPlan) -> tuple[bool, bool]:
 
 def _kept(windows: list[Window], plan: WindowPlan) -> list[Window]:
     """The windows a point's figures come from: with a limit, those after the first ones a warm-up
-    still held (:func:`autotune.points.warm_windows`); without, the last ``stable_windows``."""
+    still held (:func:`autotune.search.sampling.warm_windows`); without, the last ``stable_windows``."""
     if plan.limit_ms <= 0:
         return windows[-plan.stable_windows :]
     return windows[warm_windows([_latency_ms(w, plan) for w in windows], plan.latency_noise) :]

@@ -7,7 +7,8 @@ import xml.etree.ElementTree as ET
 import simulate
 from picture import draw
 
-from autotune import rules, sim
+from autotune import sim
+from autotune.search import ranking
 
 
 def test_the_picture_of_a_run_draws_every_trial_each_race_round_and_the_winner() -> None:
@@ -18,7 +19,7 @@ def test_the_picture_of_a_run_draws_every_trial_each_race_round_and_the_winner()
     root = ET.fromstring(draw(surface, outcome))
     texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
     assert [t for t in texts if t.isdigit()] == [str(i) for i in range(len(outcome.results))]
-    without = sum(rules.trial_estimate(r) is None for r in outcome.results)
+    without = sum(ranking.trial_estimate(r) is None for r in outcome.results)
     assert texts.count("x") == without and 0 < without < len(outcome.results)
     rounds = sum(len(v.points) for v in outcome.verifications)
     dots = [c for c in root.iter("{http://www.w3.org/2000/svg}circle") if c.get("r") == "2.5"]

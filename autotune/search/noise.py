@@ -1,6 +1,8 @@
-"""The noise model: a point's windows are a sample, and every verdict (:func:`meets`,
-:func:`breaks`, :func:`better`, :func:`not_ahead`) is one on intervals: a mean with Student's t
-over its windows, one-sided at :data:`CONFIDENCE`, widened by :data:`SERVER_CV` across servers."""
+"""The noise model and every knob of the search. A point's windows are a sample; every verdict
+(:func:`meets`, :func:`breaks`, :func:`better`, :func:`not_ahead`, :func:`ahead`) is one on
+intervals: a mean with Student's t over its windows, one-sided at :data:`CONFIDENCE`, widened by
+:data:`SERVER_CV` across servers. The search's decision constants are named here, and listed in
+docs/search.md."""
 
 from __future__ import annotations
 
@@ -9,10 +11,20 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+# ---------------------------------------------------------------- the knobs (docs/search.md lists them)
+# every verdict
 CONFIDENCE = 0.95  # one-sided, per verdict: a verdict is wrong at most 5% of the times it is given
 SERVER_CV = 0.03  # how far a fresh server of one config reads off another's (relative sd)
 MIN_WINDOWS = 2  # the fewest windows a point is judged on (its variance needs two)
 RESOLUTION = 0.02  # a throughput shown not this share above another cannot beat it by enough to matter
+# an open loop's goodput search (search.level_search.find_rate_goodput)
+RATE_RESOLUTION = 0.10  # an open loop's search stops once its last good rate is this close to its first bad
+RATE_HEADROOM = 0.6  # under this fraction of the limit a rate doubles; above, it grows by 2 resolutions
+# the seeds (search.walk.heuristic_seeds)
+GPU_SEED_COUNTS = (1, 2)  # instances per GPU the seeds of a KIND_GPU space try
+# a point's warm-up after its server's first point (the first gets the plan's)
+RAMP_S = 0.3  # warm-up before each point after a server's first one (the first gets the plan's)
+
 
 # Student's t at 95% one-sided, by degrees of freedom (1-30); above 30, the normal's 1.645.
 _T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771,

@@ -11,7 +11,8 @@ from typing import Any
 
 from autotune.objective import RAW, Scoring
 from autotune.results import COMPLETE, FAIL, PRUNED, TrialResult
-from autotune.rules import best_trial, better_trial, finalists
+from autotune.search.noise import GPU_SEED_COUNTS
+from autotune.search.ranking import best_trial, better_trial, finalists
 from autotune.search_space import (
     Candidate,
     SearchSpace,
@@ -21,7 +22,6 @@ from autotune.search_space import (
     params_of,
 )
 
-GPU_SEED_COUNTS = (1, 2)  # instances per GPU the seeds of a KIND_GPU space try
 TOLD = (COMPLETE, FAIL, PRUNED)  # the states of a trial that has ended
 
 
@@ -111,7 +111,7 @@ def _steps(choices: Sequence[int], value: int) -> list[int]:
 def unexplored(
     results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW, n: int | None = None
 ) -> list[Candidate]:
-    """The :func:`neighbours` of the first ``n`` (default all) :func:`~autotune.rules.finalists`, in
+    """The :func:`neighbours` of the first ``n`` (default all) :func:`~autotune.search.ranking.finalists`, in
     turn, :func:`equivalent` to no config any trial has tried, nor a step of :func:`losing_steps`:
     with ``n`` 1 the walk's next steps from the best trial; with ``--finalists``, what a converged
     search measures before it ends."""
@@ -141,7 +141,7 @@ def instance_losses(
     results: Sequence[TrialResult], scoring: Scoring = RAW
 ) -> list[tuple[tuple[TrialResult, Candidate], tuple[TrialResult, Candidate]]]:
     """Every (loser, winner) pair of :func:`_measured` trials whose configs differ in the
-    instance count alone and where the winner is :func:`~autotune.rules.better_trial`."""
+    instance count alone and where the winner is :func:`~autotune.search.ranking.better_trial`."""
     done = _measured(results)
     return [
         ((loser, mine), (winner, theirs))
@@ -182,7 +182,7 @@ def closest(choices: Sequence[int], target: int) -> int:
 
 def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = RAW) -> bool:
     """Whether the last ``patience`` (> 0) configs measured or failed, not reused nor interrupted,
-    brought none :func:`~autotune.rules.better_trial` than the best before them."""
+    brought none :func:`~autotune.search.ranking.better_trial` than the best before them."""
     best: TrialResult | None = None
     since = 0
     for result in sorted(results, key=lambda r: r.number):
@@ -284,7 +284,7 @@ def canonical(candidate: Candidate) -> Candidate:
 
 
 def start_level(results: Sequence[TrialResult], scoring: Scoring = RAW) -> float | None:
-    """The level (concurrency or request rate) of :func:`autotune.rules.best_trial`'s operating
+    """The level (concurrency or request rate) of :func:`autotune.search.ranking.best_trial`'s operating
     point, where the next goodput search starts; None before any trial met the SLA."""
     best = best_trial(results, scoring)
     return None if best is None or best.best is None else best.best.level

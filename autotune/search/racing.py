@@ -1,6 +1,21 @@
-"""The search's rules, each a verdict of :mod:`autotune.noise` on measured intervals: a
-candidate's goodput search and operating point, how trials compare and rank, and the race of
-the finalists on fresh servers."""
+"""The finalists' race as a state: who is in it, at which level, with which rounds; each
+transition a method, every verdict one of :mod:`autotune.search`. Serving the rounds is not its
+business: :func:`autotune.finals.race` asks it for the next round (:meth:`Race.next_round`),
+serves that round, and tells it the points (:meth:`Race.take`).
+
+The race goes in three phases:
+
+1. ``rounds``: every racer a round, at most ``repeats`` times. After each round the outraced
+   finalists leave. It ends early when one finalist is left with two rounds.
+2. ``moved``: a racer sent down a level in the last round gets one round there.
+3. ``leader``: the leader must meet the SLA where it stands, as a mean across servers. It gets
+   rounds there (your config beside it) until it does, or it is sent down, or it leaves.
+
+Your config races beside the finalists as the **control** when it is not one of them: it gets a
+round on the same fresh servers every round, goes down a level like a contender, and never
+leaves by being outraced nor wins. Its rounds are what the winner's gain is read against
+(:func:`autotune.results.gain`).
+"""
 
 from __future__ import annotations
 
@@ -8,215 +23,192 @@ import bisect
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
-from typing import TypeVar
+from dataclasses import dataclass, field
 
-from autotune.noise import Estimate, Noise, better, not_ahead
 from autotune.objective import RAW, Scoring, Sla
-from autotune.points import Measurement, Point, WindowPlan
+from autotune.points import Point
 from autotune.results import TrialResult, Verification
+from autotune.search.noise import Estimate, Noise, better, not_ahead
+from autotune.search.ranking import ranked
 from autotune.search_space import Candidate
 
-L = TypeVar("L", int, float)  # a level: clients or a request rate
+Carry = Callable[[Point], float]  # a round's throughput carried to the limit (to_limit)
 
 
-def noise_of(points: Iterable[Point]) -> Noise:
-    """The window noise of throughput pooled over ``points`` (:class:`autotune.noise.Noise`)."""
-    return Noise.pooled(p.window_throughputs for p in points)
+@dataclass
+class Race:
+    """A race's state. ``levels``: each racer's levels in turn (:func:`race_levels`);
+    ``carries``: a closed loop's :func:`to_limit` (None: an open loop's, as measured)."""
 
+    sla: Sla
+    percentile: int
+    shares: dict[int, int]
+    levels: dict[int, list[float]]
+    carries: Mapping[int, Carry] | None
+    changes: dict[int, int]  # each racer's fields changed from your config (ties go to the fewest)
+    control: int | None = None  # your config's trial, racing beside the finalists (not one of them)
+    level: dict[int, float] = field(default_factory=dict)
+    rounds: dict[int, list[Point]] = field(default_factory=dict)
+    others: dict[int, list[tuple[float, tuple[Point, ...]]]] = field(default_factory=dict)
+    count: dict[int, int] = field(default_factory=dict)
+    repeats: int = 1  # the rounds of the first phase, and a leader's most where it stands
+    phase: str = "rounds"  # then "moved", "leader", "done"
+    alive: list[int] = field(default_factory=list)  # the racers still in the race, in order
+    beside: list[int] = field(default_factory=list)  # the control, beside the leader's rounds
+    played: int = 0  # rounds of the first phase played
+    current: int | None = None  # the leader whose rounds where it stands go on
+    asked: list[int] = field(default_factory=list)  # the racers of the round being served
+    out_of_time: bool = False  # the race stopped for the run's time budget
 
-def search_plan(sla: Sla, window_s: float) -> WindowPlan:
-    """Windows of ``window_s`` after a warm-up of one window, the latency watched at the SLA's
-    percentile; no limit (:func:`judged_at` sets it)."""
-    return WindowPlan(window_s=window_s, warmup_s=window_s, percentile=sla.percentile)
+    @classmethod
+    def start(
+        cls, ranked: Sequence[TrialResult], control: TrialResult | None, sla: Sla, percentile: int,
+        scoring: Scoring, yours: Candidate | None, open_loop: bool, repeats: int = 1,
+    ) -> Race:  # fmt: skip
+        """The finalists ``ranked`` (and ``control``, your config's trial) at their first levels,
+        for at most ``repeats`` rounds each (``--repeats``)."""
+        racers = [*ranked, *([control] if control is not None else [])]
+        levels = {r.number: race_levels(r, sla) for r in racers}
+        carry = {r.number: to_limit(r, sla.limit_ms, percentile) for r in racers}
+        return cls(
+            sla, percentile, {r.number: scoring.share(r.candidate) for r in racers}, levels,
+            None if open_loop else carry,
+            changes_from(racers, yours), control.number if control is not None else None,
+            level={n: listed[0] for n, listed in levels.items()}, rounds={r.number: [] for r in racers},
+            others={r.number: [] for r in racers}, count=dict.fromkeys(levels, 0), repeats=repeats,
+            alive=list(levels),
+        )  # fmt: skip
 
+    def next_round(self, out_of_time: bool) -> list[int] | None:
+        """The racers of the next round, to serve and then :meth:`take`; None: the race is over.
+        ``out_of_time``: the run's budget is spent; once each racer has a round, no round starts."""
+        while True:
+            if self.phase == "rounds":
+                if self.played < self.repeats and not self._cut(out_of_time):
+                    return self._ask(self.alive)
+                self.phase = "moved"
+            elif self.phase == "moved":
+                moved = [n for n in self.alive if not self.rounds[n]]  # down a level in the last round
+                if moved and not self._cut(out_of_time):
+                    return self._ask(moved)
+                self._to_leader(moved, [])
+            elif self.phase == "leader":
+                if self.current is None and not self._next_leader(out_of_time):
+                    self.phase = "done"
+                    return None
+                assert self.current is not None
+                return self._ask([self.current, *self.beside])
+            else:
+                return None
 
-def judged_at(
-    plan: WindowPlan, limit_ms: float, before: Sequence[Point] = (), noise: Noise | None = None
-) -> WindowPlan:
-    """``plan`` whose points' windows go on until their latency's interval, pooled with the
-    windows of ``before`` (a race's rounds at the level), lies on one side of ``limit_ms``;
-    ``noise``: the run's window latency spread (:func:`latency_noise`), which the warm-up test reads."""
-    judged = [p for p in before if p.window_percentile == plan.percentile]
-    pooled = tuple(w for p in judged for w in p.window_latencies_ms)
-    figures = tuple(p.latency_ms(plan.percentile) for p in judged)
-    return replace(
-        plan, limit_ms=limit_ms, before_ms=pooled, before_figures_ms=figures,
-        latency_noise=noise or plan.latency_noise,
-    )  # fmt: skip
+    def take(self, points: Mapping[int, Point | None]) -> None:
+        """The round :meth:`next_round` asked for, served: each racer's point (None: it failed)."""
+        kept = [n for n in self.asked if self.add(n, points.get(n))]
+        if self.phase == "rounds":
+            self.played += 1
+            left = self.outraced(kept)
+            self.alive = [n for n in kept if n not in left]
+            if self.settled(self.alive):
+                self.phase = "moved"
+        elif self.phase == "moved":
+            self._to_leader(self.asked, kept)
+        elif self.phase == "leader":
+            n = self.current
+            assert n is not None
+            self.beside = [c for c in self.beside if c in kept]
+            if n in kept and not self.rounds[n]:
+                return  # sent down a level by this round: one round there
+            if n not in kept and self.rounds[n]:
+                self.down(n)  # its server failed: it leaves, on its rounds there
+            self.current = None
 
+    def _ask(self, numbers: Sequence[int]) -> list[int]:
+        self.asked = list(numbers)
+        return list(numbers)
 
-def latency_noise(points: Iterable[Point], percentile: int) -> Noise:
-    """How far a window's latency at ``percentile`` reads off its point's (a relative sd), pooled
-    over ``points`` (the run's): the spread :func:`autotune.points.warm_windows` tests a point's
-    first window against, with more degrees of freedom than one point's windows have."""
-    return Noise.pooled(p.window_latencies_ms for p in points if p.window_percentile == percentile)
+    def _cut(self, out_of_time: bool) -> bool:
+        """Out of time, and each racer still in has a round: no round starts."""
+        if out_of_time and all(self.count[n] for n in self.alive):
+            self.out_of_time = True
+        return self.out_of_time
 
+    def _to_leader(self, moved: Sequence[int], there: Sequence[int]) -> None:
+        """The ``moved`` racers that did not get a round ``there`` leave; the leader's phase."""
+        self.alive = [n for n in self.alive if n not in moved or n in there]
+        self.beside = [self.control] if self.control is not None and self.control in self.alive else []
+        self.phase = "leader"
 
-def measured_points(results: Iterable[TrialResult]) -> list[Point]:
-    """Every point the trials measured (a reused trial's are its source's: not counted twice)."""
-    return [
-        p
-        for r in results
-        if r.measurement is not None and r.reused_from is None
-        for p in r.measurement.points
-    ]
+    def _next_leader(self, out_of_time: bool) -> bool:
+        """The leader that must still show it meets the SLA where it stands (False: none). One at
+        its most rounds there, undecided, goes a level down first (none left: it leaves)."""
+        while True:
+            n = self.leader()
+            if n is None or self.meets(n) or self._cut(out_of_time):
+                return False
+            if len(self.rounds[n]) < self.repeats or self.down(n):
+                self.current = n
+                return True
 
+    def spread(self) -> Noise:
+        """:func:`round_spread` over every finalist's rounds at each of its levels (the
+        control's are left out: it watches the race, it does not move its verdicts)."""
+        finalists = [n for n in self.rounds if n != self.control]
+        past = (p for n in finalists for _, p in self.others[n])
+        return round_spread([*(self.rounds[n] for n in finalists), *past], self.percentile)
 
-def cannot_win(point: Point, beat: Estimate | None, noise: Noise) -> bool:
-    """Whether ``beat`` (the best trial's throughput) is better than ``point``'s across servers."""
-    return beat is not None and better(beat, point.throughput_estimate(noise).across_servers())
+    def add(self, n: int, point: Point | None) -> bool:
+        """Racer ``n``'s round (None: it failed); False: it is out (failed, or no level left)."""
+        self.count[n] += 1
+        if point is None:
+            return False
+        self.rounds[n].append(point)
+        return not rounds_break(self.rounds[n], self.sla) or self.down(n)
 
+    def down(self, n: int) -> bool:
+        """Racer ``n`` to :func:`level_below`, its rounds here kept; False: none is left."""
+        below = level_below(self.level[n], self.rounds[n], self.sla, self.levels[n], self.spread())
+        self.others[n].append((self.level[n], tuple(self.rounds[n])))
+        self.rounds[n] = []
+        if below is not None:
+            self.level[n] = below
+        return below is not None
 
-def grew(point: Point, before: Point, noise: Noise) -> bool:
-    """Whether ``point`` is better than ``before`` (same server)."""
-    return better(point.throughput_estimate(noise), before.throughput_estimate(noise))
+    def outraced(self, alive: Sequence[int]) -> set[int]:
+        """The finalists of ``alive`` :func:`outraced` (the control is neither)."""
+        racing: dict[int, Sequence[Point]] = {n: self.rounds[n] for n in alive if n != self.control}
+        return outraced(racing, self.shares, self.carries, self.changes)
 
+    def settled(self, alive: Sequence[int]) -> bool:
+        """One finalist is left (or none), each left with two rounds at least."""
+        finalists = [n for n in alive if n != self.control]
+        return len(finalists) <= 1 and all(len(self.rounds[n]) >= 2 for n in finalists)
 
-def find_goodput(
-    measure_at: Callable[[int], Point], sla: Sla, low: int = 1, high: int = 32, *,
-    start: int | None = None, beat: Estimate | None = None,
-) -> Measurement:  # fmt: skip
-    """A closed loop's goodput search from ``start`` (default ``low``): double the clients while
-    the SLA holds and the throughput :func:`grew`, halve while it breaks, then bisect between the
-    last level that met it and the first that broke it while the broken one grew over it; pruned
-    when a broken level :func:`cannot_win` against ``beat``. Its best: :func:`best_point`."""
-    points: dict[int, Point] = {}
-    at = _once(measure_at, points)
-    first = min(max(start if start is not None else low, low), high)
-    good, bad = (first, None) if sla.met_by(at(first)) else (None, first)
-    while good is not None and bad is None and good < high:  # grow
-        c = min(good * 2, high)
-        if not sla.met_by(at(c)):
-            bad = c
-        elif not grew(at(c), at(good), noise_of(points.values())):  # saturated
-            good = c if at(c).throughput > at(good).throughput else good
-            break
-        else:
-            good = c
-    pruned = False
-    while bad is not None and good is None and bad > low:  # descend
-        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
-            break
-        c = max(low, bad // 2)
-        good, bad = (c, bad) if sla.met_by(at(c)) else (None, c)
-    while good is not None and bad is not None and bad - good > 1:  # bisect
-        noise = noise_of(points.values())
-        if (pruned := cannot_win(at(bad), beat, noise)) or not grew(at(bad), at(good), noise):
-            break
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if sla.met_by(at(mid)) else (good, mid)
-    ordered = tuple(points[c] for c in sorted(points))
-    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
+    def leader(self) -> int | None:
+        """:func:`race_leader` of the finalists whose rounds where they stand do not break."""
+        standing = {
+            n: pts
+            for n, pts in self.rounds.items()
+            if n != self.control and pts and not rounds_break(pts, self.sla)
+        }
+        return race_leader(standing, self.shares, self.percentile, self.carries, self.changes)
 
+    def meets(self, n: int) -> bool:
+        """Racer ``n``'s rounds where it stands meet the SLA as a mean across servers."""
+        return rounds_meet(self.rounds[n], self.sla, self.spread())
 
-def _once(measure_at: Callable[[L], Point], points: dict[L, Point]) -> Callable[[L], Point]:
-    """``measure_at`` that measures each level once, into ``points``."""
-    return lambda level: points[level] if level in points else points.setdefault(level, measure_at(level))
+    def verifications(self, order: Sequence[int]) -> list[Verification]:
+        """Each racer's rounds at its last level (those it left, its ``others``); one that left
+        the race at its last level stands on that level's rounds."""
+        return [self._verification(n, self.spread()) for n in order]
 
-
-RATE_RESOLUTION = 0.10  # an open loop's search stops once its last good rate is this close to its first bad
-RATE_HEADROOM = 0.6  # under this fraction of the limit a rate doubles; above, it grows by 2 resolutions
-
-
-def find_rate_goodput(
-    measure_at: Callable[[float], Point], sla: Sla, low: float, high: float, *,
-    start: float, beat: Estimate | None = None, resolution: float = RATE_RESOLUTION,
-) -> Measurement:  # fmt: skip
-    """An open loop's goodput search over rates (three significant digits) from ``start``: grow
-    while the SLA holds (x2 under :data:`RATE_HEADROOM` of the limit, else by 2 ``resolution``),
-    halve while it breaks, then bisect geometrically between the last rate that met it and the
-    first that broke it to within ``resolution``; pruned as in :func:`find_goodput`."""
-    points: dict[float, Point] = {}
-    at = _once(measure_at, points)
-    rate = _nice(min(max(start, low), high))
-    good, bad = (rate, None) if sla.met_by(at(rate)) else (None, rate)
-    while good is not None and bad is None and good < high:  # grow
-        far = at(good).latency_ms(sla.percentile) < RATE_HEADROOM * sla.limit_ms
-        rate = _nice(min(good * (2.0 if far else 1 + 2 * resolution), high))
-        if rate <= good:
-            break
-        good, bad = (rate, None) if sla.met_by(at(rate)) else (good, rate)
-    pruned = False
-    while bad is not None and good is None and bad > low:  # descend
-        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
-            break
-        rate = _nice(max(bad / 2, low))
-        if rate >= bad:
-            break
-        good, bad = (rate, bad) if sla.met_by(at(rate)) else (None, rate)
-    while good is not None and bad is not None and bad > good * (1 + resolution):  # bisect
-        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
-            break
-        mid = _nice((good * bad) ** 0.5)
-        if not good < mid < bad:
-            break
-        good, bad = (mid, bad) if sla.met_by(at(mid)) else (good, mid)
-    ordered = tuple(points[r] for r in sorted(points))
-    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
-
-
-def _nice(rate: float) -> float:
-    return float(f"{rate:.3g}")
-
-
-def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
-    """The operating point: the highest level of the points that meet the SLA and are not worse
-    (:func:`autotune.noise.better`) than the one of them with the most throughput."""
-    feasible = [p for p in points if sla.met_by(p)]
-    if not feasible:
-        return None
-    top = max(feasible, key=lambda p: p.throughput)
-    noise = noise_of(points)
-    tied = [p for p in feasible if not better(top.throughput_estimate(noise), p.throughput_estimate(noise))]
-    return max(tied, key=lambda p: p.level)
-
-
-def trial_estimate(result: TrialResult, scoring: Scoring = RAW) -> Estimate | None:
-    """A trial's goodput as ``scoring`` counts it, with its error (the noise pooled over its
-    search's points) across servers; None without an operating point."""
-    return result.estimate(scoring.share(result.candidate))
-
-
-def better_trial(a: TrialResult, b: TrialResult, scoring: Scoring = RAW) -> bool:
-    """Whether ``a``'s :func:`trial_estimate` is better than ``b``'s (any is better than none)."""
-    mine, theirs = trial_estimate(a, scoring), trial_estimate(b, scoring)
-    return mine is not None and (theirs is None or better(mine, theirs))
-
-
-def score(result: TrialResult, scoring: Scoring = RAW) -> float:
-    """A trial's goodput figure as ``scoring`` counts it (per GPU used, where the run does)."""
-    return scoring.score(result.goodput(), result.candidate)
-
-
-def ranked(results: Sequence[TrialResult], scoring: Scoring = RAW) -> list[TrialResult]:
-    """The measured (not reused) trials that met the SLA, by :func:`score`, best (then first) first."""
-    feasible = (r for r in results if r.feasible and r.reused_from is None)
-    return sorted(feasible, key=lambda r: score(r, scoring), reverse=True)
-
-
-def best_trial(results: Sequence[TrialResult], scoring: Scoring = RAW) -> TrialResult | None:
-    """The first of :func:`ranked`; None before any trial met the SLA."""
-    return next(iter(ranked(results, scoring)), None)
-
-
-def incumbent(
-    results: Sequence[TrialResult], scoring: Scoring = RAW, candidate: Candidate | None = None
-) -> Estimate | None:
-    """What ``candidate``'s search must beat: :func:`best_trial`'s :func:`trial_estimate` in the
-    candidate's own throughput (per GPU: times its GPUs); None before any trial met the SLA."""
-    best = best_trial(results, scoring)
-    found = None if best is None else trial_estimate(best, scoring)
-    return None if found is None else found.scaled(scoring.share(candidate))
-
-
-def finalists(results: Sequence[TrialResult], count: int, scoring: Scoring = RAW) -> list[TrialResult]:
-    """The first ``count`` :func:`ranked` trials the first one is not :func:`better_trial` than."""
-    top = ranked(results, scoring)
-    return [r for r in top if not better_trial(top[0], r, scoring)][:count]
-
-
-Carry = Callable[[Point], float]
+    def _verification(self, n: int, spread: Noise) -> Verification:
+        at, points, past = self.level[n], tuple(self.rounds[n]), list(self.others[n])
+        if not points and past:
+            at, points = past.pop()
+        concurrency, rate = (0, at) if self.carries is None else (int(at), 0.0)
+        met = len(points) if rounds_meet(points, self.sla, spread) else sum(map(self.sla.met_by, points))
+        limit = self.sla.limit_ms
+        return Verification(n, concurrency, points, met, rate, tuple(past), (), limit, n == self.control)
 
 
 def to_limit(result: TrialResult, limit_ms: float, percentile: int) -> Carry:
@@ -323,7 +315,7 @@ def outraced(
     changes: Mapping[int, int] | None = None,
 ) -> set[int]:  # fmt: skip
     """The contenders (by trial number, with their rounds) that leave the race: those
-    :func:`autotune.noise.not_ahead` of the :func:`_top` by :func:`raced` throughput."""
+    :func:`autotune.search.noise.not_ahead` of the :func:`_top` by :func:`raced` throughput."""
     found = _raced(rounds, shares, carries)
     if not found:
         return set()

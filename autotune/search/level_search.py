@@ -1,0 +1,177 @@
+"""A config's goodput: the search over levels (clients in a closed loop, a rate in an open one)
+for the highest throughput that meets the SLA (:func:`find_goodput`, :func:`find_rate_goodput`),
+its operating point (:func:`best_point`), and how its points are measured (:func:`search_plan`,
+:func:`judged_at`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+from autotune.objective import RAW, Scoring, Sla
+from autotune.points import Measurement, Point, WindowPlan
+from autotune.results import TrialResult
+from autotune.search.noise import RATE_HEADROOM, RATE_RESOLUTION, Estimate, Noise, better
+from autotune.search.ranking import best_trial, trial_estimate
+from autotune.search_space import Candidate
+
+L = TypeVar("L", int, float)  # a level: clients or a request rate
+
+
+def noise_of(points: Iterable[Point]) -> Noise:
+    """The window noise of throughput pooled over ``points`` (:class:`autotune.search.noise.Noise`)."""
+    return Noise.pooled(p.window_throughputs for p in points)
+
+
+def search_plan(sla: Sla, window_s: float) -> WindowPlan:
+    """Windows of ``window_s`` after a warm-up of one window, the latency watched at the SLA's
+    percentile; no limit (:func:`judged_at` sets it)."""
+    return WindowPlan(window_s=window_s, warmup_s=window_s, percentile=sla.percentile)
+
+
+def judged_at(
+    plan: WindowPlan, limit_ms: float, before: Sequence[Point] = (), noise: Noise | None = None
+) -> WindowPlan:
+    """``plan`` whose points' windows go on until their latency's interval, pooled with the
+    windows of ``before`` (a race's rounds at the level), lies on one side of ``limit_ms``;
+    ``noise``: the run's window latency spread (:func:`latency_noise`), which the warm-up test reads."""
+    judged = [p for p in before if p.window_percentile == plan.percentile]
+    pooled = tuple(w for p in judged for w in p.window_latencies_ms)
+    figures = tuple(p.latency_ms(plan.percentile) for p in judged)
+    return replace(
+        plan, limit_ms=limit_ms, before_ms=pooled, before_figures_ms=figures,
+        latency_noise=noise or plan.latency_noise,
+    )  # fmt: skip
+
+
+def latency_noise(points: Iterable[Point], percentile: int) -> Noise:
+    """How far a window's latency at ``percentile`` reads off its point's (a relative sd), pooled
+    over ``points`` (the run's): the spread :func:`autotune.search.sampling.warm_windows` tests a point's
+    first window against, with more degrees of freedom than one point's windows have."""
+    return Noise.pooled(p.window_latencies_ms for p in points if p.window_percentile == percentile)
+
+
+def measured_points(results: Iterable[TrialResult]) -> list[Point]:
+    """Every point the trials measured (a reused trial's are its source's: not counted twice)."""
+    return [
+        p
+        for r in results
+        if r.measurement is not None and r.reused_from is None
+        for p in r.measurement.points
+    ]
+
+
+def cannot_win(point: Point, beat: Estimate | None, noise: Noise) -> bool:
+    """Whether ``beat`` (the best trial's throughput) is better than ``point``'s across servers."""
+    return beat is not None and better(beat, point.throughput_estimate(noise).across_servers())
+
+
+def grew(point: Point, before: Point, noise: Noise) -> bool:
+    """Whether ``point`` is better than ``before`` (same server)."""
+    return better(point.throughput_estimate(noise), before.throughput_estimate(noise))
+
+
+def find_goodput(
+    measure_at: Callable[[int], Point], sla: Sla, low: int = 1, high: int = 32, *,
+    start: int | None = None, beat: Estimate | None = None,
+) -> Measurement:  # fmt: skip
+    """A closed loop's goodput search from ``start`` (default ``low``): double the clients while
+    the SLA holds and the throughput :func:`grew`, halve while it breaks, then bisect between the
+    last level that met it and the first that broke it while the broken one grew over it; pruned
+    when a broken level :func:`cannot_win` against ``beat``. Its best: :func:`best_point`."""
+    points: dict[int, Point] = {}
+    at = _once(measure_at, points)
+    first = min(max(start if start is not None else low, low), high)
+    good, bad = (first, None) if sla.met_by(at(first)) else (None, first)
+    while good is not None and bad is None and good < high:  # grow
+        c = min(good * 2, high)
+        if not sla.met_by(at(c)):
+            bad = c
+        elif not grew(at(c), at(good), noise_of(points.values())):  # saturated
+            good = c if at(c).throughput > at(good).throughput else good
+            break
+        else:
+            good = c
+    pruned = False
+    while bad is not None and good is None and bad > low:  # descend
+        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
+            break
+        c = max(low, bad // 2)
+        good, bad = (c, bad) if sla.met_by(at(c)) else (None, c)
+    while good is not None and bad is not None and bad - good > 1:  # bisect
+        noise = noise_of(points.values())
+        if (pruned := cannot_win(at(bad), beat, noise)) or not grew(at(bad), at(good), noise):
+            break
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if sla.met_by(at(mid)) else (good, mid)
+    ordered = tuple(points[c] for c in sorted(points))
+    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
+
+
+def _once(measure_at: Callable[[L], Point], points: dict[L, Point]) -> Callable[[L], Point]:
+    """``measure_at`` that measures each level once, into ``points``."""
+    return lambda level: points[level] if level in points else points.setdefault(level, measure_at(level))
+
+
+def find_rate_goodput(
+    measure_at: Callable[[float], Point], sla: Sla, low: float, high: float, *,
+    start: float, beat: Estimate | None = None, resolution: float = RATE_RESOLUTION,
+) -> Measurement:  # fmt: skip
+    """An open loop's goodput search over rates (three significant digits) from ``start``: grow
+    while the SLA holds (x2 under :data:`RATE_HEADROOM` of the limit, else by 2 ``resolution``),
+    halve while it breaks, then bisect geometrically between the last rate that met it and the
+    first that broke it to within ``resolution``; pruned as in :func:`find_goodput`."""
+    points: dict[float, Point] = {}
+    at = _once(measure_at, points)
+    rate = _nice(min(max(start, low), high))
+    good, bad = (rate, None) if sla.met_by(at(rate)) else (None, rate)
+    while good is not None and bad is None and good < high:  # grow
+        far = at(good).latency_ms(sla.percentile) < RATE_HEADROOM * sla.limit_ms
+        rate = _nice(min(good * (2.0 if far else 1 + 2 * resolution), high))
+        if rate <= good:
+            break
+        good, bad = (rate, None) if sla.met_by(at(rate)) else (good, rate)
+    pruned = False
+    while bad is not None and good is None and bad > low:  # descend
+        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
+            break
+        rate = _nice(max(bad / 2, low))
+        if rate >= bad:
+            break
+        good, bad = (rate, bad) if sla.met_by(at(rate)) else (None, rate)
+    while good is not None and bad is not None and bad > good * (1 + resolution):  # bisect
+        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
+            break
+        mid = _nice((good * bad) ** 0.5)
+        if not good < mid < bad:
+            break
+        good, bad = (mid, bad) if sla.met_by(at(mid)) else (good, mid)
+    ordered = tuple(points[r] for r in sorted(points))
+    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
+
+
+def _nice(rate: float) -> float:
+    return float(f"{rate:.3g}")
+
+
+def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
+    """The operating point: the highest level of the points that meet the SLA and are not worse
+    (:func:`autotune.search.noise.better`) than the one of them with the most throughput."""
+    feasible = [p for p in points if sla.met_by(p)]
+    if not feasible:
+        return None
+    top = max(feasible, key=lambda p: p.throughput)
+    noise = noise_of(points)
+    tied = [p for p in feasible if not better(top.throughput_estimate(noise), p.throughput_estimate(noise))]
+    return max(tied, key=lambda p: p.level)
+
+
+def incumbent(
+    results: Sequence[TrialResult], scoring: Scoring = RAW, candidate: Candidate | None = None
+) -> Estimate | None:
+    """What ``candidate``'s search must beat: :func:`best_trial`'s :func:`trial_estimate` in the
+    candidate's own throughput (per GPU: times its GPUs); None before any trial met the SLA."""
+    best = best_trial(results, scoring)
+    found = None if best is None else trial_estimate(best, scoring)
+    return None if found is None else found.scaled(scoring.share(candidate))
