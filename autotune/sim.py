@@ -79,13 +79,38 @@ class Bias(NamedTuple):
 class Surface(Protocol):
     """What a simulated server serves: the truth of a candidate at a concurrency, and a window."""
 
-    name: str
-    sla: Sla  # the SLA the surface is tuned for
-    cores: int  # the machine's (the seeds' "many instances")
-    start_s: float  # a server's start, in simulated seconds
-    space: SearchSpace | None  # the space it is tuned in (None: :func:`default_space`)
-    baseline: Candidate | None  # the config its tuning starts from (None: :data:`BASELINE`)
-    gpus: int  # the server's GPUs
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sla(self) -> Sla:
+        """The SLA the surface is tuned for."""
+        ...
+
+    @property
+    def cores(self) -> int:
+        """The machine's cores (the seeds' "many instances")."""
+        ...
+
+    @property
+    def start_s(self) -> float:
+        """A server's start, in simulated seconds."""
+        ...
+
+    @property
+    def space(self) -> SearchSpace | None:
+        """The space it is tuned in (None: :func:`default_space`)."""
+        ...
+
+    @property
+    def baseline(self) -> Candidate | None:
+        """The config its tuning starts from (None: :data:`BASELINE`)."""
+        ...
+
+    @property
+    def gpus(self) -> int:
+        """The server's GPUs."""
+        ...
 
     def truth(self, candidate: Candidate, level: int) -> Reading: ...
 

@@ -102,24 +102,24 @@ def draw(surface: sim.Surface, outcome: sim.SimOutcome) -> str:
     )
     by_number = {r.number: r for r in results}
     for k, verification in enumerate(races):
-        col = len(results) + 1 + 2 * k + 0.5
+        at = len(results) + 1 + 2 * k + 0.5
         won = verification.trial == outcome.winner
         carry = racing.to_limit(by_number[verification.trial], verification.limit_ms, surface.sla.percentile)
         rounds = [carry(p) / best for p in verification.points]
         for i, ratio in enumerate(rounds):
             dx = (i - (len(rounds) - 1) / 2) * min(4.0, step / max(len(rounds), 1))
-            out.append(f'<circle cx="{x(col) + dx:.1f}" cy="{y(ratio):.1f}" r="2.5" fill="#9467bd"/>')
+            out.append(f'<circle cx="{x(at) + dx:.1f}" cy="{y(ratio):.1f}" r="2.5" fill="#9467bd"/>')
         label = f"#{verification.trial}" + (" won" if won else "")
-        out.append(f'<text x="{x(col):.1f}" y="{H - BOTTOM + 14}" text-anchor="middle">{label}</text>')
+        out.append(f'<text x="{x(at):.1f}" y="{H - BOTTOM + 14}" text-anchor="middle">{label}</text>')
     if races:
         middle = len(results) + len(races)
         out.append(f'<text x="{x(middle):.1f}" y="{H - BOTTOM + 30}" text-anchor="middle">race rounds</text>')
     if outcome.winner is not None:
-        col = next((i for i, r in enumerate(results) if r.number == outcome.winner), None)
-        found = ranking.trial_estimate(results[col]) if col is not None else None
-        if col is not None and found is not None:
+        won_at = next((i for i, r in enumerate(results) if r.number == outcome.winner), None)
+        found = ranking.trial_estimate(results[won_at]) if won_at is not None else None
+        if won_at is not None and found is not None:
             out.append(
-                f'<circle cx="{x(col):.1f}" cy="{y(found.mean / best):.1f}" r="7" fill="none" '
+                f'<circle cx="{x(won_at):.1f}" cy="{y(found.mean / best):.1f}" r="7" fill="none" '
                 'stroke="#d62728" stroke-width="2"/>'
             )
     legend = [*COLOURS.items(), ("race round", "#9467bd"), ("the winner", "#d62728")]

@@ -113,7 +113,7 @@ def measure_pair(
             return LoadGenerator.connect(server.host, server.http_port, server.grpc_port, model.model,
                                          plan=plan, workload=model.workload, preflight=True)  # fmt: skip
 
-        others = [Beside(gen(c), 1.0, c.weight, c.sla.percentile) for c in beside]
+        others = [Beside(gen(c), c.weight, c.sla.percentile) for c in beside]
         load = gen(first).with_beside(others, first.weight)
         misses = 0
         for level in LEVELS:

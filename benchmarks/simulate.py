@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
@@ -54,8 +55,8 @@ from autotune.settings import RunSettings
 CVS = (0.02, 0.05, 0.10, 0.15, 0.20)
 
 
-def surfaces(args: argparse.Namespace) -> list[sim.Surface]:
-    out: list[sim.Surface] = []
+def surfaces(args: argparse.Namespace) -> list[sim.Synthetic | sim.Surveyed]:
+    out: list[sim.Synthetic | sim.Surveyed] = []
     loaded = [(path, sim.Surveyed.load(path)) for path in args.survey or ()]
     for path, surveyed in loaded:
         missing = surveyed.missing(sim.space_of(surveyed))
@@ -105,7 +106,8 @@ def run_surface(
     there = max(sim.true_goodput(surface, c, space, limit)[0] for c in sim.candidates(space))
     tally = sim.Tally()
     for seed in range(runs):
-        given = {k: v for k, v in (("repeats", repeats), ("finalists", finalists)) if v is not None}
+        asked = (("repeats", repeats), ("finalists", finalists))
+        given: dict[str, Any] = {k: v for k, v in asked if v is not None}
         outcome = sim.simulate(surface, seed, max_trials=max_trials, warmup=warm_up(warmup, surface), **given)
         tally.judged.append(sim.judge(surface, space, outcome, best, (limit, there)))
     rng = random.Random(0)

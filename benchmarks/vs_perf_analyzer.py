@@ -717,7 +717,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             capacity(pa, repo, work, settings) if {"capacity", "rate"} & set(settings.parts) else []
         )
         rate_rows = rates(pa, repo, work, settings, capacity_rows) if "rate" in settings.parts else []
-    run = {
+    run: dict[str, Any] = {
         "command": command,
         "settings": settings,
         "minutes": (time.monotonic() - started) / 60,
@@ -785,7 +785,7 @@ def _load(path: Path) -> dict[str, Any]:
     def series(d: dict[str, Any]) -> Series:
         return Series(d["tool"], [sample(x) for x in d["samples"]], d.get("failures", 0))
 
-    fields = {f: tuple(v) if isinstance(v, list) else v for f, v in run["settings"].items()}
+    fields: dict[str, Any] = {f: tuple(v) if isinstance(v, list) else v for f, v in run["settings"].items()}
     run["settings"] = Settings(**fields)
     for row in run["agreement"]:
         for key in ("pa", "pa_async", "ours"):

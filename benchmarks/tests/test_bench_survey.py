@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from tests.conftest import staged_servers
 pytestmark = pytest.mark.integration
 
 
-def _survey_main():  # type: ignore[no-untyped-def]
+def _survey_main() -> Callable[[list[str]], int]:
     import survey
 
     return survey.main

@@ -9,6 +9,7 @@ import json
 import statistics
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -18,12 +19,12 @@ def bench() -> ModuleType:
     return importlib.import_module("vs_model_analyzer")
 
 
-def _remeasured(bench: ModuleType, tool: str, throughput: float, p99s: list[float]) -> object:
+def _remeasured(bench: ModuleType, tool: str, throughput: float, p99s: list[float]) -> Any:
     points = tuple(bench.PaPoint(throughput, p99, p99, p99 / 2, True) for p99 in p99s)
     return bench.Remeasured(tool, 8, points, 50.0)
 
 
-def _run(bench: ModuleType, tool: str, wall_s: float) -> object:
+def _run(bench: ModuleType, tool: str, wall_s: float) -> Any:
     return bench.ToolRun("embedder", tool, "finished", wall_s, 9, 20, None)
 
 
