@@ -17,7 +17,7 @@ from autotune.events import Events
 from autotune.gpu import GpuFigures, peak_memory_mb
 from autotune.hostlock import Holder
 from autotune.objective import RAW, Scoring
-from autotune.points import Point, ServerBreakdown, errors_line
+from autotune.points import Point, bottleneck_line, errors_line
 from autotune.report import gpu_summary
 from autotune.results import (
     COMPLETE,
@@ -207,22 +207,6 @@ def beside_line(point: Point, percentile: int) -> str:
     parts = [f"{name} {p.throughput:.0f} infer/s p{percentile} {p.latency_ms(percentile):.1f} ms"
              for name, p in point.others]  # fmt: skip
     return "each model: " + ", ".join(parts)
-
-
-def bottleneck_line(point: Point) -> str:
-    """An ensemble's point: where a request's time goes, step by step, the slowest named
-    (``bottleneck: slow (queue 9.1 ms, compute 4.0 ms; toy 0.2 + 1.1 ms)``); "" otherwise."""
-    steps = point.server.steps
-    name = point.server.bottleneck()
-    if not name:
-        return ""
-
-    def ms(step: ServerBreakdown) -> tuple[float, float]:
-        return step.queue_us / 1000, step.compute_us / 1000
-
-    queue, compute = ms(steps[name])
-    rest = "; ".join(f"{n} {q:.1f} + {c:.1f} ms" for n in steps if n != name for q, c in [ms(steps[n])])
-    return f"bottleneck: {name} (queue {queue:.1f} ms, compute {compute:.1f} ms{'; ' + rest if rest else ''})"
 
 
 def _per_gpu(throughput: float, result: TrialResult, scoring: Scoring) -> str:

@@ -45,7 +45,6 @@ from autotune.settings import (
 )
 
 if TYPE_CHECKING:
-    from autotune.pipeline import TunedStep
     from autotune.results import Outcome
     from autotune.rundir import RunRecord
 
@@ -519,15 +518,20 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
     if served is not None:  # --models: the first model tuned first, the others beside it
         settings = serving(replace(settings, rounds=True), served[0], served[1:])
     elif args.model and len(args.model) > 1:
-        names = [n.rstrip("/") for n in args.model[1:]]
-        if len(set([model, *names])) != len(names) + 1:
-            raise UsageError(f"--model given twice for one model: {', '.join([model, *names])}")
-        beside = tuple(CoModel(n, settings.sla, 1.0, settings.workload) for n in names)
-        settings = serving(
-            replace(settings, rounds=True), CoModel(model, settings.sla, 1.0, settings.workload), beside
-        )
+        settings = _models_beside(settings, [n.rstrip("/") for n in args.model[1:]])
     plan = search_plan(settings.sla, opts.window)  # a trial draws its limit
     return replace(settings, plan=plan)
+
+
+def _models_beside(settings: RunSettings, names: list[str]) -> RunSettings:
+    """``--model A --model B``: A tuned first, in rounds, the others served beside it with its
+    SLA and workload."""
+    model = settings.model
+    if len(set([model, *names])) != len(names) + 1:
+        raise UsageError(f"--model given twice for one model: {', '.join([model, *names])}")
+    tuned = CoModel(model, settings.sla, 1.0, settings.workload)
+    beside = tuple(CoModel(n, settings.sla, 1.0, settings.workload) for n in names)
+    return serving(replace(settings, rounds=True), tuned, beside)
 
 
 def resume_line(run_dir: Path, storage: str | None) -> str:
@@ -540,37 +544,15 @@ def resume_line(run_dir: Path, storage: str | None) -> str:
     return line
 
 
-def _bottleneck_step(settings: RunSettings, wait: bool) -> RunSettings:
-    """A pipeline without --step is tuned in rounds: the first round tunes the step requests wait
-    for at your config's operating point, under load (:func:`autotune.bottleneck.find`; an
-    ensemble's step, or a model a BLS model calls, the BLS model served with at least as many
-    instances as each: :func:`autotune.pipeline.caller_served`); any other model: ``settings``
-    as they are."""
-    from autotune import bottleneck
-    from autotune._console import bottleneck_line
-    from autotune.pipeline import ENSEMBLE, read_pipeline
-
-    found = read_pipeline(settings.repository, settings.model, settings.composing)  # broken: its one line
-    if found is None:
-        return settings
-    flow = " -> ".join(found.members) if found.kind == ENSEMBLE else f"calls {', '.join(found.members)}"
-    print(f"{settings.model}: {flow}; finding its bottleneck under load", file=sys.stderr)
-    if found.kind != ENSEMBLE:
-        print(
-            f"{settings.model} is served with at least as many instances as each model it calls "
-            "(an instance holds a request until its calls return)",
-            file=sys.stderr,
-        )
-    step, point = bottleneck.find(settings, found, wait=wait)
-    where = bottleneck_line(point) or "no per-step figures"
-    print(f"round 1: at your config's operating point, {point.where}, {where}; tunes {step}", file=sys.stderr)
-    return replace(settings, step=step, rounds=True)
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
-    """``autotune run``: one run, or an ensemble's rounds (:func:`_next_round`) one after another;
+    """``autotune run``: one run, or the rounds of a pipeline or of models on one server
+    (:mod:`autotune.rounds`) one after another;
     the write-back (--write-back) after the last."""
-    from autotune import openfiles
+    from autotune import openfiles, rounds
     from autotune.rundir import RunDir, find_unfinished
 
     openfiles.raise_limit()  # each client holds a file here and one in the server, which inherits it
@@ -582,14 +564,14 @@ def _run(args: argparse.Namespace) -> int:
             print(f"resuming the unfinished run {unfinished} (--fresh starts a new one)", file=sys.stderr)
             record = RunDir.load(unfinished).record
             settings = replace(settings_from(args, record), run_dir=unfinished)
-        elif (later := _unfinished_round(settings)) is not None:
+        elif (later := rounds.unfinished_round(settings)) is not None:
             print(f"resuming the unfinished round {later.run_dir} (--fresh starts anew)", file=sys.stderr)
             record, settings = RunDir.load(later.run_dir).record, later  # type: ignore[arg-type]
     if settings.run_dir is None and not settings.step and not settings.beside:
-        settings = _bottleneck_step(settings, args.wait)
+        settings = rounds.first_round(settings, args.wait, _say)
     while True:
         code, outcome = _tune_once(args, settings, record)
-        following = _next_round(settings, outcome) if code == 0 and outcome is not None else None
+        following = rounds.next_round(settings, outcome, _say) if code == 0 and outcome is not None else None
         if following is None:
             break
         settings, record = following, None
@@ -599,93 +581,6 @@ def _run(args: argparse.Namespace) -> int:
             return code
         return _write_back(outcome.run_dir, verify=True)
     return code
-
-
-def _next_round(settings: RunSettings, outcome: Outcome) -> RunSettings | None:
-    """A round's settings after ``outcome``, the round of ``settings`` (None: that was the last,
-    or the run is not in rounds): the step where requests spend the most time at the winner's
-    operating point (:func:`autotune.bottleneck.next_step`) tuned next, with every winner so far."""
-    from autotune import bottleneck
-    from autotune._console import bottleneck_line
-    from autotune.pipeline import TunedStep
-    from autotune.rundir import WINNER_CONFIG, RunDir
-    from autotune.writeback import models_written
-
-    winner = outcome.winner
-    if not settings.rounds or winner is None or winner.best is None:
-        return None
-    record = RunDir.load(outcome.run_dir).record
-    tuned = TunedStep(
-        record.tuned,
-        (outcome.run_dir / WINNER_CONFIG).read_text(encoding="utf-8"),
-        record.original_digest,
-        str(outcome.run_dir),
-    )
-    steps = (*settings.tuned_steps, tuned)
-    if settings.beside:
-        return _next_beside(settings, steps, outcome.run_dir)
-    step = bottleneck.next_step(winner.best, [t.model for t in steps])
-    where = bottleneck_line(winner.best) or "no per-step figures"
-    if not step:
-        print(
-            f"rounds done: at the winner's operating point {where}, a step tuned already; "
-            f"autotune apply {shlex.quote(str(outcome.run_dir))} writes the configs of "
-            f"{', '.join(models_written(outcome.run_dir, record))}",
-            file=sys.stderr,
-        )
-        return None
-    print(f"round {len(steps) + 1}: at the winner's operating point {where}; tuning {step}", file=sys.stderr)
-    name = f"{settings.study_name}-{step}" if settings.study_name else None  # a study of its own
-    return replace(settings, step=step, tuned_steps=steps, run_dir=None, study_name=name)
-
-
-def _next_beside(settings: RunSettings, steps: tuple[TunedStep, ...], run_dir: Path) -> RunSettings | None:
-    """Several models on one server: the next round tunes the first model no round tuned yet,
-    the others served beside it (those tuned with their winners: ``steps``); None once each
-    model was tuned."""
-    done = [t.model for t in steps]
-    following = next((c for c in settings.beside if c.model not in done), None)
-    if following is None:
-        print(
-            f"rounds done: every model tuned ({', '.join(done)}); autotune apply "
-            f"{shlex.quote(str(run_dir))} writes every model's config",
-            file=sys.stderr,
-        )
-        return None
-    swapped = _swapped(settings, following)
-    print(
-        f"round {len(steps) + 1}: tuning {following.model}, served with "
-        f"{', '.join(swapped.beside_names)} ({', '.join(done)} with the configs their rounds chose)",
-        file=sys.stderr,
-    )
-    name = f"{settings.study_name}-{following.model}" if settings.study_name else None
-    return replace(swapped, tuned_steps=steps, run_dir=None, study_name=name)
-
-
-def _swapped(settings: RunSettings, following: CoModel) -> RunSettings:
-    """Several models on one server: ``settings`` with ``following`` tuned, the tuned model
-    served beside it in its place."""
-    from autotune.search.level_search import search_plan
-
-    me = CoModel(settings.model, replace(settings.sla, others=()), settings.weight, settings.workload)
-    beside = tuple(me if c.model == following.model else c for c in settings.beside)
-    swapped = serving(settings, following, beside)
-    plan = search_plan(swapped.sla, swapped.plan.window_s)  # its SLA's percentile
-    return replace(swapped, plan=plan)
-
-
-def _unfinished_round(settings: RunSettings) -> RunSettings | None:
-    """Several models on one server: a later round that stopped before finishing, which these
-    settings started (:func:`autotune.rundir.find_unfinished` under each other model's folder,
-    as that round tunes it), as its settings with its run directory; None when there is none."""
-    from autotune.rundir import RunDir, find_unfinished
-
-    for following in settings.beside:
-        swapped = _swapped(settings, following)
-        found = find_unfinished(swapped)
-        if found is not None:
-            return replace(swapped, tuned_steps=RunDir.load(found).record.tuned_steps, run_dir=found)
-    return None
 
 
 def _tune_once(

@@ -279,3 +279,19 @@ def errors_line(points: Sequence[Point]) -> str:
     text = next((p.first_error for p in erred if p.first_error), "")
     first = f" (first: {text})" if text else ""
     return f"{worst.error_rate:.0%} of requests answered with errors at {worst.where}{first}"
+
+
+def bottleneck_line(point: Point) -> str:
+    """An ensemble's point: where a request's time goes, step by step, the slowest named
+    (``bottleneck: slow (queue 9.1 ms, compute 4.0 ms; toy 0.2 + 1.1 ms)``); "" otherwise."""
+    steps = point.server.steps
+    name = point.server.bottleneck()
+    if not name:
+        return ""
+
+    def ms(step: ServerBreakdown) -> tuple[float, float]:
+        return step.queue_us / 1000, step.compute_us / 1000
+
+    queue, compute = ms(steps[name])
+    rest = "; ".join(f"{n} {q:.1f} + {c:.1f} ms" for n in steps if n != name for q, c in [ms(steps[n])])
+    return f"bottleneck: {name} (queue {queue:.1f} ms, compute {compute:.1f} ms{'; ' + rest if rest else ''})"

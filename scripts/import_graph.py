@@ -91,6 +91,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "autotune.writeback",
             "autotune.sim",
             "autotune.bottleneck",
+            "autotune.rounds",
         ),
     ),
     # people: progress and summaries, the command line

@@ -34,7 +34,8 @@ def test_the_check_finds_an_import_that_goes_up(tmp_path: Path) -> None:
     ranking = tmp_path / "autotune" / "search" / "ranking.py"
     ranking.write_text(ranking.read_text() + "\n\ndef _late() -> None:\n    from autotune import tuner\n")
     walk = tmp_path / "autotune" / "search" / "walk.py"
-    typed = "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from autotune.trials import Trials\n"
+    typed = "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+    typed += "    from autotune.trials import Trials\n"
     walk.write_text(walk.read_text() + typed)
     study = tmp_path / "autotune" / "study.py"
     study.write_text(study.read_text() + "\nfrom autotune.launch._pids import reap\n")

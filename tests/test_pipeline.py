@@ -281,9 +281,8 @@ def test_a_point_breaks_an_ensembles_time_down_by_step_and_names_the_bottleneck(
     """Triton's statistics of every model: the ensemble's own are the point's, each step's its
     own; the step a request spends the most time in is the bottleneck; a point keeps them
     through its record."""
-    from autotune._console import bottleneck_line
     from autotune.loadgen._stats import StatsSnapshot, breakdown
-    from autotune.points import Point
+    from autotune.points import Point, bottleneck_line
 
     def doc(n: int) -> dict[str, object]:
         models = [

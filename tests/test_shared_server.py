@@ -203,9 +203,10 @@ def test_the_same_command_again_resumes_a_later_round_that_stopped(toy_repo: Pat
     with its SLA, the steps tuned before); a finished one is not continued."""
     import socket
 
-    from autotune.cli import _unfinished_round, build_parser, settings_from
+    from autotune.cli import build_parser, settings_from
     from autotune.pipeline import TunedStep
     from autotune.processes import Owner
+    from autotune.rounds import unfinished_round
     from autotune.rundir import RunDir, RunRecord
 
     repo, reports = _twin_repo(toy_repo), tmp_path / "reports"
@@ -220,8 +221,8 @@ def test_the_same_command_again_resumes_a_later_round_that_stopped(toy_repo: Pat
         tuned_steps=(toy,), beside=(CoModel("toy", SLA80),),
     )  # fmt: skip
     run = RunDir.create(reports / "twin" / "2", record)
-    later = _unfinished_round(settings)
+    later = unfinished_round(settings)
     assert later is not None and later.run_dir == run.path and later.model == "twin"
     assert later.tuned_steps == (toy,) and later.beside_names == ("toy",) and later.sla == record.sla
     run.update(finished="2026")
-    assert _unfinished_round(settings) is None
+    assert unfinished_round(settings) is None
