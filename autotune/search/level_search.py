@@ -6,8 +6,8 @@ its operating point (:func:`best_point`), and how its points are measured (:func
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
-from typing import TypeVar
+from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
 from autotune.objective import RAW, Scoring, Sla
 from autotune.points import Measurement, Point, WindowPlan
@@ -72,83 +72,164 @@ def grew(point: Point, before: Point, noise: Noise) -> bool:
     return better(point.throughput_estimate(noise), before.throughput_estimate(noise))
 
 
+class Levels(Protocol[L]):
+    """How a goodput search moves between levels: a closed loop's clients (:class:`Clients`) or
+    an open loop's rates (:class:`Rates`). :func:`search_levels` is the one search over them."""
+
+    @property
+    def low(self) -> L: ...
+
+    @property
+    def high(self) -> L: ...
+
+    def first(self, start: L | None) -> L:
+        """Where the search starts: ``start`` held within the bounds."""
+        ...
+
+    def up(self, good: L, at: Callable[[L], Point], sla: Sla) -> L | None:
+        """The next level above ``good``, the last that met the SLA (None: none above it)."""
+        ...
+
+    def saturated(self, above: Point, below: Point, noise: Noise) -> bool:
+        """Whether a level no higher is worth trying: ``above`` did not grow over ``below``."""
+        ...
+
+    def down(self, bad: L) -> L | None:
+        """The next level below ``bad``, the first that broke the SLA (None: none below it)."""
+        ...
+
+    def apart(self, good: L, bad: L) -> bool:
+        """Whether a level between ``good`` and ``bad`` is still worth trying."""
+        ...
+
+    def middle(self, good: L, bad: L) -> L | None:
+        """The level that bisects ``good`` and ``bad`` (None: none between them)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Clients:
+    """A closed loop's levels: whole clients, doubled and halved, bisected to one client. A
+    level whose throughput did not :func:`grow` over the one below is saturated."""
+
+    low: int = 1
+    high: int = 32
+
+    def first(self, start: int | None) -> int:
+        return min(max(start if start is not None else self.low, self.low), self.high)
+
+    def up(self, good: int, at: Callable[[int], Point], sla: Sla) -> int | None:
+        return min(good * 2, self.high)
+
+    def saturated(self, above: Point, below: Point, noise: Noise) -> bool:
+        return not grew(above, below, noise)
+
+    def down(self, bad: int) -> int | None:
+        return max(self.low, bad // 2)
+
+    def apart(self, good: int, bad: int) -> bool:
+        return bad - good > 1
+
+    def middle(self, good: int, bad: int) -> int | None:
+        return (good + bad) // 2
+
+
+@dataclass(frozen=True)
+class Rates:
+    """An open loop's levels: rates of three significant digits, doubled under
+    :data:`RATE_HEADROOM` of the limit and grown by two ``resolution`` above it, halved, and
+    bisected geometrically to within ``resolution``. Arrivals do not saturate: the latency says."""
+
+    low: float
+    high: float
+    resolution: float = RATE_RESOLUTION
+
+    def first(self, start: float | None) -> float:
+        return _nice(min(max(start if start is not None else self.low, self.low), self.high))
+
+    def up(self, good: float, at: Callable[[float], Point], sla: Sla) -> float | None:
+        far = at(good).latency_ms(sla.percentile) < RATE_HEADROOM * sla.limit_ms
+        rate = _nice(min(good * (2.0 if far else 1 + 2 * self.resolution), self.high))
+        return rate if rate > good else None
+
+    def saturated(self, above: Point, below: Point, noise: Noise) -> bool:
+        return False
+
+    def down(self, bad: float) -> float | None:
+        rate = _nice(max(bad / 2, self.low))
+        return rate if rate < bad else None
+
+    def apart(self, good: float, bad: float) -> bool:
+        return bad > good * (1 + self.resolution)
+
+    def middle(self, good: float, bad: float) -> float | None:
+        mid = _nice((good * bad) ** 0.5)
+        return mid if good < mid < bad else None
+
+
+def search_levels(
+    measure_at: Callable[[L], Point], sla: Sla, levels: Levels[L], start: L | None = None,
+    beat: Estimate | None = None,
+) -> Measurement:  # fmt: skip
+    """A config's goodput search from ``start``: up while the SLA holds and the level is not
+    saturated, down while it breaks, then bisect between the last level that met it and the
+    first that broke it while they are apart and the broken one grew; pruned when a broken
+    level :func:`cannot_win` against ``beat``. Each level is measured once; the best is
+    :func:`best_point`."""
+    points: dict[L, Point] = {}
+    at = _once(measure_at, points)
+    first = levels.first(start)
+    good, bad = (first, None) if sla.met_by(at(first)) else (None, first)
+    while good is not None and bad is None and good < levels.high:  # up
+        level = levels.up(good, at, sla)
+        if level is None:
+            break
+        if not sla.met_by(at(level)):
+            bad = level
+        elif levels.saturated(at(level), at(good), noise_of(points.values())):
+            good = level if at(level).throughput > at(good).throughput else good
+            break
+        else:
+            good = level
+    pruned = False
+    while bad is not None and good is None and bad > levels.low:  # down
+        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
+            break
+        level = levels.down(bad)
+        if level is None:
+            break
+        good, bad = (level, bad) if sla.met_by(at(level)) else (None, level)
+    while good is not None and bad is not None and levels.apart(good, bad):  # bisect
+        noise = noise_of(points.values())
+        if (pruned := cannot_win(at(bad), beat, noise)) or levels.saturated(at(bad), at(good), noise):
+            break
+        level = levels.middle(good, bad)
+        if level is None:
+            break
+        good, bad = (level, bad) if sla.met_by(at(level)) else (good, level)
+    ordered = tuple(points[level] for level in sorted(points))
+    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
+
+
 def find_goodput(
     measure_at: Callable[[int], Point], sla: Sla, low: int = 1, high: int = 32, *,
     start: int | None = None, beat: Estimate | None = None,
 ) -> Measurement:  # fmt: skip
-    """A closed loop's goodput search from ``start`` (default ``low``): double the clients while
-    the SLA holds and the throughput :func:`grew`, halve while it breaks, then bisect between the
-    last level that met it and the first that broke it while the broken one grew over it; pruned
-    when a broken level :func:`cannot_win` against ``beat``. Its best: :func:`best_point`."""
-    points: dict[int, Point] = {}
-    at = _once(measure_at, points)
-    first = min(max(start if start is not None else low, low), high)
-    good, bad = (first, None) if sla.met_by(at(first)) else (None, first)
-    while good is not None and bad is None and good < high:  # grow
-        c = min(good * 2, high)
-        if not sla.met_by(at(c)):
-            bad = c
-        elif not grew(at(c), at(good), noise_of(points.values())):  # saturated
-            good = c if at(c).throughput > at(good).throughput else good
-            break
-        else:
-            good = c
-    pruned = False
-    while bad is not None and good is None and bad > low:  # descend
-        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
-            break
-        c = max(low, bad // 2)
-        good, bad = (c, bad) if sla.met_by(at(c)) else (None, c)
-    while good is not None and bad is not None and bad - good > 1:  # bisect
-        noise = noise_of(points.values())
-        if (pruned := cannot_win(at(bad), beat, noise)) or not grew(at(bad), at(good), noise):
-            break
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if sla.met_by(at(mid)) else (good, mid)
-    ordered = tuple(points[c] for c in sorted(points))
-    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
-
-
-def _once(measure_at: Callable[[L], Point], points: dict[L, Point]) -> Callable[[L], Point]:
-    """``measure_at`` that measures each level once, into ``points``."""
-    return lambda level: points[level] if level in points else points.setdefault(level, measure_at(level))
+    """A closed loop's goodput search (:func:`search_levels` over :class:`Clients`)."""
+    return search_levels(measure_at, sla, Clients(low, high), start, beat)
 
 
 def find_rate_goodput(
     measure_at: Callable[[float], Point], sla: Sla, low: float, high: float, *,
     start: float, beat: Estimate | None = None, resolution: float = RATE_RESOLUTION,
 ) -> Measurement:  # fmt: skip
-    """An open loop's goodput search over rates (three significant digits) from ``start``: grow
-    while the SLA holds (x2 under :data:`RATE_HEADROOM` of the limit, else by 2 ``resolution``),
-    halve while it breaks, then bisect geometrically between the last rate that met it and the
-    first that broke it to within ``resolution``; pruned as in :func:`find_goodput`."""
-    points: dict[float, Point] = {}
-    at = _once(measure_at, points)
-    rate = _nice(min(max(start, low), high))
-    good, bad = (rate, None) if sla.met_by(at(rate)) else (None, rate)
-    while good is not None and bad is None and good < high:  # grow
-        far = at(good).latency_ms(sla.percentile) < RATE_HEADROOM * sla.limit_ms
-        rate = _nice(min(good * (2.0 if far else 1 + 2 * resolution), high))
-        if rate <= good:
-            break
-        good, bad = (rate, None) if sla.met_by(at(rate)) else (good, rate)
-    pruned = False
-    while bad is not None and good is None and bad > low:  # descend
-        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
-            break
-        rate = _nice(max(bad / 2, low))
-        if rate >= bad:
-            break
-        good, bad = (rate, bad) if sla.met_by(at(rate)) else (None, rate)
-    while good is not None and bad is not None and bad > good * (1 + resolution):  # bisect
-        if pruned := cannot_win(at(bad), beat, noise_of(points.values())):
-            break
-        mid = _nice((good * bad) ** 0.5)
-        if not good < mid < bad:
-            break
-        good, bad = (mid, bad) if sla.met_by(at(mid)) else (good, mid)
-    ordered = tuple(points[r] for r in sorted(points))
-    return Measurement(points=ordered, best=best_point(ordered, sla), pruned=pruned)
+    """An open loop's goodput search (:func:`search_levels` over :class:`Rates`)."""
+    return search_levels(measure_at, sla, Rates(low, high, resolution), start, beat)
+
+
+def _once(measure_at: Callable[[L], Point], points: dict[L, Point]) -> Callable[[L], Point]:
+    """``measure_at`` that measures each level once, into ``points``."""
+    return lambda level: points[level] if level in points else points.setdefault(level, measure_at(level))
 
 
 def _nice(rate: float) -> float:
