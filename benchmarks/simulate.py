@@ -42,7 +42,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +53,47 @@ from autotune import sim
 from autotune.settings import RunSettings
 
 CVS = (0.02, 0.05, 0.10, 0.15, 0.20)
+SURVEYS = Path(__file__).resolve().parent / "surveys"
+
+
+@dataclass(frozen=True)
+class SurfaceSet:
+    """Surfaces and seeds, split once (issue 81): rules are chosen on ``tuning``; the headline is
+    read on ``held-out``, whose synthetic families, run seeds and surveyed examples the rules never
+    saw. ``surveys``: files under benchmarks/surveys/ (one not surveyed yet is left out, and said)."""
+
+    family_seed: int
+    run_seed: int  # the first run's sampler seed; the runs take the next ones
+    surveys: tuple[str, ...]
+
+
+SETS = {
+    "tuning": SurfaceSet(1, 0, ("cnn", "torch_mlp_gpu", "bertQA", "bertQA-20261129")),
+    "held-out": SurfaceSet(1001, 100_000, ("mobilenet", "embedder", "recommender", "text_recognition")),
+}
+
+
+def survey_paths(args: argparse.Namespace) -> list[Path]:
+    """The surveys to run: ``--survey`` files, else those of ``--set`` that are surveyed in full
+    (the others are said on stderr, and left out)."""
+    if args.survey or args.set is None:
+        return list(args.survey or ())
+    found = []
+    for name in SETS[args.set].surveys:
+        path = SURVEYS / f"{name}.json.gz"
+        surveyed = sim.Surveyed.load(path) if path.exists() else None
+        lacking = -1 if surveyed is None else surveyed.missing(sim.space_of(surveyed))
+        if lacking:
+            why = "not surveyed yet" if lacking < 0 else f"{lacking} config(s) not surveyed yet"
+            print(f"--set {args.set}: {name} left out: {why}", file=sys.stderr)
+        else:
+            found.append(path)
+    return found
 
 
 def surfaces(args: argparse.Namespace) -> list[sim.Synthetic | sim.Surveyed]:
     out: list[sim.Synthetic | sim.Surveyed] = []
-    loaded = [(path, sim.Surveyed.load(path)) for path in args.survey or ()]
+    loaded = [(path, sim.Surveyed.load(path)) for path in survey_paths(args)]
     for path, surveyed in loaded:
         missing = surveyed.missing(sim.space_of(surveyed))
         if missing:
@@ -69,12 +105,26 @@ def surfaces(args: argparse.Namespace) -> list[sim.Synthetic | sim.Surveyed]:
         out.append(surveyed)
     if args.synthetic:
         for cv in args.cv or CVS:
-            out += sim.synthetic_family(args.per_family, cv, seed=args.family_seed)
+            out += sim.synthetic_family(args.per_family, cv, seed=family_seed(args))
         if args.stalls:
-            out += sim.synthetic_family(args.per_family, 0.05, seed=args.family_seed, stall=args.stalls)
+            out += sim.synthetic_family(args.per_family, 0.05, seed=family_seed(args), stall=args.stalls)
     if args.sla_scale != 1.0:
         out = [replace(s, sla=replace(s.sla, limit_ms=s.sla.limit_ms * args.sla_scale)) for s in out]
     return out
+
+
+def family_seed(args: argparse.Namespace) -> int:
+    """``--family-seed``, else that of ``--set``, else 1 (the tuning set's)."""
+    if args.family_seed is not None:
+        return int(args.family_seed)
+    return SETS[args.set].family_seed if args.set else SETS["tuning"].family_seed
+
+
+def run_seed(args: argparse.Namespace) -> int:
+    """The first run's sampler seed: ``--run-seed``, else that of ``--set``, else 0."""
+    if args.run_seed is not None:
+        return int(args.run_seed)
+    return SETS[args.set].run_seed if args.set else 0
 
 
 WARM_UPS = ("none", "cpu", "gpu", "measured", "warmed")
@@ -99,13 +149,14 @@ def run_surface(
     repeats: int | None = None,
     finalists: int | None = None,
     warmup: str = "none",
+    first_seed: int = 0,
 ) -> tuple[sim.Surface, sim.Tally, tuple[float, float]]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
     limit = surface.sla.tightened(RunSettings.margin).limit_ms  # where the run compares configs
     there = max(sim.true_goodput(surface, c, space, limit)[0] for c in sim.candidates(space))
     tally = sim.Tally()
-    for seed in range(runs):
+    for seed in range(first_seed, first_seed + runs):
         asked = (("repeats", repeats), ("finalists", finalists))
         given: dict[str, Any] = {k: v for k, v in asked if v is not None}
         outcome = sim.simulate(surface, seed, max_trials=max_trials, warmup=warm_up(warmup, surface), **given)
@@ -126,7 +177,7 @@ def misses(tally: sim.Tally) -> list[str]:
     return [f"{n}x {r:.3f} ({at:.3f} at the limit) {label}" for (r, at, label), n in counts.most_common()]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -136,7 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stalls", type=float, default=0.05, help="a 5%% family with this stall rate (0: none)"
     )
-    parser.add_argument("--family-seed", type=int, default=1)
+    parser.add_argument(
+        "--set", choices=sorted(SETS),
+        help="a named set of surfaces and seeds: tuning (the rules are chosen on it) or held-out "
+        "(the headline is read on it: other synthetic families, run seeds and surveyed examples)",
+    )  # fmt: skip
+    parser.add_argument("--family-seed", type=int, help="the synthetic families' seed (default: --set's; 1)")
+    parser.add_argument("--run-seed", type=int, help="the first run's sampler seed (default: --set's; 0)")
     parser.add_argument("--survey", type=Path, action="append", help="a survey file (repeatable)")
     parser.add_argument(
         "--no-synthetic", dest="synthetic", action="store_false", help="only the --survey surfaces"
@@ -185,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
         help="draw one run's decisions instead (the first surface chosen, --seed) and stop",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="--picture: the run's sampler seed")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     started = time.monotonic()
     if args.picture:
@@ -198,7 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
             pool.submit(
-                run_surface, s, args.runs, args.max_trials, args.repeats, args.finalists, args.warm_up
+                run_surface,
+                s,
+                args.runs,
+                args.max_trials,
+                args.repeats,
+                args.finalists,
+                args.warm_up,
+                run_seed(args),
             )
             for s in surfaces(args)
         ]
@@ -218,7 +287,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             for line in misses(tally) if args.misses else ():
                 print(f"    {line}")
-    print(f"\n{len(rows)} surfaces x {args.runs} runs in {time.monotonic() - started:.0f} s")
+    first = run_seed(args)
+    print(
+        f"\n{len(rows)} surfaces x {args.runs} runs in {time.monotonic() - started:.0f} s "
+        f"(set {args.set or 'as given'}: family seed {family_seed(args)}, "
+        f"run seeds {first}-{first + args.runs - 1})"
+    )
     print(users_line([t for _, t, _ in rows], args.runs))
     for quiet in (True, False):
         mine = [(s, t, i) for s, t, i in rows if (s.cv <= 0.10) == quiet]  # type: ignore[attr-defined]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
+import pytest
 import simulate
 from picture import draw
 
@@ -43,3 +45,27 @@ def test_simulate_lists_each_surfaces_misses_by_winner() -> None:
         f"1x 0.948 (0.900 at the limit) {label}",
         "1x 0.000 (0.000 at the limit) none",
     ]
+
+
+def test_the_held_out_set_shares_no_family_run_seed_or_survey_with_the_tuning_set(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--set``: the headline is read on surfaces and seeds the rules were never chosen on; a
+    survey of the set not made yet is left out, and said."""
+    given = ["--per-family", "2", "--cv", "0.05", "--stalls", "0"]
+    tuning = simulate.build_parser().parse_args(["--set", "tuning", *given])
+    held = simulate.build_parser().parse_args(["--set", "held-out", *given])
+    ours = simulate.surfaces(tuning)
+    monkeypatch.setattr(simulate, "SURVEYS", tmp_path)  # none of the held-out examples surveyed here
+    theirs = simulate.surfaces(held)
+    assert simulate.run_seed(tuning) == 0 and simulate.run_seed(held) >= 100_000  # 200 runs apart
+    synthetic = [s for s in theirs if isinstance(s, sim.Synthetic)]
+    assert len(synthetic) == 2 and all(s not in ours for s in synthetic)  # other surfaces, same kind
+    assert {s.name for s in ours if isinstance(s, sim.Surveyed)} == {
+        "cnn",
+        "torch_mlp",
+        "bertQA",
+        "bertQA-20261129",
+    }
+    assert not {s.name for s in theirs} & {s.name for s in ours if isinstance(s, sim.Surveyed)}
+    assert "--set held-out: embedder left out: not surveyed yet" in capsys.readouterr().err
