@@ -51,7 +51,7 @@ class WindowPlan:
     max_windows: int = 8
     min_requests: int = 50  # a window is extended (up to 4x) until it has this many
     percentile: int = 95  # the latency the stability rule watches
-    # windows until the latency's interval (autotune.noise) lies on one side of this limit (meets
+    # windows until the latency's interval (autotune.search.noise) lies on one side of this limit (meets
     # or breaks it), at least noise.MIN_WINDOWS, at most max_windows; the point's figures are
     # every window's, each window's kept as its sample. 0 (no limit: a point measured as
     # perf_analyzer measures it): the stability rule above, the figures the last windows'.
@@ -140,7 +140,7 @@ class Point:
     client_stall_ms: float = 0.0
     first_error: str = ""  # the first error the server answered over the kept windows ("" none)
     # each kept window's throughput, and its latency at ``window_percentile``: the sample the
-    # point's intervals come from (autotune.noise); none in runs recorded by the stability rules
+    # point's intervals come from (autotune.search.noise); none in runs recorded by the stability rules
     window_throughputs: tuple[float, ...] = ()
     window_latencies_ms: tuple[float, ...] = ()
     window_percentile: int = 0

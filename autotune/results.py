@@ -90,7 +90,7 @@ class Verification:
     # the latency limit a race held its rounds to (the search's headroom; 0.0: not raced, or
     # recorded before races kept it): what autotune.search.racing.to_limit carries them to
     limit_ms: float = 0.0
-    control: bool = False  # your config, raced beside the finalists (autotune.race): it never wins
+    control: bool = False  # your config, raced beside the finalists (autotune.search.racing): it never wins
 
     @property
     def where(self) -> str:

@@ -1,4 +1,4 @@
-"""The noise model (autotune.noise) and the rules on intervals (autotune.rules): pure logic.
+"""The noise model (autotune.search.noise) and the rules on intervals (autotune.search): pure logic.
 
 Each verdict's error rate is checked where it is stated, by drawing samples whose truth is
 known; the goodput search and the race are checked on simulated surfaces (autotune.sim)."""

@@ -52,7 +52,7 @@ TRIAL_COLUMNS = (
 GPU_COLUMNS = ("gpu_util_pct", "gpu_memory_mb", "gpu_power_w")
 # Columns derived from a point: the latency at the SLA percentile, the server's average batch,
 # the share of its requests answered with errors, its GPU figures.
-# latency_high, throughput_low/high: the point's one-sided 95% bounds (autotune.noise), where its
+# latency_high, throughput_low/high: the point's one-sided 95% bounds (autotune.search.noise), where its
 # windows were recorded; none in runs recorded by the stability rules
 # each_model: several models on one server, each model's own figures at the point, as text
 # warm_windows: its first windows a warm-up still held, dropped from its figures (points.warm_windows)

@@ -1,4 +1,4 @@
-"""The tuner's pure decisions (autotune.decide): seeds, neighbours, the walk, convergence, the
+"""The tuner's pure decisions (autotune.search.walk): seeds, neighbours, the walk, convergence, the
 budget, what stands in for a proposal, where a search starts and the SLA it is held to (no server).
 
 Whether one trial is better than another is :func:`autotune.search.ranking.better_trial`'s verdict on
