@@ -7,10 +7,11 @@ Everything is relative to the surface's true best goodput under the SLA."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from html import escape
 
 from autotune import sim
-from autotune.results import TrialResult
+from autotune.results import TrialResult, Verification
 from autotune.search import racing, ranking, walk
 from autotune.search_space import SearchSpace
 
@@ -37,23 +38,39 @@ def origin(i: int, results: Sequence[TrialResult], space: SearchSpace, seeds: in
     return "walk" if same else "TPE"
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """Where a column and a goodput ratio land on the picture."""
+
+    step: float  # a column's width
+
+    def x(self, col: float) -> float:
+        return LEFT + (col + 0.5) * self.step
+
+    def y(self, ratio: float) -> float:
+        ratio = min(max(ratio, LOW), HIGH)
+        return TOP + (HIGH - ratio) / (HIGH - LOW) * (H - TOP - BOTTOM)
+
+
 def draw(surface: sim.Surface, outcome: sim.SimOutcome) -> str:
     """The SVG of ``outcome``, one run on ``surface``."""
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
     results = sorted(outcome.results, key=lambda r: r.number)
-    seeds = len(walk.heuristic_seeds(space, surface.cores, sim.baseline_of(surface)))
     races = list(outcome.verifications)
-    columns = len(results) + 1 + 2 * len(races)
-    step = (W - LEFT - RIGHT) / max(columns, 1)
+    frame = _Frame((W - LEFT - RIGHT) / max(len(results) + 1 + 2 * len(races), 1))
+    out = _axes(surface, outcome, frame)
+    out += _trials(surface, space, results, best, frame)
+    out += _races(surface, results, races, outcome.winner, best, frame)
+    out += _winner(results, outcome.winner, best, frame)
+    out += _legend()
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
-    def x(col: float) -> float:
-        return LEFT + (col + 0.5) * step
 
-    def y(ratio: float) -> float:
-        ratio = min(max(ratio, LOW), HIGH)
-        return TOP + (HIGH - ratio) / (HIGH - LOW) * (H - TOP - BOTTOM)
-
+def _axes(surface: sim.Surface, outcome: sim.SimOutcome, frame: _Frame) -> list[str]:
+    """The title, the goodput ticks, the true best and its 0.95 line, the y axis's label."""
+    y = frame.y
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" '
         'font-size="11">',
@@ -79,9 +96,18 @@ def draw(surface: sim.Surface, outcome: sim.SimOutcome) -> str:
         f'<text x="18" y="{middle:.0f}" transform="rotate(-90 18 {middle:.0f})" '
         'text-anchor="middle">goodput / the true best</text>'
     )
+    return out
+
+
+def _trials(
+    surface: sim.Surface, space: SearchSpace, results: Sequence[TrialResult], best: float, frame: _Frame
+) -> list[str]:
+    """Each trial in the order measured: its true goodput (a ring), its measured one with its
+    bounds (or an x), its number, coloured by where it came from (:func:`origin`)."""
+    x, y, out = frame.x, frame.y, []
+    seeds = len(walk.heuristic_seeds(space, surface.cores, sim.baseline_of(surface)))
     for col, result in enumerate(results):
-        kind = origin(col, results, space, seeds)
-        colour = COLOURS[kind]
+        colour = COLOURS[origin(col, results, space, seeds)]
         true = sim.true_goodput(surface, result.candidate, space)[0] / best if result.candidate else 0.0
         out.append(f'<circle cx="{x(col):.1f}" cy="{y(true):.1f}" r="4" fill="none" stroke="{colour}"/>')
         found = ranking.trial_estimate(result)
@@ -100,28 +126,48 @@ def draw(surface: sim.Surface, outcome: sim.SimOutcome) -> str:
     out.append(
         f'<text x="{x((len(results) - 1) / 2):.1f}" y="{H - BOTTOM + 30}" text-anchor="middle">trials</text>'
     )
+    return out
+
+
+def _races(
+    surface: sim.Surface, results: Sequence[TrialResult], races: Sequence[Verification], winner: int | None,
+    best: float, frame: _Frame,
+) -> list[str]:  # fmt: skip
+    """Each racer's rounds, carried to the search's limit, after the trials."""
+    x, y, out = frame.x, frame.y, []
     by_number = {r.number: r for r in results}
     for k, verification in enumerate(races):
         at = len(results) + 1 + 2 * k + 0.5
-        won = verification.trial == outcome.winner
         carry = racing.to_limit(by_number[verification.trial], verification.limit_ms, surface.sla.percentile)
         rounds = [carry(p) / best for p in verification.points]
         for i, ratio in enumerate(rounds):
-            dx = (i - (len(rounds) - 1) / 2) * min(4.0, step / max(len(rounds), 1))
+            dx = (i - (len(rounds) - 1) / 2) * min(4.0, frame.step / max(len(rounds), 1))
             out.append(f'<circle cx="{x(at) + dx:.1f}" cy="{y(ratio):.1f}" r="2.5" fill="#9467bd"/>')
-        label = f"#{verification.trial}" + (" won" if won else "")
+        label = f"#{verification.trial}" + (" won" if verification.trial == winner else "")
         out.append(f'<text x="{x(at):.1f}" y="{H - BOTTOM + 14}" text-anchor="middle">{label}</text>')
     if races:
         middle = len(results) + len(races)
         out.append(f'<text x="{x(middle):.1f}" y="{H - BOTTOM + 30}" text-anchor="middle">race rounds</text>')
-    if outcome.winner is not None:
-        won_at = next((i for i, r in enumerate(results) if r.number == outcome.winner), None)
-        found = ranking.trial_estimate(results[won_at]) if won_at is not None else None
-        if won_at is not None and found is not None:
-            out.append(
-                f'<circle cx="{x(won_at):.1f}" cy="{y(found.mean / best):.1f}" r="7" fill="none" '
-                'stroke="#d62728" stroke-width="2"/>'
-            )
+    return out
+
+
+def _winner(results: Sequence[TrialResult], winner: int | None, best: float, frame: _Frame) -> list[str]:
+    """A red ring around the winner's trial."""
+    won_at = (
+        next((i for i, r in enumerate(results) if r.number == winner), None) if winner is not None else None
+    )
+    found = ranking.trial_estimate(results[won_at]) if won_at is not None else None
+    if won_at is None or found is None:
+        return []
+    return [
+        f'<circle cx="{frame.x(won_at):.1f}" cy="{frame.y(found.mean / best):.1f}" r="7" fill="none" '
+        'stroke="#d62728" stroke-width="2"/>'
+    ]
+
+
+def _legend() -> list[str]:
+    """The colours, and two lines on how to read the picture."""
+    out = []
     legend = [*COLOURS.items(), ("race round", "#9467bd"), ("the winner", "#d62728")]
     for i, (name, colour) in enumerate(legend):
         lx = LEFT + i * 100
@@ -135,5 +181,4 @@ def draw(surface: sim.Surface, outcome: sim.SimOutcome) -> str:
     )
     for i, note in enumerate(notes):
         out.append(f'<text x="{LEFT}" y="{32 + 14 * i}" fill="#555">{escape(note)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return out
