@@ -33,6 +33,7 @@ import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -43,7 +44,8 @@ from autotune.objective import Sla
 from autotune.points import WindowPlan
 from autotune.prepare import default_space_path
 from autotune.rundir import RunDir, RunRecord
-from autotune.search_space import space_document
+from autotune.search_space import Candidate, SearchSpace, space_document
+from autotune.serving import Load
 from autotune.settings import Launch, RunSettings
 
 LEVELS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -52,7 +54,7 @@ LEVELS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 BEYOND = 2.0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -77,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         "their spread its fresh servers')",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="the survey file (.json.gz)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.server < 1 or (args.server > 1 and not args.out.exists()):
         parser.error(f"--server {args.server}: a reading again needs the first one in {args.out}")
@@ -92,27 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     gpus = server_gpus(settings.launch)  # a KIND_GPU space stays on the GPU where there is one
     prep = prepare.prepare(settings, server_gpus=gpus.count)
-    data = _read(args.out) or {
-        "version": sim.SURVEY_VERSION, "model": args.model, "percentile": sla.percentile,
-        "limit_ms": sla.limit_ms, "cores": os.cpu_count() or 1, "gpus": gpus.count,
-        "window_s": args.window, "windows": {},
-        # what the simulator tunes in, and from: the space file's document and the model's config
-        "space": space_document(args.search_space or default_space_path()),
-        "baseline": asdict(prep.baseline),
-    }  # fmt: skip
+    data = _read(args.out) or _new(args, sla, gpus.count, prep.baseline)
     readings = data["windows"]
     if args.server > 1:
         again = data.setdefault("again", [])
         again += [{} for _ in range(args.server - 1 - len(again))]
         readings = again[args.server - 2]
-    configs = sim.candidates(prep.space)
-    if args.only:
-        unknown = sorted(set(args.only) - {sim.survey_label(c) for c in configs})
-        if unknown:
-            parser.error(f"--only {unknown[0]!r}: no config of the space has that label")
-        configs = [c for c in configs if sim.survey_label(c) in args.only]
-    if args.configs:
-        configs = configs[: args.configs]
+    configs = _configs(prep.space, args, parser)
     plan = WindowPlan(
         window_s=args.window, warmup_s=1.0, tolerance=0.0, stable_windows=args.windows,
         max_windows=args.windows, min_requests=1, percentile=sla.percentile,
@@ -137,16 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 if label in readings:
                     continue
                 with servers.serve(config, run.log(f"{i:03d}.log"), f"survey-{i:03d}") as server:
-                    gen = servers.generator(server, plan)
-                    levels = {}
-                    for level in sorted(args.levels):
-                        point = gen.at_concurrency(level)
-                        gen = gen.with_plan(ramp)
-                        pairs = zip(point.window_throughputs, point.window_latencies_ms, strict=True)
-                        levels[str(level)] = [[float(f"{t:.4g}"), float(f"{ms:.4g}")] for t, ms in pairs]
-                        if point.latency_ms(sla.percentile) >= BEYOND * sla.limit_ms:
-                            break  # the levels above only add latency (sim.Surveyed extends it)
-                readings[label] = levels
+                    readings[label] = _levels(servers.generator(server, plan), args.levels, ramp, sla)
                 _write(args.out, data)
                 done = len(readings)
                 print(f"{done}/{len(configs)} {label} ({time.monotonic() - started:.0f} s)", flush=True)
@@ -155,14 +139,54 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _read(path: Path) -> dict | None:  # type: ignore[type-arg]
+def _new(args: argparse.Namespace, sla: Sla, gpus: int, baseline: Candidate) -> dict[str, Any]:
+    """A survey with no readings yet: what it measures, and on what."""
+    return {
+        "version": sim.SURVEY_VERSION, "model": args.model, "percentile": sla.percentile,
+        "limit_ms": sla.limit_ms, "cores": os.cpu_count() or 1, "gpus": gpus,
+        "window_s": args.window, "windows": {},
+        # what the simulator tunes in, and from: the space file's document and the model's config
+        "space": space_document(args.search_space or default_space_path()),
+        "baseline": asdict(baseline),
+    }  # fmt: skip
+
+
+def _configs(
+    space: SearchSpace, args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> list[Candidate]:
+    """The configs to survey: one of each class of the space (:func:`sim.candidates`), those of
+    ``--only``, the first ``--configs``."""
+    configs = sim.candidates(space)
+    if args.only:
+        unknown = sorted(set(args.only) - {sim.survey_label(c) for c in configs})
+        if unknown:
+            parser.error(f"--only {unknown[0]!r}: no config of the space has that label")
+        configs = [c for c in configs if sim.survey_label(c) in args.only]
+    return configs[: args.configs] if args.configs else configs
+
+
+def _levels(gen: Load, levels: list[int], ramp: WindowPlan, sla: Sla) -> dict[str, list[list[float]]]:
+    """One config's windows at each level, each window's throughput and latency, up to the first
+    level whose latency reaches :data:`BEYOND` times the limit."""
+    out = {}
+    for level in sorted(levels):
+        point = gen.at_concurrency(level)
+        gen = gen.with_plan(ramp)
+        pairs = zip(point.window_throughputs, point.window_latencies_ms, strict=True)
+        out[str(level)] = [[float(f"{t:.4g}"), float(f"{ms:.4g}")] for t, ms in pairs]
+        if point.latency_ms(sla.percentile) >= BEYOND * sla.limit_ms:
+            break  # the levels above only add latency (sim.Surveyed extends it)
+    return out
+
+
+def _read(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     data = json.loads(gzip.decompress(path.read_bytes()))
     return data if isinstance(data, dict) else None
 
 
-def _write(path: Path, data: dict) -> None:  # type: ignore[type-arg]
+def _write(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(gzip.compress(json.dumps(data, separators=(",", ":")).encode(), mtime=0))
