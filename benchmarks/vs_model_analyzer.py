@@ -660,7 +660,22 @@ def run_autotune(
         )
     failed = status != "finished"
     status_note = f"{status}: {_last_error(folder / 'autotune.log')}; " if failed else ""
-    outcome = reload_outcome(run_dirs[-1].parent)
+    return _autotune_result(model, tool, status, wall, run_dirs[-1].parent, load, folder, status_note)
+
+
+def _autotune_result(
+    model: str,
+    tool: str,
+    status: str,
+    wall: float,
+    run_dir: Path,
+    load: tuple[float, float],
+    folder: Path,
+    status_note: str,
+) -> ToolRun:
+    """What an autotune run found, read from its run directory: its trials, points, winner and
+    the recommended operating point, and where its wall time went."""
+    outcome = reload_outcome(run_dir)
     measured = [t for t in outcome.trials if t.reused_from is None and t.state != "RUNNING"]
     points = sum(len(t.measurement.points) for t in measured if t.measurement)
     points += sum(len(v.points) for v in outcome.info.verifications)
@@ -674,26 +689,10 @@ def run_autotune(
             chosen.concurrency,
             chosen.throughput,
             chosen.latency_ms,
-            f"trial {outcome.winner.number} ({run_dirs[-1].parent.name})",
+            f"trial {outcome.winner.number} ({run_dir.name})",
         )
     trials_s = sum(t.duration_s for t in outcome.trials)
-    details = {
-        "run_dir": str(run_dirs[-1].parent),
-        "trials": len(outcome.trials),
-        "trials_s": round(trials_s, 1),
-        "other_s": round(wall - trials_s, 1),
-        "verifications": [
-            {
-                "trial": v.trial,
-                "concurrency": v.concurrency,
-                "sla_met": v.sla_met,
-                "median_throughput": v.median_throughput,
-                "p99_ms": [p.p99_ms for p in v.points],
-            }  # each repeat's
-            for v in outcome.info.verifications
-        ],
-        "measured": [_trial_detail(t) for t in measured],
-    }  # wall time per trial, from results/ alone
+    details = _details(outcome, run_dir, measured, wall, trials_s)
     note = (
         f"{status_note}{len(outcome.trials)} trials ({len(outcome.trials) - len(measured)} reused), "
         f"{trials_s:.0f} s in trials, {wall - trials_s:.0f} s start-up/verification/report"
@@ -712,6 +711,29 @@ def run_autotune(
         str(folder / "autotune.log"),
         details,
     )
+
+
+def _details(
+    outcome: Any, run_dir: Path, measured: list[Any], wall: float, trials_s: float
+) -> dict[str, Any]:
+    """The run's trials, verifications and wall time per trial, from its run directory alone."""
+    return {
+        "run_dir": str(run_dir),
+        "trials": len(outcome.trials),
+        "trials_s": round(trials_s, 1),
+        "other_s": round(wall - trials_s, 1),
+        "verifications": [
+            {
+                "trial": v.trial,
+                "concurrency": v.concurrency,
+                "sla_met": v.sla_met,
+                "median_throughput": v.median_throughput,
+                "p99_ms": [p.p99_ms for p in v.points],
+            }  # each repeat's
+            for v in outcome.info.verifications
+        ],
+        "measured": [_trial_detail(t) for t in measured],
+    }
 
 
 def _trial_detail(trial: Any) -> dict[str, Any]:
@@ -1230,6 +1252,47 @@ def bench_model(
     autotune_runs: int = 2,
     ma_runs: int = 1,
 ) -> dict[str, Any]:
+    """Both tools' runs on ``model`` (:func:`tool_runs`), every winner re-measured, the table."""
+    runs = tool_runs(model, sla_ms, modes, work, peers, budget, space_file, monitor, autotune_runs, ma_runs)
+    start = time.monotonic()
+    measured = remeasure(runs, sla_ms, work, peers, budget)
+    text = table(model, sla_ms, runs, measured, budget)
+    print(text + "\n", flush=True)
+    return {
+        "model": model,
+        "sla_p99_ms": sla_ms,
+        "runs": [asdict(r) for r in runs],
+        "remeasured": [
+            {
+                **asdict(m),
+                "met": m.met,
+                "median_throughput": m.median_throughput,
+                "median_p99_ms": m.median_p99,
+                "goodput": m.goodput,
+                "spread": round(m.spread, 3),
+            }
+            for m in measured
+        ],
+        "remeasure_s": round(time.monotonic() - start, 1),
+        "remeasure_load1": monitor.between(start, time.monotonic()),
+        "table": text,
+    }
+
+
+def tool_runs(
+    model: str,
+    sla_ms: float,
+    modes: Sequence[str],
+    work: Path,
+    peers: Peers,
+    budget: Budget,
+    space_file: Path,
+    monitor: LoadMonitor,
+    autotune_runs: int = 2,
+    ma_runs: int = 1,
+) -> list[ToolRun]:
+    """Model Analyzer's runs (each of ``modes``, ``ma_runs`` times) and autotune's
+    (``autotune_runs`` times, each revision), interleaved."""
     space = load_search_space(space_file)
     runs: list[ToolRun] = []
     # Model Analyzer's j-th runs go before autotune's run j * autotune_runs / ma_runs: interleaved,
@@ -1271,29 +1334,7 @@ def bench_model(
                 src=src,
             )
             runs.append(once(work / model / _slug(tool).replace("#", "").replace("@", "-"), ours))
-    start = time.monotonic()
-    measured = remeasure(runs, sla_ms, work, peers, budget)
-    text = table(model, sla_ms, runs, measured, budget)
-    print(text + "\n", flush=True)
-    return {
-        "model": model,
-        "sla_p99_ms": sla_ms,
-        "runs": [asdict(r) for r in runs],
-        "remeasured": [
-            {
-                **asdict(m),
-                "met": m.met,
-                "median_throughput": m.median_throughput,
-                "median_p99_ms": m.median_p99,
-                "goodput": m.goodput,
-                "spread": round(m.spread, 3),
-            }
-            for m in measured
-        ],
-        "remeasure_s": round(time.monotonic() - start, 1),
-        "remeasure_load1": monitor.between(start, time.monotonic()),
-        "table": text,
-    }
+    return runs
 
 
 def _parser() -> argparse.ArgumentParser:

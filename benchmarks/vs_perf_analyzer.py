@@ -581,6 +581,15 @@ def verdicts(
     rate_rows: list[dict[str, Any]],
     protocols: Sequence[str],
 ) -> list[str]:
+    """A line a verdict: the agreement at each point, the capacity on each protocol, each rate."""
+    return [
+        *_agreement_verdicts(agreement_rows),
+        *_capacity_verdicts(capacity_rows, protocols),
+        *_rate_verdicts(rate_rows),
+    ]
+
+
+def _agreement_verdicts(agreement_rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     # (measured, reference, what the line says after the ratios); the last compares perf_analyzer's
     # two clients with each other: how far apart two implementations of one tool land at a point
@@ -610,6 +619,11 @@ def verdicts(
                 f"p50 x{ratios['p50_ms']:.3f}  p95 x{ratios['p95_ms']:.3f}  "
                 f"p99 x{ratios['p99_ms']:.3f}{against}"
             )
+    return lines
+
+
+def _capacity_verdicts(capacity_rows: list[dict[str, Any]], protocols: Sequence[str]) -> list[str]:
+    lines = []
     for protocol in protocols:
         theirs = max(
             (
@@ -626,6 +640,11 @@ def verdicts(
                 f"{'PASS' if ratio >= CAPACITY_FLOOR else 'FAIL'} capacity  {protocol:4} ours {top:.0f} "
                 f"(workers={workers}) / perf_analyzer {theirs:.0f} infer/s = x{ratio:.3f}"
             )
+    return lines
+
+
+def _rate_verdicts(rate_rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
     for row in rate_rows:
         s = row["sample"]
         held = abs(s.send_rate / row["asked"] - 1) <= RATE_TOLERANCE
