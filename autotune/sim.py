@@ -930,6 +930,41 @@ class Surveyed:
         squares = sum((x - statistics.fmean(row)) ** 2 for row in centred for x in row)
         return math.sqrt(squares / ((len(centred) - 1) * (len(self.servers) - 1)))  # a drift took one each
 
+    @cached_property
+    def tail_spread(self) -> float | None:
+        """How far one server's latency lies off the truth beyond what its throughput explains
+        (Little's law: latency times throughput is the clients), as a relative sd (None: fewer
+        than two configs read by every server). As :attr:`server_spread`, on each config's mean
+        over its shared levels of log latency plus log throughput, less the spread the windows'
+        own noise gives those means (the simulator draws that noise itself)."""
+        if not self.again:
+            return None
+        shared = [label for label in self.windows if all(label in s for s in self.again)]
+        rows: list[list[float]] = []
+        noise: list[float] = []  # each row's windows' variance, per server's mean
+        for label in shared:
+            levels = sorted(set.intersection(*(set(s[label]) for s in self.servers)))
+            if not levels:
+                continue
+            rows.append([
+                statistics.fmean(_log_mean(s[label][lv], 1) + _log_mean(s[label][lv], 0) for lv in levels)
+                for s in self.servers
+            ])  # fmt: skip
+            noise.append(
+                statistics.fmean(
+                    (_log_se(s[label][lv], 1) ** 2 + _log_se(s[label][lv], 0) ** 2) / len(levels)
+                    for s in self.servers
+                    for lv in levels
+                )
+            )
+        if len(rows) < 2:
+            return None
+        drift = [statistics.fmean(row[i] for row in rows) for i in range(len(self.servers))]
+        centred = [[x - d for x, d in zip(row, drift, strict=True)] for row in rows]
+        squares = sum((x - statistics.fmean(row)) ** 2 for row in centred for x in row)
+        variance = squares / ((len(centred) - 1) * (len(self.servers) - 1)) - statistics.fmean(noise)
+        return math.sqrt(max(0.0, variance))
+
     def missing(self, space: SearchSpace) -> int:
         """How many configs of ``space`` the first server lacks (0: it can stand for the space;
         the others may have read a part of them again)."""
@@ -975,7 +1010,7 @@ class Surveyed:
             (there.throughput + (throughput - there.throughput) * scale) * true.throughput / there.throughput
         )
         latency = (there.p95_ms + (latency - there.p95_ms) * scale) * true.p95_ms / there.p95_ms
-        latency /= bias.speed
+        latency *= bias.tail / bias.speed
         return Reading(throughput * bias.speed, latency, latency, latency, latency)
 
     def block_start(self, rng: random.Random) -> int | None:
@@ -983,8 +1018,11 @@ class Surveyed:
         return rng.getrandbits(30)
 
     def server_bias(self, rng: random.Random) -> Bias:
-        """A fresh server's factor, drawn with :attr:`bias_sd`."""
-        return Bias(max(0.5, 1 + rng.gauss(0, self.bias_sd)))
+        """A fresh server's factors, drawn: its throughput's with :attr:`bias_sd`, and where the
+        survey read other servers, its latency's beyond that with :attr:`tail_spread`."""
+        speed = max(0.5, 1 + rng.gauss(0, self.bias_sd))
+        tail = self.tail_spread
+        return Bias(speed, max(0.5, 1 + rng.gauss(0, tail))) if tail else Bias(speed)
 
     @property
     def bias_sd(self) -> float:
@@ -996,6 +1034,19 @@ class Surveyed:
     def truth_sd(self, candidate: Candidate) -> float:
         """A mean over the servers that read ``candidate``: :attr:`bias_sd` over the root of their count."""
         return self.bias_sd / math.sqrt(len(self._readings(candidate)))
+
+
+def _log_mean(pairs: Sequence[tuple[float, float]], i: int) -> float:
+    """The log of the mean of the windows' throughputs (``i`` 0) or latencies (1)."""
+    return math.log(statistics.fmean(pair[i] for pair in pairs))
+
+
+def _log_se(pairs: Sequence[tuple[float, float]], i: int) -> float:
+    """The standard error of :func:`_log_mean`: the windows' relative spread over their root."""
+    values = [pair[i] for pair in pairs]
+    if len(values) < 2:
+        return 0.0
+    return statistics.stdev(values) / statistics.fmean(values) / math.sqrt(len(values))
 
 
 def _truth(levels: Levels, level: int) -> Reading:

@@ -175,6 +175,48 @@ def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tm
     assert surface.missing(SPACE) == len(sim.candidates(SPACE)) - 2  # a survey that stopped part way
 
 
+def test_a_surveys_servers_tell_a_latency_spread_of_their_own(tmp_path: Path) -> None:
+    """Where another server's latency lies off what its throughput explains (Little's law), by
+    config, a fresh server draws a latency factor of its own with that spread (``tail_spread``);
+    a latency that follows the throughput, or one off alike for every config (a drift), gives none."""
+    import math
+
+    on = Candidate(2, "KIND_CPU", (), 8, True, (), 0, False)
+    off = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)
+    first = {
+        sim.survey_label(on): {"1": [[100, 2.0], [100, 2.0]], "4": [[400, 4.0], [400, 4.0]]},
+        sim.survey_label(off): {"1": [[90, 2.5], [90, 2.5]], "4": [[200, 10.0], [200, 10.0]]},
+    }
+
+    def load(throughput: dict[Candidate, float], latency: dict[Candidate, float]) -> sim.Surveyed:
+        again = {
+            sim.survey_label(c): {
+                lv: [[t * throughput[c], ms * latency[c]] for t, ms in pairs]
+                for lv, pairs in first[sim.survey_label(c)].items()
+            }
+            for c in (on, off)
+        }
+        data = {"version": sim.SURVEY_VERSION, "model": "toy", "percentile": 95, "limit_ms": 8.0,
+                "cores": 2, "window_s": 0.5, "windows": first, "again": [again]}  # fmt: skip
+        path = tmp_path / "toy.json.gz"
+        path.write_bytes(gzip.compress(json.dumps(data).encode()))
+        return sim.Surveyed.load(path)
+
+    apart = load({on: 1.0, off: 1.0}, {on: 1.1, off: 0.9})
+    assert apart.tail_spread == pytest.approx(math.log(1.1 / 0.9) / 2)
+    assert apart.server_spread == pytest.approx(0.0, abs=1e-12)  # the throughputs agree
+    rng = random.Random(1)
+    tails = [apart.server_bias(rng).tail for _ in range(4000)]
+    assert statistics.stdev(tails) == pytest.approx(apart.tail_spread, rel=0.1)
+    slow = apart.window(on, 4, random.Random(2), 0.5, sim.Bias(1.0, 1.2)).p95_ms
+    assert slow == pytest.approx(1.2 * apart.window(on, 4, random.Random(2), 0.5, sim.Bias(1.0)).p95_ms)
+    follows = load({on: 1.1, off: 0.9}, {on: 1 / 1.1, off: 1 / 0.9})  # Little's law: no latency of its own
+    assert follows.tail_spread == pytest.approx(0.0, abs=1e-12) and follows.server_spread > 0.09
+    assert all(abs(follows.server_bias(rng).tail - 1.0) < 1e-9 for _ in range(20))
+    drift = load({on: 1.0, off: 1.0}, {on: 1.1, off: 1.1})
+    assert drift.tail_spread == pytest.approx(0.0, abs=1e-12)
+
+
 def test_a_survey_read_again_on_other_servers_takes_their_mean_and_measures_their_spread(
     tmp_path: Path,
 ) -> None:
