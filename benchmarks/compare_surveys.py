@@ -1,6 +1,7 @@
 """Two surveys of one model (two evenings, say), or one survey's servers (``survey.py --server 2``):
 how far each config's goodput moved, whether the best config and the shape held, and the
-servers' spread. The figures of ``results/bertQA-days-20261129.txt``:
+servers' spread, throughput and latency each its own (``results/server-spreads-20261205.txt``;
+the figures of ``results/bertQA-days-20261129.txt`` before it):
 
     python benchmarks/compare_surveys.py benchmarks/surveys/bertQA.json.gz \\
         benchmarks/surveys/bertQA-20261129.json.gz
@@ -58,16 +59,26 @@ def main(argv: list[str]) -> int:
     if len(surveys) == 2:
         a, b = (replace(s, again=()) for s in surveys)
         compare(a, b, (Path(argv[0]).name.split(".")[0], Path(argv[1]).name.split(".")[0]))
+        spreads(replace(a, again=(b.windows,)))  # the two as two servers of one survey
         return 0
     (s,) = surveys
     for i, again in enumerate(s.again, 2):
         compare(replace(s, again=()), replace(s, windows=again, again=()), ("server 1", f"server {i}"))
-    spread = s.server_spread
-    print(
-        f"windows' CV {s.cv:.4f} (half: {s.cv / 2:.4f}); servers' spread "
-        + ("- (one server)" if spread is None else f"{spread:.4f}")
-    )
+    spreads(s)
     return 0
+
+
+def spreads(s: sim.Surveyed) -> None:
+    """How far one server reads off the truth: its throughput (``server_spread``) and its
+    latency beyond what the throughput explains (``tail_spread``), each a relative sd."""
+
+    def shown(x: float | None) -> str:
+        return "- (one server)" if x is None else f"{x:.4f}"
+
+    print(
+        f"windows' CV {s.cv:.4f} (half: {s.cv / 2:.4f}); one server off the truth: throughput "
+        f"{shown(s.server_spread)}, latency beyond it {shown(s.tail_spread)}"
+    )
 
 
 if __name__ == "__main__":
