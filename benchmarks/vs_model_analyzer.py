@@ -1252,47 +1252,9 @@ def bench_model(
     autotune_runs: int = 2,
     ma_runs: int = 1,
 ) -> dict[str, Any]:
-    """Both tools' runs on ``model`` (:func:`tool_runs`), every winner re-measured, the table."""
-    runs = tool_runs(model, sla_ms, modes, work, peers, budget, space_file, monitor, autotune_runs, ma_runs)
-    start = time.monotonic()
-    measured = remeasure(runs, sla_ms, work, peers, budget)
-    text = table(model, sla_ms, runs, measured, budget)
-    print(text + "\n", flush=True)
-    return {
-        "model": model,
-        "sla_p99_ms": sla_ms,
-        "runs": [asdict(r) for r in runs],
-        "remeasured": [
-            {
-                **asdict(m),
-                "met": m.met,
-                "median_throughput": m.median_throughput,
-                "median_p99_ms": m.median_p99,
-                "goodput": m.goodput,
-                "spread": round(m.spread, 3),
-            }
-            for m in measured
-        ],
-        "remeasure_s": round(time.monotonic() - start, 1),
-        "remeasure_load1": monitor.between(start, time.monotonic()),
-        "table": text,
-    }
-
-
-def tool_runs(
-    model: str,
-    sla_ms: float,
-    modes: Sequence[str],
-    work: Path,
-    peers: Peers,
-    budget: Budget,
-    space_file: Path,
-    monitor: LoadMonitor,
-    autotune_runs: int = 2,
-    ma_runs: int = 1,
-) -> list[ToolRun]:
     """Model Analyzer's runs (each of ``modes``, ``ma_runs`` times) and autotune's
-    (``autotune_runs`` times, each revision), interleaved."""
+    (``autotune_runs`` times, each revision), interleaved; then every winner re-measured
+    (:func:`remeasured`)."""
     space = load_search_space(space_file)
     runs: list[ToolRun] = []
     # Model Analyzer's j-th runs go before autotune's run j * autotune_runs / ma_runs: interleaved,
@@ -1334,7 +1296,42 @@ def tool_runs(
                 src=src,
             )
             runs.append(once(work / model / _slug(tool).replace("#", "").replace("@", "-"), ours))
-    return runs
+    return remeasured(model, sla_ms, runs, work, peers, budget, monitor)
+
+
+def remeasured(
+    model: str,
+    sla_ms: float,
+    runs: list[ToolRun],
+    work: Path,
+    peers: Peers,
+    budget: Budget,
+    monitor: LoadMonitor,
+) -> dict[str, Any]:
+    """Every run's winner re-measured by perf_analyzer, the table printed, all of it as JSON."""
+    start = time.monotonic()
+    measured = remeasure(runs, sla_ms, work, peers, budget)
+    text = table(model, sla_ms, runs, measured, budget)
+    print(text + "\n", flush=True)
+    return {
+        "model": model,
+        "sla_p99_ms": sla_ms,
+        "runs": [asdict(r) for r in runs],
+        "remeasured": [
+            {
+                **asdict(m),
+                "met": m.met,
+                "median_throughput": m.median_throughput,
+                "median_p99_ms": m.median_p99,
+                "goodput": m.goodput,
+                "spread": round(m.spread, 3),
+            }
+            for m in measured
+        ],
+        "remeasure_s": round(time.monotonic() - start, 1),
+        "remeasure_load1": monitor.between(start, time.monotonic()),
+        "table": text,
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
