@@ -48,7 +48,8 @@ from autotune.traffic import requests_per_s
 
 
 class Trials:
-    """Runs trials and verifications: stages the candidate, serves it, measures, tells the study."""
+    """Runs trials through the run's :class:`~autotune.serving.Servers` and tells the study; the
+    race serves its rounds through it too."""
 
     def __init__(
         self, prep: Prepared, servers: Servers[Any], run: RunDir, events: Events,
@@ -142,8 +143,8 @@ class Trials:
 
     def _measure_twice(self, asked: Asked, results: list[TrialResult]) -> Measurement:
         """:meth:`measure` from the best level (:func:`walk.start_level`) against the best trial
-        (:func:`level_search.incumbent`), and once more on a new
-        server should the first die under load: the nvidia-pytriton wheel's tritonserver crashes
+        (:func:`level_search.incumbent`), and once more on a new server should the first die
+        under load: the nvidia-pytriton wheel's tritonserver crashes
         now and then under the python backend with dynamic batching (an assertion in gRPC's
         sync.cc, or signal 11), and a failed config is not proposed again by the neighbour rule:
         a mobilenet run lost its best config so and stopped after 5 trials at 1198 infer/s, where
@@ -206,8 +207,7 @@ class Trials:
         """The candidate's goodput search (:meth:`Loader.search`) from ``start``, the best
         candidate's level, against ``beat`` (the best trial's throughput), on a server of its
         own, its points judged at :attr:`RunSettings.search_sla` (:func:`level_search.judged_at`).
-        Errors are a
-        verdict: a point with any breaks the SLA (:meth:`Sla.met_by`), and a candidate whose
+        Errors are a verdict: a point with any breaks the SLA (:meth:`Sla.met_by`), and a candidate whose
         every point got them fails, naming their share and the server's first."""
         settings, loader = self.prep.settings, self.prep.loader
         search_sla = settings.search_sla

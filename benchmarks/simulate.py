@@ -18,7 +18,8 @@ configs apart, neither can ``good``). The acceptance of issue 42 reads ``good`` 
 (at least 95% each, up to a window CV of 10%). ``--read-by B`` adds ``meets`` as a client
 reading latency B times ours would find it (the benchmark re-measures with perf_analyzer). The
 stability rules these replaced were compared side by side here last at 8192dec
-(benchmarks/results/simulate-20261128-walk.txt; simulate-20261128-rounds6.txt the rules now).
+(benchmarks/results/simulate-20261128-walk.txt; simulate-20261128-rounds6.txt the rules then; both
+in git history at 9f32ffb7024f).
 
     python benchmarks/simulate.py                      # the synthetic families, 200 runs each
     python benchmarks/simulate.py --runs 50 --cv 0.05  # one noise level, fewer runs

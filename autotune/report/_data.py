@@ -55,7 +55,8 @@ GPU_COLUMNS = ("gpu_util_pct", "gpu_memory_mb", "gpu_power_w")
 # latency_high, throughput_low/high: the point's one-sided 95% bounds (autotune.search.noise), where its
 # windows were recorded; none in runs recorded by the stability rules
 # each_model: several models on one server, each model's own figures at the point, as text
-# warm_windows: its first windows a warm-up still held, dropped from its figures (points.warm_windows)
+# warm_windows: its first windows a warm-up still held, dropped from its figures
+# (search.sampling.warm_windows)
 DERIVED_COLUMNS = (
     "latency_ms",
     "latency_high",

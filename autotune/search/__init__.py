@@ -1,6 +1,7 @@
 """The search's decisions, one module per idea, in the order of docs/search.md.
 
-- :mod:`autotune.search.noise`: the noise model, and every knob of the search.
+- :mod:`autotune.search.noise`: the noise model, and the search's decision constants (the flags'
+  defaults are :mod:`autotune.settings`').
 - :mod:`autotune.search.sampling`: a point's sample and its stop rule.
 - :mod:`autotune.search.level_search`: a config's goodput, closed and open loop.
 - :mod:`autotune.search.ranking`: how trials compare, the best and the finalists.

@@ -1,7 +1,7 @@
-"""A config's goodput: the search over levels (clients in a closed loop, a rate in an open one)
-for the highest throughput that meets the SLA (:func:`find_goodput`, :func:`find_rate_goodput`),
-its operating point (:func:`best_point`), and how its points are measured (:func:`search_plan`,
-:func:`judged_at`)."""
+"""A config's goodput: one search over levels (:func:`search_levels`) for the highest throughput
+that meets the SLA, moving by clients in a closed loop (:class:`Clients`) or by rates in an open
+one (:class:`Rates`); its operating point (:func:`best_point`); and how its points are measured
+(:func:`search_plan`, :func:`judged_at`)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ class Levels(Protocol[L]):
 @dataclass(frozen=True)
 class Clients:
     """A closed loop's levels: whole clients, doubled and halved, bisected to one client. A
-    level whose throughput did not :func:`grow` over the one below is saturated."""
+    level whose throughput did not :func:`grew` over the one below is saturated."""
 
     low: int = 1
     high: int = 32

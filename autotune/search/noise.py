@@ -1,8 +1,9 @@
-"""The noise model and every knob of the search. A point's windows are a sample; every verdict
-(:func:`meets`, :func:`breaks`, :func:`better`, :func:`not_ahead`, :func:`ahead`) is one on
-intervals: a mean with Student's t over its windows, one-sided at :data:`CONFIDENCE`, widened by
-:data:`SERVER_CV` across servers. The search's decision constants are named here, and listed in
-docs/search.md."""
+"""The noise model, and the search's decision constants (the flags' defaults are in settings).
+
+A point's windows are a sample; every verdict (:func:`meets`, :func:`breaks`, :func:`better`,
+:func:`not_ahead`, :func:`ahead`) is one on intervals: a mean with Student's t over its windows,
+one-sided at :data:`CONFIDENCE`, widened by :data:`SERVER_CV` across servers. docs/search.md
+lists the constants."""
 
 from __future__ import annotations
 
