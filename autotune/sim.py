@@ -146,8 +146,10 @@ class Synthetic:
     Throughput bends from the clients' own pace (``c / R0``) to the capacity with sharpness
     ``knee``; latency follows by Little's law, with a tail that grows with utilisation. Each
     window's throughput varies by ``cv`` (for a :data:`QUIET_WINDOW_S` window), its tail by
-    ``1.5 cv``, a server by ``cv / 2``; with probability ``stall``, a window's tail is 1.5-3x
-    (a stall of the machine) and a fresh server a stalled one (:meth:`server_bias`)."""
+    ``1.5 cv``; with probability ``stall``, a window's tail is 1.5-3x (a stall of the machine)
+    and a fresh server a stalled one (:meth:`server_bias`). A fresh server's throughput reads
+    off the truth by ``server_sd`` and its latency beyond that by ``tail_sd`` (the measured
+    world: :func:`synthetic_family`); ``server_sd`` None is the rules' own world, ``cv / 2``."""
 
     name: str
     sla: Sla
@@ -163,6 +165,8 @@ class Synthetic:
     space: SearchSpace | None = None
     baseline: Candidate | None = None
     gpus: int = 0
+    server_sd: float | None = None  # a fresh server's throughput off the truth (None: cv / 2)
+    tail_sd: float = 0.0  # a fresh server's latency off what its throughput explains
 
     def truth(self, candidate: Candidate, level: int) -> Reading:
         c = float(level)
@@ -212,12 +216,14 @@ class Synthetic:
         return None
 
     def server_bias(self, rng: random.Random) -> Bias:
-        """A fresh server reads ``cv / 2`` off the truth; with probability ``stall`` it is a stalled
-        one (another tenant's load for its whole life): 0.65-0.85x as fast, its tail 1.2-1.5x more."""
-        speed = max(0.5, 1 + rng.gauss(0, self.cv / 2))
+        """A fresh server reads ``server_sd`` off the truth (``cv / 2`` in the rules' world), its
+        latency ``tail_sd`` beyond that; with probability ``stall`` it is a stalled one (another
+        tenant's load for its whole life): 0.65-0.85x as fast, its tail 1.2-1.5x more."""
+        speed = max(0.5, 1 + rng.gauss(0, self.cv / 2 if self.server_sd is None else self.server_sd))
+        tail = max(0.5, 1 + rng.gauss(0, self.tail_sd)) if self.tail_sd else 1.0
         if self.stall and rng.random() < self.stall:
-            return Bias(speed * rng.uniform(0.65, 0.85), rng.uniform(1.2, 1.5))
-        return Bias(speed)
+            return Bias(speed * rng.uniform(0.65, 0.85), tail * rng.uniform(1.2, 1.5))
+        return Bias(speed, tail)
 
     def truth_sd(self, candidate: Candidate) -> float:
         return 0.0  # a model's own truth
@@ -227,11 +233,25 @@ class Synthetic:
 REFERENCE = Candidate(2, "KIND_CPU", (), 8, True, (), 100, False)
 
 
-def synthetic_family(count: int, cv: float, seed: int = 0, stall: float = 0.0) -> list[Synthetic]:
+# Fresh servers' spreads as measured back to back (relative sds): throughput 0.7-4.2% over 5
+# servers of each of four configs (benchmarks/results/warmup-20261129.txt), 2.7-5.0% between two
+# surveys' servers (server-spreads-20261205.txt); latency beyond what the throughput explains
+# 0-5.9% and 0.8-1.2%. A measured-world surface draws its own from these ranges.
+MEASURED_SERVER_SD = (0.007, 0.05)
+MEASURED_TAIL_SD = (0.0, 0.06)
+WORLDS = ("measured", "rules")
+
+
+def synthetic_family(
+    count: int, cv: float, seed: int = 0, stall: float = 0.0, world: str = "rules"
+) -> list[Synthetic]:
     """``count`` synthetic surfaces of window noise ``cv`` (and ``stall``): models from fast to
     slow, batching from worthless (alpha near 1) to strong, 2 to 8 cores, instances that
     contend for them, and an SLA at the latency :data:`REFERENCE` has at 3 to 24 clients (so it
-    bites inside the search's concurrency range)."""
+    bites inside the search's concurrency range). ``world``: "rules", a fresh server off by
+    ``cv / 2``, the noise model's own assumption; "measured", by a spread drawn for each surface
+    from :data:`MEASURED_SERVER_SD` and :data:`MEASURED_TAIL_SD`, whatever its ``cv`` (the same
+    surfaces otherwise: the spreads come from a stream of their own)."""
     rng = random.Random(seed)
     out = []
     for i in range(count):
@@ -248,7 +268,12 @@ def synthetic_family(count: int, cv: float, seed: int = 0, stall: float = 0.0) -
             stall=stall,
         )
         at = surface.truth(REFERENCE, rng.randint(3, 24)).latency_ms(surface.sla.percentile)
-        out.append(replace(surface, sla=Sla(surface.sla.percentile, float(f"{at:.3g}"))))
+        surface = replace(surface, sla=Sla(surface.sla.percentile, float(f"{at:.3g}")))
+        if world == "measured":
+            own = random.Random(f"{seed}-{cv}-{stall}-{i}")
+            spreads = own.uniform(*MEASURED_SERVER_SD), own.uniform(*MEASURED_TAIL_SD)
+            surface = replace(surface, server_sd=spreads[0], tail_sd=spreads[1])
+        out.append(surface)
     return out
 
 

@@ -106,9 +106,12 @@ def surfaces(args: argparse.Namespace) -> list[sim.Synthetic | sim.Surveyed]:
         out.append(surveyed)
     if args.synthetic:
         for cv in args.cv or CVS:
-            out += sim.synthetic_family(args.per_family, cv, seed=family_seed(args))
+            out += sim.synthetic_family(args.per_family, cv, seed=family_seed(args), world=args.world)
         if args.stalls:
-            out += sim.synthetic_family(args.per_family, 0.05, seed=family_seed(args), stall=args.stalls)
+            stalled = sim.synthetic_family(
+                args.per_family, 0.05, seed=family_seed(args), stall=args.stalls, world=args.world
+            )
+            out += stalled
     if args.sla_scale != 1.0:
         out = [replace(s, sla=replace(s.sla, limit_ms=s.sla.limit_ms * args.sla_scale)) for s in out]
     return out
@@ -195,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--family-seed", type=int, help="the synthetic families' seed (default: --set's; 1)")
     parser.add_argument("--run-seed", type=int, help="the first run's sampler seed (default: --set's; 0)")
+    parser.add_argument(
+        "--world", choices=sim.WORLDS, default="measured",
+        help="the synthetic surfaces' fresh servers: measured (default: spreads drawn from what fresh "
+        "servers measured, sim.MEASURED_SERVER_SD) or rules (cv/2, the noise model's own assumption)",
+    )  # fmt: skip
     parser.add_argument("--survey", type=Path, action="append", help="a survey file (repeatable)")
     parser.add_argument(
         "--no-synthetic", dest="synthetic", action="store_false", help="only the --survey surfaces"
@@ -281,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     first = run_seed(args)
     print(
         f"\n{len(rows)} surfaces x {args.runs} runs in {time.monotonic() - started:.0f} s "
-        f"(set {args.set or 'as given'}: family seed {family_seed(args)}, "
+        f"(set {args.set or 'as given'}, {args.world} world: family seed {family_seed(args)}, "
         f"run seeds {first}-{first + args.runs - 1})"
     )
     print(users_line([t for _, t, _ in rows], args.runs))

@@ -559,3 +559,24 @@ def test_a_surveyed_points_windows_are_one_block_of_a_servers_recorded_windows()
     expected = [recorded[(start + k) % len(recorded)][0] for k in range(len(recorded) + 2)]
     assert read == pytest.approx(expected)
     assert sim.synthetic_family(1, 0.05, seed=2)[0].block_start(random.Random(3)) is None
+
+
+def test_the_measured_world_draws_each_surfaces_server_spreads_from_measurements() -> None:
+    """``synthetic_family(world="measured")``: the same surfaces, each with a fresh server's
+    throughput and latency spreads drawn from the measured ranges, whatever its window CV; the
+    rules' world keeps the noise model's own assumption, a server off by CV/2."""
+    rules = sim.synthetic_family(4, 0.20, seed=3)
+    measured = sim.synthetic_family(4, 0.20, seed=3, world="measured")
+    assert [replace(m, server_sd=None, tail_sd=0.0) for m in measured] == rules
+    low, high = sim.MEASURED_SERVER_SD
+    assert all(m.server_sd is not None and low <= m.server_sd <= high for m in measured)
+    assert all(0.0 <= m.tail_sd <= sim.MEASURED_TAIL_SD[1] for m in measured)
+    assert len({m.server_sd for m in measured}) == 4  # each its own
+    rng = random.Random(0)
+    assert statistics.stdev(rules[0].server_bias(rng).speed for _ in range(4000)) == pytest.approx(
+        0.10, rel=0.1
+    )
+    found = max(measured, key=lambda m: m.tail_sd)
+    biases = [found.server_bias(rng) for _ in range(4000)]
+    assert statistics.stdev(b.speed for b in biases) == pytest.approx(found.server_sd, rel=0.1)
+    assert statistics.stdev(b.tail for b in biases) == pytest.approx(found.tail_sd, rel=0.1)
