@@ -379,6 +379,9 @@ class Judged:
     # the winner's true throughput at its recommended operating point over the surface's best
     # true goodput under the SLA itself: what a user gets of what was there to get
     users: float = 0.0
+    # the warm-up changed the winner: the same run without it (its draws apart) chose another
+    # (None: not run without it)
+    changed: bool | None = None
 
     @property
     def meets(self) -> bool:
@@ -539,10 +542,15 @@ class SimServers:
     """:class:`autotune.serving.Servers` on a surface: a server start and a window cost their
     simulated time, read by :meth:`clock`."""
 
-    def __init__(self, surface: Surface, rng: random.Random, warmup: WarmUp | None = None) -> None:
+    def __init__(
+        self, surface: Surface, rng: random.Random, warmup: WarmUp | None = None,
+        warm_rng: random.Random | None = None,
+    ) -> None:  # fmt: skip
         self.surface, self.rng, self.now = surface, rng, 0.0
         self.warm, self.version = True, ""
         self.warmup = warmup  # each fresh server's (None: none)
+        # the warm-ups' own draws: a run with a warm-up and one without draw the rest alike
+        self.warm_rng = warm_rng or random.Random(0)
         self.turned = 0  # race rounds a warm-up turned: over the limit, under it without the warm-up
         self.readings: dict[str, list[Point]] = {}  # every point handed out, by its server's stage
 
@@ -552,7 +560,7 @@ class SimServers:
     def _fresh(self, candidate: Candidate | None, race: bool) -> SimServer:
         """A fresh server's model: its bias, then (with a warm-up) its transient, each drawn."""
         bias = self.surface.server_bias(self.rng)
-        transient = self.warmup.draw(self.rng) if self.warmup is not None else Transient()
+        transient = self.warmup.draw(self.warm_rng) if self.warmup is not None else Transient()
         return SimServer(candidate, bias, transient=transient, race=race)
 
     @contextmanager
@@ -657,6 +665,11 @@ class SimOutcome:
     honest: bool
     turned: int = 0  # race rounds a fresh server's warm-up turned (:func:`_turned`)
 
+    @property
+    def winner_config(self) -> Candidate | None:
+        """The winning trial's config (None: no winner)."""
+        return next((r.candidate for r in self.results if r.number == self.winner), None)
+
 
 def space_of(surface: Surface) -> SearchSpace:
     """The space a surface is tuned in: a survey's own, else :func:`default_space`."""
@@ -711,7 +724,9 @@ def simulate(
         )  # fmt: skip
         run = RunDir.create(Path(tmp) / "run", record)
         study = Study.open(None, "sim", prep.space, surface.sla, seed=seed, scoring=prep.scoring)
-        servers = (servers_type or SimServers)(surface, random.Random(seed), warmup)
+        servers = (servers_type or SimServers)(
+            surface, random.Random(seed), warmup, random.Random(f"warm-{seed}")
+        )
         trials = trials_type(prep, servers, run, Events(), clock=servers.clock)
         run = tuner.search(prep, trials, study)
         results = tuple(study.results())

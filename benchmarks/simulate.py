@@ -154,6 +154,7 @@ def run_surface(
     finalists: int | None = None,
     warmup: str = "none",
     first_seed: int = 0,
+    paired: bool = False,
 ) -> tuple[sim.Surface, sim.Tally, tuple[float, float]]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
@@ -164,7 +165,11 @@ def run_surface(
         asked = (("repeats", repeats), ("finalists", finalists))
         given: dict[str, Any] = {k: v for k, v in asked if v is not None}
         outcome = sim.simulate(surface, seed, max_trials=max_trials, warmup=warm_up(warmup, surface), **given)
-        tally.judged.append(sim.judge(surface, space, outcome, best, (limit, there)))
+        judged = sim.judge(surface, space, outcome, best, (limit, there))
+        if paired and warmup != "none":  # the same run without the warm-up: did it choose another?
+            cold = sim.simulate(surface, seed, max_trials=max_trials, **given)
+            judged = replace(judged, changed=cold.winner_config != outcome.winner_config)
+        tally.judged.append(judged)
     rng = random.Random(0)
     return surface, tally, tally.good_interval(sim.truth_tables(surface, space, 200, rng), rng)
 
@@ -241,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
         "model_warmup leaves it: what real runs meet); the 'turned' column: "
         "runs with a race round it turned",
     )  # fmt: skip
+    parser.add_argument(
+        "--paired", action="store_true",
+        help="with --warm-up: run each seed again without it (its draws apart, so the runs are the same "
+        "until the warm-up turns a decision) and print 'changed', the runs whose winner it changed",
+    )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
         "--misses", action="store_true",
@@ -277,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.finalists,
                 args.warm_up,
                 run_seed(args),
+                args.paired,
             )
             for s in surfaces(args)
         ]
@@ -315,6 +326,11 @@ def row_line(
         f"{tally.good_at_point:>6.1%} {low:>5.1%}-{high:.1%} {tally.share(lambda j: j.turned):>6.1%}"
         f" {tally.users_point:>6.1%} {tally.meets_read_by(sim.READER):>10.1%}"
         + "".join(f" {tally.meets_read_by(b):>11.1%}" for b in read_by)
+        + (
+            f" changed {tally.share(lambda j: j.changed):.1%}"
+            if any(j.changed is not None for j in tally.judged)
+            else ""
+        )
     )
 
 

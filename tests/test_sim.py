@@ -580,3 +580,15 @@ def test_the_measured_world_draws_each_surfaces_server_spreads_from_measurements
     biases = [found.server_bias(rng) for _ in range(4000)]
     assert statistics.stdev(b.speed for b in biases) == pytest.approx(found.server_sd, rel=0.1)
     assert statistics.stdev(b.tail for b in biases) == pytest.approx(found.tail_sd, rel=0.1)
+
+
+def test_a_warm_up_draws_apart_so_a_run_with_it_is_the_run_without_until_it_turns_a_decision() -> None:
+    """A fresh server's warm-up is drawn from a stream of its own: a warm-up of no size leaves the
+    run exactly as it is without one, and a real one changes what it turns, no more."""
+    none = sim.WarmUp((0.0, 0.0), (0.1, 0.2))
+    noisy = replace(QUIET, cv=0.05)  # every draw of the run's stream moves its figures
+    plain = sim.simulate(noisy, seed=3, max_trials=8)
+    assert sim.simulate(noisy, seed=3, max_trials=8, warmup=none) == plain
+    warm = sim.simulate(noisy, seed=3, max_trials=8, warmup=sim.GPU_WARMUP)
+    assert warm != plain and warm.results[0].candidate == plain.results[0].candidate
+    assert plain.winner_config is not None
