@@ -1,6 +1,6 @@
-"""Real servers for a run's trials (:class:`LaunchedServers`): each candidate staged beside your
-model's files and served by the run's launcher, and the run's own load on it. It implements
-:class:`autotune.serving.Servers`."""
+"""Real servers for a run's trials (:class:`LaunchedServers`). Each candidate is staged beside
+your model's files and served by the run's launcher, and the run's own load measures it. It
+implements :class:`autotune.serving.Servers`."""
 
 from __future__ import annotations
 
@@ -26,15 +26,16 @@ from autotune.staging import Stages, can_warm, stage_members, stage_model
 
 
 class LaunchedServers:
-    """The run's servers, started by ``launcher``, staged under the run ``run_id``'s stages."""
+    """The run's servers. ``launcher`` starts them, and their models are staged under the stages
+    of run ``run_id``."""
 
     def __init__(self, prep: Prepared, launcher: Launcher[Any], run_id: str) -> None:
         self.prep, self.launcher, self.run_id = prep, launcher, run_id
-        # the requests for each served name (the tuned model's, and those serve_all staged)
+        # the requests for each served name: the tuned model's, and those of the models serve_all staged
         self._data: dict[str, WorkloadData | None] = {prep.settings.model: prep.data}
         self.checked = False  # the preflight passed
         self._beside_checked = False  # the models beside it passed theirs
-        self.warm = True  # staged configs get our warm-up (off once it kept your config from loading)
+        self.warm = True  # whether staged configs get our warm-up; off once it kept your config from loading
         self.version = ""  # the server's version, from the first that answered
         self.probe: GpuProbe | None = None  # how points sample the server's GPUs, chosen on the first server
         self.probed = False
@@ -42,19 +43,22 @@ class LaunchedServers:
 
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[Server]:
-        """The candidate staged (:func:`autotune.staging.stage_model`; with ``--step``, beside the
-        ensemble and its other steps as they are, or with the configs earlier rounds chose for
-        them, a BLS model with :func:`autotune.pipeline.caller_served`'s instances) and served
-        (a config with TensorRT gets --trt-build-timeout-s to build its engine); the staged
-        folder is removed when the server's context ends."""
+        """A server of ``candidate``, staged by :func:`autotune.staging.stage_model` and served
+        by the launcher.
+
+        With ``--step``, the candidate is staged beside the ensemble and its other steps. They
+        are as they are, or have the configs that earlier rounds chose for them. A BLS model
+        gets :func:`autotune.pipeline.caller_served`'s instances. A config with TensorRT gets
+        ``--trt-build-timeout-s`` to build its engine. The staged folder is removed when the
+        server's context ends."""
         config, files = self.warmed(mcfg.apply_candidate(self.prep.original, candidate))
         with self._stage(stage_name) as stage:
             stage_model(self.prep.model_dir, config, stage, files)
             s = self.prep.settings
             models = self.prep.pipeline.models if self.prep.pipeline else ()
             others = [name for name in models if name != config.name] + [c.model for c in s.beside]
-            # the ensemble and its other steps as they are, or as earlier rounds tuned them; a
-            # BLS model calling the tuned one with at least as many instances as it
+            # The ensemble and its other steps are served as they are, or as earlier rounds tuned
+            # them. A BLS model that calls the tuned one gets at least as many instances as it.
             served = tuned_configs(s.tuned_steps)
             pipeline = self.prep.pipeline
             if pipeline is not None and config.name != pipeline.model:
@@ -64,16 +68,16 @@ class LaunchedServers:
                 yield srv
 
     def can_share(self) -> bool:
-        """Whether several candidates can be served by one server (:meth:`serve_all`): the
-        launcher starts its own servers and the tuned model is served alone (no pipeline, no
-        models beside it)."""
+        """Whether one server can serve several candidates (:meth:`serve_all`). It can when the
+        launcher starts its own servers and the tuned model is served alone, with no pipeline and
+        no models beside it."""
         return self.launcher.starts_servers and self.prep.pipeline is None and not self.prep.settings.beside
 
     @contextmanager
     def serve_all(self, candidates: Mapping[str, Candidate], log: Path, stage_name: str) -> Iterator[Server]:
-        """Each of ``candidates`` staged as a model of its own, named by its key, and all served
-        by one server (:meth:`can_share` says when); the staged folder is removed when the
-        server's context ends."""
+        """One server of all ``candidates``, each staged as a model of its own named by its key.
+        :meth:`can_share` says when this works. The staged folder is removed when the server's
+        context ends."""
         with self._stage(stage_name) as stage:
             configs = []
             for name, candidate in candidates.items():
@@ -89,11 +93,14 @@ class LaunchedServers:
                 yield srv
 
     def generator(self, server: Server, plan: WindowPlan, model: str = "") -> LoadGenerator:
-        """The load for this server (``model``: a name :meth:`serve_all` staged, else the tuned
-        model's); the first server that answers also gets the preflight
-        (LoadGenerator.preflight: each distinct shape of the workload, then a spread of its
-        requests; a WorkloadError stops the run) and chooses the run's GPU probe (none: no sampling),
-        which then reads each server at its own metrics (:func:`autotune.gpu_probe.at_server`)."""
+        """The load for this server. ``model`` is a name :meth:`serve_all` staged; empty means
+        the tuned model.
+
+        The first server that answers also gets the preflight (LoadGenerator.preflight). The
+        preflight sends each distinct shape of the workload, then a spread of its requests. A
+        WorkloadError stops the run. The first server also chooses the run's GPU probe. Without a
+        probe, GPUs are not sampled. The probe then reads each server at its own metrics
+        (:func:`autotune.gpu_probe.at_server`)."""
         settings = self.prep.settings
         if server.pid and self.prep.clients:  # a server of ours must take the run's clients
             openfiles.check_server(server.pid, self.prep.clients, server.description)
@@ -112,8 +119,9 @@ class LaunchedServers:
         return gen.with_gpu_probe(at_server(self.probe, server.metrics_url))  # this server's metrics
 
     def _beside(self, server: Server, plan: WindowPlan) -> list[Beside]:
-        """A load generator for each model served beside the tuned one, with its own workload
-        (checked on the first server, as the tuned model's), as many clients as the tuned one."""
+        """A load generator for each model served beside the tuned one. Each has its own
+        workload, checked on the first server like the tuned model's. Each runs as many clients
+        as the tuned one."""
         beside = []
         for co, data in zip(self.prep.settings.beside, self.prep.beside_data, strict=True):
             gen = LoadGenerator.connect(
@@ -126,11 +134,13 @@ class LaunchedServers:
         return beside
 
     def warmed(self, config: mcfg.ModelConfig) -> tuple[mcfg.ModelConfig, dict[str, bytes]]:
-        """``config`` with Triton's warm-up of every instance at every batch size it can form, on
-        the workload's first entry (:func:`autotune.warmup.samples`), and the files it reads;
-        as it is where the workload is not this model's own input (a pipeline's step), where its
-        folder has a ``warmup/`` of yours, and on a server we do not start (a remote one loads a
-        config, not the files beside it)."""
+        """``config`` with Triton's warm-up added, and the files the warm-up reads.
+
+        The warm-up runs every instance at every batch size it can form, on the workload's first
+        entry (:func:`autotune.warmup.samples`). ``config`` comes back as it is when the workload
+        is not this model's own input (a pipeline's step), or when its folder has a ``warmup/`` of
+        yours. It also comes back as it is on a server we do not start, because a remote server
+        loads a config, not the files beside it."""
         data, s = self.prep.data, self.prep.settings
         ours = self.launcher.starts_servers
         if not self.warm or data is None or self.prep.pipeline is not None or not ours:
@@ -141,7 +151,8 @@ class LaunchedServers:
         return warmup.samples(config, data.entries[0], names, s.workload.batch_size)
 
     def close(self) -> None:
-        """Remove the stages (every server has stopped when its :meth:`Launcher.serve` block ended)."""
+        """Remove the stages. Every server has already stopped, when its :meth:`Launcher.serve`
+        block ended."""
         if self._stages is not None:
             self._stages.remove()
 
@@ -159,7 +170,8 @@ class LaunchedServers:
 
 
 def triton_version(host: str, port: int) -> str:
-    """The server's version, from its metadata (``GET /v2``); "" when it does not answer."""
+    """The server's version, from its metadata (``GET /v2``). It is "" when the server does not
+    answer."""
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/v2", timeout=5) as reply:
             return str(json.loads(reply.read()).get("version", ""))

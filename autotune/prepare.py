@@ -1,6 +1,7 @@
-"""What a run needs before its first trial: the model's config, the search space as this model
-and machine allow it, the workload and the traffic, read and checked once (:func:`prepare`).
-Nothing is started or written here; anything wrong is a UsageError (exit 2)."""
+"""What a run needs before its first trial, read and checked once by :func:`prepare`.
+
+That is the model's config, the search space as this model and machine allow it, the workload and
+the traffic. Nothing is started or written here. Anything wrong is a UsageError (exit 2)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from autotune.search_space import Candidate, SearchSpace, bundled, load_search_s
 from autotune.settings import RunSettings
 from autotune.traffic import Loader
 
-# Disk a run needs: room kept for what it writes at the end (report.html is about 5 MB, its
-# plotly.js inline; trials.csv, winner.pbtxt and winner.diff are small), and per trial (a
-# server log of 10-100 kB, the study's rows).
+# The disk a run needs. RUN_ROOM_BYTES is kept for what the run writes at the end. report.html is
+# about 5 MB because it holds plotly.js inline. trials.csv, winner.pbtxt and winner.diff are small.
+# TRIAL_BYTES is for each trial: a server log of 10-100 kB, and the study's rows.
 RUN_ROOM_BYTES = 16 * 2**20
 TRIAL_BYTES = 2**20
 
@@ -34,31 +35,34 @@ class Prepared:
     settings: RunSettings
     original: mcfg.ModelConfig
     model_dir: Path
-    # the user's space as this model, machine and workload allow it: the sampler, the seeds and
-    # the neighbours stay in it; your config is measured whether it holds it or not
+    # The user's space as this model, machine and workload allow it. The sampler, the seeds and
+    # the neighbours stay in it. Your config is measured whether the space holds it or not.
     space: SearchSpace
     baseline: Candidate
     data: WorkloadData | None  # the workload read and checked; None: the config declares no inputs
     loader: Loader  # the traffic, its arrival pattern read and checked
     server_gpus: int = 0  # GPUs the server side has (asked of the launcher, not of this machine)
-    scoring: Scoring = RAW  # goodput, or goodput per GPU (objective.scoring_for); a resumed run's own
-    notes: tuple[str, ...] = ()  # what people should know before the run: the space was narrowed
-    cores: int = 0  # the cores the server's instances share (the seeds' "many"); 0: this machine's
-    pipeline: Pipeline | None = None  # --step: the ensemble served whole, ``original`` its step's config
+    scoring: Scoring = RAW  # goodput, or goodput per GPU (objective.scoring_for); a resumed run keeps its own
+    notes: tuple[str, ...] = ()  # what people should know before the run, such as that the space was narrowed
+    cores: int = 0  # the cores the server's instances share, the seeds' "many"; 0 means this machine's
+    pipeline: Pipeline | None = None  # --step: the ensemble served whole; ``original`` is its step's config
     # --models: the workload of each model served beside the tuned one, read and checked once
     beside_data: tuple[WorkloadData | None, ...] = ()
 
     @property
     def clients(self) -> int:
-        """The most connections a point opens: the space's clients for each model served (an
-        open loop's are not known before it runs: 0)."""
+        """The most connections a point opens: the space's most clients for each model served.
+        It is 0 in an open loop, whose clients are not known before it runs."""
         return 0 if self.loader.open_loop else self.space.concurrency_max * (1 + len(self.settings.beside))
 
 
 def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
-    """Validate the input (UsageError on anything wrong); writes nothing. ``server_gpus``: how
-    many GPUs the server side has (``kind: auto`` follows it, and whether goodputs are compared
-    per GPU: :func:`autotune.objective.scoring_for`, decided once; a resumed run keeps its own)."""
+    """Validate the input and return it as :class:`Prepared`. Anything wrong raises a
+    UsageError. Nothing is written.
+
+    ``server_gpus`` is how many GPUs the server side has. ``kind: auto`` follows it. It also
+    decides, once, whether goodputs are compared per GPU (:func:`autotune.objective.scoring_for`).
+    A resumed run keeps its own scoring."""
     gpu_available = server_gpus > 0
     resumed = None if settings.run_dir is None else _check_resumable(settings, settings.run_dir)
     served = mcfg.load_config(settings.repository, settings.model)  # what the load generator sends to
@@ -110,8 +114,9 @@ def prepare(settings: RunSettings, server_gpus: int = 0) -> Prepared:
 
 
 def narrowed(given: SearchSpace, space: SearchSpace, batch_size: int) -> tuple[str, ...]:
-    """What the workload took out of the space that people should hear of: max batch sizes
-    below the requests' batch size (every one of them: only the batch size itself is tried)."""
+    """What the workload took out of the space that people should hear of. These are the max
+    batch sizes below the requests' batch size. When every one of them is below it, only the
+    batch size itself is tried."""
     below = sorted({m for m in given.max_batch_size if 0 < m < batch_size})
     if not below or space.max_batch_size == given.max_batch_size:
         return ()
@@ -135,7 +140,8 @@ def _check_writable(path: Path) -> None:
 
 
 def _check_room(path: Path, trials: int) -> None:
-    """Enough free disk for a run of ``trials`` trials, else a UsageError that says how much."""
+    """Check that there is enough free disk for a run of ``trials`` trials. Else raise a
+    UsageError that says how much the run needs."""
     need, free = RUN_ROOM_BYTES + trials * TRIAL_BYTES, free_bytes(path)
     if free < need:
         raise UsageError(
@@ -160,8 +166,9 @@ def _check_resumable(settings: RunSettings, run_dir: Path) -> RunRecord:
 
 
 def beside_workloads(settings: RunSettings, pipeline: bool) -> tuple[WorkloadData | None, ...]:
-    """The workload of each model served beside the tuned one, read against its config (None:
-    it declares no inputs); a UsageError where several models on one server cannot be tuned."""
+    """The workload of each model served beside the tuned one, read against its config. An
+    entry is None when that model declares no inputs. Raises a UsageError where several models
+    on one server cannot be tuned: in an open loop, or with a pipeline's ``--step``."""
     if not settings.beside:
         return ()
     if settings.traffic.open_loop:

@@ -1,6 +1,8 @@
 """Runs in rounds: a pipeline tuned step by step, and several models on one server tuned one
-after another. Each round is a run of its own; these functions choose the next round's settings
-from the last round's outcome, and say why through ``say`` (the command line prints it)."""
+after another.
+
+Each round is a run of its own. These functions choose the next round's settings from the last
+round's outcome. They say why through ``say``, which the command line prints."""
 
 from __future__ import annotations
 
@@ -20,11 +22,11 @@ from autotune.writeback import models_written
 
 
 def first_round(settings: RunSettings, wait: bool, say: Callable[[str], None]) -> RunSettings:
-    """A pipeline without --step is tuned in rounds: the first round tunes the step requests wait
-    for at your config's operating point, under load (:func:`autotune.bottleneck.find`; an
-    ensemble's step, or a model a BLS model calls, the BLS model served with at least as many
-    instances as each: :func:`autotune.pipeline.caller_served`); any other model: ``settings``
-    as they are."""
+    """The first round's settings. A pipeline without ``--step`` is tuned in rounds. Its first
+    round tunes the step that requests wait for at your config's operating point, under load
+    (:func:`autotune.bottleneck.find`). That step is an ensemble's step, or a model a BLS model
+    calls. The BLS model is served with at least as many instances as each model it calls
+    (:func:`autotune.pipeline.caller_served`). Any other model keeps ``settings`` as they are."""
     found = read_pipeline(settings.repository, settings.model, settings.composing)  # broken: its one line
     if found is None:
         return settings
@@ -42,9 +44,11 @@ def first_round(settings: RunSettings, wait: bool, say: Callable[[str], None]) -
 
 
 def next_round(settings: RunSettings, outcome: Outcome, say: Callable[[str], None]) -> RunSettings | None:
-    """A round's settings after ``outcome``, the round of ``settings`` (None: that was the last,
-    or the run is not in rounds): the step where requests spend the most time at the winner's
-    operating point (:func:`autotune.bottleneck.next_step`) tuned next, with every winner so far."""
+    """The next round's settings after ``outcome``, the outcome of the round ``settings`` ran.
+    The next round tunes the step where requests spend the most time at the winner's operating
+    point (:func:`autotune.bottleneck.next_step`), with every winner so far. With several models
+    on one server, it tunes the next model instead (:func:`_next_beside`). None when that was the
+    last round, the round had no winner, or the run is not in rounds."""
     winner = outcome.winner
     if not settings.rounds or winner is None or winner.best is None:
         return None
@@ -75,9 +79,9 @@ def next_round(settings: RunSettings, outcome: Outcome, say: Callable[[str], Non
 def _next_beside(
     settings: RunSettings, steps: tuple[TunedStep, ...], run_dir: Path, say: Callable[[str], None]
 ) -> RunSettings | None:
-    """Several models on one server: the next round tunes the first model no round tuned yet,
-    the others served beside it (those tuned with their winners: ``steps``); None once each
-    model was tuned."""
+    """The next round for several models on one server. It tunes the first model no round has
+    tuned yet, with the others served beside it. Those already tuned are served with their
+    winners (``steps``). None once every model was tuned."""
     done = [t.model for t in steps]
     following = next((c for c in settings.beside if c.model not in done), None)
     if following is None:
@@ -96,8 +100,8 @@ def _next_beside(
 
 
 def _swapped(settings: RunSettings, following: CoModel) -> RunSettings:
-    """Several models on one server: ``settings`` with ``following`` tuned, the tuned model
-    served beside it in its place."""
+    """For several models on one server: ``settings`` with ``following`` as the tuned model. The
+    model tuned so far is served beside it, in its place."""
     me = CoModel(settings.model, replace(settings.sla, others=()), settings.weight, settings.workload)
     beside = tuple(me if c.model == following.model else c for c in settings.beside)
     swapped = serving(settings, following, beside)
@@ -106,9 +110,10 @@ def _swapped(settings: RunSettings, following: CoModel) -> RunSettings:
 
 
 def unfinished_round(settings: RunSettings) -> RunSettings | None:
-    """Several models on one server: a later round that stopped before finishing, which these
-    settings started (:func:`autotune.rundir.find_unfinished` under each other model's folder,
-    as that round tunes it), as its settings with its run directory; None when there is none."""
+    """For several models on one server: the settings of a later round that these settings
+    started and that stopped before finishing, with its run directory. None when there is none.
+    Each other model's folder is searched (:func:`autotune.rundir.find_unfinished`), because
+    that round tunes that model."""
     for following in settings.beside:
         swapped = _swapped(settings, following)
         found = find_unfinished(swapped)

@@ -2,7 +2,7 @@
 server for one candidate or several, and hands out a :class:`Load` that measures points on it.
 
 :class:`autotune.launched.LaunchedServers` starts real servers through a launcher (local, docker,
-remote); :class:`autotune.sim.SimServers` simulates them on a response surface. The trials, the
+remote). :class:`autotune.sim.SimServers` simulates them on a response surface. The trials, the
 race and the open-loop check (:mod:`autotune.trials`, :mod:`autotune.finals`) see only this.
 """
 
@@ -34,7 +34,7 @@ class Load(Protocol):
         ...
 
     def with_seed(self, seed: int) -> Load:
-        """The same load, an open loop's arrivals drawn with ``seed``."""
+        """The same load, with an open loop's arrivals drawn from ``seed``."""
         ...
 
     def check_sample(self, workload: Any, seed: int, count: int) -> list[tuple[Any, str]]:
@@ -49,8 +49,8 @@ class Load(Protocol):
 class Servers(Protocol[S]):
     """Fresh servers of candidates, and the load on them. ``S`` is the server's type."""
 
-    warm: bool  # staged configs get our warm-up (autotune.warmup); off once it kept a server down
-    version: str  # the server's version, once a server has answered ("" before, or unknown)
+    warm: bool  # whether staged configs get our warm-up (autotune.warmup); off once it kept a server down
+    version: str  # the server's version once a server has answered; "" before that, or when unknown
 
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> AbstractContextManager[S]:
         """A fresh server of ``candidate``, its log in ``log``; stopped when the context ends."""
@@ -67,7 +67,8 @@ class Servers(Protocol[S]):
         ...
 
     def generator(self, server: S, plan: WindowPlan, model: str = "") -> Load:
-        """The load on ``server`` (``model``: a name :meth:`serve_all` served; else the tuned one)."""
+        """The load on ``server``. ``model`` is a name :meth:`serve_all` served; empty means the
+        tuned model."""
         ...
 
     def warmed(self, config: ModelConfig) -> tuple[ModelConfig, dict[str, bytes]]:

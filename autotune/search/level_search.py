@@ -1,7 +1,7 @@
-"""A config's goodput: one search over levels (:func:`search_levels`) for the highest throughput
-that meets the SLA, moving by clients in a closed loop (:class:`Clients`) or by rates in an open
-one (:class:`Rates`); its operating point (:func:`best_point`); and how its points are measured
-(:func:`search_plan`, :func:`judged_at`)."""
+"""A config's goodput. :func:`search_levels` searches levels for the highest throughput that meets
+the SLA. A closed loop moves by clients (:class:`Clients`). An open loop moves by rates
+(:class:`Rates`). :func:`best_point` picks the operating point. :func:`search_plan` and
+:func:`judged_at` say how the points are measured."""
 
 from __future__ import annotations
 
@@ -20,22 +20,24 @@ L = TypeVar("L", int, float)  # a level: clients or a request rate
 
 
 def noise_of(points: Iterable[Point]) -> Noise:
-    """The window noise of throughput pooled over ``points`` (:class:`autotune.search.noise.Noise`)."""
+    """The noise of window throughputs, pooled over ``points`` (:class:`autotune.search.noise.Noise`)."""
     return Noise.pooled(p.window_throughputs for p in points)
 
 
 def search_plan(sla: Sla, window_s: float) -> WindowPlan:
-    """Windows of ``window_s`` after a warm-up of one window, the latency watched at the SLA's
-    percentile; no limit (:func:`judged_at` sets it)."""
+    """A plan of ``window_s`` windows after a warm-up of one window. It watches the latency at
+    the SLA's percentile. It has no limit yet. :func:`judged_at` sets one."""
     return WindowPlan(window_s=window_s, warmup_s=window_s, percentile=sla.percentile)
 
 
 def judged_at(
     plan: WindowPlan, limit_ms: float, before: Sequence[Point] = (), noise: Noise | None = None
 ) -> WindowPlan:
-    """``plan`` whose points' windows go on until their latency's interval, pooled with the
-    windows of ``before`` (a race's rounds at the level), lies on one side of ``limit_ms``;
-    ``noise``: the run's window latency spread (:func:`latency_noise`), which the warm-up test reads."""
+    """``plan`` with the limit ``limit_ms``. A point's windows then go on until their latency's
+    interval lies on one side of the limit. The interval pools the windows of ``before``, a race's
+    rounds at this level, where they were recorded at the plan's percentile. ``noise`` is the run's
+    window latency spread (:func:`latency_noise`), which the warm-up test reads. Without it, the
+    plan keeps its own."""
     judged = [p for p in before if p.window_percentile == plan.percentile]
     pooled = tuple(w for p in judged for w in p.window_latencies_ms)
     figures = tuple(p.latency_ms(plan.percentile) for p in judged)
@@ -46,14 +48,16 @@ def judged_at(
 
 
 def latency_noise(points: Iterable[Point], percentile: int) -> Noise:
-    """How far a window's latency at ``percentile`` reads off its point's (a relative sd), pooled
-    over ``points`` (the run's): the spread :func:`autotune.search.sampling.warm_windows` tests a point's
-    first window against, with more degrees of freedom than one point's windows have."""
+    """How far a window's latency at ``percentile`` reads off its point's, as a relative sd pooled
+    over ``points``, the run's points. :func:`autotune.search.sampling.warm_windows` tests a
+    point's first window against this spread. It has more degrees of freedom than one point's
+    windows have."""
     return Noise.pooled(p.window_latencies_ms for p in points if p.window_percentile == percentile)
 
 
 def measured_points(results: Iterable[TrialResult]) -> list[Point]:
-    """Every point the trials measured (a reused trial's are its source's: not counted twice)."""
+    """Every point the trials measured. A reused trial's points are its source's, so they are not
+    counted twice."""
     return [
         p
         for r in results
@@ -63,18 +67,20 @@ def measured_points(results: Iterable[TrialResult]) -> list[Point]:
 
 
 def cannot_win(point: Point, beat: Estimate | None, noise: Noise) -> bool:
-    """Whether ``beat`` (the best trial's throughput) is better than ``point``'s across servers."""
+    """Whether ``beat``, the best trial's throughput, is better than ``point``'s across servers.
+    False when ``beat`` is None."""
     return beat is not None and better(beat, point.throughput_estimate(noise).across_servers())
 
 
 def grew(point: Point, before: Point, noise: Noise) -> bool:
-    """Whether ``point`` is better than ``before`` (same server)."""
+    """Whether ``point``'s throughput is better than ``before``'s, both on the same server."""
     return better(point.throughput_estimate(noise), before.throughput_estimate(noise))
 
 
 class Levels(Protocol[L]):
-    """How a goodput search moves between levels: a closed loop's clients (:class:`Clients`) or
-    an open loop's rates (:class:`Rates`). :func:`search_levels` is the one search over them."""
+    """How a goodput search moves between levels. The levels are a closed loop's clients
+    (:class:`Clients`) or an open loop's rates (:class:`Rates`). :func:`search_levels` is the one
+    search over either."""
 
     @property
     def low(self) -> L: ...
@@ -83,19 +89,23 @@ class Levels(Protocol[L]):
     def high(self) -> L: ...
 
     def first(self, start: L | None) -> L:
-        """Where the search starts: ``start`` held within the bounds."""
+        """The level the search starts at: ``start`` held within the bounds. Without ``start``,
+        the lowest level."""
         ...
 
     def up(self, good: L, at: Callable[[L], Point], sla: Sla) -> L | None:
-        """The next level above ``good``, the last that met the SLA (None: none above it)."""
+        """The next level above ``good``, the last level that met the SLA. None when there is no
+        level above it."""
         ...
 
     def saturated(self, above: Point, below: Point, noise: Noise) -> bool:
-        """Whether a level no higher is worth trying: ``above`` did not grow over ``below``."""
+        """Whether no higher level is worth trying, because ``above`` did not grow over
+        ``below``."""
         ...
 
     def down(self, bad: L) -> L | None:
-        """The next level below ``bad``, the first that broke the SLA (None: none below it)."""
+        """The next level below ``bad``, the first level that broke the SLA. None when there is
+        no level below it."""
         ...
 
     def apart(self, good: L, bad: L) -> bool:
@@ -103,14 +113,15 @@ class Levels(Protocol[L]):
         ...
 
     def middle(self, good: L, bad: L) -> L | None:
-        """The level that bisects ``good`` and ``bad`` (None: none between them)."""
+        """The level that bisects ``good`` and ``bad``. None when no level lies between them."""
         ...
 
 
 @dataclass(frozen=True)
 class Clients:
-    """A closed loop's levels: whole clients, doubled and halved, bisected to one client. A
-    level whose throughput did not :func:`grew` over the one below is saturated."""
+    """A closed loop's levels, in whole clients. They are doubled and halved, and bisected down
+    to one client. A level is saturated when its throughput did not grow over the one below
+    (:func:`grew`)."""
 
     low: int = 1
     high: int = 32
@@ -136,9 +147,10 @@ class Clients:
 
 @dataclass(frozen=True)
 class Rates:
-    """An open loop's levels: rates of three significant digits, doubled under
-    :data:`RATE_HEADROOM` of the limit and grown by two ``resolution`` above it, halved, and
-    bisected geometrically to within ``resolution``. Arrivals do not saturate: the latency says."""
+    """An open loop's levels, as rates of three significant digits. A rate doubles while its
+    latency is under :data:`RATE_HEADROOM` of the limit, and grows by two ``resolution`` above
+    that. Going down, it halves. Bisection is geometric, down to within ``resolution``. Arrivals
+    do not saturate, so only the latency decides."""
 
     low: float
     high: float
@@ -171,11 +183,11 @@ def search_levels(
     measure_at: Callable[[L], Point], sla: Sla, levels: Levels[L], start: L | None = None,
     beat: Estimate | None = None,
 ) -> Measurement:  # fmt: skip
-    """A config's goodput search from ``start``: up while the SLA holds and the level is not
-    saturated, down while it breaks, then bisect between the last level that met it and the
-    first that broke it while they are apart and the broken one grew; pruned when a broken
-    level :func:`cannot_win` against ``beat``. Each level is measured once; the best is
-    :func:`best_point`."""
+    """A config's goodput search from ``start``. It goes up while the SLA holds and the level is
+    not saturated, and down while the SLA breaks. Then it bisects between the last level that met
+    the SLA and the first that broke it, while they are apart and the broken level grew. The
+    search is pruned when a broken level :func:`cannot_win` against ``beat``. Each level is
+    measured once. The best point is :func:`best_point`'s."""
     points: dict[L, Point] = {}
     at = _once(measure_at, points)
     first = levels.first(start)
@@ -228,7 +240,7 @@ def find_rate_goodput(
 
 
 def _once(measure_at: Callable[[L], Point], points: dict[L, Point]) -> Callable[[L], Point]:
-    """``measure_at`` that measures each level once, into ``points``."""
+    """``measure_at``, but each level is measured once and kept in ``points``."""
     return lambda level: points[level] if level in points else points.setdefault(level, measure_at(level))
 
 
@@ -237,8 +249,9 @@ def _nice(rate: float) -> float:
 
 
 def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
-    """The operating point: the highest level of the points that meet the SLA and are not worse
-    (:func:`autotune.search.noise.better`) than the one of them with the most throughput."""
+    """The operating point, or None when no point meets the SLA. Of the points that meet the
+    SLA, it keeps those that the one with the most throughput is not
+    :func:`autotune.search.noise.better` than. It returns the one of these at the highest level."""
     feasible = [p for p in points if sla.met_by(p)]
     if not feasible:
         return None
@@ -251,8 +264,9 @@ def best_point(points: Sequence[Point], sla: Sla) -> Point | None:
 def incumbent(
     results: Sequence[TrialResult], scoring: Scoring = RAW, candidate: Candidate | None = None
 ) -> Estimate | None:
-    """What ``candidate``'s search must beat: :func:`best_trial`'s :func:`trial_estimate` in the
-    candidate's own throughput (per GPU: times its GPUs); None before any trial met the SLA."""
+    """What ``candidate``'s search must beat: the :func:`trial_estimate` of :func:`best_trial`,
+    in the candidate's own throughput. Per GPU, it is multiplied by the candidate's GPUs. None
+    when no trial has met the SLA yet."""
     best = best_trial(results, scoring)
     found = None if best is None else trial_estimate(best, scoring)
     return None if found is None else found.scaled(scoring.share(candidate))

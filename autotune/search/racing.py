@@ -1,19 +1,20 @@
-"""The finalists' race as a state: who is in it, at which level, with which rounds; each
-transition a method, every verdict one of :mod:`autotune.search`. Serving the rounds is not its
-business: :func:`autotune.finals.race` asks it for the next round (:meth:`Race.next_round`),
-serves that round, and tells it the points (:meth:`Race.take`).
+"""The finalists' race as a state: who is in it, at which level, and with which rounds.
+
+Each transition is a method, and every verdict comes from :mod:`autotune.search`. The race does not
+serve rounds. :func:`autotune.finals.race` asks it for the next round (:meth:`Race.next_round`),
+serves that round, and gives it the points (:meth:`Race.take`).
 
 The race goes in three phases:
 
-1. ``rounds``: every racer a round, at most ``repeats`` times. After each round the outraced
-   finalists leave. It ends early when one finalist is left with two rounds.
+1. ``rounds``: every racer gets a round, at most ``repeats`` times. After each round the outraced
+   finalists leave. The phase ends early when one finalist is left with two rounds.
 2. ``moved``: a racer sent down a level in the last round gets one round there.
 3. ``leader``: the leader must meet the SLA where it stands, as a mean across servers. It gets
-   rounds there (your config beside it) until it does, or it is sent down, or it leaves.
+   rounds there, with your config beside it, until it meets the SLA, is sent down, or leaves.
 
-Your config races beside the finalists as the **control** when it is not one of them: it gets a
-round on the same fresh servers every round, goes down a level like a contender, and never
-leaves by being outraced nor wins. Its rounds are what the winner's gain is read against
+When your config is not a finalist, it races beside them as the **control**. It gets a round on
+the same fresh servers every round, and it goes down a level like a contender. It is never
+outraced and never wins. The winner's gain is read against its rounds
 (:func:`autotune.results.gain`).
 """
 
@@ -32,31 +33,32 @@ from autotune.search.noise import Estimate, Noise, better, not_ahead
 from autotune.search.ranking import ranked
 from autotune.search_space import Candidate
 
-Carry = Callable[[Point], float]  # a round's throughput carried to the limit (to_limit)
+Carry = Callable[[Point], float]  # a round's throughput carried to the latency limit (see to_limit)
 
 
 @dataclass
 class Race:
-    """A race's state. ``levels``: each racer's levels in turn (:func:`race_levels`);
-    ``carries``: a closed loop's :func:`to_limit` (None: an open loop's, as measured)."""
+    """A race's state. ``levels`` holds each racer's levels in turn (:func:`race_levels`).
+    ``carries`` holds a closed loop's :func:`to_limit` for each racer. It is None in an open loop,
+    where rounds count as measured."""
 
     sla: Sla
     percentile: int
     shares: dict[int, int]
     levels: dict[int, list[float]]
     carries: Mapping[int, Carry] | None
-    changes: dict[int, int]  # each racer's fields changed from your config (ties go to the fewest)
-    control: int | None = None  # your config's trial, racing beside the finalists (not one of them)
+    changes: dict[int, int]  # how many fields each racer changes from your config; ties go to the fewest
+    control: int | None = None  # your config's trial, racing beside the finalists but not one of them
     level: dict[int, float] = field(default_factory=dict)
     rounds: dict[int, list[Point]] = field(default_factory=dict)
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = field(default_factory=dict)
     count: dict[int, int] = field(default_factory=dict)
-    repeats: int = 1  # the rounds of the first phase, and a leader's most where it stands
-    phase: str = "rounds"  # then "moved", "leader", "done"
+    repeats: int = 1  # the first phase's rounds, and the most rounds a leader gets where it stands
+    phase: str = "rounds"  # then "moved", "leader" and "done"
     alive: list[int] = field(default_factory=list)  # the racers still in the race, in order
-    beside: list[int] = field(default_factory=list)  # the control, beside the leader's rounds
+    beside: list[int] = field(default_factory=list)  # the control, when it races beside the leader
     played: int = 0  # rounds of the first phase played
-    current: int | None = None  # the leader whose rounds where it stands go on
+    current: int | None = None  # the leader that is still getting rounds where it stands
     asked: list[int] = field(default_factory=list)  # the racers of the round being served
     out_of_time: bool = False  # the race stopped for the run's time budget
 
@@ -65,8 +67,8 @@ class Race:
         cls, ranked: Sequence[TrialResult], control: TrialResult | None, sla: Sla, percentile: int,
         scoring: Scoring, yours: Candidate | None, open_loop: bool, repeats: int = 1,
     ) -> Race:  # fmt: skip
-        """The finalists ``ranked`` (and ``control``, your config's trial) at their first levels,
-        for at most ``repeats`` rounds each (``--repeats``)."""
+        """A race of the finalists ``ranked``, and of ``control`` (your config's trial) when given.
+        Each starts at its first level and gets at most ``repeats`` rounds (``--repeats``)."""
         racers = [*ranked, *([control] if control is not None else [])]
         levels = {r.number: race_levels(r, sla) for r in racers}
         carry = {r.number: to_limit(r, sla.limit_ms, percentile) for r in racers}
@@ -80,8 +82,9 @@ class Race:
         )  # fmt: skip
 
     def next_round(self, out_of_time: bool) -> list[int] | None:
-        """The racers of the next round, to serve and then :meth:`take`; None: the race is over.
-        ``out_of_time``: the run's budget is spent; once each racer has a round, no round starts."""
+        """The racers of the next round, to serve and then pass to :meth:`take`. None when the
+        race is over. ``out_of_time`` says the run's budget is spent. Then no round starts once
+        each racer has had one."""
         while True:
             if self.phase == "rounds":
                 if self.played < self.repeats and not self._cut(out_of_time):
@@ -102,7 +105,8 @@ class Race:
                 return None
 
     def take(self, points: Mapping[int, Point | None]) -> None:
-        """The round :meth:`next_round` asked for, served: each racer's point (None: it failed)."""
+        """Take the served round that :meth:`next_round` asked for. ``points`` holds each racer's
+        point, or None where it failed."""
         kept = [n for n in self.asked if self.add(n, points.get(n))]
         if self.phase == "rounds":
             self.played += 1
@@ -117,9 +121,9 @@ class Race:
             assert n is not None
             self.beside = [c for c in self.beside if c in kept]
             if n in kept and not self.rounds[n]:
-                return  # sent down a level by this round: one round there
+                return  # this round sent it down a level, where it gets one round
             if n not in kept and self.rounds[n]:
-                self.down(n)  # its server failed: it leaves, on its rounds there
+                self.down(n)  # its server failed: it leaves, and its rounds there are kept
             self.current = None
 
     def _ask(self, numbers: Sequence[int]) -> list[int]:
@@ -127,20 +131,23 @@ class Race:
         return list(numbers)
 
     def _cut(self, out_of_time: bool) -> bool:
-        """Out of time, and each racer still in has a round: no round starts."""
+        """Whether no round may start: the run is out of time and each racer still in has had a
+        round. Once true, it stays true."""
         if out_of_time and all(self.count[n] for n in self.alive):
             self.out_of_time = True
         return self.out_of_time
 
     def _to_leader(self, moved: Sequence[int], there: Sequence[int]) -> None:
-        """The ``moved`` racers that did not get a round ``there`` leave; the leader's phase."""
+        """Start the leader's phase. The ``moved`` racers that did not get a round ``there``
+        leave."""
         self.alive = [n for n in self.alive if n not in moved or n in there]
         self.beside = [self.control] if self.control is not None and self.control in self.alive else []
         self.phase = "leader"
 
     def _next_leader(self, out_of_time: bool) -> bool:
-        """The leader that must still show it meets the SLA where it stands (False: none). One at
-        its most rounds there, undecided, goes a level down first (none left: it leaves)."""
+        """Choose the leader that must still show it meets the SLA where it stands. False when
+        there is none. A leader that has its most rounds there and is still undecided first goes
+        a level down. With no level left, it leaves."""
         while True:
             n = self.leader()
             if n is None or self.meets(n) or self._cut(out_of_time):
@@ -150,14 +157,15 @@ class Race:
                 return True
 
     def spread(self) -> Noise:
-        """:func:`round_spread` over every finalist's rounds at each of its levels (the
-        control's are left out: it watches the race, it does not move its verdicts)."""
+        """:func:`round_spread` over every finalist's rounds at each of its levels. The control's
+        rounds are left out: it watches the race and does not move its verdicts."""
         finalists = [n for n in self.rounds if n != self.control]
         past = (p for n in finalists for _, p in self.others[n])
         return round_spread([*(self.rounds[n] for n in finalists), *past], self.percentile)
 
     def add(self, n: int, point: Point | None) -> bool:
-        """Racer ``n``'s round (None: it failed); False: it is out (failed, or no level left)."""
+        """Add racer ``n``'s round. ``point`` is None when the round failed. False when the racer
+        is out, because it failed or has no level left."""
         self.count[n] += 1
         if point is None:
             return False
@@ -165,7 +173,8 @@ class Race:
         return not rounds_break(self.rounds[n], self.sla) or self.down(n)
 
     def down(self, n: int) -> bool:
-        """Racer ``n`` to :func:`level_below`, its rounds here kept; False: none is left."""
+        """Send racer ``n`` down to :func:`level_below`, keeping its rounds at this level. False
+        when no level is left."""
         below = level_below(self.level[n], self.rounds[n], self.sla, self.levels[n], self.spread())
         self.others[n].append((self.level[n], tuple(self.rounds[n])))
         self.rounds[n] = []
@@ -174,17 +183,18 @@ class Race:
         return below is not None
 
     def outraced(self, alive: Sequence[int]) -> set[int]:
-        """The finalists of ``alive`` :func:`outraced` (the control is neither)."""
+        """The finalists in ``alive`` that are :func:`outraced`. The control is never outraced."""
         racing: dict[int, Sequence[Point]] = {n: self.rounds[n] for n in alive if n != self.control}
         return outraced(racing, self.shares, self.carries, self.changes)
 
     def settled(self, alive: Sequence[int]) -> bool:
-        """One finalist is left (or none), each left with two rounds at least."""
+        """Whether at most one finalist is left, each one left with at least two rounds."""
         finalists = [n for n in alive if n != self.control]
         return len(finalists) <= 1 and all(len(self.rounds[n]) >= 2 for n in finalists)
 
     def leader(self) -> int | None:
-        """:func:`race_leader` of the finalists whose rounds where they stand do not break."""
+        """The :func:`race_leader` of the finalists whose rounds where they stand do not break
+        the SLA."""
         standing = {
             n: pts
             for n, pts in self.rounds.items()
@@ -193,12 +203,13 @@ class Race:
         return race_leader(standing, self.shares, self.percentile, self.carries, self.changes)
 
     def meets(self, n: int) -> bool:
-        """Racer ``n``'s rounds where it stands meet the SLA as a mean across servers."""
+        """Whether racer ``n``'s rounds where it stands meet the SLA, as a mean across servers."""
         return rounds_meet(self.rounds[n], self.sla, self.spread())
 
     def verifications(self, order: Sequence[int]) -> list[Verification]:
-        """Each racer's rounds at its last level (those it left, its ``others``); one that left
-        the race at its last level stands on that level's rounds."""
+        """A verification for each racer in ``order``: its rounds at its last level, with the
+        levels it left as its ``others``. A racer that left the race at its last level stands on
+        that level's rounds."""
         return [self._verification(n, self.spread()) for n in order]
 
     def _verification(self, n: int, spread: Noise) -> Verification:
@@ -212,11 +223,14 @@ class Race:
 
 
 def to_limit(result: TrialResult, limit_ms: float, percentile: int) -> Carry:
-    """A closed loop's race figure for a round: its throughput carried to the level where its
-    latency would reach ``limit_ms``, along the least-squares slopes of log latency and log
-    throughput over the levels its own search measured within a doubling of the operating
-    point on the side the round is carried to (:func:`_side`), no further than those levels;
-    without slopes (one level, latency not growing), as measured."""
+    """A closed loop's race figure for a round of ``result``'s config.
+
+    The figure is the round's throughput carried to the level where its latency would reach
+    ``limit_ms``. The carry follows the least-squares slopes of log latency and log throughput
+    against the level. The slopes are fit to the levels the trial's own search measured within a
+    doubling of its operating point, on the side the round is carried to (:func:`_side`). The carry
+    goes no further than those levels. Without slopes (one level, or a latency that does not
+    grow), the figure is the throughput as measured."""
     best, measurement = result.best, result.measurement
     if best is None or measurement is None or not best.concurrency:
         return _measured
@@ -244,9 +258,10 @@ def to_limit(result: TrialResult, limit_ms: float, percentile: int) -> Carry:
 
 
 def _side(levels: Sequence[float], here: float, up: bool) -> slice:
-    """The part of ``levels`` (rising) a round at ``here`` is carried along: up, from the last
-    level at or below it; down, to the first at or above it (a knee's growth below a round says
-    nothing of the growth above it); all of them where that leaves fewer than two."""
+    """The part of the rising ``levels`` that a round at ``here`` is carried along. Going up, it
+    starts at the last level at or below ``here``. Going down, it ends at the first level at or
+    above it. A knee's growth below a round says nothing of the growth above it. Where this
+    leaves fewer than two levels, the part is all of them."""
     if up:
         side = slice(max(bisect.bisect_right(levels, here) - 1, 0), None)
     else:
@@ -265,8 +280,9 @@ def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 
 def raced(points: Sequence[Point], share: int = 1, carry: Carry | None = None) -> Estimate:
-    """A contender's throughput over its rounds (each by ``carry``, else as measured, per
-    ``share``): their mean and spread (one round: an infinite error; none: a zero mean)."""
+    """A contender's throughput per ``share`` over its rounds: their mean and its error. Each
+    round counts by ``carry``, or as measured without one. One round gives an infinite error. No
+    rounds give a zero mean."""
     return Estimate.of([(carry or _measured)(p) for p in points]).scaled(1 / share)
 
 
@@ -275,37 +291,41 @@ NO_SPREAD = Noise()  # rounds judged on their windows alone, as on one server
 
 def round_spread(samples: Iterable[Sequence[Point]], percentile: int) -> Noise:
     """How far a round's latency at ``percentile`` reads off the other rounds of its contender and
-    level, fresh server to fresh server (a relative sd), pooled over ``samples`` (each one
-    contender's rounds at one level; those of one round add nothing)."""
+    level, from one fresh server to the next. It is a relative sd pooled over ``samples``. Each
+    sample is one contender's rounds at one level. A sample of one round adds nothing."""
     return Noise.pooled([p.latency_ms(percentile) for p in points] for points in samples)
 
 
 def rounds_latency(points: Sequence[Point], percentile: int, spread: Noise = NO_SPREAD) -> Estimate:
-    """The latency at ``percentile`` of a contender's rounds at one level: their mean figure, with
-    the error of a mean over this many fresh servers where a ``spread`` (:func:`round_spread`) is
-    known (a round's figure holds its windows' noise and its server's, so that is all of it), else
-    that of their windows pooled (none without two windows at that percentile)."""
+    """The latency at ``percentile`` of a contender's rounds at one level: their mean figure,
+    with an error.
+
+    Where a ``spread`` (:func:`round_spread`) is known, the error is that of a mean over this many
+    fresh servers. A round's figure holds both its windows' noise and its server's, so that is all
+    of it. Else the error is that of the rounds' windows, pooled. Without two windows at
+    ``percentile``, there is no error."""
     mean = sum(p.latency_ms(percentile) for p in points) / len(points) if points else 0.0
     across = spread.cv * mean / math.sqrt(len(points)) if spread.df and points else 0.0
     if across:
         return Estimate(mean, across, len(points), spread.df)
     pooled = all(p.window_percentile == percentile for p in points)
     windows = [w for p in points for w in p.window_latencies_ms] if pooled else []
-    own = Estimate.of(windows) if len(windows) >= 2 else Estimate(mean, 0.0, 0)  # (none: its figure)
+    own = Estimate.of(windows) if len(windows) >= 2 else Estimate(mean, 0.0, 0)  # none: the figure alone
     return Estimate(mean, own.se, own.n)
 
 
 def rounds_meet(points: Sequence[Point], sla: Sla, spread: Noise = NO_SPREAD) -> bool:
-    """Whether rounds at one level meet the SLA: each admitted (:meth:`Sla.admits`) and the
-    upper bound of :func:`rounds_latency` (with ``spread``: their mean across servers) within
-    the limit."""
+    """Whether rounds at one level meet the SLA. There must be at least one round, and each must
+    be admitted (:meth:`Sla.admits`). The upper bound of :func:`rounds_latency` must be within the
+    limit. With ``spread``, that bound is for their mean across servers."""
     admitted = bool(points) and all(sla.admits(p) for p in points)
     return admitted and rounds_latency(points, sla.percentile, spread).high <= sla.limit_ms
 
 
 def rounds_break(points: Sequence[Point], sla: Sla) -> bool:
-    """Whether rounds at one level break the SLA: one not admitted, or the lower bound of
-    :func:`rounds_latency` over the limit (neither this nor :func:`rounds_meet`: undecided)."""
+    """Whether rounds at one level break the SLA. They do when one round is not admitted, or when
+    the lower bound of :func:`rounds_latency` is over the limit. When neither this nor
+    :func:`rounds_meet` holds, the rounds are undecided."""
     admitted = all(sla.admits(p) for p in points)
     return not admitted or rounds_latency(points, sla.percentile).low > sla.limit_ms
 
@@ -314,8 +334,9 @@ def outraced(
     rounds: dict[int, Sequence[Point]], shares: dict[int, int], carries: Mapping[int, Carry] | None = None,
     changes: Mapping[int, int] | None = None,
 ) -> set[int]:  # fmt: skip
-    """The contenders (by trial number, with their rounds) that leave the race: those
-    :func:`autotune.search.noise.not_ahead` of the :func:`_top` by :func:`raced` throughput."""
+    """The trial numbers of the contenders that leave the race. ``rounds`` holds each
+    contender's rounds. A contender leaves when it is :func:`autotune.search.noise.not_ahead` of
+    the :func:`_top` by :func:`raced` throughput."""
     found = _raced(rounds, shares, carries)
     if not found:
         return set()
@@ -328,9 +349,10 @@ def _top(
     changes: Mapping[int, int] | None,
     tie: Callable[[int], float] | None = None,
 ) -> int:
-    """The contender to beat: of those the one with the most throughput is not :func:`better`
-    than, the one with the fewest ``changes`` from your config (a winner written back changes
-    no more of your file than it must), then the least ``tie`` (default: the most throughput)."""
+    """The contender to beat. Among those that the one with the most throughput is not
+    :func:`better` than, it takes the one with the fewest ``changes`` from your config. A winner
+    written back then changes no more of your file than it must. Further ties go to the least
+    ``tie``, or by default to the most throughput."""
     leader = max(found, key=lambda n: found[n].mean)
     tied = [n for n, e in found.items() if not better(found[leader], e)]
     near = changes or {}
@@ -348,9 +370,9 @@ def race_leader(
     rounds: Mapping[int, Sequence[Point]], shares: Mapping[int, int], percentile: int,
     carries: Mapping[int, Carry] | None = None, changes: Mapping[int, int] | None = None,
 ) -> int | None:  # fmt: skip
-    """The contender (by trial number) :func:`_top` by :func:`raced` throughput: among ties, the
-    one with the fewest ``changes`` from your config, then (unless each has a carry) the lowest
-    median latency at ``percentile``; None without any."""
+    """The trial number of the :func:`_top` contender by :func:`raced` throughput. None without
+    contenders. Among ties it takes the fewest ``changes`` from your config. Then, unless every
+    contender has a carry, it takes the lowest median latency at ``percentile``."""
     found = _raced(rounds, shares, carries)
     if not found:
         return None
@@ -363,9 +385,9 @@ def race_winner(
     verifications: Sequence[Verification], results: Sequence[TrialResult], sla: Sla, scoring: Scoring = RAW,
     yours: Candidate | None = None,
 ) -> int | None:  # fmt: skip
-    """The :func:`race_leader` of the contenders that passed (in a closed loop, :func:`to_limit`
-    the limit each was raced at; among ties the nearest to ``yours``); with none, the first
-    :func:`ranked` trial not raced."""
+    """The :func:`race_leader` of the contenders that passed. In a closed loop, each one's rounds
+    are carried to the limit it was raced at (:func:`to_limit`). Ties go to the one nearest to
+    ``yours``. When none passed, it is the first :func:`ranked` trial that was not raced."""
     shares = {r.number: scoring.share(r.candidate) for r in results}
     passed = {v.trial: v.points for v in verifications if v.passed and not v.control}
     if passed:
@@ -383,15 +405,16 @@ def race_winner(
 
 
 def changes_from(results: Iterable[TrialResult], yours: Candidate | None) -> dict[int, int]:
-    """How many fields each trial's candidate changes from ``yours`` (none given: {})."""
+    """How many fields each trial's candidate changes from ``yours``. Empty without ``yours``."""
     if yours is None:
         return {}
     return {r.number: r.candidate.changes_from(yours) for r in results if r.candidate is not None}
 
 
 def race_levels(result: TrialResult, sla: Sla) -> list[float]:
-    """The levels a contender races at, in turn: its operating point's, then each lower level
-    its search found meeting the SLA, highest first (none: half the operating point's)."""
+    """The levels a contender races at, in turn. The first is its operating point's. Then come
+    the lower levels its search found meeting the SLA, highest first. Without any, and with an
+    operating point above 1, the one lower level is half the operating point's."""
     assert result.best is not None and result.measurement is not None
     top = result.best.level
     met = {p.level for p in result.measurement.points if p.level < top and sla.met_by(p)}
@@ -404,10 +427,12 @@ def race_levels(result: TrialResult, sla: Sla) -> list[float]:
 def level_below(
     level: float, points: Sequence[Point], sla: Sla, listed: Sequence[float], spread: Noise = NO_SPREAD
 ) -> float | None:
-    """The next level down after rounds at ``level`` did not meet the SLA: in a closed loop, the
-    clients where the latency's upper bound (:func:`rounds_latency` with ``spread``), taken as
-    proportional to them, would reach the limit, if below ``level`` and above the highest lower
-    level of ``listed``; else that one; else None."""
+    """The next level down after rounds at ``level`` did not meet the SLA.
+
+    In a closed loop, it guesses the clients at which the latency's upper bound would reach the
+    limit, taking the bound as proportional to the clients. The bound is :func:`rounds_latency`
+    with ``spread``. The guess is used when it is below ``level`` and above the highest lower
+    level in ``listed``. Else the result is that listed level, or None when there is none."""
     known = max((x for x in listed if x < level), default=None)
     if points and points[0].concurrency and level > 1:
         bound = rounds_latency(points, sla.percentile, spread).high

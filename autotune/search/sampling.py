@@ -1,5 +1,5 @@
-"""A point's sample: when its windows stop (:func:`windows_done`), and which first windows a
-warm-up still held (:func:`warm_windows`)."""
+"""A point's sample. :func:`windows_done` says when a point's windows may stop.
+:func:`warm_windows` says how many of its first windows were still warming up."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from autotune.search.noise import MIN_WINDOWS, Estimate, Noise, breaks, meets, t
 
 
 def is_stable(throughputs: Sequence[float], latencies: Sequence[float], tolerance: float) -> bool:
-    """perf_analyzer's rule: the last 3 windows' throughputs and latencies each within
-    ``tolerance`` of their mean."""
+    """Whether the windows are stable by perf_analyzer's rule. The last 3 windows' throughputs,
+    and their latencies, must each lie within ``tolerance`` (a fraction) of their mean."""
     if len(throughputs) < 3 or len(latencies) < 3:
         return False
     return _within(throughputs[-3:], tolerance) and _within(latencies[-3:], tolerance)
@@ -23,14 +23,18 @@ def windows_done(
     throughputs: Sequence[float], latencies_ms: Sequence[float], plan: WindowPlan, tolerance: float,
     figure_ms: float | None = None,
 ) -> tuple[bool, bool]:  # fmt: skip
-    """Whether a point's windows so far (each one's throughput and latency, every window: the
-    rules read the last ones they need) may stop, and whether they are stable. With a limit:
-    once at least :data:`autotune.search.noise.MIN_WINDOWS` put the latency's interval (with the plan's
-    windows before) on one side of it (they are then "stable"); without, perf_analyzer's
-    stability (:func:`is_stable`, ``tolerance``). The interval is the one the point is judged
-    on: centred on ``figure_ms``, its latency over all its windows' requests so far
-    (:meth:`Point.latency_estimate`; with rounds before, the mean of their figures and it, as
-    :func:`autotune.search.racing.rounds_latency`), its error the windows'; None: the windows' mean."""
+    """Whether a point's windows may stop, and whether they are stable.
+
+    ``throughputs`` and ``latencies_ms`` hold every window so far. Each rule reads the last ones
+    it needs. When ``plan`` has a latency limit, the windows stop once there are at least
+    :data:`autotune.search.noise.MIN_WINDOWS` of them and the latency's interval lies on one side
+    of the limit. They then count as stable. The interval pools the plan's earlier windows with
+    these, and it is the interval the point is judged on. Its error is the windows'. Its centre is
+    ``figure_ms``, the latency over all the point's requests so far (:meth:`Point.latency_estimate`).
+    With earlier rounds, the centre is the mean of their figures and ``figure_ms``, as in
+    :func:`autotune.search.racing.rounds_latency`. When ``figure_ms`` is None, the centre is the
+    pooled windows' mean. Without a limit, the rule is perf_analyzer's stability
+    (:func:`is_stable` with ``tolerance``)."""
     if plan.limit_ms > 0:
         if len(latencies_ms) < MIN_WINDOWS:
             return False, False
@@ -45,23 +49,27 @@ def windows_done(
 
 
 def warm_windows(latencies_ms: Sequence[float], noise: Noise | None = None) -> int:
-    """How many of a point's first windows a warm-up still held (the initial transient, by a
-    test rather than a fixed ramp): the first window is dropped while its latency lies above the
-    one-sided bound, at :data:`autotune.search.noise.CONFIDENCE`, of one more window read as the later
-    ones are; one window is always left. The spread is ``noise`` (the run's, pooled over its
-    points) where that has more degrees of freedom than the later windows, or theirs where they
-    read wider; else theirs alone: a fixed fraction would be a guess about every other machine.
-    Only a slow window is dropped: a warm-up is slow."""
+    """How many of a point's first windows were still warming up.
+
+    A test finds this initial transient, rather than a fixed ramp. Windows are dropped from the
+    front while the first one's latency lies above the one-sided bound, at
+    :data:`autotune.search.noise.CONFIDENCE`, for one more window like the later ones. One window
+    is always left. Only a slow window is dropped, because a warm-up is slow. The spread is the
+    run's ``noise``, pooled over its points, when that has more degrees of freedom than the later
+    windows. The later windows' own spread is used instead when it is wider, or when the pooled
+    noise has no more degrees of freedom. A fixed fraction would be a guess about every other
+    machine."""
     dropped = 0
     while len(latencies_ms) - dropped >= 2:
         first, later = latencies_ms[dropped], latencies_ms[dropped + 1 :]
         mean = statistics.fmean(later)
         found, own = (noise or Noise()).estimate(mean, later), Estimate.of(later)
-        # a point noisier than the run's is judged by its own spread, where it has one
+        # A point noisier than the run is judged by its own spread, when it has one.
         se = max(found.se, own.se) if math.isfinite(own.se) else found.se
         if mean <= 0 or not 0 < se < math.inf:
             break
-        # one more window's own spread (se * sqrt(n)) and that of the later windows' mean (se)
+        # One more window varies by its own spread (se * sqrt(n)) and by that of the later windows'
+        # mean (se). Together they give se * sqrt(n + 1).
         if not first > mean + t95(found.df) * se * math.sqrt(found.n + 1):
             break
         dropped += 1

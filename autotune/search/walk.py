@@ -1,6 +1,7 @@
-"""The tuner's decisions, as pure functions of what was measured (no I/O, no optuna): seeds,
-neighbours and the walk, convergence and the budget, what stands in for a proposal, where a
-search starts and the SLA it is held to."""
+"""The tuner's decisions, as pure functions of what was measured, with no I/O and no optuna.
+
+They cover the seeds, the neighbours and the walk, convergence and the budget, what stands in for a
+proposal, and where a search starts."""
 
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ TOLD = (COMPLETE, FAIL, PRUNED)  # the states of a trial that has ended
 def heuristic_seeds(
     space: SearchSpace, cores: int, baseline: Candidate | None = None
 ) -> list[dict[str, Any]]:
-    """The trial parameters of the first guesses: the baseline with :func:`seed_counts`' most
-    instances (nearest in ``space``), then batching at the largest batch size with each count, most first."""
+    """The trial parameters of the first guesses. First comes the baseline with the most
+    instances of :func:`seed_counts`, as its nearest config in ``space``. It is left out when the
+    baseline has that count already, or a kind the space lacks. Then, where the space allows
+    dynamic batching, come batching configs at the largest max batch size, one per seed count,
+    most instances first."""
     seeds: list[dict[str, Any]] = []
     if baseline is not None and baseline.kind in space.kind:
         many = seed_counts(space, baseline.kind, cores)[-1]
@@ -47,17 +51,22 @@ def heuristic_seeds(
 
 
 def seed_counts(space: SearchSpace, kind: str, cores: int) -> list[int]:
-    """The instance counts the seeds try, fewest first: 1 and one per core for KIND_CPU,
-    ``GPU_SEED_COUNTS`` per GPU for KIND_GPU, each the space's closest choice."""
+    """The instance counts the seeds try, fewest first. KIND_CPU tries 1 and one per core.
+    KIND_GPU tries ``GPU_SEED_COUNTS`` per GPU. Each count is the space's closest choice."""
     targets = (1, cores) if kind == "KIND_CPU" else GPU_SEED_COUNTS
     return sorted({closest(space.instance_count, t) for t in targets})
 
 
 def neighbours(candidate: Candidate, space: SearchSpace) -> list[Candidate]:
-    """The one-step changes of ``candidate`` the space holds: one instance choice more or fewer;
-    batching off, or on (no preferred size, the shortest delay) at its max batch size and
-    :func:`gentlest_batch`'s; with batching, max batch size and delay one choice up or down and
-    each other preferred size; for KIND_GPU, each other gpus choice, FP16 toggled (largest workspace)."""
+    """The one-step changes of ``candidate`` that the space holds.
+
+    - One instance-count choice more or fewer.
+    - Without batching: batching on, at its own max batch size and at :func:`gentlest_batch`'s,
+      with no preferred size and the shortest delay.
+    - With batching: batching off; max batch size or delay one choice up or down; each other
+      preferred size.
+    - For KIND_GPU: each other ``gpus`` choice, and FP16 toggled (on with the largest workspace).
+    """
     out: list[Candidate] = [
         replace(candidate, instance_count=n) for n in _steps(space.instance_count, candidate.instance_count)
     ]
@@ -96,13 +105,14 @@ def _batching_steps(candidate: Candidate, space: SearchSpace) -> list[Candidate]
 
 
 def gentlest_batch(space: SearchSpace) -> int:
-    """The gentlest max batch size to batch at: the space's second-smallest positive choice, else its only."""
+    """The gentlest max batch size to batch at. It is the space's second-smallest positive choice,
+    or its only one."""
     sizes = sorted(m for m in space.max_batch_size if m > 0)
     return sizes[1] if len(sizes) > 1 else sizes[0]
 
 
 def _steps(choices: Sequence[int], value: int) -> list[int]:
-    """The choices next below and next above ``value`` (those that exist)."""
+    """The choices next below and next above ``value``, where they exist."""
     below = [c for c in choices if c < value]
     above = [c for c in choices if c > value]
     return ([max(below)] if below else []) + ([min(above)] if above else [])
@@ -111,10 +121,11 @@ def _steps(choices: Sequence[int], value: int) -> list[int]:
 def unexplored(
     results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW, n: int | None = None
 ) -> list[Candidate]:
-    """The :func:`neighbours` of the first ``n`` (default all) :func:`~autotune.search.ranking.finalists`, in
-    turn, :func:`equivalent` to no config any trial has tried, nor a step of :func:`losing_steps`:
-    with ``n`` 1 the walk's next steps from the best trial; with ``--finalists``, what a converged
-    search measures before it ends."""
+    """The :func:`neighbours` of the first ``n`` :func:`~autotune.search.ranking.finalists`, in
+    turn. Without ``n``, all the finalists count. A neighbour is left out when it is
+    :func:`equivalent` to a config a trial has tried, or when it is a step of :func:`losing_steps`.
+    With ``n`` 1, these are the walk's next steps from the best trial. With ``--finalists``, they
+    are what a converged search measures before it ends."""
     tried = [r.candidate for r in results if r.candidate is not None]
     lost = losing_steps(results, scoring)
     out: list[Candidate] = []
@@ -128,8 +139,8 @@ def unexplored(
 
 
 def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[tuple[int, int]]:
-    """The instance-count steps (from, to) that lost without dynamic batching: a pair of
-    :func:`instance_losses` whose loser (with ``to`` instances) has batching off."""
+    """The instance-count steps (from, to) that lost without dynamic batching. Each comes from a
+    pair of :func:`instance_losses` whose loser, with ``to`` instances, has batching off."""
     return {
         (winner.instance_count, loser.instance_count)
         for (_, loser), (_, winner) in instance_losses(results, scoring)
@@ -140,8 +151,8 @@ def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[
 def instance_losses(
     results: Sequence[TrialResult], scoring: Scoring = RAW
 ) -> list[tuple[tuple[TrialResult, Candidate], tuple[TrialResult, Candidate]]]:
-    """Every (loser, winner) pair of :func:`_measured` trials whose configs differ in the
-    instance count alone and where the winner is :func:`~autotune.search.ranking.better_trial`."""
+    """Every (loser, winner) pair of :func:`_measured` trials whose configs differ only in the
+    instance count, where the winner is :func:`~autotune.search.ranking.better_trial`."""
     done = _measured(results)
     return [
         ((loser, mine), (winner, theirs))
@@ -154,7 +165,8 @@ def instance_losses(
 
 
 def _measured(results: Sequence[TrialResult]) -> list[tuple[TrialResult, Candidate]]:
-    """The measured (COMPLETE, not reused) trials, each with its candidate."""
+    """The measured trials, each with its candidate. A measured trial is COMPLETE and not
+    reused."""
     return [
         (r, r.candidate) for r in results
         if r.state == COMPLETE and r.reused_from is None and r.candidate is not None
@@ -162,27 +174,30 @@ def _measured(results: Sequence[TrialResult]) -> list[tuple[TrialResult, Candida
 
 
 def out_of_ideas(results: Sequence[TrialResult]) -> bool:
-    """Whether the latest ended, uninterrupted trial was pruned (a proposal not worth measuring)."""
+    """Whether the latest trial that ended uninterrupted was pruned. A pruned trial is a proposal
+    not worth measuring."""
     told = [r for r in results if r.state in TOLD and not r.interrupted]
     return bool(told) and max(told, key=lambda r: r.number).state == PRUNED
 
 
 def in_space(baseline: Candidate, space: SearchSpace) -> Candidate:
-    """The baseline as the space can hold it: of a kind the space lacks, its twin of the space's
-    first kind (no GPUs, no TensorRT)."""
+    """The baseline as the space can hold it. A baseline of a kind the space lacks becomes its
+    twin of the space's first kind, with no GPUs and no TensorRT."""
     if baseline.kind in space.kind:
         return baseline
     return replace(baseline, kind=space.kind[0], gpus=(), trt_fp16=False, trt_workspace_mb=0)
 
 
 def closest(choices: Sequence[int], target: int) -> int:
-    """The choice nearest ``target``; the smaller one on a tie."""
+    """The choice nearest ``target``. On a tie, the smaller one."""
     return min(choices, key=lambda c: (abs(c - target), c))
 
 
 def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = RAW) -> bool:
-    """Whether the last ``patience`` (> 0) configs measured or failed, not reused nor interrupted,
-    brought none :func:`~autotune.search.ranking.better_trial` than the best before them."""
+    """Whether the last ``patience`` configs brought none
+    :func:`~autotune.search.ranking.better_trial` than the best before them. Only configs that
+    were measured or failed count, not reused or interrupted ones. ``patience`` must be above 0,
+    and some trial must have met the SLA."""
     best: TrialResult | None = None
     since = 0
     for result in sorted(results, key=lambda r: r.number):
@@ -196,13 +211,15 @@ def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = 
 
 
 def finished(results: Sequence[TrialResult]) -> int:
-    """The trials that count against the budget: ended (:data:`TOLD`), not interrupted."""
+    """How many trials count against the budget: those that ended (:data:`TOLD`) and were not
+    interrupted."""
     return sum(r.state in TOLD and not r.interrupted for r in results)
 
 
 def time_left(budget_s: float | None, elapsed_s: float, finished: int, reserve_s: float = 0.0) -> bool:
-    """Whether another trial fits: the elapsed time plus half an average trial, and the time kept
-    for what follows the search (``reserve_s``: :func:`after_search_s`), is within budget."""
+    """Whether another trial fits in ``budget_s``. It fits when the elapsed time, plus half an
+    average trial, plus ``reserve_s`` is within budget. ``reserve_s`` is the time kept for what
+    follows the search (:func:`after_search_s`). Without a budget, a trial always fits."""
     per_trial = elapsed_s / finished if finished else 0.0
     return budget_s is None or elapsed_s + per_trial * 0.5 + reserve_s < budget_s
 
@@ -210,10 +227,12 @@ def time_left(budget_s: float | None, elapsed_s: float, finished: int, reserve_s
 def after_search_s(
     results: Sequence[TrialResult], racers: int, rounds: int, shared: bool, check_points: int
 ) -> float:
-    """The time the race (``racers`` on ``rounds`` rounds at least; ``shared``: a round's racers
-    on one server) and the open-loop check (a server and ``check_points`` points; 0: none) will
-    take, read off this run's own trials: a fresh server's overhead (a trial's time less its
-    points' windows) and a point's windows, each their median; 0.0 before a trial was measured."""
+    """The seconds the race and the open-loop check will take, read off this run's own trials.
+
+    The race has ``racers`` on at least ``rounds`` rounds. With ``shared``, a round's racers share
+    one server. The open-loop check takes a server and ``check_points`` points; 0 means no check.
+    The estimate uses two medians: a fresh server's overhead (a trial's time less its points'
+    windows) and a point's windows. It is 0.0 before any trial was measured."""
     measured = [(r.duration_s, r.measurement.points) for r in results if r.measurement and r.duration_s > 0]
     measured = [(duration, points) for duration, points in measured if points]
     if not measured:
@@ -230,9 +249,12 @@ def stand_in(
     results: Sequence[TrialResult], candidate: Candidate, space: SearchSpace, scoring: Scoring = RAW,
     baseline: bool = False,
 ) -> tuple[int | None, str] | None:  # fmt: skip
-    """None to measure the proposal; else (the trial standing in or None, why): outside ``space``,
-    the first measured (COMPLETE, not reused) trial of an :func:`equivalent` candidate, or
-    :func:`dominated`; for the ``baseline``, only that trial."""
+    """What stands in for the proposal ``candidate``, or None to measure it.
+
+    A stand-in is (trial, why), where trial is the number of the trial standing in, or None. A
+    candidate outside ``space`` gets None as its trial. Else the stand-in is the first measured
+    (COMPLETE, not reused) trial of an :func:`equivalent` candidate, or the trial
+    :func:`dominated` finds. For the ``baseline``, only that equivalent trial stands in."""
     if not baseline and not space.holds(candidate):
         return None, "outside your search space (your config is measured there, nothing else)"
     earlier = next((r for r, c in _measured(results) if equivalent(c, candidate)), None)
@@ -247,9 +269,9 @@ def stand_in(
 def dominated(
     results: Sequence[TrialResult], candidate: Candidate, scoring: Scoring = RAW
 ) -> tuple[TrialResult, str] | None:
-    """When ``candidate``'s instance count lost (:func:`instance_losses`) both without and
-    with dynamic batching: the loser with the candidate's batching and the max batch size
-    nearest its own, and why; else None."""
+    """The loser that stands in for ``candidate`` when its instance count lost both without and
+    with dynamic batching (:func:`instance_losses`), and why. That loser has the candidate's
+    batching and the max batch size nearest its own. None when the count did not lose both ways."""
     n = candidate.instance_count
     lost: dict[bool, list[tuple[TrialResult, Candidate, TrialResult]]] = {False: [], True: []}
     for (loser, mine), (winner, _) in instance_losses(results, scoring):
@@ -274,8 +296,9 @@ def equivalent(a: Candidate, b: Candidate) -> bool:
 
 
 def canonical(candidate: Candidate) -> Candidate:
-    """The candidate the server runs as ``candidate``: without dynamic batching a max batch size
-    > 0 becomes 1; with it, at a max batch size of 1, no preferred sizes and no queue delay."""
+    """The candidate the server runs as ``candidate``. Without dynamic batching, a max batch size
+    above 0 becomes 1. With dynamic batching at a max batch size of 1, the preferred sizes and the
+    queue delay are dropped."""
     if not candidate.dynamic_batching and candidate.max_batch_size > 0:
         return replace(candidate, max_batch_size=1)
     if candidate.dynamic_batching and candidate.max_batch_size == 1:
@@ -284,7 +307,8 @@ def canonical(candidate: Candidate) -> Candidate:
 
 
 def start_level(results: Sequence[TrialResult], scoring: Scoring = RAW) -> float | None:
-    """The level (concurrency or request rate) of :func:`autotune.search.ranking.best_trial`'s operating
-    point, where the next goodput search starts; None before any trial met the SLA."""
+    """The level where the next goodput search starts: the concurrency or request rate of
+    :func:`autotune.search.ranking.best_trial`'s operating point. None when no trial has met the
+    SLA yet."""
     best = best_trial(results, scoring)
     return None if best is None or best.best is None else best.best.level
