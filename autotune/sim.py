@@ -882,7 +882,7 @@ class Surveyed:
     sla: Sla
     cores: int
     windows: dict[str, Levels]  # label -> the first server's readings
-    start_s: float = 3.0
+    start_s: float = 3.0  # a server's start: the survey's median where it timed them
     space: SearchSpace | None = None  # the space surveyed (None: the default, as a CPU model sees it)
     baseline: Candidate | None = None  # the model's own config (None: the examples' :data:`BASELINE`)
     gpus: int = 0  # the server's GPUs
@@ -922,10 +922,11 @@ class Surveyed:
             }
             baseline = Candidate(**fields)
         server_cv = float(data["server_cv"]) if "server_cv" in data else None
+        starts = data.get("starts_s") or [3.0]  # each server's start, as the survey timed it
         return cls(
             str(data["model"]), chosen, int(data["cores"]), readings(data["windows"]), space=space,
             baseline=baseline, gpus=gpus, server_cv=server_cv,
-            again=tuple(readings(w) for w in data.get("again", ())),
+            again=tuple(readings(w) for w in data.get("again", ())), start_s=statistics.median(starts),
         )  # fmt: skip
 
     @property

@@ -129,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                 label = sim.survey_label(config)
                 if label in readings:
                     continue
+                began = time.monotonic()
                 with servers.serve(config, run.log(f"{i:03d}.log"), f"survey-{i:03d}") as server:
+                    data.setdefault("starts_s", []).append(round(time.monotonic() - began, 2))
                     readings[label] = _levels(servers.generator(server, plan), args.levels, ramp, sla)
                 _write(args.out, data)
                 done = len(readings)

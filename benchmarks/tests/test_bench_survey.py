@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,6 +41,10 @@ def test_a_survey_measures_every_config_at_every_level_and_resumes(
     # it records what the simulator tunes it in, and from: this space and toy's own config
     assert sim.space_of(surface).instance_count == space.instance_count and surface.gpus == 0
     assert surface.baseline == candidate_of(load_config(toy_repo, "toy"))
+    # and how long each server took to start: the simulator's servers start in their median
+    starts = json.loads(gzip.decompress(out.read_bytes()))["starts_s"]
+    assert len(starts) == len(sim.candidates(load_search_space(small_space))) and min(starts) > 0
+    assert surface.start_s == statistics.median(starts)
     assert len(configs) >= 3 and set(surface.windows) == {sim.survey_label(c) for c in configs}
     for config in configs:
         levels = surface.windows[sim.survey_label(config)]
