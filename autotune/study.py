@@ -52,7 +52,12 @@ def _sampler(seed: int | None, startup_trials: int) -> optuna.samplers.BaseSampl
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=startup_trials, multivariate=True, group=True, **extra
+            seed=seed,
+            n_startup_trials=startup_trials,
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+            **extra,
         )
 
 
