@@ -964,12 +964,7 @@ class Surveyed:
                     statistics.fmean(math.log(statistics.fmean(t for t, _ in s[label][lv])) for lv in levels)
                     for s in self.servers
                 ])  # fmt: skip
-        if len(logs) < 2:
-            return None
-        drift = [statistics.fmean(row[i] for row in logs) for i in range(len(self.servers))]
-        centred = [[x - d for x, d in zip(row, drift, strict=True)] for row in logs]
-        squares = sum((x - statistics.fmean(row)) ** 2 for row in centred for x in row)
-        return math.sqrt(squares / ((len(centred) - 1) * (len(self.servers) - 1)))  # a drift took one each
+        return None if len(logs) < 2 else math.sqrt(_between_servers(logs))
 
     @cached_property
     def tail_spread(self) -> float | None:
@@ -1000,11 +995,7 @@ class Surveyed:
             )
         if len(rows) < 2:
             return None
-        drift = [statistics.fmean(row[i] for row in rows) for i in range(len(self.servers))]
-        centred = [[x - d for x, d in zip(row, drift, strict=True)] for row in rows]
-        squares = sum((x - statistics.fmean(row)) ** 2 for row in centred for x in row)
-        variance = squares / ((len(centred) - 1) * (len(self.servers) - 1)) - statistics.fmean(noise)
-        return math.sqrt(max(0.0, variance))
+        return math.sqrt(max(0.0, _between_servers(rows) - statistics.fmean(noise)))
 
     def missing(self, space: SearchSpace) -> int:
         """How many configs of ``space`` the first server lacks (0: it can stand for the space;
@@ -1075,6 +1066,17 @@ class Surveyed:
     def truth_sd(self, candidate: Candidate) -> float:
         """A mean over the servers that read ``candidate``: :attr:`bias_sd` over the root of their count."""
         return self.bias_sd / math.sqrt(len(self._readings(candidate)))
+
+
+def _between_servers(rows: Sequence[Sequence[float]]) -> float:
+    """The variance of one server's figure about each config's mean: ``rows`` has a row per
+    config and a figure per server; each server's mean over the configs is taken out first (a
+    drift of the machine moves every config alike, and takes one degree of freedom a server)."""
+    servers = len(rows[0])
+    drift = [statistics.fmean(row[i] for row in rows) for i in range(servers)]
+    centred = [[x - d for x, d in zip(row, drift, strict=True)] for row in rows]
+    squares = sum((x - statistics.fmean(row)) ** 2 for row in centred for x in row)
+    return squares / ((len(centred) - 1) * (servers - 1))
 
 
 def _log_mean(pairs: Sequence[tuple[float, float]], i: int) -> float:
