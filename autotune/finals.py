@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
 from autotune import openfiles, stopping
 from autotune.errors import LaunchError, MeasurementError
@@ -20,13 +21,15 @@ from autotune.serving import Load
 from autotune.study import Study
 from autotune.traffic import CHECK_DISTRIBUTION, check_sustained
 from autotune.trials import Trials
+from autotune.workers import OneAtATime, Workers
 
 
-def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
+def race(prep: Prepared, trials: Trials, run: RunDir, study: Study, workers: Workers | None = None) -> RunDir:
     """The :func:`ranking.finalists` raced, your config beside them as the control (:func:`control`).
     :class:`autotune.search.racing.Race` decides each round; this serves it: each round on a fresh server
     (shared where :meth:`Trials.can_share`), each racer at its level, its windows judged with its
-    earlier rounds' there (:func:`level_search.judged_at`). A racer's rounds at its last level are its
+    earlier rounds' there (:func:`level_search.judged_at`). ``workers`` serve rounds the race
+    needs alike at once (:meth:`Race.next_rounds`). A racer's rounds at its last level are its
     verification; a race the study recorded is not run again."""
     settings = prep.settings
     results = study.results()
@@ -43,9 +46,10 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
     by_number = {r.number: r for r in [*ranked, *([yours] if yours else [])]}
     searched = level_search.measured_points(results)
 
-    def measured(numbers: Sequence[int]) -> dict[int, Point | None]:
+    def measured(numbers: Sequence[int], ahead: int = 0) -> dict[int, Point | None]:
         """A round of each of ``numbers``: on one server (where they can share one) in an order
-        that turns each round; else, or where that failed them, each on its own."""
+        that turns each round; else, or where that failed them, each on its own (``ahead``: the
+        rounds served beside it, before it in turn)."""
         out: dict[int, Point | None] = {}
         racers = [by_number[n] for n in numbers]
         seen = [*searched, *(p for rounds in state.rounds.values() for p in rounds)]
@@ -57,17 +61,19 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> RunDir:
         # not on GPUs: a server's GPU figures (its memory) are all its models'
         on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in racers)
         if len(racers) > 1 and not on_gpus and trials.can_share():
-            turn = state.count[numbers[0]] % len(racers)
-            out.update(_shared_round(prep, trials, [*racers[turn:], *racers[:turn]], state, plans))
+            turn = (state.count[numbers[0]] + ahead) % len(racers)
+            out.update(_shared_round(prep, trials, [*racers[turn:], *racers[:turn]], state, plans, ahead))
         for r in racers:
             if r.number not in out:
                 out[r.number] = _round(
-                    prep, trials, r, state.level[r.number], plans[r.number], state.count[r.number]
+                    prep, trials, r, state.level[r.number], plans[r.number], state.count[r.number] + ahead
                 )
         return out
 
-    while (numbers := state.next_round(trials.out_of_time(trials.check_s))) is not None:
-        state.take(measured(numbers))
+    workers = workers or OneAtATime()
+    while (rounds := state.next_rounds(workers.at_once, trials.out_of_time(trials.check_s))) is not None:
+        served = workers.each([partial(measured, numbers, i) for i, numbers in enumerate(rounds)])
+        state.take_all(served, trials.out_of_time(trials.check_s))
     if state.out_of_time:
         trials.events.said(
             "the race stops here: the run's time budget is spent (each racer has its rounds so far)"
@@ -114,11 +120,12 @@ def _shared_round(
     contenders: Sequence[TrialResult],
     state: Race,
     plans: dict[int, WindowPlan],
+    ahead: int = 0,
 ) -> dict[int, Point]:
     """A round of several racers on one fresh server, each staged under a name of its own and
     measured in turn at its level by its plan; those it failed are left out."""
     numbers = [r.number for r in contenders]
-    name = f"race-{'+'.join(f'{n:03d}' for n in numbers)}-{state.count[numbers[0]] + 1}"
+    name = f"race-{'+'.join(f'{n:03d}' for n in numbers)}-{state.count[numbers[0]] + ahead + 1}"
     alias = {r.number: f"{prep.settings.model}__race{r.number:03d}" for r in contenders}
     candidates = {alias[r.number]: r.candidate for r in contenders if r.candidate is not None}
     out: dict[int, Point] = {}
@@ -127,7 +134,7 @@ def _shared_round(
             for n in numbers:
                 try:
                     gen = trials.generator(server, plans[n], alias[n])
-                    out[n] = _point(prep, trials, gen, n, state.level[n], state.count[n])
+                    out[n] = _point(prep, trials, gen, n, state.level[n], state.count[n] + ahead)
                 except MeasurementError:
                     if not server.alive():
                         break

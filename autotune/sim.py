@@ -19,16 +19,17 @@ little off each time it starts, and rare stalls that fatten a window's tail.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 import statistics
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from autotune import model_config as mcfg
 from autotune import prepare, tuner
@@ -43,9 +44,11 @@ from autotune.search.racing import race_winner
 from autotune.search.sampling import warm_windows, windows_done
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, parse_search_space
 from autotune.settings import Launch, RunSettings, Traffic
-from autotune.study import Study
+from autotune.study import Asked, Study
 from autotune.traffic import Loader
-from autotune.trials import Trials
+from autotune.trials import Ended, Trials
+
+T = TypeVar("T")
 
 QUIET_WINDOW_S = 0.5  # a surface's noise (cv) is that of a window this long; longer ones are quieter
 # a server started with several models takes this share of a start longer for each model after the first
@@ -644,6 +647,44 @@ class SimServers:
         return point
 
 
+class SimWorkers:
+    """:class:`autotune.workers.Workers` in simulated time: ``at_once`` workers, each a machine of
+    the surface's own. A trial is measured when it starts, on its worker's clock, and its end
+    reaches the study once the simulated time gets there (until then it is in flight, as on a
+    cluster). Race rounds served at once start together; the race goes on when the last ends."""
+
+    def __init__(self, servers: SimServers, at_once: int) -> None:
+        self.servers, self.at_once = servers, at_once
+        self.flying: list[tuple[float, int, Asked, Ended]] = []  # (end, number, ...): a heap
+
+    def free(self) -> bool:
+        return len(self.flying) < self.at_once
+
+    def busy(self) -> bool:
+        return bool(self.flying)
+
+    def start(self, trials: Trials, study: Study, results: list[TrialResult]) -> None:
+        now = self.servers.now
+        asked = trials.ask(study)
+        ended = trials.measure_trial(study, asked, results)
+        heapq.heappush(self.flying, (self.servers.now, asked.number, asked, ended))
+        self.servers.now = now  # the search decides again now, not when this trial ends
+
+    def wait(self, trials: Trials, study: Study) -> None:
+        end, _, asked, ended = heapq.heappop(self.flying)
+        self.servers.now = max(self.servers.now, end)
+        trials.events.trial_finished(ended.tell(study, asked))
+
+    def each(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        now, out, ends = self.servers.now, [], []
+        for call in calls:
+            self.servers.now = now
+            out.append(call())
+            ends.append(self.servers.now)
+        self.servers.now = max(ends, default=now)
+        return out
+
+
 def _turned(readings: Sequence[Reading], steady: Sequence[Reading], plan: WindowPlan) -> bool:
     """Whether a warm-up turned a point's verdict: its kept windows' mean latency over the limit,
     the same windows' without the warm-up within it."""
@@ -699,12 +740,13 @@ def simulate(
     trials_type: type[Trials] = Trials,
     servers_type: type[SimServers] | None = None,
     warmup: WarmUp | None = None,
+    at_once: int = 1,
     **options: Any,
 ) -> SimOutcome:
     """One tuning run against ``surface``, with the CLI's defaults (``options``: RunSettings
     fields to change, such as ``max_trials``) and the sampler seeded with ``seed``
     (``trials_type``, ``servers_type``: one's own :class:`Trials`, :class:`SimServers`;
-    ``warmup``: each fresh server's)."""
+    ``warmup``: each fresh server's; ``at_once``: trials measured together, :class:`SimWorkers`)."""
     user = space or space_of(surface)
     baseline = baseline if baseline is not None else baseline_of(surface)
     settings = RunSettings(
@@ -728,7 +770,8 @@ def simulate(
             surface, random.Random(seed), warmup, random.Random(f"warm-{seed}")
         )
         trials = trials_type(prep, servers, run, Events(), clock=servers.clock)
-        run = tuner.search(prep, trials, study)
+        workers = SimWorkers(servers, at_once) if at_once > 1 else None
+        run = tuner.search(prep, trials, study, workers)
         results = tuple(study.results())
         verifications = run.record.verifications
         s = prep.settings

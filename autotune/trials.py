@@ -14,7 +14,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,22 +76,27 @@ class Trials:
 
     def run(self, study: Study, results: list[TrialResult]) -> None:
         """Ask one trial and tell its result; ``results``: every trial so far, this worker's or not."""
+        asked = self.ask(study)
+        self.events.trial_finished(self.measure_trial(study, asked, results).tell(study, asked))
+
+    def ask(self, study: Study) -> Asked:
+        """The next trial, announced."""
         stopping.check()
         asked = study.ask()
         self.events.trial_started(asked.number, asked.candidate, asked.baseline, asked.again_of)
-        self.events.trial_finished(self._measure_and_tell(study, asked, results, self.clock()))
+        return asked
 
-    def _measure_and_tell(
-        self, study: Study, asked: Asked, results: list[TrialResult], start: float
-    ) -> TrialResult:
+    def measure_trial(self, study: Study, asked: Asked, results: list[TrialResult]) -> Ended:
+        """What the asked trial ends with, not yet told (:meth:`Ended.tell`): several trials at
+        once tell theirs in the order they end. An error that stops the run is told at once."""
+        start = self.clock()
         yours = asked.baseline or asked.as_is  # your config, or its twin here: measured wherever it lies
         pruned = walk.stand_in(results, asked.candidate, self.prep.space, self.prep.scoring, yours)
         try:
             if pruned is not None:
-                source, why = pruned
-                return study.tell_pruned(asked, why, source)
+                return Ended(pruned=pruned)
             measurement = self._measure_twice(asked, results)
-            return study.tell_measured(asked, measurement, self.clock() - start)
+            return Ended(measurement=measurement, duration_s=self.clock() - start)
         except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed
             log = self.log(asked.number)
             why = _reason(exc, _tail(log, None))  # the load error may lie far above the log's end
@@ -100,7 +105,7 @@ class Trials:
                 study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
                 raise stop from exc
             wrong = isinstance(exc, WrongOutputError)
-            return study.tell_failed(asked, why, _tail(log), self.clock() - start, wrong_outputs=wrong)
+            return Ended(failed=(why, _tail(log), wrong), duration_s=self.clock() - start)
         except (WorkloadError, MachineLimitError, YourConfigError):  # not the config's: the run stops
             study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
             raise
@@ -302,6 +307,27 @@ class Trials:
             + "; ".join(failures),
             hint="--output-check off measures candidates without comparing their answers",
         )
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a trial ended, held until the study is told: measured, pruned (the trial standing in
+    and why), or failed (why, the log's tail, whether its answers were wrong)."""
+
+    measurement: Measurement | None = None
+    duration_s: float = 0.0
+    pruned: tuple[int | None, str] | None = None
+    failed: tuple[str, str, bool] | None = None
+
+    def tell(self, study: Study, asked: Asked) -> TrialResult:
+        """Tell ``study`` of ``asked``'s end; its result."""
+        if self.measurement is not None:
+            return study.tell_measured(asked, self.measurement, self.duration_s)
+        if self.pruned is not None:
+            return study.tell_pruned(asked, self.pruned[1], self.pruned[0])
+        assert self.failed is not None
+        why, tail, wrong = self.failed
+        return study.tell_failed(asked, why, tail, self.duration_s, wrong_outputs=wrong)
 
 
 def _died(server: Any, settle_s: float = 1.0) -> bool:

@@ -37,6 +37,7 @@ from autotune.settings import RunOptions
 from autotune.study import Study, redact
 from autotune.traffic import CHECK_POINTS
 from autotune.trials import Trials
+from autotune.workers import OneAtATime, Workers
 
 
 def tune(prep: Prepared, events: Events | None = None, *, wait: bool = False) -> Outcome:
@@ -80,10 +81,12 @@ def _search(prep: Prepared, trials: Trials, study: Study) -> Outcome:
         raise _out_of_room(full, run, study) from exc
 
 
-def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
+def search(prep: Prepared, trials: Trials, study: Study, workers: Workers | None = None) -> RunDir:
     """The seeds queued (a new study), trials until the budget or convergence ends them, and the
-    finalists raced: the run directory that records them (the winner is chosen from it)."""
+    finalists raced: the run directory that records them (the winner is chosen from it).
+    ``workers``: how many trials are measured at once (default: one at a time)."""
     settings, run = prep.settings, trials.run_dir
+    workers = workers or OneAtATime()
     if study.created:
         _seed(study, prep)
     study.interrupted()  # measured again first
@@ -92,19 +95,31 @@ def search(prep: Prepared, trials: Trials, study: Study) -> RunDir:
     trials.deadline = None if budget is None else started + budget  # the whole run's, race included
     trials.events.run_started(run.path, settings.max_trials, budget, after_search(prep))
     try:
-        while _go_on(
-            prep, study, results := study.results(), trials.clock() - started, reserve_s(prep, results)
-        ):
-            trials.run(study, results)
-            run = trials.run_dir = trials.run_dir.update(searched_s=trials.clock() - started)
+        _trials(prep, trials, study, started, workers)
     except WorkloadError:
-        _forget_if_empty(prep, run, study)
+        _forget_if_empty(prep, trials.run_dir, study)
         raise
     stopping.check()
     results = study.results()
     trials.check_s = reserve_s(prep, results, race=False)  # the race leaves the open-loop check its time
     trials.events.search_ended(trials.clock() - started, reserve_s(prep, results), budget)
-    return finals.race(prep, trials, trials.run_dir, study)
+    return finals.race(prep, trials, trials.run_dir, study, workers)
+
+
+def _trials(prep: Prepared, trials: Trials, study: Study, started: float, workers: Workers) -> None:
+    """Trials while :func:`_go_on` says so: a free worker starts the next one; with every worker
+    busy, or nothing more to start, the next trial in flight to end is told; then the search
+    decides again."""
+    while True:
+        results = study.results()
+        elapsed, reserve = trials.clock() - started, reserve_s(prep, results)
+        if workers.free() and _go_on(prep, study, results, elapsed, reserve, workers.at_once):
+            workers.start(trials, study, results)
+        elif workers.busy():
+            workers.wait(trials, study)
+        else:
+            return
+        trials.run_dir = trials.run_dir.update(searched_s=trials.clock() - started)
 
 
 def reserve_s(prep: Prepared, results: Sequence[TrialResult], race: bool = True) -> float:
@@ -263,19 +278,22 @@ def _seed(study: Study, prep: Prepared) -> None:
 
 
 def _go_on(
-    prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: float, reserve: float = 0.0
-) -> bool:
+    prep: Prepared, study: Study, results: list[TrialResult], elapsed_s: float, reserve: float = 0.0,
+    at_once: int = 1,
+) -> bool:  # fmt: skip
     """Whether to run another trial: within the budget (trials, time), and not converged. While
     nothing is queued, the next step of the walk from the best trial is (:func:`walk.unexplored`);
     once converged, or once the sampler proposes a config measured before (:func:`walk.out_of_ideas`),
     the untried one-step neighbours of the finalists (``--finalists``, at least 1: the incumbent
     and the ties the race would take; :func:`walk.unexplored`) are queued and measured first; a
     converged search ends when none is left. The time budget is the whole run's: ``reserve`` is
-    kept for the race and the open-loop check (:func:`reserve_s`)."""
+    kept for the race and the open-loop check (:func:`reserve_s`). Trials in flight count
+    against ``--max-trials``; with ``at_once`` of them, a trial takes that many times the run's
+    time per trial ended."""
     settings = prep.settings
     finished = walk.finished(results)
-    if finished >= settings.max_trials or not walk.time_left(
-        settings.time_budget_s, elapsed_s, finished, reserve
+    if finished + walk.in_flight(results) >= settings.max_trials or not walk.time_left(
+        settings.time_budget_s, elapsed_s, finished, reserve, at_once
     ):
         return False
     steps = [] if study.queued() else walk.unexplored(results, prep.space, study.scoring, 1)

@@ -86,6 +86,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "autotune.tuner",
             "autotune.trials",
             "autotune.finals",
+            "autotune.workers",
             "autotune.reload",
             "autotune.report",
             "autotune.writeback",

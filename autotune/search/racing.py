@@ -126,6 +126,33 @@ class Race:
                 self.down(n)  # its server failed: it leaves, and its rounds there are kept
             self.current = None
 
+    def next_rounds(self, most: int, out_of_time: bool) -> list[list[int]] | None:
+        """Up to ``most`` rounds to serve at once, on servers apart, then to pass to
+        :meth:`take_all`: :meth:`next_round` as many times as its phase may still need it (the
+        first phase's rounds left, or the leader's where it stands). None when the race is over."""
+        first = self.next_round(out_of_time)
+        if first is None:
+            return None
+        if self.phase == "rounds":
+            left = self.repeats - self.played
+        elif self.phase == "leader" and self.current is not None:
+            left = self.repeats - len(self.rounds[self.current])
+        else:
+            left = 1
+        return [first] * max(1, min(most, left))
+
+    def take_all(self, rounds: Sequence[Mapping[int, Point | None]], out_of_time: bool) -> None:
+        """Take the rounds :meth:`next_rounds` asked for, in turn. A round is taken while the race
+        would have asked for it next: the same racers or fewer, each at the level it was served
+        at. The rest are not needed (a racer left, or moved a level) and are dropped."""
+        asked, levels = list(self.asked), dict(self.level)
+        for i, points in enumerate(rounds):
+            if i:
+                again = self.next_round(out_of_time)
+                if again is None or any(n not in asked or self.level[n] != levels[n] for n in again):
+                    return
+            self.take(points)
+
     def _ask(self, numbers: Sequence[int]) -> list[int]:
         self.asked = list(numbers)
         return list(numbers)

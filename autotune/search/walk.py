@@ -216,11 +216,20 @@ def finished(results: Sequence[TrialResult]) -> int:
     return sum(r.state in TOLD and not r.interrupted for r in results)
 
 
-def time_left(budget_s: float | None, elapsed_s: float, finished: int, reserve_s: float = 0.0) -> bool:
+def in_flight(results: Sequence[TrialResult]) -> int:
+    """How many trials were asked and have not ended: measured now, by this worker or another."""
+    return sum(r.state not in TOLD for r in results)
+
+
+def time_left(
+    budget_s: float | None, elapsed_s: float, finished: int, reserve_s: float = 0.0, at_once: int = 1
+) -> bool:
     """Whether another trial fits in ``budget_s``. It fits when the elapsed time, plus half an
     average trial, plus ``reserve_s`` is within budget. ``reserve_s`` is the time kept for what
-    follows the search (:func:`after_search_s`). Without a budget, a trial always fits."""
-    per_trial = elapsed_s / finished if finished else 0.0
+    follows the search (:func:`after_search_s`). With ``at_once`` trials measured together, a
+    trial takes that many times the elapsed time per trial ended. Without a budget, a trial
+    always fits."""
+    per_trial = elapsed_s * at_once / finished if finished else 0.0
     return budget_s is None or elapsed_s + per_trial * 0.5 + reserve_s < budget_s
 
 
