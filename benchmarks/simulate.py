@@ -155,6 +155,7 @@ def run_surface(
     warmup: str = "none",
     first_seed: int = 0,
     paired: bool = False,
+    at_once: int = 1,
 ) -> tuple[sim.Surface, sim.Tally, tuple[float, float]]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
@@ -164,7 +165,9 @@ def run_surface(
     for seed in range(first_seed, first_seed + runs):
         asked = (("repeats", repeats), ("finalists", finalists))
         given: dict[str, Any] = {k: v for k, v in asked if v is not None}
-        outcome = sim.simulate(surface, seed, max_trials=max_trials, warmup=warm_up(warmup, surface), **given)
+        outcome = sim.simulate(
+            surface, seed, max_trials=max_trials, warmup=warm_up(warmup, surface), at_once=at_once, **given
+        )
         judged = sim.judge(surface, space, outcome, best, (limit, there))
         if paired and warmup != "none":  # the same run without the warm-up: did it choose another?
             cold = sim.simulate(surface, seed, max_trials=max_trials, **given)

@@ -159,3 +159,36 @@ def test_out_of_time_a_racer_sent_down_in_the_last_round_leaves_without_its_roun
     assert race.alive == [1, 2, CONTROL] and not race.rounds[1]
     assert race.next_round(True) is None and race.out_of_time
     assert race.alive == [2, CONTROL]  # sent down, no round there: out of the race
+
+
+def test_rounds_at_once_are_the_rounds_the_first_phase_has_left() -> None:
+    race = _race(repeats=3)
+    assert race.next_rounds(1, False) == [[1, 2, CONTROL]]  # one worker: the next round alone
+    assert race.next_rounds(8, False) == [[1, 2, CONTROL]] * 3  # no more than the phase has left
+    _play(race, {1: meets(8, 2000.0), 2: meets(8, 1000.0), CONTROL: meets(4, 300.0)})
+    assert race.next_rounds(8, False) == [[1, 2, CONTROL]] * 2
+
+
+def test_rounds_at_once_are_taken_as_one_at_a_time_would_take_them() -> None:
+    rounds = [
+        {1: meets(8, 2000.0 + i), 2: meets(8, 1000.0 + i), CONTROL: meets(4, 300.0)} for i in range(3)
+    ]
+    alone = _race()
+    for points in rounds:
+        if alone.next_round(False) is not None:
+            alone.take(points)
+    together = _race()
+    assert together.next_rounds(3, False) == [[1, 2, CONTROL]] * 3
+    together.take_all(rounds, False)
+    assert (together.alive, together.rounds, together.phase) == (alone.alive, alone.rounds, alone.phase)
+
+
+def test_a_round_served_at_once_is_dropped_once_its_racer_moved_a_level() -> None:
+    race = _race()
+    served = race.next_rounds(3, False)
+    assert served is not None and len(served) == 3
+    first = {1: breaks(8), 2: meets(8), CONTROL: meets(4, 300.0)}  # 1 goes down a level
+    later = {1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)}
+    race.take_all([first, later, later], False)
+    assert race.level[1] < 8 and race.rounds[1] == []  # its rounds at 8 served beside were not taken
+    assert race.count[2] == 1  # the rest of those rounds went with them

@@ -592,3 +592,39 @@ def test_a_warm_up_draws_apart_so_a_run_with_it_is_the_run_without_until_it_turn
     warm = sim.simulate(noisy, seed=3, max_trials=8, warmup=sim.GPU_WARMUP)
     assert warm != plain and warm.results[0].candidate == plain.results[0].candidate
     assert plain.winner_config is not None
+
+
+class _Watching(Trials):
+    """Trials that note, at each ask, the simulated time, each trial's state as the study reads
+    it then, and the trial asked."""
+
+    seen: list[tuple[float, dict[int, str], int]]
+
+    def ask(self, study: Any) -> Any:
+        states = {r.number: r.state for r in study.results()}
+        asked = super().ask(study)
+        self.__dict__.setdefault("seen", []).append((self.clock(), states, asked.number))
+        return asked
+
+
+def test_trials_at_once_end_in_simulated_time_and_take_less_of_it() -> None:
+    """Four workers: a trial's end reaches the study only once the simulated time has got there
+    (until then it is in flight), no more trials are asked than --max-trials, and the run takes a
+    fraction of one worker's time."""
+    watched: list[_Watching] = []
+
+    class Kept(_Watching):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            watched.append(self)
+
+    alone = sim.simulate(QUIET, seed=2, max_trials=12)
+    together = sim.simulate(QUIET, seed=2, max_trials=12, at_once=4, trials_type=Kept)
+    assert together.honest and len(together.results) <= 12
+    assert together.sim_s < 0.6 * alone.sim_s
+    seen = watched[0].seen
+    ends = {n: t + next(r.duration_s for r in together.results if r.number == n) for t, _, n in seen}
+    for t, states, _ in seen:
+        told = [n for n, state in states.items() if state != "RUNNING"]
+        assert all(ends[n] <= t + 1e-9 for n in told), (t, states)
+    assert max(sum(s == "RUNNING" for s in states.values()) for _, states, _ in seen) == 3  # four at once

@@ -23,6 +23,7 @@ from autotune.search.walk import (
     finished,
     gentlest_batch,
     heuristic_seeds,
+    in_flight,
     losing_steps,
     neighbours,
     out_of_ideas,
@@ -116,6 +117,7 @@ def test_only_finished_trials_that_were_not_interrupted_use_the_budget() -> None
     results = [measured(0, 1.0), failed(1), failed(2, interrupted=True), running]
     results.append(measured(4, 2.0, reused_from=0))
     assert finished(results) == 3
+    assert in_flight(results) == 1  # the running one: it counts against --max-trials as asked
 
 
 def test_the_time_budget_keeps_half_a_trial_in_hand() -> None:
@@ -124,6 +126,8 @@ def test_the_time_budget_keeps_half_a_trial_in_hand() -> None:
     assert time_left(60.0, 40.0, 4)  # 10 s a trial: 40 + 5 < 60
     assert not time_left(60.0, 56.0, 4)  # 56 + 7 > 60
     assert not time_left(60.0, 40.0, 4, reserve_s=16.0)  # the race's time is kept too: 40 + 5 + 16
+    assert not time_left(60.0, 40.0, 8, reserve_s=12.0, at_once=4)  # four at once: 20 s a trial, 40 + 10 + 12
+    assert time_left(60.0, 40.0, 8, reserve_s=12.0)  # one at a time: 5 s a trial, 40 + 2.5 + 12
 
 
 def test_the_race_and_the_check_are_given_the_time_this_runs_trials_took() -> None:

@@ -1,0 +1,91 @@
+"""Trials at once against one at a time (issue 79), in the simulator: no server.
+
+Per surface, the runs of ``simulate.py`` (the same options) at each ``--at-once N``: the median
+simulated wall time over N=1's, and ``good``, ``meets`` read 1.08x slower and ``users`` (see
+simulate.py), each beside N=1's 95% Wilson interval (``ok``: at or above its low end).
+
+    .venv/bin/python benchmarks/at_once.py --set tuning --per-family 4 --jobs 2 --warm-up warmed
+    .venv/bin/python benchmarks/at_once.py --set held-out --per-family 4 --jobs 2 --warm-up warmed
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from simulate import build_parser, family_seed, run_seed, run_surface, surfaces
+
+from autotune import sim
+
+Share = Callable[[sim.Tally], float]
+SHARES: dict[str, Share] = {
+    "good": lambda t: t.good,
+    "meets*1.08": lambda t: t.meets_read_by(sim.READER),
+    "users": lambda t: t.users_point,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    parser.description = __doc__
+    parser.add_argument("--at-once", type=int, nargs="+", default=[1, 4, 8], metavar="N")
+    args = parser.parse_args(argv)
+    counts = sorted(set(args.at_once) | {1})
+    started = time.monotonic()
+    chosen = surfaces(args)
+    options = (args.max_trials, args.repeats, args.finalists, args.warm_up)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = {
+            (s.name, n): pool.submit(run_surface, s, args.runs, *options, run_seed(args), False, n)
+            for s in chosen
+            for n in counts
+        }
+        tallies = {key: future.result()[1] for key, future in futures.items()}
+    print(header(counts))
+    ratios: dict[int, list[float]] = {n: [] for n in counts}
+    within: dict[tuple[int, str], int] = {}
+    for s in chosen:
+        alone = tallies[(s.name, 1)]
+        cells = [f"{s.name:<28}"]
+        for n in counts:
+            tally = tallies[(s.name, n)]
+            ratio = tally.median_s / alone.median_s
+            ratios[n].append(ratio)
+            cells.append(f"{tally.median_s:>6.0f} {ratio:>5.2f}")
+            for name, share in SHARES.items():
+                low = sim.wilson(share(alone), args.runs)[0]
+                ok = share(tally) >= low
+                within[(n, name)] = within.get((n, name), 0) + ok
+                cells.append(f"{share(tally):>6.1%}{'' if ok else '!'}")
+        print(" ".join(cells), flush=True)
+    print(
+        f"\n{len(chosen)} surfaces x {args.runs} runs x N in {counts} in {time.monotonic() - started:.0f} s "
+        f"(set {args.set or 'as given'}, {args.world} world: family seed {family_seed(args)}, run seeds "
+        f"{run_seed(args)}-{run_seed(args) + args.runs - 1}; '!': under N=1's 95% interval)"
+    )
+    for n in counts[1:]:
+        shares = ", ".join(f"{name} on {within[(n, name)]}/{len(chosen)}" for name in SHARES)
+        print(
+            f"N={n}: wall {statistics.median(ratios[n]):.2f}x N=1's (median of the surfaces; "
+            f"{min(ratios[n]):.2f}-{max(ratios[n]):.2f}); within N=1's interval: {shares}"
+        )
+    return 0
+
+
+def header(counts: list[int]) -> str:
+    """The table's header: per N, the median simulated s, its ratio to N=1, and the shares."""
+    cells = [f"{'surface':<28}"]
+    for n in counts:
+        cells.append(f"{f'N={n} s':>6} {'x':>5}")
+        cells += [f"{name[:6]:>6}" for name in SHARES]
+    return " ".join(cells)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
