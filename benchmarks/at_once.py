@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     options = (args.max_trials, args.repeats, args.finalists, args.warm_up)
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = {
-            (s.name, n): pool.submit(run_surface, s, args.runs, *options, run_seed(args), False, n)
+            (s.name, n): pool.submit(run_surface, s, args.runs, *options, run_seed(args), False, n, args.margin)
             for s in chosen
             for n in counts
         }

@@ -156,14 +156,15 @@ def run_surface(
     first_seed: int = 0,
     paired: bool = False,
     at_once: int = 1,
+    margin: float = RunSettings.margin,
 ) -> tuple[sim.Surface, sim.Tally, tuple[float, float]]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
-    limit = surface.sla.tightened(RunSettings.margin).limit_ms  # where the run compares configs
+    limit = surface.sla.tightened(margin).limit_ms  # where the run compares configs
     there = max(sim.true_goodput(surface, c, space, limit)[0] for c in sim.candidates(space))
     tally = sim.Tally()
     for seed in range(first_seed, first_seed + runs):
-        asked = (("repeats", repeats), ("finalists", finalists))
+        asked = (("repeats", repeats), ("finalists", finalists), ("margin", margin))
         given: dict[str, Any] = {k: v for k, v in asked if v is not None}
         outcome = sim.simulate(
             surface, seed, max_trials=max_trials, warmup=warm_up(warmup, surface), at_once=at_once, **given
@@ -222,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--repeats", type=int,
         help=f"each run's --repeats (default the CLI's: {RunSettings.repeats})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--margin", type=float, default=RunSettings.margin,
+        help=f"each run's --margin (default the CLI's: {RunSettings.margin:g})",
     )  # fmt: skip
     parser.add_argument(
         "--finalists", type=int,
@@ -291,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.warm_up,
                 run_seed(args),
                 args.paired,
+                1,
+                args.margin,
             )
             for s in surfaces(args)
         ]
