@@ -88,13 +88,26 @@ class Trials:
 
     def measure_trial(self, study: Study, asked: Asked, results: list[TrialResult]) -> Ended:
         """What the asked trial ends with, not yet told (:meth:`Ended.tell`): several trials at
-        once tell theirs in the order they end. An error that stops the run is told at once."""
+        once tell theirs in the order they end. An error that stops the run is told at once
+        (:func:`tell_stopped`) and raised."""
+        start = self.clock()
+        try:
+            return self.ended(asked, results)
+        except BaseException as exc:
+            tell_stopped(study, asked, exc, self.clock() - start, self.log(asked.number))
+            raise
+
+    def ended(self, asked: Asked, results: list[TrialResult]) -> Ended:
+        """The asked trial measured, or pruned, or failed for a reason of the candidate's own.
+        Anything else stops the run and is raised: the data or the machine at fault
+        (:meth:`_not_the_candidate`), a crash, a stop request. Touches no study, so a worker
+        elsewhere can run it (:mod:`autotune.fleet`)."""
         start = self.clock()
         yours = asked.baseline or asked.as_is  # your config, or its twin here: measured wherever it lies
         pruned = walk.stand_in(results, asked.candidate, self.prep.space, self.prep.scoring, yours)
+        if pruned is not None:
+            return Ended(pruned=pruned)
         try:
-            if pruned is not None:
-                return Ended(pruned=pruned)
             measurement = self._measure_twice(asked, results)
             return Ended(measurement=measurement, duration_s=self.clock() - start)
         except (LaunchError, MeasurementError, ConfigError) as exc:  # this candidate failed
@@ -102,24 +115,9 @@ class Trials:
             why = _reason(exc, _tail(log, None))  # the load error may lie far above the log's end
             stop = self._not_the_candidate(exc, why, asked.candidate, log)
             if stop is not None:  # measured again on --resume
-                study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
                 raise stop from exc
             wrong = isinstance(exc, WrongOutputError)
             return Ended(failed=(why, _tail(log), wrong), duration_s=self.clock() - start)
-        except (WorkloadError, MachineLimitError, YourConfigError):  # not the config's: the run stops
-            study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
-            raise
-        except Exception as exc:  # a crash: recorded with its reason, never re-run; the run stops
-            if disk_full(exc) is not None:  # not the candidate's fault: measured again on --resume
-                with contextlib.suppress(Exception):  # the study may be what could not be written
-                    study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
-                raise
-            tail = _tail(self.log(asked.number))
-            study.tell_failed(asked, _crash_reason(exc), tail, self.clock() - start)
-            raise
-        except BaseException:  # a stop request: measured again on --resume
-            study.tell_failed(asked, INTERRUPTED, "", self.clock() - start, interrupted=True)
-            raise
 
     def _not_the_candidate(
         self, exc: AutotuneError, why: str, candidate: Candidate, log: Path
@@ -307,6 +305,18 @@ class Trials:
             + "; ".join(failures),
             hint="--output-check off measures candidates without comparing their answers",
         )
+
+
+def tell_stopped(study: Study, asked: Asked, exc: BaseException, duration_s: float, log: Path) -> None:
+    """Tell ``study`` of a trial ``exc`` stopped. The data or the machine at fault, a full disk, or
+    a stop request: interrupted, so --resume measures it again. A crash: failed with its reason,
+    never run again."""
+    stops = (WorkloadError, MachineLimitError, YourConfigError)
+    if isinstance(exc, Exception) and not isinstance(exc, stops) and disk_full(exc) is None:
+        study.tell_failed(asked, _crash_reason(exc), _tail(log), duration_s)
+        return
+    with contextlib.suppress(Exception):  # a full disk: the study may be what could not be written
+        study.tell_failed(asked, INTERRUPTED, "", duration_s, interrupted=True)
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     counts = sorted(set(args.at_once) | {1})
     started = time.monotonic()
     chosen = surfaces(args)
-    options = (args.max_trials, args.repeats, args.finalists, args.warm_up)
+    options = (args.runs, args.max_trials, args.repeats, args.finalists, args.warm_up, run_seed(args))
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = {
-            (s.name, n): pool.submit(run_surface, s, args.runs, *options, run_seed(args), False, n, args.margin)
+            (s.name, n): pool.submit(run_surface, s, *options, False, n, args.margin)
             for s in chosen
             for n in counts
         }
