@@ -225,6 +225,20 @@ def _add_run(sub: Any) -> None:
     run.add_argument("--storage", help="Optuna storage URL shared by several workers (e.g. postgresql://...)")
     run.add_argument("--study-name", help="study name in --storage (workers of one study use the same)")
     run.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the trials on a Ray cluster, several at once (auto: the cluster this machine runs; "
+        "pip install 'autotune[ray]'). Each node offers trials with ray start --resources "
+        "'{\"autotune\": N}' and reaches the model repository and --reports-dir at the same path "
+        "(docs/fleet.md)",
+    )
+    run.add_argument(
+        "--trials-at-once",
+        type=int,
+        metavar="N",
+        help="with --ray: at most N trials at once (default: as many as the nodes offer)",
+    )
+    run.add_argument(
         "--margin",
         type=float,
         help="latency headroom kept under the SLA: while searching, a point counts as meeting "
@@ -502,6 +516,8 @@ def settings_from(args: argparse.Namespace, record: RunRecord | None = None) -> 
         seed=opts.seed,
         storage=args.storage,
         study_name=args.study_name,
+        ray=args.ray,
+        trials_at_once=args.trials_at_once,
         finalists=opts.finalists,
         repeats=opts.repeats,
         margin=opts.margin,  # checked here, before the SLA is tightened by it

@@ -8,6 +8,7 @@ the message and edits the copy.
 
 from __future__ import annotations
 
+import copyreg
 from pathlib import Path
 from typing import TypeAlias
 
@@ -28,6 +29,21 @@ TRT_BACKENDS = frozenset({"onnxruntime", "tensorflow"})
 TRT_PLATFORMS = frozenset({"onnxruntime_onnx", "tensorflow_savedmodel", "tensorflow_graphdef"})
 WORKSPACE = "max_workspace_size_bytes"  # a TensorRT accelerator's parameter, in bytes
 KINDS = {"KIND_CPU": mc.ModelInstanceGroup.KIND_CPU, "KIND_GPU": mc.ModelInstanceGroup.KIND_GPU}
+
+
+def from_bytes(data: bytes) -> ModelConfig:
+    """A config from its wire bytes: how a pickled config is read back."""
+    return ModelConfig.FromString(data)
+
+
+def _reduce(config: ModelConfig) -> tuple[object, tuple[bytes]]:
+    return from_bytes, (config.SerializeToString(),)
+
+
+# tritonclient's generated module names itself ``model_config_pb2``, which no import finds, so
+# pickle (and Ray's, to ship a run to its nodes: autotune.fleet) cannot find the class: a config
+# travels as its wire bytes instead
+copyreg.pickle(ModelConfig, _reduce)
 
 
 def data_type_name(value: int) -> str:

@@ -43,6 +43,7 @@ class TrialResult:
     interrupted: bool = False
     # FAIL because its answers differed from your config's (autotune.outputs): infeasible, however fast
     wrong_outputs: bool = False
+    node: str = ""  # the Ray node that measured it ("": this machine; autotune.fleet)
 
     @property
     def output_check(self) -> str:

@@ -559,6 +559,8 @@ class RunSettings:
     seed: int | None = None
     storage: str | None = None  # an Optuna RDB URL; default SQLite in the run directory
     study_name: str | None = None
+    ray: str | None = None  # a Ray cluster's address: trials run there, several at once (autotune.fleet)
+    trials_at_once: int | None = None  # with ray: at most this many (None: as many as its nodes offer)
     plan: WindowPlan = field(default_factory=WindowPlan)
     finalists: int = _DEFAULT.finalists
     repeats: int = _DEFAULT.repeats
@@ -588,6 +590,11 @@ class RunSettings:
             raise UsageError(f"--trt-build-timeout-s must be > 0, got {self.trt_build_timeout_s:g}")
         if not 0.0 <= self.margin < 0.5:
             raise UsageError(f"--margin must be in [0, 0.5), got {self.margin}")
+        if self.trials_at_once is not None and (self.ray is None or self.trials_at_once < 1):
+            raise UsageError(
+                f"--trials-at-once must be >= 1 and needs --ray (one machine measures one trial at a "
+                f"time), got {self.trials_at_once}"
+            )
         if self.protocol not in ("http", "grpc"):
             raise UsageError(f"--protocol must be http or grpc, got {self.protocol!r}")
         parse_tolerance(self.output_tolerance)  # a UsageError now, not at the first candidate

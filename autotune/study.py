@@ -388,4 +388,5 @@ def _from_attrs(number: int, state: str, params: dict[str, Any], attrs: dict[str
         reused_from=attrs.get("reused_from"),
         interrupted=bool(attrs.get("interrupted")),
         wrong_outputs=attrs.get("output_check") == "differs",
+        node=str(attrs.get("node", "")),
     )

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autotune import __version__, finals, hostlock, stopping
+from autotune import __version__, finals, fleet, hostlock, stopping
 from autotune import model_config as mcfg
 from autotune.config_edit import edit_in_place, text_diff
 from autotune.errors import DiskFullError, WorkloadError
@@ -49,22 +49,27 @@ def tune(prep: Prepared, events: Events | None = None, *, wait: bool = False) ->
         path = settings.run_dir or RunDir.new_path(settings.reports_dir, settings.model, _run_id())
         lease.name(str(path))  # what a run refused meanwhile is told
         launcher = make_launcher(settings.launch, path.name)  # a wrong set-up fails before any write
-        run, study = _open(prep, path)
-        trials = Trials(prep, LaunchedServers(prep, launcher, run.record.run_id), run, events)
+        workers = fleet.RayWorkers(prep, settings.ray, settings.trials_at_once) if settings.ray else None
         try:
-            return _search(prep, trials, study)
+            run, study = _open(prep, path)
+            trials = Trials(prep, LaunchedServers(prep, launcher, run.record.run_id), run, events)
+            try:
+                return _search(prep, trials, study, workers)
+            finally:
+                trials.close()
         finally:
-            trials.close()
+            if workers is not None:
+                workers.close()
 
 
-def _search(prep: Prepared, trials: Trials, study: Study) -> Outcome:
+def _search(prep: Prepared, trials: Trials, study: Study, workers: Workers | None = None) -> Outcome:
     """Trials until the budget or convergence ends them, the finalists raced, the winner
     written. Room for the report is kept on the disk meanwhile (:class:`Room`): a disk that
     fills up ends the run with a :class:`DiskFullError`, its trials and report kept."""
     run = trials.run_dir
     room = Room(run.path, RUN_ROOM_BYTES)
     try:
-        run = search(prep, trials, study)
+        run = search(prep, trials, study, workers)
         room.release()
         outcome = _finish(prep, trials, run, study)  # written while the last server stops
         if trials.deadline is not None and (over := trials.clock() - trials.deadline) > 0:

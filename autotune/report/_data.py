@@ -45,7 +45,7 @@ from autotune.results import (
 # A trial's own columns; its point's columns follow (see point_columns).
 TRIAL_COLUMNS = (
     "trial", "label", "params", "state", "baseline", "feasible", "reused_from", "reason", "log_tail",
-    "duration_s", "output_check", "ready_s",
+    "duration_s", "output_check", "ready_s", "node",
 )  # fmt: skip
 # A point's GPU figures across its GPUs (gpu_summary): average utilisation (%), peak memory
 # (MiB, the most any one GPU used), average power (W); None without figures.
@@ -240,7 +240,7 @@ def _trial_columns(trial: TrialResult) -> dict[str, Any]:
         "params": dict(trial.params), "state": trial.state, "baseline": trial.baseline,
         "feasible": trial.feasible, "reused_from": trial.reused_from, "reason": trial.reason,
         "log_tail": trial.log_tail, "duration_s": trial.duration_s, "output_check": trial.output_check,
-        "ready_s": trial.measurement.ready_s if trial.measurement else None,
+        "ready_s": trial.measurement.ready_s if trial.measurement else None, "node": trial.node,
     }  # fmt: skip
 
 
@@ -453,12 +453,15 @@ CSV_GPU = (*GPU_COLUMNS, "gpu_detail")
 
 def csv_head(data: ReportData) -> tuple[str, ...]:
     """trials.csv's columns before the parameters: :data:`CSV_HEAD`, with :data:`CSV_PER_GPU`
-    in a per-GPU run, :data:`CSV_GPU` in a run with GPU figures and ``each_model`` in a run of
-    several models on one server."""
+    in a per-GPU run, :data:`CSV_GPU` in a run with GPU figures, ``each_model`` in a run of
+    several models on one server and ``node`` in a run on a Ray cluster (the node that measured
+    each trial)."""
     at = CSV_HEAD.index("goodput") + 1
     head = (*CSV_HEAD[:at], *(CSV_PER_GPU if data.per_gpu else ()), *CSV_HEAD[at:])
     beside = data.trials["each_model"].fillna("").astype(bool).any()
-    return (*head, *(CSV_GPU if data.has_gpus else ()), *(("each_model",) if beside else ()))
+    nodes = data.trials["node"].fillna("").astype(bool).any()
+    extra = (*(("each_model",) if beside else ()), *(("node",) if nodes else ()))
+    return (*head, *(CSV_GPU if data.has_gpus else ()), *extra)
 
 
 def trials_frame(data: ReportData) -> pd.DataFrame:

@@ -1,0 +1,124 @@
+"""Trials on a Ray cluster: each trial a Ray task on a node, several at once.
+
+``autotune run ... --ray ADDRESS`` measures up to ``--trials-at-once`` trials together. This
+process asks the study and tells it; each task serves its candidate with the run's own launcher
+on its node, measures it (:meth:`autotune.trials.Trials.ended`) and returns how it ended and
+where. A node offers trials through the ``autotune`` resource (``ray start --resources
+'{"autotune": 1}'``: one trial at a time there); a trial on GPUs asks for them too, and Ray sets
+``CUDA_VISIBLE_DEVICES``. The nodes reach the model repository and the run directory through a
+path they share. A task whose node is lost runs again on another (Ray's retries): the study
+counts it once. Ray is the optional extra ``autotune[ray]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from autotune.errors import LaunchError, UsageError
+from autotune.events import Events
+from autotune.launch import make_launcher
+from autotune.launched import LaunchedServers
+from autotune.prepare import Prepared
+from autotune.results import TrialResult
+from autotune.rundir import RunDir
+from autotune.study import Asked, Study
+from autotune.trials import Ended, Trials, tell_stopped
+
+T = TypeVar("T")
+RESOURCE = "autotune"  # a node offers this many trials at once
+RETRIES = 3  # a task whose node was lost runs again on another, this many times at most
+
+
+def _ray() -> Any:
+    """The ray module, or a UsageError that says how to get it."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise UsageError("--ray needs Ray: pip install 'autotune[ray]'") from exc
+
+
+class RayWorkers:
+    """:class:`autotune.workers.Workers` on a Ray cluster. ``at_once`` None: as many trials as
+    the cluster's nodes offer (:data:`RESOURCE`)."""
+
+    def __init__(self, prep: Prepared, address: str, at_once: int | None = None) -> None:
+        self.ray, self.prep = _ray(), prep
+        self.started_ray = not self.ray.is_initialized()
+        if self.started_ray:
+            try:
+                self.ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise LaunchError(f"no Ray cluster at {address}: {str(exc).splitlines()[0]}") from exc
+        offered = int(self.ray.cluster_resources().get(RESOURCE, 0))
+        if offered < 1:
+            self.close()
+            raise LaunchError(
+                f"no node of the Ray cluster at {address} offers trials",
+                hint=f"start each node with: ray start ... --resources '{{\"{RESOURCE}\": 1}}'",
+            )
+        self.at_once = min(at_once or offered, offered)
+        self.task = self.ray.remote(max_retries=RETRIES, retry_exceptions=False)(trial_on_node)
+        self.flying: dict[Any, tuple[Asked, float]] = {}  # each task in flight: its trial, its start
+
+    def free(self) -> bool:
+        return len(self.flying) < self.at_once
+
+    def busy(self) -> bool:
+        return bool(self.flying)
+
+    def start(self, trials: Trials, study: Study, results: list[TrialResult]) -> None:
+        asked = trials.ask(study)
+        gpus = len(asked.candidate.gpus) if asked.candidate.kind == "KIND_GPU" else 0
+        shipped = replace(asked, trial=cast(Any, None))  # the study stays here
+        ref = self.task.options(resources={RESOURCE: 1}, num_cpus=0, num_gpus=gpus).remote(
+            self.prep, trials.run_dir.path, shipped, results
+        )
+        self.flying[ref] = (asked, trials.clock())
+
+    def wait(self, trials: Trials, study: Study) -> None:
+        (ref,), _ = self.ray.wait(list(self.flying), num_returns=1)
+        asked, began = self.flying.pop(ref)
+        try:
+            ended, node = self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:  # the trial raised on its node: as here
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+            tell_stopped(study, asked, cause, trials.clock() - began, trials.log(asked.number))
+            raise cause from None
+        except self.ray.exceptions.RayError as exc:  # its nodes were lost, every retry
+            why = f"its node was lost ({type(exc).__name__}), {RETRIES} times"
+            ended, node = Ended(failed=(why, "", False), duration_s=trials.clock() - began), ""
+        asked.set({"node": node})
+        trials.events.trial_finished(ended.tell(study, asked))
+
+    def each(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        """The race's rounds, here, one after another."""
+        return [call() for call in calls]
+
+    def close(self) -> None:
+        """Tasks in flight cancelled (their servers go with their workers), and Ray left."""
+        for ref in self.flying:
+            self.ray.cancel(ref, force=True)
+        self.flying.clear()
+        if self.started_ray:
+            self.ray.shutdown()
+
+
+def trial_on_node(
+    prep: Prepared, run_path: Path, asked: Asked, results: list[TrialResult]
+) -> tuple[Ended, str]:
+    """A Ray task: ``asked`` served and measured on this node with the run's launcher; how it
+    ended, and this node's name (its host and Ray's node id)."""
+    ray = _ray()
+    run = RunDir.load(run_path)
+    launcher = make_launcher(prep.settings.launch, f"{run.path.name}-{asked.number:03d}")
+    trials = Trials(prep, LaunchedServers(prep, launcher, run.record.run_id), run, Events())
+    node = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
+    try:
+        return trials.ended(asked, results), node
+    finally:
+        trials.close()

@@ -1,0 +1,100 @@
+"""Trials on a real Ray cluster (autotune.fleet): two nodes on this machine, real raylets, each
+node offering one trial at a time; the toy model served by the local launcher on the nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CLI, servers_of, toy_run_args
+
+pytestmark = [pytest.mark.integration, pytest.mark.ray]
+
+# every process of the cluster (head, node, driver, workers) on 127.0.0.1, never the interface
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+NODE = {"num_cpus": 1, "resources": {"autotune": 1}, "object_store_memory": 100 * 2**20}
+
+
+@pytest.fixture
+def cluster() -> Iterator[Any]:
+    before = {k: os.environ.get(k) for k in LOOPBACK}
+    os.environ.update(LOOPBACK)  # before Ray is imported: it reads them then
+    pytest.importorskip("ray", reason="Ray is the optional extra autotune[ray] (make install has it)")
+    from ray.cluster_utils import Cluster
+
+    made = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
+    try:
+        made.add_node(**NODE)
+        made.wait_for_nodes()
+        yield made
+    finally:
+        made.shutdown()
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run(cluster: Any, repo: Path, space: Path, reports: Path, *extra: str) -> subprocess.Popen[str]:
+    argv = [*CLI, *toy_run_args(repo, space, reports, "--repeats", "1", "--ray", cluster.address, *extra)]
+    return subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **LOOPBACK},
+    )  # fmt: skip
+
+
+def _trials(run_dir: Path) -> list[Any]:
+    """The run's trials as Optuna holds them (their start and end times included)."""
+    import optuna
+
+    name = json.loads((run_dir / "run.json").read_text())["study_name"]
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{run_dir / 'study.db'}").trials
+
+
+def test_two_nodes_measure_two_trials_at_once_and_each_trial_names_its_node(
+    cluster: Any, toy_repo: Path, small_space: Path, tmp_path: Path
+) -> None:
+    proc = _run(cluster, toy_repo, small_space, tmp_path / "reports", "--max-trials", "4", "--seed", "1")
+    out = proc.communicate(timeout=500)[0]
+    assert proc.returncode == 0, out
+    run_dir = next((tmp_path / "reports" / "toy").iterdir())
+    trials = [t for t in _trials(run_dir) if t.state.name == "COMPLETE"]
+    assert len(trials) >= 2, out
+    nodes = {t.user_attrs["node"] for t in trials}
+    assert len(nodes) == 2 and all(nodes), nodes  # both nodes measured, each trial names its own
+    spans = sorted((t.datetime_start, t.datetime_complete) for t in trials)
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), spans  # two at once
+    csv = (run_dir / "trials.csv").read_text().splitlines()
+    column = csv[0].split(",").index("node")
+    assert all(row.split(",")[column] for row in csv[1:] if ",COMPLETE," in row), csv
+    assert servers_of(run_dir) == []
+
+
+def test_a_node_lost_mid_trial_the_run_completes_every_trial_counted_once(
+    cluster: Any, toy_repo: Path, small_space: Path, tmp_path: Path
+) -> None:
+    proc = _run(cluster, toy_repo, small_space, tmp_path / "reports", "--max-trials", "4", "--seed", "2")
+    deadline = time.monotonic() + 300
+    run_dir = None
+    while time.monotonic() < deadline and proc.poll() is None:  # both nodes serving a trial
+        runs = list((tmp_path / "reports" / "toy").glob("*")) if (tmp_path / "reports" / "toy").exists() else []
+        run_dir = runs[0] if runs else None
+        if run_dir is not None and len(servers_of(run_dir)) >= 2:
+            break
+        time.sleep(0.2)
+    assert run_dir is not None and proc.poll() is None, proc.communicate()[0]
+    cluster.remove_node(cluster.list_all_nodes()[-1])  # the second node, mid-trial
+    out = proc.communicate(timeout=500)[0]
+    assert proc.returncode == 0, out
+    trials = _trials(run_dir)
+    assert all(t.state.name in ("COMPLETE", "PRUNED", "FAIL") for t in trials), trials
+    assert len(trials) <= 4  # the lost trial ran again within its own trial: counted once
+    assert servers_of(run_dir) == []
