@@ -4,8 +4,7 @@ measured under arrivals at a rate (:func:`check_open_loop`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
-from functools import partial
+from dataclasses import dataclass, replace
 
 from autotune import openfiles, stopping
 from autotune.errors import LaunchError, MeasurementError
@@ -45,34 +44,13 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study, workers: Wor
     )  # fmt: skip
     by_number = {r.number: r for r in [*ranked, *([yours] if yours else [])]}
     searched = level_search.measured_points(results)
-
-    def measured(numbers: Sequence[int], ahead: int = 0) -> dict[int, Point | None]:
-        """A round of each of ``numbers``: on one server (where they can share one) in an order
-        that turns each round; else, or where that failed them, each on its own (``ahead``: the
-        rounds served beside it, before it in turn)."""
-        out: dict[int, Point | None] = {}
-        racers = [by_number[n] for n in numbers]
-        seen = [*searched, *(p for rounds in state.rounds.values() for p in rounds)]
-        noise = level_search.latency_noise(seen, settings.plan.percentile)  # the warm-up test's spread
-        plans = {
-            n: level_search.judged_at(settings.plan, state.sla.limit_ms, state.rounds[n], noise)
-            for n in numbers
-        }
-        # not on GPUs: a server's GPU figures (its memory) are all its models'
-        on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in racers)
-        if len(racers) > 1 and not on_gpus and trials.can_share():
-            turn = (state.count[numbers[0]] + ahead) % len(racers)
-            out.update(_shared_round(prep, trials, [*racers[turn:], *racers[:turn]], state, plans, ahead))
-        for r in racers:
-            if r.number not in out:
-                out[r.number] = _round(
-                    prep, trials, r, state.level[r.number], plans[r.number], state.count[r.number] + ahead
-                )
-        return out
-
     workers = workers or OneAtATime()
     while (rounds := state.next_rounds(workers.at_once, trials.out_of_time(trials.check_s))) is not None:
-        served = workers.each([partial(measured, numbers, i) for i, numbers in enumerate(rounds)])
+        jobs = [
+            _job(prep, trials, state, [by_number[n] for n in numbers], searched, i)
+            for i, numbers in enumerate(rounds)
+        ]
+        served = workers.each(trials, serve_round, jobs)
         state.take_all(served, trials.out_of_time(trials.check_s))
     if state.out_of_time:
         trials.events.said(
@@ -81,6 +59,56 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study, workers: Wor
     out = state.verifications([r.number for r in ranked] + _raced_control(yours, state))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))
+
+
+@dataclass(frozen=True)
+class RoundJob:
+    """One race round to serve: its racers, each one's level, round index and plan, and whether
+    they share one server (first ``turn`` places later: the order turns each round)."""
+
+    racers: tuple[TrialResult, ...]
+    levels: dict[int, float]
+    counts: dict[int, int]
+    plans: dict[int, WindowPlan]
+    shared: bool
+    turn: int = 0
+
+
+def _job(
+    prep: Prepared, trials: Trials, state: Race, racers: Sequence[TrialResult], searched: Sequence[Point],
+    ahead: int,
+) -> RoundJob:  # fmt: skip
+    """The round of ``racers`` the race asked for, ``ahead`` rounds of it served beside it before
+    it in turn: each racer judged with its earlier rounds at its level
+    (:func:`level_search.judged_at`); on one server where they can share one (not on GPUs: a
+    server's GPU figures, its memory, are all its models')."""
+    numbers = [r.number for r in racers]
+    seen = [*searched, *(p for rounds in state.rounds.values() for p in rounds)]
+    noise = level_search.latency_noise(seen, prep.settings.plan.percentile)  # the warm-up test's spread
+    plans = {
+        n: level_search.judged_at(prep.settings.plan, state.sla.limit_ms, state.rounds[n], noise)
+        for n in numbers
+    }
+    on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in racers)
+    shared = len(racers) > 1 and not on_gpus and trials.can_share()
+    counts = {n: state.count[n] + ahead for n in numbers}
+    turn = counts[numbers[0]] % len(racers)
+    return RoundJob(tuple(racers), {n: state.level[n] for n in numbers}, counts, plans, shared, turn)
+
+
+def serve_round(trials: Trials, job: RoundJob) -> dict[int, Point | None]:
+    """A round of each racer of ``job``: on one server where they share one, in its turned order;
+    else, or where that failed them, each on its own (None: it failed)."""
+    prep = trials.prep
+    out: dict[int, Point | None] = {}
+    if job.shared:
+        out.update(_shared_round(prep, trials, [*job.racers[job.turn :], *job.racers[: job.turn]], job))
+    for r in job.racers:
+        if r.number not in out:
+            out[r.number] = _round(
+                prep, trials, r, job.levels[r.number], job.plans[r.number], job.counts[r.number]
+            )
+    return out
 
 
 def control(results: Sequence[TrialResult], ranked: Sequence[TrialResult]) -> TrialResult | None:
@@ -115,17 +143,12 @@ def _round(
 
 
 def _shared_round(
-    prep: Prepared,
-    trials: Trials,
-    contenders: Sequence[TrialResult],
-    state: Race,
-    plans: dict[int, WindowPlan],
-    ahead: int = 0,
+    prep: Prepared, trials: Trials, contenders: Sequence[TrialResult], job: RoundJob
 ) -> dict[int, Point]:
     """A round of several racers on one fresh server, each staged under a name of its own and
     measured in turn at its level by its plan; those it failed are left out."""
     numbers = [r.number for r in contenders]
-    name = f"race-{'+'.join(f'{n:03d}' for n in numbers)}-{state.count[numbers[0]] + ahead + 1}"
+    name = f"race-{'+'.join(f'{n:03d}' for n in numbers)}-{job.counts[numbers[0]] + 1}"
     alias = {r.number: f"{prep.settings.model}__race{r.number:03d}" for r in contenders}
     candidates = {alias[r.number]: r.candidate for r in contenders if r.candidate is not None}
     out: dict[int, Point] = {}
@@ -133,8 +156,8 @@ def _shared_round(
         with trials.serve_all(candidates, trials.run_dir.log(f"{name}.log"), name) as server:
             for n in numbers:
                 try:
-                    gen = trials.generator(server, plans[n], alias[n])
-                    out[n] = _point(prep, trials, gen, n, state.level[n], state.count[n] + ahead)
+                    gen = trials.generator(server, job.plans[n], alias[n])
+                    out[n] = _point(prep, trials, gen, n, job.levels[n], job.counts[n])
                 except MeasurementError:
                     if not server.alive():
                         break

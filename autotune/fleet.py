@@ -30,6 +30,7 @@ from autotune.study import Asked, Study
 from autotune.trials import Ended, Trials, tell_stopped
 
 T = TypeVar("T")
+J = TypeVar("J")
 RESOURCE = "autotune"  # a node offers this many trials at once
 RETRIES = 3  # a task whose node was lost runs again on another, this many times at most
 
@@ -63,6 +64,7 @@ class RayWorkers:
             )
         self.at_once = min(at_once or offered, offered)
         self.task = self.ray.remote(max_retries=RETRIES, retry_exceptions=False)(trial_on_node)
+        self.rounds = self.ray.remote(max_retries=RETRIES, retry_exceptions=False)(round_on_node)
         self.flying: dict[Any, tuple[Asked, float]] = {}  # each task in flight: its trial, its start
 
     def free(self) -> bool:
@@ -95,9 +97,19 @@ class RayWorkers:
         asked.set({"node": node})
         trials.events.trial_finished(ended.tell(study, asked))
 
-    def each(self, calls: Sequence[Callable[[], T]]) -> list[T]:
-        """The race's rounds, here, one after another."""
-        return [call() for call in calls]
+    def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
+        """The race's rounds, each a task on a node of its own where the nodes allow: a round asks
+        for the GPUs of its racer that needs most."""
+        refs = [
+            self.rounds.options(resources={RESOURCE: 1}, num_cpus=0, num_gpus=_gpus(job)).remote(
+                self.prep, trials.run_dir.path, serve, job
+            )
+            for job in jobs
+        ]
+        try:
+            return cast(list[T], self.ray.get(refs))
+        except self.ray.exceptions.RayTaskError as exc:
+            raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
 
     def close(self) -> None:
         """Tasks in flight cancelled (their servers go with their workers), and Ray left."""
@@ -113,12 +125,38 @@ def trial_on_node(
 ) -> tuple[Ended, str]:
     """A Ray task: ``asked`` served and measured on this node with the run's launcher; how it
     ended, and this node's name (its host and Ray's node id)."""
-    ray = _ray()
-    run = RunDir.load(run_path)
-    launcher = make_launcher(prep.settings.launch, f"{run.path.name}-{asked.number:03d}")
-    trials = Trials(prep, LaunchedServers(prep, launcher, run.record.run_id), run, Events())
-    node = f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
+    trials = _trials_here(prep, run_path)
     try:
-        return trials.ended(asked, results), node
+        return trials.ended(asked, results), node_name()
     finally:
         trials.close()
+
+
+def round_on_node(prep: Prepared, run_path: Path, serve: Callable[[Trials, J], T], job: J) -> T:
+    """A Ray task: a race round (``serve`` of ``job``) on this node."""
+    trials = _trials_here(prep, run_path)
+    try:
+        return serve(trials, job)
+    finally:
+        trials.close()
+
+
+def _trials_here(prep: Prepared, run_path: Path) -> Trials:
+    """Trials on this node: the run's launcher here, the run's directory through the shared path."""
+    run = RunDir.load(run_path)
+    launcher = make_launcher(prep.settings.launch, run.record.run_id)
+    return Trials(prep, LaunchedServers(prep, launcher, run.record.run_id), run, Events())
+
+
+def node_name() -> str:
+    """This node: its host and the start of Ray's node id."""
+    return f"{socket.gethostname()}/{_ray().get_runtime_context().get_node_id()[:8]}"
+
+
+def _gpus(job: Any) -> int:
+    """The most GPUs one racer of a race round's ``job`` runs on."""
+    racers = getattr(job, "racers", ())
+    return max(
+        (len(r.candidate.gpus) for r in racers if r.candidate is not None and r.candidate.kind == "KIND_GPU"),
+        default=0,
+    )

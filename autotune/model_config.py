@@ -9,6 +9,7 @@ the message and edits the copy.
 from __future__ import annotations
 
 import copyreg
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeAlias
 
@@ -36,7 +37,7 @@ def from_bytes(data: bytes) -> ModelConfig:
     return ModelConfig.FromString(data)
 
 
-def _reduce(config: ModelConfig) -> tuple[object, tuple[bytes]]:
+def _reduce(config: ModelConfig) -> tuple[Callable[[bytes], ModelConfig], tuple[bytes]]:
     return from_bytes, (config.SerializeToString(),)
 
 

@@ -49,6 +49,7 @@ from autotune.traffic import Loader
 from autotune.trials import Ended, Trials
 
 T = TypeVar("T")
+J = TypeVar("J")
 
 QUIET_WINDOW_S = 0.5  # a surface's noise (cv) is that of a window this long; longer ones are quieter
 # a server started with several models takes this share of a start longer for each model after the first
@@ -675,11 +676,11 @@ class SimWorkers:
         self.servers.now = max(self.servers.now, end)
         trials.events.trial_finished(ended.tell(study, asked))
 
-    def each(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+    def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
         now, out, ends = self.servers.now, [], []
-        for call in calls:
+        for job in jobs:
             self.servers.now = now
-            out.append(call())
+            out.append(serve(trials, job))
             ends.append(self.servers.now)
         self.servers.now = max(ends, default=now)
         return out

@@ -16,6 +16,7 @@ from autotune.study import Study
 from autotune.trials import Trials
 
 T = TypeVar("T")
+J = TypeVar("J")
 
 
 class Workers(Protocol):
@@ -39,8 +40,10 @@ class Workers(Protocol):
         """Tell the study of the next trial in flight to end."""
         ...
 
-    def each(self, calls: Sequence[Callable[[], T]]) -> list[T]:
-        """Each call on a worker of its own, all at once; their results in order."""
+    def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
+        """``serve`` of each job on a worker of its own, all at once (the race's rounds); their
+        results in order. ``serve`` is a module's function: a worker elsewhere runs it with trials
+        of its own."""
         ...
 
 
@@ -61,5 +64,5 @@ class OneAtATime:
     def wait(self, trials: Trials, study: Study) -> None:
         raise AssertionError("nothing is in flight one trial at a time")
 
-    def each(self, calls: Sequence[Callable[[], T]]) -> list[T]:
-        return [call() for call in calls]
+    def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
+        return [serve(trials, job) for job in jobs]

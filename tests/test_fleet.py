@@ -3,6 +3,7 @@ node offering one trial at a time; the toy model served by the local launcher on
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -71,7 +72,7 @@ def test_two_nodes_measure_two_trials_at_once_and_each_trial_names_its_node(
     nodes = {t.user_attrs["node"] for t in trials}
     assert len(nodes) == 2 and all(nodes), nodes  # both nodes measured, each trial names its own
     spans = sorted((t.datetime_start, t.datetime_complete) for t in trials)
-    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), spans  # two at once
+    assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), spans  # two at once
     csv = (run_dir / "trials.csv").read_text().splitlines()
     column = csv[0].split(",").index("node")
     assert all(row.split(",")[column] for row in csv[1:] if ",COMPLETE," in row), csv
@@ -83,10 +84,9 @@ def test_a_node_lost_mid_trial_the_run_completes_every_trial_counted_once(
 ) -> None:
     proc = _run(cluster, toy_repo, small_space, tmp_path / "reports", "--max-trials", "4", "--seed", "2")
     deadline = time.monotonic() + 300
-    run_dir = None
+    run_dir, runs = None, tmp_path / "reports" / "toy"
     while time.monotonic() < deadline and proc.poll() is None:  # both nodes serving a trial
-        runs = list((tmp_path / "reports" / "toy").glob("*")) if (tmp_path / "reports" / "toy").exists() else []
-        run_dir = runs[0] if runs else None
+        run_dir = next(runs.iterdir(), None) if runs.exists() else None
         if run_dir is not None and len(servers_of(run_dir)) >= 2:
             break
         time.sleep(0.2)
