@@ -26,6 +26,7 @@ from autotune.launched import LaunchedServers
 from autotune.prepare import Prepared
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
+from autotune.search_space import Candidate
 from autotune.study import Asked, Study
 from autotune.trials import Ended, Trials, tell_stopped
 
@@ -75,7 +76,7 @@ class RayWorkers:
 
     def start(self, trials: Trials, study: Study, results: list[TrialResult]) -> None:
         asked = trials.ask(study)
-        gpus = len(asked.candidate.gpus) if asked.candidate.kind == "KIND_GPU" else 0
+        gpus = gpus_of(self.prep, asked.candidate)
         shipped = replace(asked, trial=cast(Any, None))  # the study stays here
         ref = self.task.options(resources={RESOURCE: 1}, num_cpus=0, num_gpus=gpus).remote(
             self.prep, trials.run_dir.path, shipped, results
@@ -101,7 +102,7 @@ class RayWorkers:
         """The race's rounds, each a task on a node of its own where the nodes allow: a round asks
         for the GPUs of its racer that needs most."""
         refs = [
-            self.rounds.options(resources={RESOURCE: 1}, num_cpus=0, num_gpus=_gpus(job)).remote(
+            self.rounds.options(resources={RESOURCE: 1}, num_cpus=0, num_gpus=self._round_gpus(job)).remote(
                 self.prep, trials.run_dir.path, serve, job
             )
             for job in jobs
@@ -110,6 +111,10 @@ class RayWorkers:
             return cast(list[T], self.ray.get(refs))
         except self.ray.exceptions.RayTaskError as exc:
             raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
+
+    def _round_gpus(self, job: Any) -> int:
+        """The most GPUs one racer of a race round's ``job`` runs on."""
+        return max((gpus_of(self.prep, r.candidate) for r in getattr(job, "racers", ())), default=0)
 
     def close(self) -> None:
         """Tasks in flight cancelled (their servers go with their workers), and Ray left."""
@@ -153,10 +158,9 @@ def node_name() -> str:
     return f"{socket.gethostname()}/{_ray().get_runtime_context().get_node_id()[:8]}"
 
 
-def _gpus(job: Any) -> int:
-    """The most GPUs one racer of a race round's ``job`` runs on."""
-    racers = getattr(job, "racers", ())
-    return max(
-        (len(r.candidate.gpus) for r in racers if r.candidate is not None and r.candidate.kind == "KIND_GPU"),
-        default=0,
-    )
+def gpus_of(prep: Prepared, candidate: Candidate | None) -> int:
+    """The GPUs a trial of ``candidate`` asks Ray for: those it lists, else (KIND_GPU on every
+    GPU) as many as your server has; none on CPUs. Ray hides the rest (CUDA_VISIBLE_DEVICES)."""
+    if candidate is None or candidate.kind != "KIND_GPU":
+        return 0
+    return len(candidate.gpus) or max(prep.server_gpus, 1)

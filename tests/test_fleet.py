@@ -9,14 +9,18 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from autotune.errors import UsageError
+from autotune.objective import Sla
+from autotune.search_space import Candidate
+from autotune.settings import RunSettings
 from tests.conftest import CLI, servers_of, toy_run_args
-
-pytestmark = [pytest.mark.integration, pytest.mark.ray]
 
 # every process of the cluster (head, node, driver, workers) on 127.0.0.1, never the interface
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -60,6 +64,25 @@ def _trials(run_dir: Path) -> list[Any]:
     return optuna.load_study(study_name=name, storage=f"sqlite:///{run_dir / 'study.db'}").trials
 
 
+def test_a_trial_asks_ray_for_the_gpus_its_candidate_runs_on() -> None:
+    from autotune.fleet import gpus_of
+
+    prep: Any = SimpleNamespace(server_gpus=4)
+    cpu = Candidate(2, "KIND_CPU", (), 8, True, (), 0, False)
+    assert gpus_of(prep, cpu) == 0  # Ray hides every GPU from it
+    assert gpus_of(prep, replace(cpu, kind="KIND_GPU", gpus=(0, 1))) == 2
+    assert gpus_of(prep, replace(cpu, kind="KIND_GPU")) == 4  # on every GPU: the server's count
+
+
+def test_trials_at_once_need_a_cluster() -> None:
+    with pytest.raises(UsageError, match="needs --ray"):
+        RunSettings(model="toy", repository=Path("."), sla=Sla(95, 60.0), trials_at_once=2)
+    with pytest.raises(UsageError, match=">= 1"):
+        RunSettings(model="toy", repository=Path("."), sla=Sla(95, 60.0), ray="auto", trials_at_once=0)
+
+
+@pytest.mark.integration
+@pytest.mark.ray
 def test_two_nodes_measure_two_trials_at_once_and_each_trial_names_its_node(
     cluster: Any, toy_repo: Path, small_space: Path, tmp_path: Path
 ) -> None:
@@ -79,6 +102,8 @@ def test_two_nodes_measure_two_trials_at_once_and_each_trial_names_its_node(
     assert servers_of(run_dir) == []
 
 
+@pytest.mark.integration
+@pytest.mark.ray
 def test_a_node_lost_mid_trial_the_run_completes_every_trial_counted_once(
     cluster: Any, toy_repo: Path, small_space: Path, tmp_path: Path
 ) -> None:
