@@ -12,6 +12,7 @@ counts it once. Ray is the optional extra ``autotune[ray]``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import socket
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from autotune.prepare import Prepared
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search_space import Candidate
-from autotune.study import Asked, Study
+from autotune.study import INTERRUPTED, Asked, Study
 from autotune.trials import Ended, Trials, tell_stopped
 
 T = TypeVar("T")
@@ -87,15 +88,18 @@ class RayWorkers:
         (ref,), _ = self.ray.wait(list(self.flying), num_returns=1)
         asked, began = self.flying.pop(ref)
         try:
-            ended, node = self.ray.get(ref)
+            ended, node, version = self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:  # the trial raised on its node: as here
             cause = exc.cause if isinstance(exc.cause, BaseException) else exc
             tell_stopped(study, asked, cause, trials.clock() - began, trials.log(asked.number))
             raise cause from None
         except self.ray.exceptions.RayError as exc:  # its nodes were lost, every retry
             why = f"its node was lost ({type(exc).__name__}), {RETRIES} times"
-            ended, node = Ended(failed=(why, "", False), duration_s=trials.clock() - began), ""
+            ended, node, version = Ended(failed=(why, "", False), duration_s=trials.clock() - began), "", ""
         asked.set({"node": node})
+        record = trials.run_dir.record
+        made = record.made if not version or "triton" in record.made else {**record.made, "triton": version}
+        trials.run_dir = trials.run_dir.update(nodes={**record.nodes, str(asked.number): node}, made=made)
         trials.events.trial_finished(ended.tell(study, asked))
 
     def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
@@ -112,6 +116,13 @@ class RayWorkers:
         except self.ray.exceptions.RayTaskError as exc:
             raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
 
+    def stop(self, trials: Trials, study: Study) -> None:
+        for ref, (asked, began) in self.flying.items():
+            self.ray.cancel(ref, force=True)  # its worker dies, and its server with it (the guard)
+            with contextlib.suppress(Exception):
+                study.tell_failed(asked, INTERRUPTED, "", trials.clock() - began, interrupted=True)
+        self.flying.clear()
+
     def _round_gpus(self, job: Any) -> int:
         """The most GPUs one racer of a race round's ``job`` runs on."""
         return max((gpus_of(self.prep, r.candidate) for r in getattr(job, "racers", ())), default=0)
@@ -127,12 +138,12 @@ class RayWorkers:
 
 def trial_on_node(
     prep: Prepared, run_path: Path, asked: Asked, results: list[TrialResult]
-) -> tuple[Ended, str]:
+) -> tuple[Ended, str, str]:
     """A Ray task: ``asked`` served and measured on this node with the run's launcher; how it
-    ended, and this node's name (its host and Ray's node id)."""
+    ended, this node's name (its host and Ray's node id), and its server's version."""
     trials = _trials_here(prep, run_path)
     try:
-        return trials.ended(asked, results), node_name()
+        return trials.ended(asked, results), node_name(), trials.servers.version
     finally:
         trials.close()
 
@@ -147,8 +158,11 @@ def round_on_node(prep: Prepared, run_path: Path, serve: Callable[[Trials, J], T
 
 
 def _trials_here(prep: Prepared, run_path: Path) -> Trials:
-    """Trials on this node: the run's launcher here, the run's directory through the shared path."""
+    """Trials on this node: the run's launcher here, the run's directory through the shared path.
+    Only the driver writes run.json: the node's copy holds a Triton version already, so serving
+    does not write it (its version goes back with the trial)."""
     run = RunDir.load(run_path)
+    run = replace(run, record=replace(run.record, made={**run.record.made, "triton": ""}))
     launcher = make_launcher(prep.settings.launch, run.record.run_id)
     return Trials(prep, LaunchedServers(prep, launcher, run.record.run_id), run, Events())
 

@@ -77,6 +77,7 @@ class RunRecord:
     # the winner shown ahead of your config in the race, raced beside it (results.gain); None: no
     # verdict (your config did not race); False: keep your config, apply refuses without --force
     shown_better: bool | None = None
+    nodes: dict[str, str] = field(default_factory=dict)  # on a Ray cluster: each trial's node, by number
 
     @property
     def tuned(self) -> str:
@@ -146,6 +147,7 @@ class RunRecord:
             "searched_s": round(self.searched_s, 3),
             "made": dict(self.made),
             "shown_better": self.shown_better,
+            **({"nodes": dict(self.nodes)} if self.nodes else {}),
         }
 
     @classmethod
@@ -184,6 +186,7 @@ class RunRecord:
             searched_s=float(data.get("searched_s", 0.0)),
             shown_better=data.get("shown_better"),
             made={str(k): str(v) for k, v in (data.get("made") or {}).items()},
+            nodes={str(k): str(v) for k, v in (data.get("nodes") or {}).items()},
         )
 
 

@@ -115,16 +115,20 @@ def _trials(prep: Prepared, trials: Trials, study: Study, started: float, worker
     """Trials while :func:`_go_on` says so: a free worker starts the next one; with every worker
     busy, or nothing more to start, the next trial in flight to end is told; then the search
     decides again."""
-    while True:
-        results = study.results()
-        elapsed, reserve = trials.clock() - started, reserve_s(prep, results)
-        if workers.free() and _go_on(prep, study, results, elapsed, reserve, workers.at_once):
-            workers.start(trials, study, results)
-        elif workers.busy():
-            workers.wait(trials, study)
-        else:
-            return
-        trials.run_dir = trials.run_dir.update(searched_s=trials.clock() - started)
+    try:
+        while True:
+            results = study.results()
+            elapsed, reserve = trials.clock() - started, reserve_s(prep, results)
+            if workers.free() and _go_on(prep, study, results, elapsed, reserve, workers.at_once):
+                workers.start(trials, study, results)
+            elif workers.busy():
+                workers.wait(trials, study)
+            else:
+                return
+            trials.run_dir = trials.run_dir.update(searched_s=trials.clock() - started)
+    except BaseException:
+        workers.stop(trials, study)  # the trials in flight: measured again on --resume
+        raise
 
 
 def reserve_s(prep: Prepared, results: Sequence[TrialResult], race: bool = True) -> float:

@@ -40,6 +40,11 @@ class Workers(Protocol):
         """Tell the study of the next trial in flight to end."""
         ...
 
+    def stop(self, trials: Trials, study: Study) -> None:
+        """The run stops: the trials in flight end, told as interrupted (--resume measures them
+        again)."""
+        ...
+
     def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
         """``serve`` of each job on a worker of its own, all at once (the race's rounds); their
         results in order. ``serve`` is a module's function: a worker elsewhere runs it with trials
@@ -63,6 +68,9 @@ class OneAtATime:
 
     def wait(self, trials: Trials, study: Study) -> None:
         raise AssertionError("nothing is in flight one trial at a time")
+
+    def stop(self, trials: Trials, study: Study) -> None:
+        pass  # the trial that was running told its own end (Trials.measure_trial)
 
     def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
         return [serve(trials, job) for job in jobs]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -96,10 +97,24 @@ def test_two_nodes_measure_two_trials_at_once_and_each_trial_names_its_node(
     assert len(nodes) == 2 and all(nodes), nodes  # both nodes measured, each trial names its own
     spans = sorted((t.datetime_start, t.datetime_complete) for t in trials)
     assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), spans  # two at once
+    record = json.loads((run_dir / "run.json").read_text())
+    assert {str(t.number): t.user_attrs["node"] for t in trials}.items() <= record["nodes"].items()
+    assert record["made"]["triton"]  # the nodes' servers' version, though only this process writes run.json
     csv = (run_dir / "trials.csv").read_text().splitlines()
     column = csv[0].split(",").index("node")
     assert all(row.split(",")[column] for row in csv[1:] if ",COMPLETE," in row), csv
     assert servers_of(run_dir) == []
+
+
+def _when_both_nodes_serve(proc: subprocess.Popen[str], reports: Path) -> Path:
+    """The run's directory, once a server runs on each node (two trials at once)."""
+    deadline, runs = time.monotonic() + 300, reports / "toy"
+    while time.monotonic() < deadline and proc.poll() is None:
+        run_dir = next(runs.iterdir(), None) if runs.exists() else None
+        if run_dir is not None and len(servers_of(run_dir)) >= 2:
+            return run_dir
+        time.sleep(0.2)
+    raise AssertionError(proc.communicate()[0])
 
 
 @pytest.mark.integration
@@ -108,18 +123,37 @@ def test_a_node_lost_mid_trial_the_run_completes_every_trial_counted_once(
     cluster: Any, toy_repo: Path, small_space: Path, tmp_path: Path
 ) -> None:
     proc = _run(cluster, toy_repo, small_space, tmp_path / "reports", "--max-trials", "4", "--seed", "2")
-    deadline = time.monotonic() + 300
-    run_dir, runs = None, tmp_path / "reports" / "toy"
-    while time.monotonic() < deadline and proc.poll() is None:  # both nodes serving a trial
-        run_dir = next(runs.iterdir(), None) if runs.exists() else None
-        if run_dir is not None and len(servers_of(run_dir)) >= 2:
-            break
-        time.sleep(0.2)
-    assert run_dir is not None and proc.poll() is None, proc.communicate()[0]
+    run_dir = _when_both_nodes_serve(proc, tmp_path / "reports")
     cluster.remove_node(cluster.list_all_nodes()[-1])  # the second node, mid-trial
     out = proc.communicate(timeout=500)[0]
     assert proc.returncode == 0, out
     trials = _trials(run_dir)
     assert all(t.state.name in ("COMPLETE", "PRUNED", "FAIL") for t in trials), trials
     assert len(trials) <= 4  # the lost trial ran again within its own trial: counted once
+    assert servers_of(run_dir) == []
+
+
+@pytest.mark.integration
+@pytest.mark.ray
+def test_the_driver_stopped_leaves_no_server_on_a_node_and_the_same_command_resumes(
+    cluster: Any, toy_repo: Path, small_space: Path, tmp_path: Path
+) -> None:
+    args = (cluster, toy_repo, small_space, tmp_path / "reports", "--max-trials", "4", "--seed", "3")
+    proc = _run(*args)
+    run_dir = _when_both_nodes_serve(proc, tmp_path / "reports")
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130 and "--resume" in out, out
+    deadline = time.monotonic() + 10
+    while servers_of(run_dir) and time.monotonic() < deadline:  # each node's guard ends its server
+        time.sleep(0.2)
+    assert servers_of(run_dir) == []
+    stopped = [t for t in _trials(run_dir) if t.user_attrs.get("interrupted")]
+    assert len(stopped) >= 2  # both trials in flight, told so: measured again
+    again = _run(*args)
+    out = again.communicate(timeout=500)[0]
+    assert again.returncode == 0 and "resuming the unfinished run" in out, out
+    trials = _trials(run_dir)
+    assert all(t.state.name != "RUNNING" for t in trials)
+    assert sum(not t.user_attrs.get("interrupted") for t in trials) <= 4
     assert servers_of(run_dir) == []
