@@ -835,6 +835,9 @@ class Tally:
     """Runs on one surface, summarised as the acceptance reads them."""
 
     judged: list[Judged] = field(default_factory=list)
+    # the best true goodput under the search's limit over the best under the SLA: the most a run
+    # that keeps --margin can recommend, so `users` is 0 wherever it is under 0.95
+    cap: float = 1.0
 
     def share(self, test: Any) -> float:
         return sum(bool(test(j)) for j in self.judged) / len(self.judged) if self.judged else 0.0
