@@ -19,9 +19,9 @@ configs apart, neither can ``good``). The acceptance of issue 42 reads ``good`` 
 reading latency B times ours would find it (the benchmark re-measures with perf_analyzer).
 ``cap`` is the best true goodput under the search's limit (the SLA less ``--margin``) over the
 best under the SLA: the most a run that keeps the margin can recommend (where it is under 0.95, a
-run reaches ``users`` only with a point that truly breaks the limit). The stability rules these replaced were compared side by side here last at 8192dec
-(benchmarks/results/simulate-20261128-walk.txt; simulate-20261128-rounds6.txt the rules then; both
-in git history at 9f32ffb7024f).
+run reaches ``users`` only with a point that truly breaks the limit). The stability rules these
+replaced were compared side by side here last at 8192dec (benchmarks/results/simulate-20261128-walk.txt;
+simulate-20261128-rounds6.txt the rules then; both in git history at 9f32ffb7024f).
 
     python benchmarks/simulate.py                      # the synthetic families, 200 runs each
     python benchmarks/simulate.py --runs 50 --cv 0.05  # one noise level, fewer runs

@@ -25,6 +25,7 @@ from tests.conftest import CLI, servers_of, toy_run_args
 
 # every process of the cluster (head, node, driver, workers) on 127.0.0.1, never the interface
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+SAME = ("--max-trials", "4", "--seed", "1")  # the space's four configs, each measured
 NODE = {"num_cpus": 1, "resources": {"autotune": 1}, "object_store_memory": 100 * 2**20}
 
 
@@ -84,10 +85,10 @@ def test_trials_at_once_need_a_cluster() -> None:
 
 @pytest.mark.integration
 @pytest.mark.ray
-def test_two_nodes_measure_two_trials_at_once_and_each_trial_names_its_node(
+def test_two_nodes_measure_two_trials_at_once_each_names_its_node_and_the_winner_is_a_local_runs(
     cluster: Any, toy_repo: Path, small_space: Path, tmp_path: Path
 ) -> None:
-    proc = _run(cluster, toy_repo, small_space, tmp_path / "reports", "--max-trials", "4", "--seed", "1")
+    proc = _run(cluster, toy_repo, small_space, tmp_path / "reports", *SAME)
     out = proc.communicate(timeout=500)[0]
     assert proc.returncode == 0, out
     run_dir = next((tmp_path / "reports" / "toy").iterdir())
@@ -104,6 +105,13 @@ def test_two_nodes_measure_two_trials_at_once_and_each_trial_names_its_node(
     column = csv[0].split(",").index("node")
     assert all(row.split(",")[column] for row in csv[1:] if ",COMPLETE," in row), csv
     assert servers_of(run_dir) == []
+    alone = toy_run_args(toy_repo, small_space, tmp_path / "local", "--repeats", "1", *SAME)
+    local = subprocess.run(  # the same tuning on this machine alone, one trial at a time
+        [*CLI, *alone], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=500
+    )
+    assert local.returncode == 0, local.stderr
+    here = next((tmp_path / "local" / "toy").iterdir())
+    assert (run_dir / "winner.pbtxt").read_text() == (here / "winner.pbtxt").read_text()  # the same winner
 
 
 def _when_both_nodes_serve(proc: subprocess.Popen[str], reports: Path) -> Path:
