@@ -34,7 +34,9 @@ SHARES: dict[str, Share] = {
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     parser.description = __doc__
-    parser.add_argument("--at-once", type=int, nargs="+", default=[1, 4, 8], metavar="N")
+    for action in parser._actions:  # simulate.py's --at-once takes one N: this one takes several
+        if action.dest == "at_once":
+            action.nargs, action.default = "+", [1, 4, 8]
     args = parser.parse_args(argv)
     counts = sorted(set(args.at_once) | {1})
     started = time.monotonic()

@@ -227,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"each run's --repeats (default the CLI's: {RunSettings.repeats})",
     )  # fmt: skip
     parser.add_argument(
+        "--at-once", type=int, default=1, metavar="N",
+        help="trials measured at once, in simulated time (sim.SimWorkers; benchmarks/at_once.py compares)",
+    )  # fmt: skip
+    parser.add_argument(
         "--margin", type=float, default=RunSettings.margin,
         help=f"each run's --margin (default the CLI's: {RunSettings.margin:g})",
     )  # fmt: skip
@@ -298,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.warm_up,
                 run_seed(args),
                 args.paired,
-                1,
+                args.at_once,
                 args.margin,
             )
             for s in surfaces(args)
