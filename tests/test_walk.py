@@ -172,6 +172,17 @@ def test_a_candidate_measured_before_is_reused_not_measured_again() -> None:
     assert measured_before(results, b) is None
 
 
+def test_a_candidate_in_flight_stands_in_for_its_twin_but_not_for_your_config() -> None:
+    """Several trials at once: a proposal of a config another trial measures now is not measured
+    twice; your own config is measured wherever it lies."""
+    a = Candidate(1, "KIND_CPU", (), 8, True, (), 0, False)
+    flying = replace(measured(1, 0.0, candidate=a), state=RUNNING, measurement=None)
+    space = parse_search_space(DEFAULT_LIKE)
+    assert stand_in([failed(0), flying], a, space) == (1, "same as trial 1, measured now")
+    assert stand_in([failed(0), flying], replace(a, instance_count=2), space) is None
+    assert measured_before([failed(0), flying], a) is None
+
+
 def test_without_batching_the_max_batch_size_changes_nothing_and_is_not_measured_twice() -> None:
     off = Candidate(2, "KIND_CPU", (), 16, False, (), 0, False)
     on = replace(off, dynamic_batching=True)

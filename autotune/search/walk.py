@@ -263,7 +263,8 @@ def stand_in(
     A stand-in is (trial, why), where trial is the number of the trial standing in, or None. A
     candidate outside ``space`` gets None as its trial. Else the stand-in is the first measured
     (COMPLETE, not reused) trial of an :func:`equivalent` candidate, or the trial
-    :func:`dominated` finds. For the ``baseline``, only that equivalent trial stands in."""
+    :func:`dominated` finds; else a trial in flight (several at once) of an equivalent candidate.
+    For the ``baseline``, only that equivalent measured trial stands in."""
     if not baseline and not space.holds(candidate):
         return None, "outside your search space (your config is measured there, nothing else)"
     earlier = next((r for r, c in _measured(results) if equivalent(c, candidate)), None)
@@ -271,6 +272,12 @@ def stand_in(
         same = baseline or earlier.candidate == candidate
         why = "same as" if same else "without dynamic batching the server runs it as"
         return earlier.number, f"{why} trial {earlier.number}"
+    flying = [
+        r.number for r in results
+        if r.state not in TOLD and r.candidate is not None and equivalent(r.candidate, candidate)
+    ]  # fmt: skip
+    if flying and not baseline:
+        return flying[0], f"same as trial {flying[0]}, measured now"
     found = None if baseline else dominated(results, candidate, scoring)
     return None if found is None else (found[0].number, found[1])
 
