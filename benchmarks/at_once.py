@@ -10,12 +10,14 @@ simulate.py), each beside N=1's 95% Wilson interval (``ok``: at or above its low
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -37,16 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     for action in parser._actions:  # simulate.py's --at-once takes one N: this one takes several
         if action.dest == "at_once":
             action.nargs, action.default = "+", [1, 4, 8]
+    parser.add_argument(
+        "--max-trials-at-once", type=int, metavar="M",
+        help="the runs of N > 1 with --max-trials M (default: --max-trials, as N=1's)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     counts = sorted(set(args.at_once) | {1})
     started = time.monotonic()
     chosen = surfaces(args)
-    options = (args.runs, args.max_trials, args.repeats, args.finalists, args.warm_up, run_seed(args))
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = {
-            (s.name, n): pool.submit(run_surface, s, *options, False, n, args.margin)
-            for s in chosen
-            for n in counts
+            (s.name, n): pool.submit(run_surface, s, **options(args, n)) for s in chosen for n in counts
         }
         tallies = {key: future.result()[1] for key, future in futures.items()}
     print(header(counts))
@@ -78,6 +81,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{min(ratios[n]):.2f}-{max(ratios[n]):.2f}); within N=1's interval: {shares}"
         )
     return 0
+
+
+def options(args: argparse.Namespace, n: int) -> dict[str, Any]:
+    """run_surface's options for the runs of ``n`` at once."""
+    trials = args.max_trials if n == 1 or args.max_trials_at_once is None else args.max_trials_at_once
+    return dict(
+        runs=args.runs, max_trials=trials, repeats=args.repeats, finalists=args.finalists,
+        warmup=args.warm_up, first_seed=run_seed(args), at_once=n, margin=args.margin,
+    )  # fmt: skip
 
 
 def header(counts: list[int]) -> str:
