@@ -35,6 +35,7 @@ T = TypeVar("T")
 J = TypeVar("J")
 RESOURCE = "autotune"  # a node offers this many trials at once
 RETRIES = 3  # a task whose node was lost runs again on another, this many times at most
+CANCEL_S = 30.0  # a cancelled task's time to stop its server (a local server's stop takes seconds)
 
 
 def _ray() -> Any:
@@ -115,22 +116,33 @@ class RayWorkers:
             return cast(list[T], self.ray.get(refs))
         except self.ray.exceptions.RayTaskError as exc:
             raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
+        finally:  # a round that failed, or a stop: the others end too, their servers with them
+            self._cancel(refs)
 
     def stop(self, trials: Trials, study: Study) -> None:
-        for ref, (asked, began) in self.flying.items():
-            self.ray.cancel(ref, force=True)  # its worker dies, and its server with it (the guard)
+        self._cancel(list(self.flying))
+        for asked, began in self.flying.values():
             with contextlib.suppress(Exception):
                 study.tell_failed(asked, INTERRUPTED, "", trials.clock() - began, interrupted=True)
         self.flying.clear()
+
+    def _cancel(self, refs: Sequence[Any]) -> None:
+        """Stop the tasks ``refs`` as Ctrl-C stops a run: each unwinds on its node and stops its
+        server. Killing a task's worker instead would kill its server's guard before the guard
+        could end the server (Ray ends a dead worker's children). Waits :data:`CANCEL_S` at most."""
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref)
+        with contextlib.suppress(Exception):
+            self.ray.wait(list(refs), num_returns=len(refs), timeout=CANCEL_S)
 
     def _round_gpus(self, job: Any) -> int:
         """The most GPUs one racer of a race round's ``job`` runs on."""
         return max((gpus_of(self.prep, r.candidate) for r in getattr(job, "racers", ())), default=0)
 
     def close(self) -> None:
-        """Tasks in flight cancelled (their servers go with their workers), and Ray left."""
-        for ref in self.flying:
-            self.ray.cancel(ref, force=True)
+        """Tasks in flight cancelled (:meth:`_cancel`), and Ray left."""
+        self._cancel(list(self.flying))
         self.flying.clear()
         if self.started_ray:
             self.ray.shutdown()
