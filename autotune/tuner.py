@@ -306,8 +306,6 @@ def _go_on(
     ):
         return False
     steps = [] if study.queued() else walk.unexplored(results, prep.space, study.scoring, 1)
-    if not steps and not study.queued() and walk.in_flight(results):  # at once, before any best
-        steps = walk.more_seeds(results, prep.space)
     for step in steps[:1]:
         study.enqueue(params_of(step))
     converged = walk.converged(results, settings.patience, study.scoring)

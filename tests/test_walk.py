@@ -25,7 +25,6 @@ from autotune.search.walk import (
     heuristic_seeds,
     in_flight,
     losing_steps,
-    more_seeds,
     neighbours,
     out_of_ideas,
     stand_in,
@@ -547,14 +546,3 @@ def test_a_servers_first_point_discards_one_window_of_warm_up(window_s: float) -
     plan = level_search.search_plan(Sla(99, 50.0), window_s)
     assert (plan.window_s, plan.warmup_s, plan.percentile, plan.limit_ms) == (window_s, window_s, 99, 0.0)
 
-
-def test_a_worker_free_before_any_best_gets_batching_at_each_instance_count_then_without() -> None:
-    """Several at once: guesses for the workers the seeds leave free, none tried or in flight."""
-    space = parse_search_space(DEFAULT_LIKE)
-    on = Candidate(4, "KIND_CPU", (), 16, True, (), 0, False)
-    flying = replace(measured(0, 0.0, candidate=on), state=RUNNING, measurement=None)
-    found = more_seeds([flying], space)
-    assert [(c.instance_count, c.dynamic_batching) for c in found] == [
-        (3, True), (2, True), (1, True), (4, False), (3, False), (2, False), (1, False)
-    ]
-    assert all(c.max_batch_size == 16 and c.max_queue_delay_us == 0 for c in found)

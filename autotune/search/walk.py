@@ -50,20 +50,6 @@ def heuristic_seeds(
     return seeds + [{"instance_count": count, **batching, **rest} for count in counts]
 
 
-def more_seeds(results: Sequence[TrialResult], space: SearchSpace) -> list[Candidate]:
-    """Guesses for a worker that is free before any trial has met the SLA (several at once):
-    batching at the largest max batch size (as :func:`heuristic_seeds`) at each instance count,
-    most first, then each count without batching; none a trial has tried or measures now."""
-    tried = [r.candidate for r in results if r.candidate is not None]
-    mbs = max(space.max_batch_size)
-    pref = "none" if "none" in space.preferred_batch_size else space.preferred_batch_size[0]
-    gpus, delay = decode_gpus(space.gpus[0]), min(space.max_queue_delay_us)
-    on = Candidate(1, space.kind[0], gpus, mbs, True, decode_preferred(pref, mbs), delay, False)
-    out = [replace(on, instance_count=n) for n in sorted(space.instance_count, reverse=True)]
-    out += [replace(c, dynamic_batching=False, preferred_batch_sizes=(), max_queue_delay_us=0) for c in out]
-    return [c for c in dict.fromkeys(out) if space.holds(c) and not any(equivalent(c, t) for t in tried)]
-
-
 def seed_counts(space: SearchSpace, kind: str, cores: int) -> list[int]:
     """The instance counts the seeds try, fewest first. KIND_CPU tries 1 and one per core.
     KIND_GPU tries ``GPU_SEED_COUNTS`` per GPU. Each count is the space's closest choice."""
