@@ -95,7 +95,9 @@ def test_the_noise_models_rules_tune_race_on_fresh_servers_and_tell_only_what_wa
     outcome = reload_outcome(run_dir)
     measured = [t for t in outcome.trials if t.measurement is not None]
     points = [p for t in measured for p in t.measurement.points]  # type: ignore[union-attr]
-    assert points and all(len(p.window_throughputs) == p.windows >= 2 for p in points)
+    # every window recorded: those a warm-up still held apart from the kept ones the verdict reads
+    assert points and all(len(p.window_throughputs) + len(p.warm_windows_ms) == p.windows for p in points)
+    assert all(len(p.window_throughputs) == len(p.window_latencies_ms) >= 2 for p in points)
     assert all(t.state in (COMPLETE, PRUNED) for t in outcome.trials)
     winner = outcome.winner
     assert winner is not None and winner.number in {v.trial for v in outcome.info.verifications}
