@@ -747,12 +747,14 @@ def simulate(
     servers_type: type[SimServers] | None = None,
     warmup: WarmUp | None = None,
     at_once: int = 1,
+    events: Events | None = None,
     **options: Any,
 ) -> SimOutcome:
     """One tuning run against ``surface``, with the CLI's defaults (``options``: RunSettings
     fields to change, such as ``max_trials``) and the sampler seeded with ``seed``
     (``trials_type``, ``servers_type``: one's own :class:`Trials`, :class:`SimServers`;
-    ``warmup``: each fresh server's; ``at_once``: trials measured together, :class:`SimWorkers`)."""
+    ``warmup``: each fresh server's; ``at_once``: trials measured together, :class:`SimWorkers`;
+    ``events``: what the run tells, in simulated time)."""
     user = space or space_of(surface)
     baseline = baseline if baseline is not None else baseline_of(surface)
     settings = RunSettings(
@@ -775,7 +777,7 @@ def simulate(
         servers = (servers_type or SimServers)(
             surface, random.Random(seed), warmup, random.Random(f"warm-{seed}")
         )
-        trials = trials_type(prep, servers, run, Events(), clock=servers.clock)
+        trials = trials_type(prep, servers, run, events or Events(), clock=servers.clock)
         workers = SimWorkers(servers, at_once) if at_once > 1 else None
         run = tuner.search(prep, trials, study, workers)
         results = tuple(study.results())

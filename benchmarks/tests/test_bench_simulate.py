@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -69,3 +70,31 @@ def test_the_held_out_set_shares_no_family_run_seed_or_survey_with_the_tuning_se
     }
     assert not {s.name for s in theirs} & {s.name for s in ours if isinstance(s, sim.Surveyed)}
     assert "--set held-out: embedder left out: not surveyed yet" in capsys.readouterr().err
+
+
+def test_sim_vs_real_reads_a_benchmarks_runs_and_simulates_their_settings(tmp_path: Path) -> None:
+    """benchmarks/sim_vs_real.py: each finished real run's wall and search time beside the
+    simulator's runs of the same options on the model's survey, and their medians' ratios."""
+    import json
+
+    import sim_vs_real
+
+    space = tmp_path / "space.yaml"
+    space.write_text("instance_group:\n  count: [1, 2]\nmax_batch_size: [4, 8]\n", encoding="utf-8")
+    options = {"search_space": str(space), "max_trials": 6, "finalists": 1, "repeats": 2, "margin": 0.1}
+    for i, (wall, searched) in enumerate([(100.0, 60.0), (120.0, 70.0), (90.0, 50.0)]):
+        run = tmp_path / "cnn" / f"autotune-{i}" / "run"
+        (run / "logs").mkdir(parents=True)
+        (run / "logs" / "race-001-1.log").write_text("")
+        record = {"searched_s": searched, "options": options, "sla": {"percentile": 99, "limit_ms": 20.0}}
+        (run / "run.json").write_text(json.dumps(record))
+        status = "finished" if i < 2 else "timeout"  # a run that did not finish is not read
+        result = {"status": status, "wall_s": wall, "details": {"run_dir": str(run), "trials": 6}}
+        (run.parent / "result.json").write_text(json.dumps(result))
+    reals = sim_vs_real.real_runs(tmp_path, "cnn")
+    assert [(r.wall_s, r.after_s, r.rounds) for r in reals] == [(100.0, 40.0, 1), (120.0, 50.0, 1)]
+    sims = sim_vs_real.simulated(sim_vs_real.SURVEYS / "cnn.json.gz", reals[0], seeds=2)
+    assert len(sims) == 2 and all(0 < s.searched_s < s.sim_s and 0 < s.trials <= 6 for s in sims)
+    lines = sim_vs_real.report("cnn", reals, sims)
+    whole = statistics.median(s.sim_s for s in sims) / 110.0
+    assert lines[-1].split()[:2] == ["sim/real", f"{whole:.2f}"]
