@@ -172,15 +172,17 @@ def _point(prep: Prepared, trials: Trials, gen: Load, number: int, level: float,
     drawn with the round's own seed)."""
     where = f"{level:.4g} req/s" if prep.loader.open_loop else f"concurrency {level:.0f}"
     trials.events.verifying(number, where, i + 1, prep.settings.repeats)
-    return prep.loader.point(gen.with_seed(i + 1) if prep.loader.open_loop else gen, level)
+    return trials.named(prep.loader.point(gen.with_seed(i + 1) if prep.loader.open_loop else gen, level))
 
 
-def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialResult) -> RunDir:
-    """A concurrency run's winner under Poisson arrivals, from the rate its closed loop was
-    credited with down to the highest that meets the SLA or one left undecided at its limit
-    (:func:`autotune.traffic.check_sustained`), recorded in the run (a failure is told, not it).
-    Not in an open loop, with ``--repeats 0``, ``--no-open-loop-check`` or models beside it, nor
-    twice for one winner."""
+def check_open_loop(
+    prep: Prepared, trials: Trials, run: RunDir, winner: TrialResult, workers: Workers | None = None
+) -> RunDir:
+    """The winner measured under Poisson arrivals on a fresh server (by ``workers``: on a node of a
+    Ray cluster there), from the rate it was credited with down to the highest that meets the SLA
+    or one left undecided at its limit (:func:`autotune.traffic.check_sustained`), recorded in the
+    run (a failure is told, not it). Not in an open loop, with ``--repeats 0``,
+    ``--no-open-loop-check`` or models beside it, nor twice for one winner."""
     s, done_before = prep.settings, run.record.open_loop
     checks = not prep.loader.open_loop and s.repeats >= 1 and s.open_loop_check and not s.beside
     if not checks or (done_before is not None and done_before.trial == winner.number):
@@ -191,26 +193,43 @@ def check_open_loop(prep: Prepared, trials: Trials, run: RunDir, winner: TrialRe
     rec = recommendation(winner, run.record.verifications, s.sla.percentile)
     if winner.candidate is None or rec is None or rec.throughput <= 0:
         return run
-    credited = rec.throughput / s.workload.batch_size
+    job = OpenLoopJob(winner, rec.throughput / s.workload.batch_size)
+    trials.events.checking_open_loop(winner.number, job.credited)
+    found = (workers or OneAtATime()).each(trials, serve_open_loop, [job])[0]
+    if isinstance(found, str):
+        trials.events.verification_failed(winner, f"open-loop check: {found}")
+        return run
+    return run.update(open_loop=found)
+
+
+@dataclass(frozen=True)
+class OpenLoopJob:
+    """The open-loop check to serve: the winner, and the rate its closed loop was credited with."""
+
+    winner: TrialResult
+    credited: float
+
+
+def serve_open_loop(trials: Trials, job: OpenLoopJob) -> OpenLoopCheck | str:
+    """The check of ``job`` on a fresh server (:func:`check_open_loop`); why it failed, if it did."""
+    s, winner = trials.prep.settings, job.winner
+    assert winner.candidate is not None
     name, plan = f"open-loop-{winner.number:03d}", level_search.judged_at(s.plan, s.sla.limit_ms)
     done: list[Point] = []
     try:
         with trials.serve(winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
             first = trials.generator(server, plan)
             ramp = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, RAMP_S)))
-            trials.events.checking_open_loop(winner.number, credited)
 
             def at(rate: float) -> Point:
-                point = (ramp if done else first).at_rate(rate, CHECK_DISTRIBUTION)
+                point = trials.named((ramp if done else first).at_rate(rate, CHECK_DISTRIBUTION))
                 done.append(point)
                 stopping.check()
                 return point
 
-            at_limit = check_sustained(at, s.sla, credited)
+            at_limit = check_sustained(at, s.sla, job.credited)
             stopping.check()
     except (LaunchError, MeasurementError) as exc:
-        trials.events.verification_failed(winner, f"open-loop check: {str(exc).splitlines()[0]}")
-        return run
+        return str(exc).splitlines()[0]
     sustained = max((p.request_rate for p in done if s.sla.met_by(p)), default=0.0)
-    check = OpenLoopCheck(winner.number, credited, CHECK_DISTRIBUTION, tuple(done), sustained, at_limit)
-    return run.update(open_loop=check)
+    return OpenLoopCheck(winner.number, job.credited, CHECK_DISTRIBUTION, tuple(done), sustained, at_limit)

@@ -7,7 +7,9 @@ where. A node offers trials through the ``autotune`` resource (``ray start --res
 '{"autotune": 1}'``: one trial at a time there); a trial on GPUs asks for them too, and Ray sets
 ``CUDA_VISIBLE_DEVICES``. The nodes reach the model repository and the run directory through a
 path they share. A task whose node is lost runs again on another (Ray's retries): the study
-counts it once. Ray is the optional extra ``autotune[ray]``.
+counts it once. A node that cannot serve your own config (a backend, a module or a GPU it lacks)
+fails its trial with its reason and is not used again in the run: its trial's config is measured
+again elsewhere. Ray is the optional extra ``autotune[ray]``.
 """
 
 from __future__ import annotations
@@ -16,17 +18,18 @@ import contextlib
 import importlib
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from autotune.errors import LaunchError, UsageError
+from autotune.errors import ConfigError, LaunchError, MachineLimitError, UsageError, YourConfigError
 from autotune.events import Events
-from autotune.launch import make_launcher
+from autotune.launch import failure_line, make_launcher, read_tail
 from autotune.launched import LaunchedServers
 from autotune.prepare import Prepared
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
+from autotune.search import walk
 from autotune.search_space import Candidate
 from autotune.study import INTERRUPTED, Asked, Study
 from autotune.trials import Ended, Trials, tell_stopped
@@ -36,6 +39,19 @@ J = TypeVar("J")
 RESOURCE = "autotune"  # a node offers this many trials at once
 RETRIES = 3  # a task whose node was lost runs again on another, this many times at most
 CANCEL_S = 30.0  # a cancelled task's time to stop its server (a local server's stop takes seconds)
+
+
+@dataclass(frozen=True)
+class Landed:
+    """What a trial's task brings back: how the trial ended, the node that measured it (its
+    name and Ray's id), its server's version, and ``fault``: why the node cannot serve your
+    config ("" when it can, or was not asked)."""
+
+    ended: Ended
+    node: str
+    node_id: str
+    version: str
+    fault: str = ""
 
 
 def _ray() -> Any:
@@ -69,6 +85,9 @@ class RayWorkers:
         self.task = self.ray.remote(max_retries=RETRIES, retry_exceptions=False)(trial_on_node)
         self.rounds = self.ray.remote(max_retries=RETRIES, retry_exceptions=False)(round_on_node)
         self.flying: dict[Any, tuple[Asked, float]] = {}  # each task in flight: its trial, its start
+        self.hold = self.ray.remote(num_cpus=0)(Hold)
+        self.held: dict[str, str] = {}  # the nodes left out of the run (Ray's id): each one's reason
+        self.holds: list[Any] = []  # the actors that keep them out
 
     def free(self) -> bool:
         return len(self.flying) < self.at_once
@@ -89,27 +108,67 @@ class RayWorkers:
         (ref,), _ = self.ray.wait(list(self.flying), num_returns=1)
         asked, began = self.flying.pop(ref)
         try:
-            ended, node, version = self.ray.get(ref)
+            landed: Landed = self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:  # the trial raised on its node: as here
             cause = exc.cause if isinstance(exc.cause, BaseException) else exc
             tell_stopped(study, asked, cause, trials.clock() - began, trials.log(asked.number))
             raise cause from None
         except self.ray.exceptions.RayError as exc:  # its nodes were lost, every retry
             why = f"its node was lost ({type(exc).__name__}), {RETRIES} times"
-            ended, node, version = Ended(failed=(why, "", False), duration_s=trials.clock() - began), "", ""
-        asked.set({"node": node})
+            landed = Landed(Ended(failed=(why, "", False), duration_s=trials.clock() - began), "", "", "")
+        asked.set({"node": landed.node})
         record = trials.run_dir.record
+        version = landed.version
         made = record.made if not version or "triton" in record.made else {**record.made, "triton": version}
-        trials.run_dir = trials.run_dir.update(nodes={**record.nodes, str(asked.number): node}, made=made)
-        trials.events.trial_finished(ended.tell(study, asked))
+        trials.run_dir = trials.run_dir.update(
+            nodes={**record.nodes, str(asked.number): landed.node}, made=made
+        )
+        if landed.fault:
+            self._left_out(trials, study, asked, landed, trials.clock() - began)
+        else:
+            trials.events.trial_finished(landed.ended.tell(study, asked))
+
+    def _left_out(self, trials: Trials, study: Study, asked: Asked, landed: Landed, took_s: float) -> None:
+        """``landed``'s node cannot serve your config: its trial fails with the node's reason
+        and its config is measured again first, elsewhere; the node is held for the rest of the
+        run (:meth:`_hold`). No node left: the run stops with every node's reason."""
+        why = f"node {landed.node} cannot serve the model, not used again in this run: {landed.fault}"
+        tail = read_tail(trials.log(asked.number), 40)
+        trials.events.trial_finished(study.tell_failed(asked, why, tail, took_s, interrupted=True))
+        study.again(asked)
+        if landed.node_id in self.held:
+            return
+        self.held[landed.node_id] = f"{landed.node}: {landed.fault}"
+        trials.events.said(f"node {landed.node} is left out of this run: {landed.fault}")
+        left = self._hold(landed.node_id)
+        if left < 1:
+            reasons = "; ".join(self.held.values())
+            raise YourConfigError(f"no node of the Ray cluster serves your config: {reasons}")
+        self.at_once = min(self.at_once, left)
+
+    def _hold(self, node_id: str) -> int:
+        """Take the node's trial slots for good (a :class:`Hold` there), so that Ray sends it no
+        task again; the slots the other nodes still offer."""
+        alive = {n["NodeID"]: n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")}
+        offered = int(alive.get(node_id, {}).get(RESOURCE, 0))
+        if offered:
+            strategies = importlib.import_module("ray.util.scheduling_strategies")
+            there = strategies.NodeAffinitySchedulingStrategy(node_id, soft=False)
+            options = {"resources": {RESOURCE: offered}, "num_cpus": 0, "scheduling_strategy": there}
+            self.holds.append(self.hold.options(**options).remote())
+        return sum(int(r.get(RESOURCE, 0)) for i, r in alive.items() if i not in self.held)
 
     def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
-        """The race's rounds, each a task on a node of its own where the nodes allow: a round asks
-        for the GPUs of its racer that needs most."""
+        """The race's rounds, each a task on a node of its own where the nodes allow (Ray's
+        ``SPREAD``: rounds at once go to different nodes, so a winner wins on more than one): a
+        round asks for the GPUs of its racer that needs most."""
         refs = [
-            self.rounds.options(resources={RESOURCE: 1}, num_cpus=0, num_gpus=self._round_gpus(job)).remote(
-                self.prep, trials.run_dir.path, serve, job
-            )
+            self.rounds.options(
+                resources={RESOURCE: 1},
+                num_cpus=0,
+                num_gpus=self._round_gpus(job),
+                scheduling_strategy="SPREAD",
+            ).remote(self.prep, trials.run_dir.path, serve, job)
             for job in jobs
         ]
         try:
@@ -141,23 +200,57 @@ class RayWorkers:
         return max((gpus_of(self.prep, r.candidate) for r in getattr(job, "racers", ())), default=0)
 
     def close(self) -> None:
-        """Tasks in flight cancelled (:meth:`_cancel`), and Ray left."""
+        """Tasks in flight cancelled (:meth:`_cancel`), the nodes left out let go, and Ray left."""
         self._cancel(list(self.flying))
         self.flying.clear()
+        for hold in self.holds:
+            with contextlib.suppress(Exception):
+                self.ray.kill(hold)
+        self.holds.clear()
         if self.started_ray:
             self.ray.shutdown()
 
 
-def trial_on_node(
-    prep: Prepared, run_path: Path, asked: Asked, results: list[TrialResult]
-) -> tuple[Ended, str, str]:
-    """A Ray task: ``asked`` served and measured on this node with the run's launcher; how it
-    ended, this node's name (its host and Ray's node id), and its server's version."""
+def trial_on_node(prep: Prepared, run_path: Path, asked: Asked, results: list[TrialResult]) -> Landed:
+    """A Ray task: ``asked`` served and measured on this node with the run's launcher. A trial
+    that failed before any server of it loaded asks whether this node serves your config
+    (:func:`cannot_serve`): a node that does not is at fault, not the candidate."""
     trials = _trials_here(prep, run_path)
+    start = trials.clock()
     try:
-        return trials.ended(asked, results), node_name(), trials.servers.version
+        try:
+            ended = trials.ended(asked, results)
+        except (YourConfigError, MachineLimitError) as exc:  # this node's, not the candidate's
+            said = str(exc).splitlines()[0]
+            ended, fault = Ended(failed=(said, "", False), duration_s=trials.clock() - start), said
+        else:
+            fault = ""
+            if ended.failed is not None and not ended.failed[2] and not trials.started:
+                fault = cannot_serve(trials, asked)
+        node_id = _ray().get_runtime_context().get_node_id()
+        return Landed(ended, node_name(), node_id, trials.servers.version, fault)
     finally:
         trials.close()
+
+
+def cannot_serve(trials: Trials, asked: Asked) -> str:
+    """Why this node cannot serve your config, placed as ``asked``'s candidate is (on its GPUs);
+    "" when it serves it. One server started and stopped (its log ``node-check-NNN.log``)."""
+    yours = walk.in_space(trials.prep.baseline, trials.prep.space)
+    if asked.candidate.kind == "KIND_GPU":
+        yours = replace(yours, kind="KIND_GPU", gpus=asked.candidate.gpus)
+    log = trials.run_dir.log(f"node-check-{asked.number:03d}.log")
+    try:
+        with trials.serve(yours, log, f"node-check-{asked.number:03d}"):
+            return ""
+    except (LaunchError, ConfigError) as exc:
+        line = failure_line(read_tail(log, None)) or str(exc).splitlines()[0]
+        return f"your config does not load here either: {line}"
+
+
+class Hold:
+    """An actor that holds a node's trial slots (:data:`RESOURCE`) while it lives, so that Ray
+    sends no trial or race round to a node left out of the run."""
 
 
 def round_on_node(prep: Prepared, run_path: Path, serve: Callable[[Trials, J], T], job: J) -> T:
@@ -176,7 +269,9 @@ def _trials_here(prep: Prepared, run_path: Path) -> Trials:
     run = RunDir.load(run_path)
     run = replace(run, record=replace(run.record, made={**run.record.made, "triton": ""}))
     launcher = make_launcher(prep.settings.launch, run.record.run_id)
-    return Trials(prep, LaunchedServers(prep, launcher, run.record.run_id), run, Events())
+    trials = Trials(prep, LaunchedServers(prep, launcher, run.record.run_id), run, Events())
+    trials.node = node_name()
+    return trials
 
 
 def node_name() -> str:

@@ -151,6 +151,7 @@ class Point:
     # by name, the tuned one's included; ``throughput`` is then their weighted sum (each model's
     # weight times its throughput: the objective), the latencies the tuned model's
     others: tuple[tuple[str, Point], ...] = ()
+    node: str = ""  # on a Ray cluster: the node whose server it was measured on (autotune.fleet)
 
     def throughput_estimate(self, noise: Noise | None = None) -> Estimate:
         """Its throughput with the standard error of its windows (none recorded: an infinite
@@ -206,6 +207,8 @@ class Point:
         data["warnings"] = list(self.warnings)
         data["gpus"] = [g.to_dict() for g in self.gpus]
         data["others"] = [[name, point.to_dict()] for name, point in self.others]
+        if not self.node:
+            del data["node"]  # one machine: the files stay as they were
         return data
 
     @classmethod

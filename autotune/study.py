@@ -242,6 +242,13 @@ class Study:
         ]
         return [(again.params, again.baseline) for again in self._first]
 
+    def again(self, asked: Asked) -> None:
+        """Measure ``asked``'s config again at this process's next ask: its trial failed for
+        no fault of the config's (a node that could not serve it, :mod:`autotune.fleet`)."""
+        trial = asked.trial
+        as_is = trial.user_attrs.get("as_is")
+        self._first.append(_Again(asked.number, dict(trial.params), asked.baseline, as_is))
+
     def _ask_again(self) -> tuple[int, optuna.Trial] | None:
         """The next interrupted trial (:meth:`interrupted`): its number, and a new trial that
         measures it again (marked so); None when none is left."""

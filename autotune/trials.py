@@ -62,6 +62,7 @@ class Trials:
         self._sample: list[tuple[Any, str]] = []  # the check's requests, made on the first server
         self.clock = clock  # what trial durations and the time budget are read from
         self.loaded = False  # the trial in flight's server got its model ready
+        self.node = ""  # on a Ray cluster, the node this measures on: each point names it
         self.deadline: float | None = None  # the run's time budget ends then, on :attr:`clock`
         self.check_s = 0.0  # the time the open-loop check will take, kept from the race's
 
@@ -140,6 +141,10 @@ class Trials:
             hint = f"{YourConfigError.hint} (the server's log: {log})"
             return YourConfigError(f"your config does not load here: {said}", hint=hint)
         return None
+
+    def named(self, point: Point) -> Point:
+        """``point`` naming the node it was measured on, on a Ray cluster (:attr:`node`)."""
+        return replace(point, node=self.node) if self.node else point
 
     def log(self, number: int) -> Path:
         return self.run_dir.log(f"trial-{number:03d}.log")
@@ -229,6 +234,7 @@ class Trials:
             done: list[Point] = []
 
             def note(point: Point) -> Point:
+                point = self.named(point)
                 done.append(point)
                 stopping.check()
                 self.events.point_measured(asked.number, point)

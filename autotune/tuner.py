@@ -71,7 +71,7 @@ def _search(prep: Prepared, trials: Trials, study: Study, workers: Workers | Non
     try:
         run = search(prep, trials, study, workers)
         room.release()
-        outcome = _finish(prep, trials, run, study)  # written while the last server stops
+        outcome = _finish(prep, trials, run, study, workers)  # written while the last server stops
         if trials.deadline is not None and (over := trials.clock() - trials.deadline) > 0:
             trials.events.said(
                 f"the run took {over:.0f} s more than its time budget: a race round or the open-loop "
@@ -329,7 +329,9 @@ def _your_text(prep: Prepared, digest: str) -> str:
     return mcfg.config_text(prep.original)
 
 
-def _finish(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> Outcome:
+def _finish(
+    prep: Prepared, trials: Trials, run: RunDir, study: Study, workers: Workers | None = None
+) -> Outcome:
     """The winner (:func:`autotune.search.racing.race_winner`) written beside the report; a concurrency
     run's winner is measured under arrivals at a rate too (:func:`finals.check_open_loop`)."""
     results = study.results()
@@ -338,7 +340,7 @@ def _finish(prep: Prepared, trials: Trials, run: RunDir, study: Study) -> Outcom
     shown = None  # the winner shown ahead of your config, raced beside it (None: no verdict)
     if winner is not None:
         chosen = next(r for r in results if r.number == winner)
-        run = finals.check_open_loop(prep, trials, run, chosen)
+        run = finals.check_open_loop(prep, trials, run, chosen, workers)
         assert chosen.candidate is not None
         config = mcfg.apply_candidate(prep.original, chosen.candidate)
         text = _your_text(prep, run.record.original_digest)

@@ -3,6 +3,7 @@ node offering one trial at a time; the toy model served by the local launcher on
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -29,14 +30,17 @@ SAME = ("--max-trials", "4", "--seed", "1")  # the space's four configs, each me
 NODE = {"num_cpus": 1, "resources": {"autotune": 1}, "object_store_memory": 100 * 2**20}
 
 
-@pytest.fixture
-def cluster() -> Iterator[Any]:
+@contextlib.contextmanager
+def _cluster(head: dict[str, str] | None = None) -> Iterator[Any]:
+    """Two nodes; ``head``: environment variables of the head node's processes alone."""
     before = {k: os.environ.get(k) for k in LOOPBACK}
     os.environ.update(LOOPBACK)  # before Ray is imported: it reads them then
     pytest.importorskip("ray", reason="Ray is the optional extra autotune[ray] (make install has it)")
     from ray.cluster_utils import Cluster
 
-    made = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
+    made = Cluster(
+        initialize_head=True, head_node_args={**NODE, "include_dashboard": False, "env_vars": head}
+    )
     try:
         made.add_node(**NODE)
         made.wait_for_nodes()
@@ -48,6 +52,12 @@ def cluster() -> Iterator[Any]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture
+def cluster() -> Iterator[Any]:
+    with _cluster() as made:
+        yield made
 
 
 def _run(cluster: Any, repo: Path, space: Path, reports: Path, *extra: str) -> subprocess.Popen[str]:
@@ -101,6 +111,10 @@ def test_two_nodes_measure_two_trials_at_once_each_names_its_node_and_the_winner
     record = json.loads((run_dir / "run.json").read_text())
     assert {str(t.number): t.user_attrs["node"] for t in trials}.items() <= record["nodes"].items()
     assert record["made"]["triton"]  # the nodes' servers' version, though only this process writes run.json
+    for t in trials:  # each point names the node that measured it, each race round too
+        assert {p["node"] for p in t.user_attrs["measurement"]["points"]} == {t.user_attrs["node"]}
+    rounds = [p for v in record["verifications"] for p in v["points"]]
+    assert rounds and all(p["node"] in nodes for p in rounds), rounds
     csv = (run_dir / "trials.csv").read_text().splitlines()
     column = csv[0].split(",").index("node")
     assert all(row.split(",")[column] for row in csv[1:] if ",COMPLETE," in row), csv
@@ -112,6 +126,38 @@ def test_two_nodes_measure_two_trials_at_once_each_names_its_node_and_the_winner
     assert local.returncode == 0, local.stderr
     here = next((tmp_path / "local" / "toy").iterdir())
     assert (run_dir / "winner.pbtxt").read_text() == (here / "winner.pbtxt").read_text()  # the same winner
+
+
+@pytest.mark.integration
+@pytest.mark.ray
+def test_a_node_that_cannot_serve_the_model_fails_its_trial_and_is_left_out_of_the_run(
+    toy_repo: Path, small_space: Path, tmp_path: Path
+) -> None:
+    lib = tmp_path / "lib"  # a module the model needs: only the head node has it
+    lib.mkdir()
+    (lib / "toy_needs_this.py").write_text("", encoding="utf-8")
+    config = toy_repo / "toy" / "config.pbtxt"
+    config.write_text(
+        config.read_text() + 'parameters { key: "needs_module" value { string_value: "toy_needs_this" } }\n'
+    )
+    with _cluster(head={"PYTHONPATH": str(lib)}) as made:
+        proc = _run(made, toy_repo, small_space, tmp_path / "reports", *SAME)
+        out = proc.communicate(timeout=500)[0]
+    assert proc.returncode == 0, out
+    run_dir = next((tmp_path / "reports" / "toy").iterdir())
+    trials = _trials(run_dir)
+    failed = [t for t in trials if t.state.name == "FAIL"]
+    assert failed, out  # two at once: the other node got a trial
+    assert all("No module named 'toy_needs_this'" in t.user_attrs["reason"] for t in failed), failed
+    assert all("not used again in this run" in t.user_attrs["reason"] for t in failed), failed
+    left_out = {t.user_attrs["node"] for t in failed}
+    assert len(left_out) == 1 and f"node {next(iter(left_out))} is left out of this run" in out, out
+    measured = [t for t in trials if t.state.name == "COMPLETE"]
+    assert measured and all(t.user_attrs["node"] not in left_out for t in measured)
+    ended = [t.user_attrs["candidate"] for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert all(t.user_attrs["candidate"] in ended for t in failed)  # each measured again elsewhere
+    assert (run_dir / "winner.pbtxt").exists()
+    assert servers_of(run_dir) == []
 
 
 def _when_both_nodes_serve(proc: subprocess.Popen[str], reports: Path) -> Path:

@@ -5,6 +5,7 @@ known; the goodput search and the race are checked on simulated surfaces (autotu
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 from functools import partial
@@ -465,3 +466,18 @@ def test_your_config_races_as_the_control_it_never_leaves_nor_leads() -> None:
     finalist, control = race.verifications([1, 0])
     assert not finalist.control and control.control and control.trial == 0 and len(control.points) == 3
     assert racing.race_winner([finalist, control], [best, base], SLA) == 1
+
+
+def test_the_node_part_is_what_rounds_on_two_nodes_add_to_rounds_on_one() -> None:
+    """Rounds on one node differ by 1% (their servers); on two, by 1% and a node's 10%."""
+    node_spread = noise.node_spread
+    a, b = 100.0, 100.0 * math.exp(0.1)
+    racer = [("a", a), ("a", a * math.exp(0.01)), ("b", b), ("b", b * math.exp(0.01))]
+    found = node_spread([racer])
+    assert found is not None and (found.across, found.within) == (4, 2)
+    # pairs across: 0.09, 0.1, 0.1, 0.11 apart (mean square 0.01005); within: 0.01 (0.0001)
+    assert found.cv == pytest.approx(math.sqrt((0.01005 - 0.0001) / 2), rel=1e-6)
+    assert node_spread([[("a", 100.0), ("b", 120.0)]]) is None  # no two rounds on one node: cannot tell
+    assert node_spread([[("", 100.0), ("", 120.0)]]) is None  # one machine: no nodes
+    same = node_spread([[("a", 100.0), ("a", 101.0), ("b", 100.0), ("b", 101.0)]])
+    assert same is not None and same.cv == pytest.approx(0.0, abs=1e-3)  # nodes alike: nothing beyond servers

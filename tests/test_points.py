@@ -240,3 +240,10 @@ def test_a_first_window_a_warm_up_held_is_dropped_by_the_runs_own_noise_not_a_fi
     drawn = [[rng.gauss(10.0, 0.5) for _ in range(4)] for _ in range(4000)]
     share = sum(warm_windows(w, Noise(cv=0.05, df=200)) > 0 for w in drawn) / len(drawn)
     assert 0.02 < share < 0.08
+
+
+def test_a_point_names_its_node_only_on_a_ray_cluster() -> None:
+    plain = Point(4, 0.0, 100.0, 5.0, 4.0, 6.0, 7.0, 8.0, 500, 0, 5.0, 3, True)
+    assert "node" not in plain.to_dict()  # one machine: the files stay as they were
+    named = replace(plain, node="host/3f2a9c1e")
+    assert Point.from_dict(named.to_dict()) == named and Point.from_dict(plain.to_dict()) == plain

@@ -274,6 +274,23 @@ def test_verifications_are_summarised() -> None:
     assert row_.median_latency_ms == 9
 
 
+def test_on_a_ray_cluster_the_race_names_each_rounds_node_and_how_far_the_nodes_read_apart() -> None:
+    def on(node: str, throughput: float) -> Point:
+        return replace(point(4, throughput, 8), node=node)
+
+    winner = Verification(1, 4, (on("a/1", 250), on("b/2", 230), on("a/1", 252)), sla_met=3)
+    yours = Verification(0, 2, (on("b/2", 100), on("a/1", 110), on("b/2", 99)), sla_met=3, control=True)
+    data = report_data(run(winner=1, verifications=(winner, yours)), [trial(1, point(4, 250, 8))])
+    assert [v.nodes for v in data.verifications] == ["a/1, b/2, a/1", "b/2, a/1, b/2"]
+    assert data.node_spread.startswith("The nodes read 6.")  # ln(250/230), ln(110/100): a node's 8-10%
+    assert "(4 pairs of a racer's rounds on two nodes, 2 on one)" in data.node_spread
+    html = render_html(data)
+    assert '<th class="l">nodes</th>' in html and "a/1, b/2, a/1" in html
+    assert data.node_spread.split(" (")[0] in html
+    alone = report_data(run(winner=1, verifications=(replace(winner, points=(point(4, 250, 8),)),)), [])
+    assert alone.node_spread == "" and ">nodes<" not in render_html(alone)  # one machine: as before
+
+
 def test_the_winner_is_shown_at_its_verified_operating_point() -> None:
     # the search found 16 best; its verification broke the SLA there and passed at 8
     repeats = (point(8, 240, 12), point(8, 250, 13), point(8, 245, 14))

@@ -95,6 +95,24 @@ def test_interrupted_trials_are_measured_again_first_once_with_their_baseline_fl
     assert _study(tmp_path).interrupted() == []  # measured again once
 
 
+def test_a_trial_failed_by_no_fault_of_its_config_is_measured_again_at_once_while_others_fly(
+    tmp_path: Path,
+) -> None:
+    """A node that could not serve a trial (autotune.fleet): its config is asked again next, in
+    this process, and the trials still in flight stay RUNNING (a resume would measure it once)."""
+    study = _study(tmp_path)
+    study.enqueue(params_of(SPACE.suggest(FixedTrial(OTHER))), baseline=True)
+    lost, flying = study.ask(), study.ask()
+    study.tell_failed(lost, "node a cannot serve the model", "", 1.0, interrupted=True)
+    study.again(lost)
+    again = study.ask()
+    assert again.again_of == lost.number and again.baseline and again.candidate == lost.candidate
+    assert [r.state for r in study.results() if r.number == flying.number] == ["RUNNING"]
+    study.tell_measured(again, _measurement(10.0), 1.0)
+    study.tell_measured(flying, _measurement(20.0), 1.0)
+    assert _study(tmp_path).interrupted() == []  # measured again once: a resume does not again
+
+
 def test_a_trial_left_running_by_a_dead_worker_is_interrupted(tmp_path: Path) -> None:
     study = _study(tmp_path)
     asked = study.ask()

@@ -41,6 +41,7 @@ from autotune.results import (
     gain,
     recommendation,
 )
+from autotune.search.noise import node_spread
 
 # A trial's own columns; its point's columns follow (see point_columns).
 TRIAL_COLUMNS = (
@@ -102,6 +103,7 @@ class VerificationRow:
     median_latency_ms: float = 0.0  # the median repeat's, at the SLA percentile
     where: str = ""  # the level: "concurrency 8" or "420 req/s"
     level: float = 0.0  # the concurrency or the request rate (sorting)
+    nodes: str = ""  # on a Ray cluster: the node of each round, in order ("" on one machine)
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: DataFrames have no truth value to compare by
@@ -123,6 +125,7 @@ class ReportData:
     baseline_goodput: float = 0.0  # your config's figure beside the gain, as the objective counts it
     gain_figures: str = ""  # which figures the gain compares (autotune.results.Gain.figures)
     keep_yours: bool = False  # raced beside it, the winner was not shown ahead of your config
+    node_spread: str = ""  # on a Ray cluster: how far the nodes read apart (:func:`node_spread_text`)
 
     @property
     def sla(self) -> Sla:
@@ -201,6 +204,20 @@ def report_data(run: RunInfo, trials: Sequence[TrialResult]) -> ReportData:
         baseline_goodput=found.baseline if found else 0.0,
         gain_figures=found.figures if found else "",
         keep_yours=found is not None and found.shown is False,
+        node_spread=node_spread_text(run.verifications),
+    )
+
+
+def node_spread_text(verifications: Sequence[Verification]) -> str:
+    """How far one config read apart between the nodes of a Ray cluster, beyond fresh servers on
+    one node, from the race's rounds (:func:`autotune.search.noise.node_spread`); "" where the
+    rounds do not tell (one machine, or no two rounds of a racer on one node and on two)."""
+    found = node_spread([(p.node, p.throughput) for p in v.points] for v in verifications)
+    if found is None:
+        return ""
+    return (
+        f"The nodes read {found.cv:.1%} apart beyond fresh servers on one node "
+        f"({found.across} pairs of a racer's rounds on two nodes, {found.within} on one)."
     )
 
 
@@ -431,6 +448,7 @@ def _verification_row(v: Verification, trials: pd.DataFrame, sla: Sla) -> Verifi
         median_latency_ms=v.median_latency_ms(sla.percentile),
         where=v.where,
         level=float(v.concurrency or v.request_rate),
+        nodes=", ".join(p.node for p in v.points) if any(p.node for p in v.points) else "",
     )
 
 

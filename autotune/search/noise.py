@@ -113,6 +113,36 @@ class Noise:
         return Estimate(mean, self.cv * abs(mean) / math.sqrt(len(values)), len(values), self.df)
 
 
+@dataclass(frozen=True)
+class NodeSpread:
+    """How far one config reads apart between nodes, beyond how far fresh servers on one node
+    read apart: a relative sd (``cv``), from ``across`` pairs of rounds on two nodes and ``within``
+    pairs on one."""
+
+    cv: float
+    across: int
+    within: int
+
+
+def node_spread(racers: Iterable[Sequence[tuple[str, float]]]) -> NodeSpread | None:
+    """The node part of the noise, from race rounds: each racer's rounds as (node, throughput).
+
+    Two rounds of one racer differ in the log by their servers' spread and their windows' (on one
+    node), and by the nodes' too (on two): half the difference of the mean squares of the two kinds
+    of pairs is the nodes' variance. None without both kinds of pairs."""
+    within: list[float] = []
+    across: list[float] = []
+    for rounds in racers:
+        read = [(node, math.log(t)) for node, t in rounds if node and t > 0]
+        for i, (node_a, a) in enumerate(read):
+            for node_b, b in read[i + 1 :]:
+                (within if node_a == node_b else across).append((a - b) ** 2)
+    if not within or not across:
+        return None
+    variance = (statistics.fmean(across) - statistics.fmean(within)) / 2
+    return NodeSpread(math.sqrt(max(0.0, variance)), len(across), len(within))
+
+
 def meets(latency: Estimate, limit_ms: float) -> bool:
     """Whether the latency's upper bound is within ``limit_ms``."""
     return latency.high <= limit_ms
