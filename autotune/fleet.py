@@ -6,7 +6,8 @@ on its node, measures it (:meth:`autotune.trials.Trials.ended`) and returns how 
 where. A node offers trials through the ``autotune`` resource (``ray start --resources
 '{"autotune": 1}'``: one trial at a time there); a trial on GPUs asks for them too, and Ray sets
 ``CUDA_VISIBLE_DEVICES``. The nodes reach the model repository and the run directory through a
-path they share. A task whose node is lost runs again on another (Ray's retries): the study
+path they share, or, where a node sees neither, through Ray's object store
+(:mod:`autotune.shipping`). A task whose node is lost runs again on another (Ray's retries): the study
 counts it once. A node that cannot serve your own config (a backend, a module or a GPU it lacks)
 fails its trial with its reason and is not used again in the run: its trial's config is measured
 again elsewhere. Ray is the optional extra ``autotune[ray]``.
@@ -17,11 +18,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from autotune import shipping
 from autotune.errors import ConfigError, LaunchError, MachineLimitError, UsageError, YourConfigError
 from autotune.events import Events
 from autotune.launch import failure_line, make_launcher, read_tail
@@ -31,6 +34,7 @@ from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.search import walk
 from autotune.search_space import Candidate
+from autotune.shipping import Bundle
 from autotune.study import INTERRUPTED, Asked, Study
 from autotune.trials import Ended, Trials, tell_stopped
 
@@ -88,6 +92,8 @@ class RayWorkers:
         self.hold = self.ray.remote(num_cpus=0)(Hold)
         self.held: dict[str, str] = {}  # the nodes left out of the run (Ray's id): each one's reason
         self.holds: list[Any] = []  # the actors that keep them out
+        self.bundle: Bundle | None = None  # the run's models, for nodes that do not see its paths
+        self.probed = False  # whether every node was asked if it sees the run (:meth:`_ship`)
 
     def free(self) -> bool:
         return len(self.flying) < self.at_once
@@ -96,11 +102,13 @@ class RayWorkers:
         return bool(self.flying)
 
     def start(self, trials: Trials, study: Study, results: list[TrialResult]) -> None:
+        if not self.probed:
+            self._ship(trials)
         asked = trials.ask(study)
         gpus = gpus_of(self.prep, asked.candidate)
         shipped = replace(asked, trial=cast(Any, None))  # the study stays here
         ref = self.task.options(resources={RESOURCE: 1}, num_cpus=0, num_gpus=gpus).remote(
-            self.prep, trials.run_dir.path, shipped, results
+            self.prep, trials.run_dir.path, shipped, results, self.bundle
         )
         self.flying[ref] = (asked, trials.clock())
 
@@ -168,7 +176,7 @@ class RayWorkers:
                 num_cpus=0,
                 num_gpus=self._round_gpus(job),
                 scheduling_strategy="SPREAD",
-            ).remote(self.prep, trials.run_dir.path, serve, job)
+            ).remote(self.prep, trials.run_dir.path, serve, job, self.bundle)
             for job in jobs
         ]
         try:
@@ -195,14 +203,50 @@ class RayWorkers:
         with contextlib.suppress(Exception):
             self.ray.wait(list(refs), num_returns=len(refs), timeout=CANCEL_S)
 
+    def _ship(self, trials: Trials) -> None:
+        """Ask each node whether it sees the run at this machine's paths; where one does not,
+        pack the models the run serves and put them in Ray's object store, once
+        (:mod:`autotune.shipping`), and say so in the run's record and on the console."""
+        self.probed = True
+        run = trials.run_dir
+        seen = self._everywhere(shipping.sees, str(self.prep.model_dir), str(run.path), run.record.run_id)
+        blind = sum(not s for s in seen)
+        if not blind:
+            return
+        began = time.monotonic()
+        data = shipping.pack(self.prep.settings.repository, shipping.served_models(self.prep))
+        self.bundle = Bundle(run.record, [self.ray.put(data)], len(data), shipping.digest_of(data))
+        took = time.monotonic() - began
+        trials.run_dir = run.update(shipped={"bytes": len(data), "seconds": round(took, 3), "nodes": blind})
+        trials.events.said(
+            f"{blind} of the cluster's {len(seen)} nodes do not see this run's files: its models "
+            f"({len(data) / 2**20:.1f} MiB packed) go through Ray's object store ({took:.1f} s)"
+        )
+
+    def _everywhere(self, func: Callable[..., T], *args: Any) -> list[T]:
+        """``func(*args)`` on each live node that offers trials, at once; their answers (Ray's
+        timeout error after :data:`CANCEL_S`)."""
+        strategies = importlib.import_module("ray.util.scheduling_strategies")
+        task = self.ray.remote(num_cpus=0)(func)
+        offering = [
+            n["NodeID"] for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(RESOURCE)
+        ]
+        there = [strategies.NodeAffinitySchedulingStrategy(node, soft=False) for node in offering]
+        refs = [task.options(scheduling_strategy=s).remote(*args) for s in there]
+        return cast(list[T], self.ray.get(refs, timeout=CANCEL_S))
+
     def _round_gpus(self, job: Any) -> int:
         """The most GPUs one racer of a race round's ``job`` runs on."""
         return max((gpus_of(self.prep, r.candidate) for r in getattr(job, "racers", ())), default=0)
 
     def close(self) -> None:
-        """Tasks in flight cancelled (:meth:`_cancel`), the nodes left out let go, and Ray left."""
+        """Tasks in flight cancelled (:meth:`_cancel`), the nodes left out let go, the models
+        shipped to nodes removed there (their logs stay), and Ray left."""
         self._cancel(list(self.flying))
         self.flying.clear()
+        if self.bundle is not None:
+            with contextlib.suppress(Exception):
+                self._everywhere(shipping.forget, self.bundle.record.run_id)
         for hold in self.holds:
             with contextlib.suppress(Exception):
                 self.ray.kill(hold)
@@ -211,11 +255,17 @@ class RayWorkers:
             self.ray.shutdown()
 
 
-def trial_on_node(prep: Prepared, run_path: Path, asked: Asked, results: list[TrialResult]) -> Landed:
+def trial_on_node(
+    prep: Prepared, run_path: Path, asked: Asked, results: list[TrialResult], bundle: Bundle | None = None
+) -> Landed:
     """A Ray task: ``asked`` served and measured on this node with the run's launcher. A trial
     that failed before any server of it loaded asks whether this node serves your config
     (:func:`cannot_serve`): a node that does not is at fault, not the candidate."""
-    trials = _trials_here(prep, run_path)
+    try:
+        trials = _trials_here(prep, run_path, bundle)
+    except NotHere as exc:
+        said = str(exc)
+        return Landed(Ended(failed=(said, "", False)), node_name(), _node_id(), "", said)
     start = trials.clock()
     try:
         try:
@@ -227,8 +277,7 @@ def trial_on_node(prep: Prepared, run_path: Path, asked: Asked, results: list[Tr
             fault = ""
             if ended.failed is not None and not ended.failed[2] and not trials.started:
                 fault = cannot_serve(trials, asked)
-        node_id = _ray().get_runtime_context().get_node_id()
-        return Landed(ended, node_name(), node_id, trials.servers.version, fault)
+        return Landed(ended, node_name(), _node_id(), trials.servers.version, fault)
     finally:
         trials.close()
 
@@ -253,25 +302,43 @@ class Hold:
     sends no trial or race round to a node left out of the run."""
 
 
-def round_on_node(prep: Prepared, run_path: Path, serve: Callable[[Trials, J], T], job: J) -> T:
-    """A Ray task: a race round (``serve`` of ``job``) on this node."""
-    trials = _trials_here(prep, run_path)
+def round_on_node(
+    prep: Prepared, run_path: Path, serve: Callable[[Trials, J], T], job: J, bundle: Bundle | None = None
+) -> T:
+    """A Ray task: a race round, or the open-loop check (``serve`` of ``job``), on this node."""
+    trials = _trials_here(prep, run_path, bundle)
     try:
         return serve(trials, job)
     finally:
         trials.close()
 
 
-def _trials_here(prep: Prepared, run_path: Path) -> Trials:
-    """Trials on this node: the run's launcher here, the run's directory through the shared path.
+class NotHere(LaunchError):
+    """This node sees neither the run's files at the driver's paths nor a bundle of them."""
+
+
+def _trials_here(prep: Prepared, run_path: Path, bundle: Bundle | None = None) -> Trials:
+    """Trials on this node: the run's launcher here, the run's directory through the shared path,
+    or, where this node does not see it, the ``bundle`` unpacked here (:mod:`autotune.shipping`).
     Only the driver writes run.json: the node's copy holds a Triton version already, so serving
     does not write it (its version goes back with the trial)."""
+    run_id = bundle.record.run_id if bundle is not None else ""
+    if bundle is not None and not shipping.sees(str(prep.model_dir), str(run_path), run_id):
+        prep, run_path = shipping.here(prep, shipping.unpack(bundle, _ray().get))
+    elif not (run_path / "run.json").is_file():
+        raise NotHere(
+            f"this node does not see the run's files at {run_path}: share the path, or restart the run"
+        )
     run = RunDir.load(run_path)
     run = replace(run, record=replace(run.record, made={**run.record.made, "triton": ""}))
     launcher = make_launcher(prep.settings.launch, run.record.run_id)
     trials = Trials(prep, LaunchedServers(prep, launcher, run.record.run_id), run, Events())
     trials.node = node_name()
     return trials
+
+
+def _node_id() -> str:
+    return str(_ray().get_runtime_context().get_node_id())
 
 
 def node_name() -> str:

@@ -78,6 +78,9 @@ class RunRecord:
     # verdict (your config did not race); False: keep your config, apply refuses without --force
     shown_better: bool | None = None
     nodes: dict[str, str] = field(default_factory=dict)  # on a Ray cluster: each trial's node, by number
+    # on a Ray cluster whose nodes share no path with this machine: the models shipped through
+    # Ray's object store (bytes, seconds to pack and put them, nodes that needed them)
+    shipped: dict[str, float] = field(default_factory=dict)
 
     @property
     def tuned(self) -> str:
@@ -148,6 +151,7 @@ class RunRecord:
             "made": dict(self.made),
             "shown_better": self.shown_better,
             **({"nodes": dict(self.nodes)} if self.nodes else {}),
+            **({"shipped": dict(self.shipped)} if self.shipped else {}),
         }
 
     @classmethod
@@ -187,6 +191,7 @@ class RunRecord:
             shown_better=data.get("shown_better"),
             made={str(k): str(v) for k, v in (data.get("made") or {}).items()},
             nodes={str(k): str(v) for k, v in (data.get("nodes") or {}).items()},
+            shipped={str(k): float(v) for k, v in (data.get("shipped") or {}).items()},
         )
 
 

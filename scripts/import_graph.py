@@ -87,6 +87,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "autotune.trials",
             "autotune.finals",
             "autotune.workers",
+            "autotune.shipping",
             "autotune.fleet",
             "autotune.reload",
             "autotune.report",

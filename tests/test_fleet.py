@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -31,8 +32,9 @@ NODE = {"num_cpus": 1, "resources": {"autotune": 1}, "object_store_memory": 100 
 
 
 @contextlib.contextmanager
-def _cluster(head: dict[str, str] | None = None) -> Iterator[Any]:
-    """Two nodes; ``head``: environment variables of the head node's processes alone."""
+def _cluster(head: dict[str, str] | None = None, second: bool = True) -> Iterator[Any]:
+    """Two nodes (one without ``second``); ``head``: environment variables of the head node's
+    processes alone."""
     before = {k: os.environ.get(k) for k in LOOPBACK}
     os.environ.update(LOOPBACK)  # before Ray is imported: it reads them then
     pytest.importorskip("ray", reason="Ray is the optional extra autotune[ray] (make install has it)")
@@ -42,7 +44,8 @@ def _cluster(head: dict[str, str] | None = None) -> Iterator[Any]:
         initialize_head=True, head_node_args={**NODE, "include_dashboard": False, "env_vars": head}
     )
     try:
-        made.add_node(**NODE)
+        if second:
+            made.add_node(**NODE)
         made.wait_for_nodes()
         yield made
     finally:
@@ -156,6 +159,59 @@ def test_a_node_that_cannot_serve_the_model_fails_its_trial_and_is_left_out_of_t
     assert measured and all(t.user_attrs["node"] not in left_out for t in measured)
     ended = [t.user_attrs["candidate"] for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
     assert all(t.user_attrs["candidate"] in ended for t in failed)  # each measured again elsewhere
+    assert (run_dir / "winner.pbtxt").exists()
+    assert servers_of(run_dir) == []
+
+
+@contextlib.contextmanager
+def _blind_node(made: Any, hidden: Path) -> Iterator[None]:
+    """A second node that does not see ``hidden``: its raylet started in a mount namespace of its
+    own, with an empty file system mounted over that folder (root only; else the test skips)."""
+    import ray
+
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
+    ray_bin = Path(sys.executable).parent / "ray"
+    script = 'mount -t tmpfs tmpfs "$0" && exec "$1" start --address "$2" --node-ip-address 127.0.0.1 ' + (
+        "--num-cpus 1 --object-store-memory 104857600 --resources '{\"autotune\": 1}' --block"
+    )
+    env = {**os.environ, **LOOPBACK, "XDG_CACHE_HOME": str(hidden / "cache")}  # its cache in the tmpfs too
+    unshare = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script]
+    node = subprocess.Popen(
+        [*unshare, str(hidden), str(ray_bin), made.address],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        ray.init(address=made.address, log_to_driver=False, logging_level="ERROR")
+        try:
+            deadline = time.monotonic() + 60
+            while sum(n["Alive"] for n in ray.nodes()) < 2:
+                assert time.monotonic() < deadline and node.poll() is None, "the second node did not join"
+                time.sleep(0.2)
+        finally:
+            ray.shutdown()
+        yield
+    finally:
+        node.terminate()  # ray start --block stops its raylet and workers
+        node.wait(timeout=60)
+
+
+@pytest.mark.integration
+@pytest.mark.ray
+def test_a_node_that_shares_no_path_gets_the_models_through_the_object_store(
+    toy_repo: Path, small_space: Path, tmp_path: Path
+) -> None:
+    with _cluster(second=False) as made, _blind_node(made, tmp_path):
+        proc = _run(made, toy_repo, small_space, tmp_path / "reports", *SAME)
+        out = proc.communicate(timeout=500)[0]
+    assert proc.returncode == 0, out
+    assert "1 of the cluster's 2 nodes do not see this run's files" in out, out
+    run_dir = next((tmp_path / "reports" / "toy").iterdir())
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["shipped"]["bytes"] > 0 and record["shipped"]["nodes"] == 1
+    trials = [t for t in _trials(run_dir) if t.state.name == "COMPLETE"]
+    assert len({t.user_attrs["node"] for t in trials}) == 2, out  # the blind node measured too
     assert (run_dir / "winner.pbtxt").exists()
     assert servers_of(run_dir) == []
 
