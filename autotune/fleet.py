@@ -324,7 +324,8 @@ def _trials_here(prep: Prepared, run_path: Path, bundle: Bundle | None = None) -
     does not write it (its version goes back with the trial)."""
     run_id = bundle.record.run_id if bundle is not None else ""
     if bundle is not None and not shipping.sees(str(prep.model_dir), str(run_path), run_id):
-        prep, run_path = shipping.here(prep, shipping.unpack(bundle, _ray().get))
+        repo, run_path = shipping.unpack(bundle, _ray().get)
+        prep = shipping.here(prep, repo)
     elif not (run_path / "run.json").is_file():
         raise NotHere(
             f"this node does not see the run's files at {run_path}: share the path, or restart the run"

@@ -2,8 +2,9 @@
 
 Where a node does not see the run (:func:`sees`), the models the run serves are packed once
 (:func:`pack`), put in Ray's object store, and unpacked once on each such node
-(:func:`unpack`), beside a run directory of the node's own. Its logs and the output check's
-reference stay on that node; what a trial measured, and a failure's log tail, go back with it.
+(:func:`unpack`), beside a run directory of the node's own, under :func:`root`. Its logs and the
+output check's reference stay on that node; what a trial measured, and a failure's log tail, go
+back with it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from typing import Any
 from autotune.model_config import CONFIG_NAME
 from autotune.prepare import Prepared
 from autotune.rundir import RUN_FILE, RunDir, RunRecord
-
-DONE = ".unpacked"  # written last: a folder without it is unpacked again
 
 
 @dataclass(frozen=True)
@@ -78,27 +77,38 @@ def root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "autotune" / "shipped"
 
 
-def unpack(bundle: Bundle, fetch: Callable[[Any], bytes], where: Path | None = None) -> Path:
-    """The run's folder on this machine (``repo/`` and ``run/``), made once from ``bundle``
-    (``fetch``: its bytes from the reference); later calls, from any process, find it made."""
-    folder = (where or root()) / f"{bundle.record.run_id}-{bundle.digest[:12]}"
-    if (folder / DONE).exists():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    made = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=folder.parent))
+def unpack(bundle: Bundle, fetch: Callable[[Any], bytes], where: Path | None = None) -> tuple[Path, Path]:
+    """The run's models on this machine, and its run directory here: made once from ``bundle``
+    (``fetch``: its bytes from the reference); later calls, from any process, find them made."""
+    folder = (where or root()) / bundle.record.run_id
+    repo, run = folder / f"repo-{bundle.digest[:12]}", folder / "run"
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (run / RUN_FILE).exists():
+        with contextlib.suppress(FileExistsError):  # another process made it first
+            RunDir.create(run, bundle.record)
+    if repo.is_dir():  # renamed in whole: complete
+        return repo, run
+    made = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=folder))
     try:
         with tarfile.open(fileobj=io.BytesIO(fetch(bundle.ref[0])), mode="r:gz") as tar:
             for member in tar.getmembers():  # files and folders under repo/, as pack made them
                 if not (member.isfile() or member.isdir()) or not _inside(member.name):
                     raise ValueError(f"the shipped run holds an entry it should not: {member.name!r}")
             tar.extractall(made)
-        RunDir.create(made / "run", bundle.record)
-        (made / DONE).write_text(bundle.digest, encoding="utf-8")
         with contextlib.suppress(OSError):  # another process made it first: keep theirs
-            made.rename(folder)
+            (made / "repo").rename(repo)
     finally:
         shutil.rmtree(made, ignore_errors=True)
-    return folder
+    return repo, run
+
+
+def forget(run_id: str, where: Path | None = None) -> int:
+    """Remove the models this machine unpacked for run ``run_id``; its logs stay (``run/``).
+    Returns how many copies it removed."""
+    copies = list(((where or root()) / run_id).glob("repo-*"))
+    for copy in copies:
+        shutil.rmtree(copy, ignore_errors=True)
+    return len(copies)
 
 
 def _inside(name: str) -> bool:
@@ -106,19 +116,7 @@ def _inside(name: str) -> bool:
     return bool(parts) and parts[0] == "repo" and ".." not in parts and not Path(name).is_absolute()
 
 
-def forget(run_id: str, where: Path | None = None) -> int:
-    """Remove the models this machine unpacked for run ``run_id``; its logs stay (``run/``).
-    Returns how many folders it emptied."""
-    emptied = 0
-    for folder in (where or root()).glob(f"{run_id}-*"):
-        if (folder / "repo").is_dir():
-            shutil.rmtree(folder / "repo", ignore_errors=True)
-            emptied += 1
-    return emptied
-
-
-def here(prep: Prepared, folder: Path) -> tuple[Prepared, Path]:
-    """``prep`` reading the models unpacked in ``folder``, and the run directory there."""
-    repository = folder / "repo"
-    settings = replace(prep.settings, repository=repository)
-    return replace(prep, settings=settings, model_dir=repository / prep.model_dir.name), folder / "run"
+def here(prep: Prepared, repo: Path) -> Prepared:
+    """``prep`` reading the models unpacked in ``repo``."""
+    settings = replace(prep.settings, repository=repo)
+    return replace(prep, settings=settings, model_dir=repo / prep.model_dir.name)

@@ -50,15 +50,17 @@ def test_a_run_is_packed_once_and_unpacked_once_per_machine_with_a_run_directory
         return data
 
     bundle = shipping.Bundle(_record(), ["ref"], len(data), shipping.digest_of(data))
-    folder = shipping.unpack(bundle, fetch, tmp_path / "node")
-    assert (folder / "repo" / "toy" / "1" / "weights.bin").read_bytes() == b"\x00\x01"
-    assert not (folder / "repo" / "toy" / "1" / "weights.bin").is_symlink()
-    assert not (folder / "repo" / "other").exists()
-    assert RunDir.load(folder / "run").record.run_id == bundle.record.run_id
-    assert shipping.unpack(bundle, fetch, tmp_path / "node") == folder and fetched == ["ref"]  # once
-    assert [p.name for p in (tmp_path / "node").iterdir()] == [folder.name]  # no half-made folder left
+    repo_here, run_here = shipping.unpack(bundle, fetch, tmp_path / "node")
+    assert (repo_here / "toy" / "1" / "weights.bin").read_bytes() == b"\x00\x01"
+    assert not (repo_here / "toy" / "1" / "weights.bin").is_symlink()
+    assert not (repo_here / "other").exists()
+    assert RunDir.load(run_here).record.run_id == bundle.record.run_id
+    assert shipping.unpack(bundle, fetch, tmp_path / "node") == (repo_here, run_here) and fetched == ["ref"]
+    assert sorted(p.name for p in repo_here.parent.iterdir()) == ["repo-" + bundle.digest[:12], "run"]
     assert shipping.forget(bundle.record.run_id, tmp_path / "node") == 1  # the run ended: its models go
-    assert not (folder / "repo").exists() and (folder / "run" / "run.json").exists()  # its logs stay
+    assert not repo_here.exists() and (run_here / "run.json").exists()  # its logs stay
+    assert shipping.unpack(bundle, fetch, tmp_path / "node") == (repo_here, run_here)  # --resume: again
+    assert repo_here.is_dir() and fetched == ["ref", "ref"]
 
 
 def test_a_machine_sees_a_run_only_with_its_model_and_its_record_at_the_drivers_paths(tmp_path: Path) -> None:
@@ -79,7 +81,8 @@ def test_a_bundle_with_an_entry_outside_the_repository_is_refused(tmp_path: Path
     bundle = shipping.Bundle(_record(), ["ref"], len(data), shipping.digest_of(data))
     with pytest.raises(ValueError, match="escaped"):
         shipping.unpack(bundle, lambda _: data, tmp_path / "node")
-    assert not (tmp_path / "escaped.txt").exists() and list((tmp_path / "node").iterdir()) == []
+    assert not (tmp_path / "escaped.txt").exists()
+    assert [p.name for p in (tmp_path / "node" / bundle.record.run_id).iterdir()] == ["run"]
 
 
 def test_a_node_reads_the_models_it_unpacked(tmp_path: Path) -> None:
@@ -91,6 +94,6 @@ def test_a_node_reads_the_models_it_unpacked(tmp_path: Path) -> None:
         settings, mcfg.ModelConfig(name="toy"), repo / "toy", space, base, None, Loader(Traffic())
     )
     assert shipping.served_models(prep) == ["toy"]
-    moved, run_path = shipping.here(prep, tmp_path / "node" / "x")
-    assert moved.settings.repository == tmp_path / "node" / "x" / "repo"
-    assert moved.model_dir == tmp_path / "node" / "x" / "repo" / "toy" and run_path.name == "run"
+    moved = shipping.here(prep, tmp_path / "node" / "repo-1")
+    assert moved.settings.repository == tmp_path / "node" / "repo-1"
+    assert moved.model_dir == tmp_path / "node" / "repo-1" / "toy" and moved.space == prep.space
