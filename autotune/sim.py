@@ -943,6 +943,7 @@ class Surveyed:
     # how far a fresh server reads off the truth (relative sd); None: as the survey measured it
     server_cv: float | None = None
     again: tuple[dict[str, Levels], ...] = ()  # other servers' readings of the same configs
+    timed: bool = False  # whether the survey timed its servers' starts (``start_s`` is theirs)
 
     @classmethod
     def load(cls, path: Path, sla: Sla | None = None) -> Surveyed:
@@ -981,6 +982,7 @@ class Surveyed:
             str(data["model"]), chosen, int(data["cores"]), readings(data["windows"]), space=space,
             baseline=baseline, gpus=gpus, server_cv=server_cv,
             again=tuple(readings(w) for w in data.get("again", ())), start_s=statistics.median(starts),
+            timed=bool(data.get("starts_s")),
         )  # fmt: skip
 
     @property

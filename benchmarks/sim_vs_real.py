@@ -1,13 +1,19 @@
 """Simulated time against real wall time (issue 81, item 5): the runs a benchmark made, and the
-simulator's runs of the same settings on the model's survey.
+simulator's runs of the same settings on the model's survey, step by step.
 
 It reads the autotune runs that ``vs_model_analyzer.py`` left in its work folder
 (``WORK/<model>/autotune*/result.json`` and each one's run directory), and simulates the same
 command (space, SLA, trials, finalists, repeats, margin) on ``benchmarks/surveys/<model>.json.gz``
-with ``--seeds`` sampler seeds. Per model it prints the real runs' wall time, search time and
-what came after it (race, open-loop check, report), each a median with its range, beside the
-simulator's search time and race time, and the ratio of the medians. A model with no survey is
-left out, and said.
+with ``--seeds`` sampler seeds. A server's start costs the simulator what the real runs' servers
+took to be ready (their trials' median ``ready_s``, the warm-up included), where the survey did not
+time its own.
+
+Per model it prints, each a median with its range, the real runs' and the simulated runs' time in
+each step: the search, the race (to the open-loop check's server), the open-loop check with the
+report, and the rest (the process's start-up); and the trials and race rounds. The simulator does
+not run the open-loop check (it has no surface of arrival rates): its whole is set beside the real
+runs' without that step. A model with no survey, or one that lacks configs of the space, is left
+out, and said.
 
     .venv/bin/python benchmarks/sim_vs_real.py --work WORK
 """
@@ -16,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,45 +39,78 @@ from autotune.objective import Sla
 from autotune.search_space import load_search_space
 
 SURVEYS = Path(__file__).resolve().parent / "surveys"
+STAMP = re.compile(r"^[IWE]\d{4} (\d\d):(\d\d):(\d\d\.\d+)", re.MULTILINE)  # Triton's log lines
 
 
 @dataclass(frozen=True)
 class Real:
-    """One real run: its wall time, its search's, and its record's options."""
+    """One real run: its wall time and its steps' (seconds), and its record's settings."""
 
     wall_s: float
     searched_s: float
+    raced_s: float  # from the search's end to the open-loop check's server (the whole rest without one)
+    checked_s: float  # the open-loop check and the report, to the record's end
     trials: int
+    measured: int  # trials measured (not pruned, not failed)
     rounds: int  # race rounds served (race-*.log)
+    ready_s: float  # the median of its trials' servers' start until ready
     options: dict[str, Any]
     sla: Sla
 
     @property
-    def after_s(self) -> float:
-        """The race, the open-loop check, the report and the start-up: all but the search."""
-        return self.wall_s - self.searched_s
+    def without_check_s(self) -> float:
+        """What the simulator simulates: the wall time less the open-loop check and the report."""
+        return self.wall_s - self.checked_s
+
+
+def _first_stamp(log: Path, day: datetime) -> datetime | None:
+    """The time of the log's first Triton line, on ``day``."""
+    found = STAMP.search(log.read_text("utf-8", "replace")) if log.exists() else None
+    if found is None:
+        return None
+    h, m, s = int(found[1]), int(found[2]), float(found[3])
+    return day.replace(hour=h, minute=m, second=int(s), microsecond=int(s % 1 * 1e6))
+
+
+def real_run(result: Path) -> Real | None:
+    """The run ``result.json`` describes, or None when it did not finish."""
+    data = json.loads(result.read_text())
+    if data.get("status") != "finished":
+        return None
+    run = Path(data["details"]["run_dir"])
+    record = json.loads((run / "run.json").read_text())
+    started, finished = datetime.fromisoformat(record["started"]), datetime.fromisoformat(record["finished"])
+    searched = float(record["searched_s"])
+    logs = sorted((run / "logs").glob("open-loop-*.log"))
+    check = _first_stamp(logs[-1], started) if logs else None
+    ended = (finished - started).total_seconds()
+    checked = (finished - check).total_seconds() if check is not None else 0.0
+    measured = _measured(run, record)
+    readies = [t["measurement"]["ready_s"] for t in measured]
+    return Real(
+        wall_s=float(data["wall_s"]), searched_s=searched, raced_s=ended - checked - searched,
+        checked_s=checked, trials=int(data["details"]["trials"]), measured=len(measured),
+        rounds=len(list((run / "logs").glob("race-*.log"))),
+        ready_s=statistics.median(readies) if readies else 0.0, options=record["options"],
+        sla=Sla.from_json(record["sla"]),
+    )  # fmt: skip
+
+
+def _measured(run: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The user attributes of the run's measured trials, as its study holds them."""
+    import optuna
+
+    if not (run / "study.db").exists():
+        return []
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.load_study(study_name=record["study_name"], storage=f"sqlite:///{run / 'study.db'}")
+    return [t.user_attrs for t in study.trials if t.user_attrs.get("measurement")]
 
 
 def real_runs(work: Path, model: str) -> list[Real]:
     """The finished autotune runs of ``model`` under ``work``, in the order they ran."""
-    out = []
-    for result in sorted((work / model).glob("autotune*/result.json")):
-        data = json.loads(result.read_text())
-        if data.get("status") != "finished":
-            continue
-        run = Path(data["details"]["run_dir"])
-        record = json.loads((run / "run.json").read_text())
-        out.append(
-            Real(
-                wall_s=float(data["wall_s"]),
-                searched_s=float(record["searched_s"]),
-                trials=int(data["details"]["trials"]),
-                rounds=len(list((run / "logs").glob("race-*.log"))),
-                options=record["options"],
-                sla=Sla.from_json(record["sla"]),
-            )
-        )
-    return out
+    found = (real_run(result) for result in sorted((work / model).glob("autotune*/result.json")))
+    return [r for r in found if r is not None]
 
 
 class _Clocked(Events):
@@ -86,11 +127,18 @@ class Simulated:
     sim_s: float
     searched_s: float
     trials: int
+    measured: int
+    rounds: int  # race servers: each race round of the racers that shared one
 
 
-def simulated(survey: Path, real: Real, seeds: int) -> list[Simulated]:
-    """``seeds`` simulated runs of ``real``'s settings on ``survey`` (its SLA, space and options)."""
+def simulated(survey: Path, reals: Sequence[Real], seeds: int) -> tuple[list[Simulated], float]:
+    """``seeds`` simulated runs of the real runs' settings on ``survey`` (their SLA, space and
+    options), and the start it charged a server (the survey's, else the real servers')."""
+    real = reals[0]
     surface = sim.Surveyed.load(survey, real.sla)
+    measured = statistics.median(r.ready_s for r in reals)
+    if not surface.timed and measured > 0:
+        surface = replace(surface, start_s=measured)
     o = real.options
     space = load_search_space(Path(o["search_space"])) if o.get("search_space") else sim.space_of(surface)
     space = space.restricted(batching=True, gpu=surface.gpus > 0, tensorrt=False, gpu_count=surface.gpus)
@@ -102,34 +150,61 @@ def simulated(survey: Path, real: Real, seeds: int) -> list[Simulated]:
     for seed in range(seeds):
         events = _Clocked()
         outcome = sim.simulate(surface, seed, space=space, events=events, **given)
-        out.append(Simulated(outcome.sim_s, events.searched_s, len(outcome.results)))
-    return out
+        rounds = max((max(len(v.points), 1) for v in outcome.verifications), default=0)
+        out.append(
+            Simulated(outcome.sim_s, events.searched_s, len(outcome.results), outcome.measured, rounds)
+        )
+    return out, surface.start_s
 
 
 def _median(values: Sequence[float]) -> str:
     return f"{statistics.median(values):4.0f} ({min(values):.0f}-{max(values):.0f})"
 
 
-def report(model: str, reals: Sequence[Real], sims: Sequence[Simulated]) -> list[str]:
-    """A model's lines: the real runs, the simulated ones, and their medians' ratios."""
-    rows = {
-        "real": ([r.wall_s for r in reals], [r.searched_s for r in reals], [r.trials for r in reals]),
-        "simulated": ([s.sim_s for s in sims], [s.searched_s for s in sims], [s.trials for s in sims]),
-    }
-    lines = [f"{model}: {len(reals)} real runs, {len(sims)} simulated; seconds, median (range)"]
-    lines.append(f"  {'':<10} {'whole':>14} {'search':>14} {'after search':>14} {'trials':>8}")
-    medians = {}
-    for name, (whole, search, trials) in rows.items():
-        after = [w - s for w, s in zip(whole, search, strict=True)]
-        medians[name] = [statistics.median(v) for v in (whole, search, after)]
-        lines.append(
-            f"  {name:<10} {_median(whole):>14} {_median(search):>14} {_median(after):>14} "
-            f"{statistics.median(trials):>8.0f}"
-        )
-    ratios = [
-        s / r if r > 0 else float("nan") for s, r in zip(medians["simulated"], medians["real"], strict=True)
+def report(model: str, reals: Sequence[Real], sims: Sequence[Simulated], start_s: float) -> list[str]:
+    """A model's lines: each step of the real runs and of the simulated ones, and the ratio of
+    their medians."""
+    real_steps = {
+        "whole less check": [r.without_check_s for r in reals], "search": [r.searched_s for r in reals],
+        "race": [r.raced_s for r in reals], "check+report": [r.checked_s for r in reals],
+        "start-up": [r.wall_s - r.searched_s - r.raced_s - r.checked_s for r in reals],
+        "search / measured": [r.searched_s / max(r.measured, 1) for r in reals],
+        "race / round": [r.raced_s / max(r.rounds, 1) for r in reals],
+    }  # fmt: skip
+    sim_steps = {
+        "whole less check": [s.sim_s for s in sims], "search": [s.searched_s for s in sims],
+        "race": [s.sim_s - s.searched_s for s in sims],
+        "search / measured": [s.searched_s / max(s.measured, 1) for s in sims],
+        "race / round": [(s.sim_s - s.searched_s) / max(s.rounds, 1) for s in sims],
+    }  # fmt: skip
+    lines = [
+        f"{model}: {len(reals)} real runs, {len(sims)} simulated (a server's start {start_s:.2f} s); "
+        "seconds, median (range)",
+        f"  {'step':<17} {'real':>14} {'simulated':>14} {'sim/real':>9}",
     ]
-    lines.append(f"  {'sim/real':<10} {ratios[0]:>14.2f} {ratios[1]:>14.2f} {ratios[2]:>14.2f}")
+    for step, real in real_steps.items():
+        simmed = sim_steps.get(step)
+        ratio = (
+            statistics.median(simmed) / statistics.median(real)
+            if simmed and statistics.median(real)
+            else None
+        )
+        lines.append(
+            f"  {step:<17} {_median(real):>14} {_median(simmed) if simmed else '-':>14} "
+            f"{f'{ratio:.2f}' if ratio is not None else '-':>9}"
+        )
+    lines.append(
+        f"  {'trials':<17} {statistics.median(r.trials for r in reals):>14.0f} "
+        f"{statistics.median(s.trials for s in sims):>14.0f}"
+    )
+    lines.append(
+        f"  {'measured':<17} {statistics.median(r.measured for r in reals):>14.0f} "
+        f"{statistics.median(s.measured for s in sims):>14.0f}"
+    )
+    lines.append(
+        f"  {'race rounds':<17} {statistics.median(r.rounds for r in reals):>14.0f} "
+        f"{statistics.median(s.rounds for s in sims):>14.0f}"
+    )
     return lines
 
 
@@ -148,11 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{model}: left out ({'no finished real run' if not reals else 'no survey'})")
             continue
         try:
-            sims = simulated(survey, reals[0], args.seeds)
+            sims, start_s = simulated(survey, reals, args.seeds)
         except ValueError as exc:  # a survey that stopped part way
             print(f"{model}: left out ({exc})")
             continue
-        print("\n".join(report(model, reals, sims)))
+        print("\n".join(report(model, reals, sims, start_s)))
     return 0
 
 

@@ -73,7 +73,8 @@ def test_the_held_out_set_shares_no_family_run_seed_or_survey_with_the_tuning_se
 
 
 def test_sim_vs_real_reads_a_benchmarks_runs_and_simulates_their_settings(tmp_path: Path) -> None:
-    """benchmarks/sim_vs_real.py: each finished real run's wall and search time beside the
+    """benchmarks/sim_vs_real.py: each finished real run's steps (search, race to the open-loop
+    check's server, the check and the report, from its record and its logs) beside the
     simulator's runs of the same options on the model's survey, and their medians' ratios."""
     import json
 
@@ -86,15 +87,28 @@ def test_sim_vs_real_reads_a_benchmarks_runs_and_simulates_their_settings(tmp_pa
         run = tmp_path / "cnn" / f"autotune-{i}" / "run"
         (run / "logs").mkdir(parents=True)
         (run / "logs" / "race-001-1.log").write_text("")
-        record = {"searched_s": searched, "options": options, "sla": {"percentile": 99, "limit_ms": 20.0}}
+        (run / "logs" / "open-loop-001.log").write_text(
+            "W1205 10:01:30.500000 1 a line\nI1205 10:01:31.0 x\n"
+        )
+        record = {
+            "searched_s": searched, "options": options, "sla": {"percentile": 99, "limit_ms": 20.0},
+            "started": "2026-12-05T10:00:00+00:00", "finished": "2026-12-05T10:01:40+00:00",
+            "study_name": "s",
+        }  # fmt: skip
         (run / "run.json").write_text(json.dumps(record))
         status = "finished" if i < 2 else "timeout"  # a run that did not finish is not read
         result = {"status": status, "wall_s": wall, "details": {"run_dir": str(run), "trials": 6}}
         (run.parent / "result.json").write_text(json.dumps(result))
     reals = sim_vs_real.real_runs(tmp_path, "cnn")
-    assert [(r.wall_s, r.after_s, r.rounds) for r in reals] == [(100.0, 40.0, 1), (120.0, 50.0, 1)]
-    sims = sim_vs_real.simulated(sim_vs_real.SURVEYS / "cnn.json.gz", reals[0], seeds=2)
-    assert len(sims) == 2 and all(0 < s.searched_s < s.sim_s and 0 < s.trials <= 6 for s in sims)
-    lines = sim_vs_real.report("cnn", reals, sims)
-    whole = statistics.median(s.sim_s for s in sims) / 110.0
-    assert lines[-1].split()[:2] == ["sim/real", f"{whole:.2f}"]
+    assert [(r.searched_s, r.raced_s, r.checked_s, r.rounds) for r in reals] == [
+        (60.0, 100 - 9.5 - 60.0, 9.5, 1),
+        (70.0, 100 - 9.5 - 70.0, 9.5, 1),
+    ]  # the check's server started at 1:30.5, the record ended at 1:40
+    sims, start_s = sim_vs_real.simulated(sim_vs_real.SURVEYS / "cnn.json.gz", reals, seeds=2)
+    assert len(sims) == 2 and all(
+        0 < s.searched_s < s.sim_s and 0 < s.measured <= s.trials <= 6 for s in sims
+    )
+    assert start_s == 3.0  # neither the survey nor these runs timed a start: the simulator's own
+    lines = sim_vs_real.report("cnn", reals, sims, start_s)
+    whole = statistics.median(s.sim_s for s in sims) / statistics.median(r.without_check_s for r in reals)
+    assert lines[2].split()[-1] == f"{whole:.2f}" and lines[2].startswith("  whole less check")
