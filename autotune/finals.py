@@ -209,6 +209,11 @@ class OpenLoopJob:
     winner: TrialResult
     credited: float
 
+    @property
+    def racers(self) -> tuple[TrialResult, ...]:
+        """The configs it serves, as a race round names them (a worker asks for their GPUs)."""
+        return (self.winner,)
+
 
 def serve_open_loop(trials: Trials, job: OpenLoopJob) -> OpenLoopCheck | str:
     """The check of ``job`` on a fresh server (:func:`check_open_loop`); why it failed, if it did."""

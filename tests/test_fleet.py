@@ -87,6 +87,12 @@ def test_a_trial_asks_ray_for_the_gpus_its_candidate_runs_on() -> None:
     assert gpus_of(prep, cpu) == 0  # Ray hides every GPU from it
     assert gpus_of(prep, replace(cpu, kind="KIND_GPU", gpus=(0, 1))) == 2
     assert gpus_of(prep, replace(cpu, kind="KIND_GPU")) == 4  # on every GPU: the server's count
+    from autotune.finals import OpenLoopJob
+    from autotune.fleet import RayWorkers
+
+    winner: Any = SimpleNamespace(candidate=replace(cpu, kind="KIND_GPU", gpus=(0, 1)))
+    workers: Any = SimpleNamespace(prep=prep)
+    assert RayWorkers._round_gpus(workers, OpenLoopJob(winner, 100.0)) == 2  # the open-loop check's too
 
 
 def test_trials_at_once_need_a_cluster() -> None:
