@@ -613,8 +613,9 @@ class SimServers:
             )
             steady.append(window)
             readings.append(server.transient.apply(window, server.loaded_s + plan.window_s / 2))
-            self.now += plan.window_s
-            server.loaded_s += plan.window_s
+            lasted = window_length(plan, window.throughput)
+            self.now += lasted
+            server.loaded_s += lasted
             latencies = [r.latency_ms(plan.percentile) for r in readings]
             warm = warm_windows(latencies, plan.latency_noise) if plan.limit_ms > 0 else 0
             figure = sum(latencies[warm:]) / len(
@@ -716,6 +717,16 @@ class SimOutcome:
     def winner_config(self) -> Candidate | None:
         """The winning trial's config (None: no winner)."""
         return next((r.candidate for r in self.results if r.number == self.winner), None)
+
+
+def window_length(plan: WindowPlan, throughput: float) -> float:
+    """How long a window of ``throughput`` requests a second lasts: the plan's, extended by quarters
+    (up to 4x) until it holds ``plan.min_requests``, as :func:`autotune.loadgen._windows.run_windows`
+    extends it."""
+    lasted = plan.window_s
+    while throughput * lasted < plan.min_requests and lasted < 4 * plan.window_s:
+        lasted += plan.window_s / 4
+    return lasted
 
 
 def space_of(surface: Surface) -> SearchSpace:
