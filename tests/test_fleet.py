@@ -149,7 +149,7 @@ def test_a_node_that_cannot_serve_the_model_fails_its_trial_and_is_left_out_of_t
     config.write_text(
         config.read_text() + 'parameters { key: "needs_module" value { string_value: "toy_needs_this" } }\n'
     )
-    with _cluster(head={"PYTHONPATH": str(lib)}) as made:
+    with _cluster(head={"TOY_MODULE_PATH": str(lib)}) as made:
         proc = _run(made, toy_repo, small_space, tmp_path / "reports", *SAME)
         out = proc.communicate(timeout=500)[0]
     assert proc.returncode == 0, out
@@ -178,14 +178,11 @@ def _blind_node(made: Any, hidden: Path) -> Iterator[None]:
     probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip(f"no mount namespace here: {probe.stderr.decode().strip()}")
-    ray_bin = Path(sys.executable).parent / "ray"
-    script = 'mount -t tmpfs tmpfs "$0" && exec "$1" start --address "$2" --node-ip-address 127.0.0.1 ' + (
-        "--num-cpus 1 --object-store-memory 104857600 --resources '{\"autotune\": 1}' --block"
-    )
+    script = 'mount -t tmpfs tmpfs "$0" && exec "$1" "$2" "$3"'
     env = {**os.environ, **LOOPBACK, "XDG_CACHE_HOME": str(hidden / "cache")}  # its cache in the tmpfs too
     unshare = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script]
     node = subprocess.Popen(
-        [*unshare, str(hidden), str(ray_bin), made.address],
+        [*unshare, str(hidden), sys.executable, str(Path(__file__).with_name("fleet_node.py")), made.address],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -199,7 +196,7 @@ def _blind_node(made: Any, hidden: Path) -> Iterator[None]:
             ray.shutdown()
         yield
     finally:
-        node.terminate()  # ray start --block stops its raylet and workers
+        node.terminate()  # the node stops its raylet and its workers
         node.wait(timeout=60)
 
 

@@ -9,13 +9,15 @@ Parameters (config.pbtxt): fixed_ms, per_item_ms; "crash_on_load" = "1" makes lo
 "fault" = "crash_once" with "fault_marker" = a path crashes as "crash" does, only while that
 file does not exist (it creates it first): a server that crashes now and then, not every time.
 "error_every" = N answers every Nth request with an error (a model that errs under load).
-"needs_module" = a module the model imports at load (a machine without it cannot serve it).
+"needs_module" = a module the model imports at load, from the folders TOY_MODULE_PATH names (a
+machine without it cannot serve the model).
 """
 
 import importlib
 import json
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -26,7 +28,8 @@ class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        if params.get("needs_module"):
+        if params.get("needs_module"):  # found where TOY_MODULE_PATH says (the stub's PYTHONPATH is its own)
+            sys.path[:0] = [p for p in os.environ.get("TOY_MODULE_PATH", "").split(os.pathsep) if p]
             importlib.import_module(params["needs_module"])
         if params.get("crash_on_load") == "1":
             raise RuntimeError("toy model told to fail at load (crash_on_load=1)")
