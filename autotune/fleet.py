@@ -157,14 +157,14 @@ class RayWorkers:
     def _hold(self, node_id: str) -> int:
         """Take the node's trial slots for good (a :class:`Hold` there), so that Ray sends it no
         task again; the slots the other nodes still offer."""
-        alive = {n["NodeID"]: n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")}
-        offered = int(alive.get(node_id, {}).get(RESOURCE, 0))
+        alive = self._offering()
+        offered = alive.get(node_id, 0)
         if offered:
             strategies = importlib.import_module("ray.util.scheduling_strategies")
             there = strategies.NodeAffinitySchedulingStrategy(node_id, soft=False)
             options = {"resources": {RESOURCE: offered}, "num_cpus": 0, "scheduling_strategy": there}
             self.holds.append(self.hold.options(**options).remote())
-        return sum(int(r.get(RESOURCE, 0)) for i, r in alive.items() if i not in self.held)
+        return sum(slots for i, slots in alive.items() if i not in self.held)
 
     def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
         """The race's rounds, each a task on a node of its own where the nodes allow (Ray's
@@ -228,12 +228,16 @@ class RayWorkers:
         timeout error after :data:`CANCEL_S`)."""
         strategies = importlib.import_module("ray.util.scheduling_strategies")
         task = self.ray.remote(num_cpus=0)(func)
-        offering = [
-            n["NodeID"] for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(RESOURCE)
-        ]
+        offering = list(self._offering())
         there = [strategies.NodeAffinitySchedulingStrategy(node, soft=False) for node in offering]
         refs = [task.options(scheduling_strategy=s).remote(*args) for s in there]
         return cast(list[T], self.ray.get(refs, timeout=CANCEL_S))
+
+    def _offering(self) -> dict[str, int]:
+        """The live nodes that offer trials (Ray's id), each with its slots (:data:`RESOURCE`)."""
+        nodes = (n for n in self.ray.nodes() if n.get("Alive"))
+        found = {n["NodeID"]: int(n.get("Resources", {}).get(RESOURCE, 0)) for n in nodes}
+        return {node: slots for node, slots in found.items() if slots}
 
     def _round_gpus(self, job: Any) -> int:
         """The most GPUs one racer of a race round's ``job`` runs on."""
