@@ -40,7 +40,7 @@ from autotune.results import TrialResult, Verification, recommendation
 from autotune.rundir import RunDir, RunRecord
 from autotune.search import walk
 from autotune.search.level_search import search_plan
-from autotune.search.racing import race_winner
+from autotune.search.racing import race_winner, round_spread, rounds_meet
 from autotune.search.sampling import warm_windows, windows_done
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, parse_search_space
 from autotune.settings import Launch, RunSettings, Traffic
@@ -380,6 +380,7 @@ class Judged:
     # at the search's limit (0.0: not asked for, or no winner): what the user is told to run
     at_point: float = 0.0
     turned: int = 0  # race rounds a fresh server's warm-up turned (SimOutcome.turned)
+    decided: bool = False  # the warm-up decided the race (SimOutcome.decided)
     # the winner's true throughput at its recommended operating point over the surface's best
     # true goodput under the SLA itself: what a user gets of what was there to get
     users: float = 0.0
@@ -411,7 +412,7 @@ def judge(
     if winner is None or winner.candidate is None:
         return Judged(
             surface.name, outcome.seed, None, 0, 0.0, math.inf, outcome.sim_s, outcome.measured,
-            outcome.honest, seen=seen, turned=outcome.turned,
+            outcome.honest, seen=seen, turned=outcome.turned, decided=outcome.decided,
         )  # fmt: skip
     rec = recommendation(winner, outcome.verifications, surface.sla.percentile)
     level = rec.concurrency if rec is not None else 0
@@ -424,7 +425,8 @@ def judge(
     users = true.throughput / best if true is not None and best > 0 else 0.0
     share = true.latency_ms(surface.sla.percentile) / surface.sla.limit_ms if true is not None else math.inf
     return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, share, outcome.sim_s,
-                  outcome.measured, outcome.honest, there, seen, point, outcome.turned, users)  # fmt: skip
+                  outcome.measured, outcome.honest, there, seen, point, outcome.turned, outcome.decided,
+                  users)  # fmt: skip
 
 
 # ---------------------------------------------------------------- simulated servers and load
@@ -557,6 +559,8 @@ class SimServers:
         self.warm_rng = warm_rng or random.Random(0)
         self.turned = 0  # race rounds a warm-up turned: over the limit, under it without the warm-up
         self.readings: dict[str, list[Point]] = {}  # every point handed out, by its server's stage
+        # each race round's point read without its server's warm-up (the same windows), by id
+        self.steady: dict[int, Point] = {}
 
     def clock(self) -> float:
         return self.now
@@ -627,26 +631,36 @@ class SimServers:
                 stable = True
                 break
         kept = readings[warm:] if plan.limit_ms > 0 else readings[-plan.stable_windows :]
+        point = _point_of(level, kept, plan, len(readings), stable, tuple(latencies[:warm]))
         if server.race and plan.limit_ms > 0:
             self.turned += _turned(kept, steady[warm:], plan)
-
-        def mean(name: str) -> float:
-            return sum(float(getattr(r, name)) for r in kept) / len(kept)
-
-        duration = plan.window_s * len(kept)
-        throughput = mean("throughput")
-        requests = max(1, int(throughput * duration))
-        point = Point(
-            concurrency=level, request_rate=0.0, throughput=throughput, avg_ms=mean("p50_ms"),
-            p50_ms=mean("p50_ms"), p90_ms=mean("p90_ms"), p95_ms=mean("p95_ms"), p99_ms=mean("p99_ms"),
-            requests=requests, errors=0, duration_s=duration, windows=len(readings), stable=stable,
-            warnings=() if stable else (UNSTABLE,),
-            window_throughputs=tuple(r.throughput for r in kept),
-            window_latencies_ms=tuple(r.latency_ms(plan.percentile) for r in kept),
-            window_percentile=plan.percentile, warm_windows_ms=tuple(latencies[:warm]),
-        )  # fmt: skip
+            if server.transient.size:  # the same windows read without it
+                self.steady[id(point)] = _point_of(level, steady[warm:], plan, len(readings), stable, ())
         self.readings.setdefault(server.stage, []).append(point)
         return point
+
+
+def _point_of(
+    level: int, kept: Sequence[Reading], plan: WindowPlan, windows: int, stable: bool,
+    warm_ms: tuple[float, ...],
+) -> Point:  # fmt: skip
+    """A simulated point: the means of its ``kept`` windows, of ``windows`` read in all."""
+
+    def mean(name: str) -> float:
+        return sum(float(getattr(r, name)) for r in kept) / len(kept)
+
+    duration = plan.window_s * len(kept)
+    throughput = mean("throughput")
+    requests = max(1, int(throughput * duration))
+    return Point(
+        concurrency=level, request_rate=0.0, throughput=throughput, avg_ms=mean("p50_ms"),
+        p50_ms=mean("p50_ms"), p90_ms=mean("p90_ms"), p95_ms=mean("p95_ms"), p99_ms=mean("p99_ms"),
+        requests=requests, errors=0, duration_s=duration, windows=windows, stable=stable,
+        warnings=() if stable else (UNSTABLE,),
+        window_throughputs=tuple(r.throughput for r in kept),
+        window_latencies_ms=tuple(r.latency_ms(plan.percentile) for r in kept),
+        window_percentile=plan.percentile, warm_windows_ms=warm_ms,
+    )  # fmt: skip
 
 
 class SimWorkers:
@@ -712,6 +726,8 @@ class SimOutcome:
     measured: int
     honest: bool
     turned: int = 0  # race rounds a fresh server's warm-up turned (:func:`_turned`)
+    # a fresh server's warm-up decided the race: its rounds read without it crown another winner
+    decided: bool = False
 
     @property
     def winner_config(self) -> Candidate | None:
@@ -795,10 +811,38 @@ def simulate(
         verifications = run.record.verifications
         s = prep.settings
         winner = race_winner(verifications, results, s.search_sla, prep.scoring, prep.baseline)
+        steady = read_steady(verifications, servers.steady, s.search_sla)
+        decided = winner != race_winner(steady, results, s.search_sla, prep.scoring, prep.baseline)
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
     truthful = honest(results, told, prep, servers.readings)
-    return SimOutcome(seed, results, verifications, winner, servers.now, measured, truthful, servers.turned)
+    return SimOutcome(
+        seed, results, verifications, winner, servers.now, measured, truthful, servers.turned, decided
+    )
+
+
+def read_steady(
+    verifications: Sequence[Verification], steady: Mapping[int, Point], sla: Sla
+) -> list[Verification]:
+    """The race's verifications with each round read without its server's warm-up (``steady``: a
+    round's point by id, the same windows without it), each one's rounds judged again as the race
+    judges them (:class:`autotune.search.racing.Race`)."""
+
+    def read(points: Sequence[Point]) -> tuple[Point, ...]:
+        return tuple(steady.get(id(p), p) for p in points)
+
+    swapped = [
+        replace(v, points=read(v.points), others=tuple((at, read(pts)) for at, pts in v.others))
+        for v in verifications
+    ]
+    finals = [v for v in swapped if not v.control]
+    rounds = [*(v.points for v in finals), *(p for v in finals for _, p in v.others)]
+    spread = round_spread(rounds, sla.percentile)
+
+    def met(points: tuple[Point, ...]) -> int:
+        return len(points) if rounds_meet(points, sla, spread) else sum(map(sla.met_by, points))
+
+    return [replace(v, sla_met=met(v.points)) for v in swapped]
 
 
 def honest(

@@ -21,8 +21,10 @@ import pytest
 from autotune import sim
 from autotune.errors import LaunchError
 from autotune.objective import Sla
+from autotune.results import Verification
 from autotune.search_space import Candidate
 from autotune.trials import Trials
+from tests.test_noise import windowed
 
 SPACE = sim.default_space()
 QUIET = sim.Synthetic("quiet", Sla(95, 12.0), mu=400.0, cores=2, alpha=0.4, cv=0.0)
@@ -592,6 +594,21 @@ def test_a_warm_up_draws_apart_so_a_run_with_it_is_the_run_without_until_it_turn
     warm = sim.simulate(noisy, seed=3, max_trials=8, warmup=sim.GPU_WARMUP)
     assert warm != plain and warm.results[0].candidate == plain.results[0].candidate
     assert plain.winner_config is not None
+
+
+def test_a_race_decided_by_a_warm_up_is_told_by_its_rounds_read_without_it() -> None:
+    """``decided``: the race's rounds read without their servers' warm-up (the same windows)
+    crown another winner. Here the faster finalist's rounds broke the limit only by the warm-up;
+    without it they meet it and it wins. A race the warm-up did not touch reads the same."""
+    sla = Sla(95, 20.0)
+    fast_warm = [windowed(8, 1200.0, 24.0) for _ in range(3)]  # over the limit: the warm-up's
+    fast_steady = [windowed(8, 1200.0, 15.0) for _ in range(3)]
+    slow = [windowed(8, 1000.0, 12.0) for _ in range(3)]
+    read = [Verification(0, 8, tuple(fast_warm), 0), Verification(1, 8, tuple(slow), 3)]
+    steady = {id(w): s for w, s in zip(fast_warm, fast_steady, strict=True)}
+    assert sim.race_winner(read, [], sla) == 1
+    assert sim.race_winner(sim.read_steady(read, steady, sla), [], sla) == 0
+    assert sim.race_winner(sim.read_steady(read, {}, sla), [], sla) == 1
 
 
 class _Watching(Trials):
