@@ -40,6 +40,7 @@ from autotune.results import TrialResult, Verification, recommendation
 from autotune.rundir import RunDir, RunRecord
 from autotune.search import walk
 from autotune.search.level_search import search_plan
+from autotune.search.noise import RESOLUTION
 from autotune.search.racing import race_winner, round_spread, rounds_meet
 from autotune.search.sampling import warm_windows, windows_done
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, parse_search_space
@@ -381,6 +382,8 @@ class Judged:
     at_point: float = 0.0
     turned: int = 0  # race rounds a fresh server's warm-up turned (SimOutcome.turned)
     decided: bool = False  # the warm-up decided the race (SimOutcome.decided)
+    # and cost it: the winner without it is better in truth by more than noise.RESOLUTION
+    lost: bool = False
     # the winner's true throughput at its recommended operating point over the surface's best
     # true goodput under the SLA itself: what a user gets of what was there to get
     users: float = 0.0
@@ -414,6 +417,11 @@ def judge(
             surface.name, outcome.seed, None, 0, 0.0, math.inf, outcome.sim_s, outcome.measured,
             outcome.honest, seen=seen, turned=outcome.turned, decided=outcome.decided,
         )  # fmt: skip
+    lost = False
+    steady = next((r.candidate for r in outcome.results if r.number == outcome.steady_winner), None)
+    if outcome.decided and steady is not None:
+        kept = true_goodput(surface, winner.candidate, space)[0]
+        lost = true_goodput(surface, steady, space)[0] > (1 + RESOLUTION) * kept
     rec = recommendation(winner, outcome.verifications, surface.sla.percentile)
     level = rec.concurrency if rec is not None else 0
     goodput, _ = true_goodput(surface, winner.candidate, space)
@@ -426,7 +434,7 @@ def judge(
     share = true.latency_ms(surface.sla.percentile) / surface.sla.limit_ms if true is not None else math.inf
     return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, share, outcome.sim_s,
                   outcome.measured, outcome.honest, there, seen, point, outcome.turned, outcome.decided,
-                  users)  # fmt: skip
+                  lost, users)  # fmt: skip
 
 
 # ---------------------------------------------------------------- simulated servers and load
@@ -726,8 +734,13 @@ class SimOutcome:
     measured: int
     honest: bool
     turned: int = 0  # race rounds a fresh server's warm-up turned (:func:`_turned`)
-    # a fresh server's warm-up decided the race: its rounds read without it crown another winner
-    decided: bool = False
+    # the race's winner with its rounds read without their servers' warm-up (:func:`read_steady`)
+    steady_winner: int | None = None
+
+    @property
+    def decided(self) -> bool:
+        """A fresh server's warm-up decided the race: its rounds read without it crown another."""
+        return self.steady_winner != self.winner
 
     @property
     def winner_config(self) -> Candidate | None:
@@ -812,12 +825,12 @@ def simulate(
         s = prep.settings
         winner = race_winner(verifications, results, s.search_sla, prep.scoring, prep.baseline)
         steady = read_steady(verifications, servers.steady, s.search_sla)
-        decided = winner != race_winner(steady, results, s.search_sla, prep.scoring, prep.baseline)
+        steady_winner = race_winner(steady, results, s.search_sla, prep.scoring, prep.baseline)
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
     truthful = honest(results, told, prep, servers.readings)
     return SimOutcome(
-        seed, results, verifications, winner, servers.now, measured, truthful, servers.turned, decided
+        seed, results, verifications, winner, servers.now, measured, truthful, servers.turned, steady_winner
     )
 
 

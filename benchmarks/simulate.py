@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
         "measured (the GPU's on a surface with GPUs, the CPU's elsewhere), or warmed (measured, as "
         "model_warmup leaves it: what real runs meet); the 'turned' column: "
         "runs with a race round it turned; 'decided': runs whose race rounds, read without it "
-        "(the same windows), crown another winner",
+        "(the same windows), crown another winner; 'lost': one better in truth by more than 2%",
     )  # fmt: skip
     parser.add_argument(
         "--paired", action="store_true",
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         return draw_one(args)
     print(
         f"{'surface':<28} {'SLA':<15} {'good':>6} {'mean':>6} {'meets':>6} {'worst':>5} {'sim s':>6} "
-        "trials honest good@lim   seen  point   good 95% turned decided  users meets*1.08   cap"
+        "trials honest good@lim   seen  point   good 95% turned decided   lost  users meets*1.08   cap"
         + "".join(f" meets*{b:<5g}" for b in args.read_by)
     )
     rows: list[Row] = []
@@ -341,7 +341,8 @@ def row_line(
         f"{tally.meets:>6.1%} {worst:>5.2f} {tally.median_s:>6.0f} {trials:>6.0f} "
         f"{tally.share(lambda j: j.honest):>6.0%} {tally.good_at_limit:>8.1%} {tally.seen:>6.1%} "
         f"{tally.good_at_point:>6.1%} {low:>5.1%}-{high:.1%} {tally.share(lambda j: j.turned):>6.1%}"
-        f" {tally.share(lambda j: j.decided):>7.1%} {tally.users_point:>6.1%}"
+        f" {tally.share(lambda j: j.decided):>7.1%} {tally.share(lambda j: j.lost):>6.1%}"
+        f" {tally.users_point:>6.1%}"
         f" {tally.meets_read_by(sim.READER):>10.1%} {tally.cap:>5.2f}"
         + "".join(f" {tally.meets_read_by(b):>11.1%}" for b in read_by)
         + (
