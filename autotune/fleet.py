@@ -35,7 +35,7 @@ from autotune.rundir import RunDir
 from autotune.search import walk
 from autotune.search_space import Candidate
 from autotune.shipping import Bundle
-from autotune.study import INTERRUPTED, Asked, Study
+from autotune.study import Asked, Study
 from autotune.trials import Ended, Trials, tell_stopped
 
 T = TypeVar("T")
@@ -190,7 +190,7 @@ class RayWorkers:
         self._cancel(list(self.flying))
         for asked, began in self.flying.values():
             with contextlib.suppress(Exception):
-                study.tell_failed(asked, INTERRUPTED, "", trials.clock() - began, interrupted=True)
+                study.tell_interrupted(asked, trials.clock() - began)
         self.flying.clear()
 
     def _cancel(self, refs: Sequence[Any]) -> None:
@@ -268,22 +268,26 @@ def trial_on_node(
     try:
         trials = _trials_here(prep, run_path, bundle)
     except NotHere as exc:
-        said = str(exc)
-        return Landed(Ended(failed=(said, "", False)), node_name(), _node_id(), "", said)
+        return _at_fault(str(exc))
     start = trials.clock()
     try:
         try:
             ended = trials.ended(asked, results)
         except (YourConfigError, MachineLimitError) as exc:  # this node's, not the candidate's
-            said = str(exc).splitlines()[0]
-            ended, fault = Ended(failed=(said, "", False), duration_s=trials.clock() - start), said
-        else:
-            fault = ""
-            if ended.failed is not None and not ended.failed[2] and not trials.started:
-                fault = cannot_serve(trials, asked)
+            return _at_fault(str(exc).splitlines()[0], trials.clock() - start, trials.servers.version)
+        fault = ""
+        if ended.failed is not None and not ended.failed[2] and not trials.started:
+            fault = cannot_serve(trials, asked)
         return Landed(ended, node_name(), _node_id(), trials.servers.version, fault)
     finally:
         trials.close()
+
+
+def _at_fault(said: str, duration_s: float = 0.0, version: str = "") -> Landed:
+    """A trial this node failed for a reason of its own (``said``): the trial fails with it, and
+    the node is at fault."""
+    ended = Ended(failed=(said, "", False), duration_s=duration_s)
+    return Landed(ended, node_name(), _node_id(), version, said)
 
 
 def cannot_serve(trials: Trials, asked: Asked) -> str:

@@ -45,7 +45,7 @@ from autotune.search.racing import race_winner, round_spread, rounds_meet
 from autotune.search.sampling import warm_windows, windows_done
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, parse_search_space
 from autotune.settings import Launch, RunSettings, Traffic
-from autotune.study import INTERRUPTED, Asked, Study
+from autotune.study import Asked, Study
 from autotune.traffic import Loader
 from autotune.trials import Ended, Trials
 
@@ -701,7 +701,7 @@ class SimWorkers:
 
     def stop(self, trials: Trials, study: Study) -> None:
         for _, _, asked, _ in self.flying:
-            study.tell_failed(asked, INTERRUPTED, "", 0.0, interrupted=True)
+            study.tell_interrupted(asked)
         self.flying.clear()
 
     def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:

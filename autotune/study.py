@@ -187,6 +187,11 @@ class Study:
         self._study.tell(asked.trial, state=TrialState.PRUNED)
         return _result_of(asked, PRUNED, told)
 
+    def tell_interrupted(self, asked: Asked, duration_s: float = 0.0) -> TrialResult:
+        """Tell the study a stop ended the trial before it was measured: ``--resume`` (or the
+        next worker) measures it again."""
+        return self.tell_failed(asked, INTERRUPTED, "", duration_s, interrupted=True)
+
     def tell_failed(
         self,
         asked: Asked,

@@ -43,7 +43,7 @@ from autotune.search import level_search, walk
 from autotune.search.noise import RAMP_S, Estimate, Noise
 from autotune.search_space import Candidate
 from autotune.serving import Load, Servers
-from autotune.study import INTERRUPTED, Asked, Study
+from autotune.study import Asked, Study
 from autotune.traffic import requests_per_s
 
 
@@ -322,7 +322,7 @@ def tell_stopped(study: Study, asked: Asked, exc: BaseException, duration_s: flo
         study.tell_failed(asked, _crash_reason(exc), _tail(log), duration_s)
         return
     with contextlib.suppress(Exception):  # a full disk: the study may be what could not be written
-        study.tell_failed(asked, INTERRUPTED, "", duration_s, interrupted=True)
+        study.tell_interrupted(asked, duration_s)
 
 
 @dataclass(frozen=True)

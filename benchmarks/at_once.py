@@ -34,11 +34,8 @@ SHARES: dict[str, Share] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(several_at_once=True)
     parser.description = __doc__
-    for action in parser._actions:  # simulate.py's --at-once takes one N: this one takes several
-        if action.dest == "at_once":
-            action.nargs, action.default = "+", [1, 4, 8]
     parser.add_argument(
         "--max-trials-at-once", type=int, metavar="M",
         help="the runs of N > 1 with --max-trials M (default: --max-trials, as N=1's)",

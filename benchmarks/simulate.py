@@ -192,7 +192,8 @@ def misses(tally: sim.Tally) -> list[str]:
     return [f"{n}x {r:.3f} ({at:.3f} at the limit) {label}" for (r, at, label), n in counts.most_common()]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(several_at_once: bool = False) -> argparse.ArgumentParser:
+    """simulate.py's options; ``several_at_once``: ``--at-once`` takes several N (at_once.py's)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -227,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"each run's --repeats (default the CLI's: {RunSettings.repeats})",
     )  # fmt: skip
     parser.add_argument(
-        "--at-once", type=int, default=1, metavar="N",
+        "--at-once", type=int, metavar="N", nargs="+" if several_at_once else None,
+        default=[1, 4, 8] if several_at_once else 1,
         help="trials measured at once, in simulated time (sim.SimWorkers; benchmarks/at_once.py compares)",
     )  # fmt: skip
     parser.add_argument(
@@ -259,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         "measured (the GPU's on a surface with GPUs, the CPU's elsewhere), or warmed (measured, as "
         "model_warmup leaves it: what real runs meet); the 'turned' column: "
         "runs with a race round it turned; 'decided': runs whose race rounds, read without it "
-        "(the same windows), crown another winner; 'lost': one better in truth by more than 2%",
+        "(the same windows), crown another winner; 'lost': one better in truth by more than 2%%",
     )  # fmt: skip
     parser.add_argument(
         "--paired", action="store_true",
