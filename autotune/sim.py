@@ -382,7 +382,8 @@ class Judged:
     at_point: float = 0.0
     turned: int = 0  # race rounds a fresh server's warm-up turned (SimOutcome.turned)
     decided: bool = False  # the warm-up decided the race (SimOutcome.decided)
-    # and cost it: the winner without it is better in truth by more than noise.RESOLUTION
+    # the warm-up decided the race and cost it: the winner without it is truly better by more
+    # than noise.RESOLUTION
     lost: bool = False
     # the winner's true throughput at its recommended operating point over the surface's best
     # true goodput under the SLA itself: what a user gets of what was there to get
@@ -417,14 +418,12 @@ def judge(
             surface.name, outcome.seed, None, 0, 0.0, math.inf, outcome.sim_s, outcome.measured,
             outcome.honest, seen=seen, turned=outcome.turned, decided=outcome.decided,
         )  # fmt: skip
-    lost = False
+    goodput, _ = true_goodput(surface, winner.candidate, space)
     steady = next((r.candidate for r in outcome.results if r.number == outcome.steady_winner), None)
-    if outcome.decided and steady is not None:
-        kept = true_goodput(surface, winner.candidate, space)[0]
-        lost = true_goodput(surface, steady, space)[0] > (1 + RESOLUTION) * kept
+    lost = outcome.decided and steady is not None
+    lost = lost and true_goodput(surface, steady, space)[0] > (1 + RESOLUTION) * goodput
     rec = recommendation(winner, outcome.verifications, surface.sla.percentile)
     level = rec.concurrency if rec is not None else 0
-    goodput, _ = true_goodput(surface, winner.candidate, space)
     true = surface.truth(winner.candidate, level) if level else None
     ratio = goodput / best if best > 0 else 0.0
     limit, best_there = at_limit
@@ -567,7 +566,8 @@ class SimServers:
         self.warm_rng = warm_rng or random.Random(0)
         self.turned = 0  # race rounds a warm-up turned: over the limit, under it without the warm-up
         self.readings: dict[str, list[Point]] = {}  # every point handed out, by its server's stage
-        # each race round's point read without its server's warm-up (the same windows), by id
+        # each race round's point read without its server's warm-up (the same windows), by the
+        # id of the point as served: ``readings`` keeps that point alive, so no id is reused
         self.steady: dict[int, Point] = {}
 
     def clock(self) -> float:
@@ -733,9 +733,9 @@ class SimOutcome:
     sim_s: float
     measured: int
     honest: bool
-    turned: int = 0  # race rounds a fresh server's warm-up turned (:func:`_turned`)
     # the race's winner with its rounds read without their servers' warm-up (:func:`read_steady`)
-    steady_winner: int | None = None
+    steady_winner: int | None
+    turned: int = 0  # race rounds a fresh server's warm-up turned (:func:`_turned`)
 
     @property
     def decided(self) -> bool:
@@ -830,16 +830,17 @@ def simulate(
     measured = sum(r.measurement is not None for r in results)
     truthful = honest(results, told, prep, servers.readings)
     return SimOutcome(
-        seed, results, verifications, winner, servers.now, measured, truthful, servers.turned, steady_winner
+        seed, results, verifications, winner, servers.now, measured, truthful, steady_winner, servers.turned
     )
 
 
 def read_steady(
     verifications: Sequence[Verification], steady: Mapping[int, Point], sla: Sla
 ) -> list[Verification]:
-    """The race's verifications with each round read without its server's warm-up (``steady``: a
-    round's point by id, the same windows without it), each one's rounds judged again as the race
-    judges them (:class:`autotune.search.racing.Race`)."""
+    """The verifications with each race round swapped for the same windows read without the
+    warm-up (``steady``: by the id of the round's point). Each one's ``sla_met`` is judged again,
+    as :class:`autotune.search.racing.Race` judges it: with the spread of the finalists' rounds,
+    the levels they left included and the control's left out."""
 
     def read(points: Sequence[Point]) -> tuple[Point, ...]:
         return tuple(steady.get(id(p), p) for p in points)

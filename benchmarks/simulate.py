@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from autotune import sim
+from autotune.search.noise import RESOLUTION
 from autotune.settings import RunSettings
 
 CVS = (0.02, 0.05, 0.10, 0.15, 0.20)
@@ -193,7 +194,8 @@ def misses(tally: sim.Tally) -> list[str]:
 
 
 def build_parser(several_at_once: bool = False) -> argparse.ArgumentParser:
-    """simulate.py's options; ``several_at_once``: ``--at-once`` takes several N (at_once.py's)."""
+    """simulate.py's options. With ``several_at_once``, ``--at-once`` takes several N (for
+    at_once.py)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -261,7 +263,8 @@ def build_parser(several_at_once: bool = False) -> argparse.ArgumentParser:
         "measured (the GPU's on a surface with GPUs, the CPU's elsewhere), or warmed (measured, as "
         "model_warmup leaves it: what real runs meet); the 'turned' column: "
         "runs with a race round it turned; 'decided': runs whose race rounds, read without it "
-        "(the same windows), crown another winner; 'lost': one better in truth by more than 2%%",
+        "(the same windows), crown another winner; 'lost': one better in truth by more than "
+        f"{RESOLUTION:.0%}%",
     )  # fmt: skip
     parser.add_argument(
         "--paired", action="store_true",

@@ -1,4 +1,5 @@
-"""Every benchmark script explains itself: ``--help`` prints its usage and exits 0."""
+"""Every benchmark that parses options with argparse explains itself: ``--help`` prints its
+usage and exits 0."""
 
 from __future__ import annotations
 
