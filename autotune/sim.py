@@ -420,8 +420,9 @@ def judge(
         )  # fmt: skip
     goodput, _ = true_goodput(surface, winner.candidate, space)
     steady = next((r.candidate for r in outcome.results if r.number == outcome.steady_winner), None)
-    lost = outcome.decided and steady is not None
-    lost = lost and true_goodput(surface, steady, space)[0] > (1 + RESOLUTION) * goodput
+    lost = False
+    if outcome.decided and steady is not None:
+        lost = true_goodput(surface, steady, space)[0] > (1 + RESOLUTION) * goodput
     rec = recommendation(winner, outcome.verifications, surface.sla.percentile)
     level = rec.concurrency if rec is not None else 0
     true = surface.truth(winner.candidate, level) if level else None

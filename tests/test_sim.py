@@ -614,8 +614,7 @@ def test_a_race_decided_by_a_warm_up_is_told_by_its_rounds_read_without_it() -> 
 
 def test_rounds_read_again_without_a_warm_up_are_judged_as_the_race_judged_them() -> None:
     """With no warm-up there is nothing to read without: every verification's ``sla_met`` comes
-    back as the race recorded it, and the steady winner is the winner. With one, the rounds it
-    touched are read again."""
+    back as the race recorded it, and the steady winner is the winner."""
     noisy = replace(QUIET, cv=0.05)
     for seed in range(4):
         plain = sim.simulate(noisy, seed=seed, max_trials=8)
@@ -623,8 +622,6 @@ def test_rounds_read_again_without_a_warm_up_are_judged_as_the_race_judged_them(
         assert plain.verifications and not plain.decided and plain.steady_winner == plain.winner
         again = sim.read_steady(plain.verifications, {}, sla)
         assert [v.sla_met for v in again] == [v.sla_met for v in plain.verifications]
-    warm = sim.simulate(noisy, seed=0, max_trials=8, warmup=sim.GPU_WARMUP)
-    assert warm.turned > 0  # a warm-up this size puts race rounds over the limit
 
 
 class _Watching(Trials):
