@@ -41,7 +41,7 @@ from autotune.rundir import RunDir, RunRecord
 from autotune.search import walk
 from autotune.search.level_search import search_plan
 from autotune.search.noise import RESOLUTION
-from autotune.search.racing import race_winner, round_spread, rounds_meet
+from autotune.search.racing import race_winner, round_spread, rounds_met
 from autotune.search.sampling import warm_windows, windows_done
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, parse_search_space
 from autotune.settings import Launch, RunSettings, Traffic
@@ -853,11 +853,7 @@ def read_steady(
     finals = [v for v in swapped if not v.control]
     rounds = [*(v.points for v in finals), *(p for v in finals for _, p in v.others)]
     spread = round_spread(rounds, sla.percentile)
-
-    def met(points: tuple[Point, ...]) -> int:
-        return len(points) if rounds_meet(points, sla, spread) else sum(map(sla.met_by, points))
-
-    return [replace(v, sla_met=met(v.points)) for v in swapped]
+    return [replace(v, sla_met=rounds_met(v.points, sla, spread)) for v in swapped]
 
 
 def honest(

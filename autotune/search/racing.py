@@ -244,7 +244,7 @@ class Race:
         if not points and past:
             at, points = past.pop()
         concurrency, rate = (0, at) if self.carries is None else (int(at), 0.0)
-        met = len(points) if rounds_meet(points, self.sla, spread) else sum(map(self.sla.met_by, points))
+        met = rounds_met(points, self.sla, spread)
         limit = self.sla.limit_ms
         return Verification(n, concurrency, points, met, rate, tuple(past), (), limit, n == self.control)
 
@@ -347,6 +347,12 @@ def rounds_meet(points: Sequence[Point], sla: Sla, spread: Noise = NO_SPREAD) ->
     limit. With ``spread``, that bound is for their mean across servers."""
     admitted = bool(points) and all(sla.admits(p) for p in points)
     return admitted and rounds_latency(points, sla.percentile, spread).high <= sla.limit_ms
+
+
+def rounds_met(points: Sequence[Point], sla: Sla, spread: Noise = NO_SPREAD) -> int:
+    """How many rounds a verification counts as meeting the SLA: all of them when
+    :func:`rounds_meet` holds for their mean, else those that meet it one by one."""
+    return len(points) if rounds_meet(points, sla, spread) else sum(map(sla.met_by, points))
 
 
 def rounds_break(points: Sequence[Point], sla: Sla) -> bool:
