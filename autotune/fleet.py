@@ -7,7 +7,8 @@ where. A node offers trials through the ``autotune`` resource (``ray start --res
 '{"autotune": 1}'``: one trial at a time there); a trial on GPUs asks for them too, and Ray sets
 ``CUDA_VISIBLE_DEVICES``. The nodes reach the model repository and the run directory through a
 path they share, or, where a node sees neither, through Ray's object store
-(:mod:`autotune.shipping`). A task whose node is lost runs again on another (Ray's retries): the study
+(:mod:`autotune.shipping`); a node that joins during the run is asked too, and offers its trials.
+A task whose node is lost runs again on another (Ray's retries): the study
 counts it once. A node that cannot serve your own config (a backend, a module or a GPU it lacks)
 fails its trial with its reason and is not used again in the run: its trial's config is measured
 again elsewhere. Ray is the optional extra ``autotune[ray]``.
@@ -20,7 +21,7 @@ import importlib
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -48,14 +49,16 @@ CANCEL_S = 30.0  # a cancelled task's time to stop its server (a local server's 
 @dataclass(frozen=True)
 class Landed:
     """What a trial's task brings back: how the trial ended, the node that measured it (its
-    name and Ray's id), its server's version, and ``fault``: why the node cannot serve your
-    config ("" when it can, or was not asked)."""
+    name and Ray's id), its server's version, ``fault``: why the node cannot serve your config
+    ("" when it can, or was not asked), and ``logs``: those it wrote on a node that does not see
+    the run's directory (:func:`shipping.new_logs`)."""
 
     ended: Ended
     node: str
     node_id: str
     version: str
     fault: str = ""
+    logs: dict[str, bytes] = field(default_factory=dict)
 
 
 def _ray() -> Any:
@@ -68,7 +71,7 @@ def _ray() -> Any:
 
 class RayWorkers:
     """:class:`autotune.workers.Workers` on a Ray cluster. ``at_once`` None: as many trials as
-    the cluster's nodes offer (:data:`RESOURCE`)."""
+    the cluster's nodes offer (:data:`RESOURCE`), counted again before each trial starts."""
 
     def __init__(self, prep: Prepared, address: str, at_once: int | None = None) -> None:
         self.ray, self.prep = _ray(), prep
@@ -85,6 +88,7 @@ class RayWorkers:
                 f"no node of the Ray cluster at {address} offers trials",
                 hint=f"start each node with: ray start ... --resources '{{\"{RESOURCE}\": 1}}'",
             )
+        self.limit = at_once  # --trials-at-once (None: what the nodes offer)
         self.at_once = min(at_once or offered, offered)
         self.task = self.ray.remote(max_retries=RETRIES, retry_exceptions=False)(trial_on_node)
         self.rounds = self.ray.remote(max_retries=RETRIES, retry_exceptions=False)(round_on_node)
@@ -93,7 +97,7 @@ class RayWorkers:
         self.held: dict[str, str] = {}  # the nodes left out of the run (Ray's id): each one's reason
         self.holds: list[Any] = []  # the actors that keep them out
         self.bundle: Bundle | None = None  # the run's models, for nodes that do not see its paths
-        self.probed = False  # whether every node was asked if it sees the run (:meth:`_ship`)
+        self.probed: set[str] = set()  # the nodes asked whether they see the run (:meth:`_ship`)
 
     def free(self) -> bool:
         return len(self.flying) < self.at_once
@@ -102,8 +106,7 @@ class RayWorkers:
         return bool(self.flying)
 
     def start(self, trials: Trials, study: Study, results: list[TrialResult]) -> None:
-        if not self.probed:
-            self._ship(trials)
+        self._ship(trials)
         asked = trials.ask(study)
         gpus = gpus_of(self.prep, asked.candidate)
         shipped = replace(asked, trial=cast(Any, None))  # the study stays here
@@ -125,6 +128,7 @@ class RayWorkers:
             why = f"its node was lost ({type(exc).__name__}), {RETRIES} times"
             landed = Landed(Ended(failed=(why, "", False), duration_s=trials.clock() - began), "", "", "")
         asked.set({"node": landed.node})
+        _keep_logs(trials.run_dir, landed.logs)
         record = trials.run_dir.record
         version = landed.version
         made = record.made if not version or "triton" in record.made else {**record.made, "triton": version}
@@ -164,12 +168,17 @@ class RayWorkers:
             there = strategies.NodeAffinitySchedulingStrategy(node_id, soft=False)
             options = {"resources": {RESOURCE: offered}, "num_cpus": 0, "scheduling_strategy": there}
             self.holds.append(self.hold.options(**options).remote())
+        return self._slots(alive)
+
+    def _slots(self, alive: dict[str, int]) -> int:
+        """The trial slots of the ``alive`` nodes not left out of the run."""
         return sum(slots for i, slots in alive.items() if i not in self.held)
 
     def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
         """The race's rounds, each a task on a node of its own where the nodes allow (Ray's
         ``SPREAD``: rounds at once go to different nodes, so a winner wins on more than one): a
         round asks for the GPUs of its racer that needs most."""
+        self._ship(trials)
         refs = [
             self.rounds.options(
                 resources={RESOURCE: 1},
@@ -180,11 +189,14 @@ class RayWorkers:
             for job in jobs
         ]
         try:
-            return cast(list[T], self.ray.get(refs))
+            served: list[tuple[T, dict[str, bytes]]] = self.ray.get(refs)
         except self.ray.exceptions.RayTaskError as exc:
             raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
         finally:  # a round that failed, or a stop: the others end too, their servers with them
             self._cancel(refs)
+        for _, logs in served:
+            _keep_logs(trials.run_dir, logs)
+        return [result for result, _ in served]
 
     def stop(self, trials: Trials, study: Study) -> None:
         self._cancel(list(self.flying))
@@ -204,31 +216,44 @@ class RayWorkers:
             self.ray.wait(list(refs), num_returns=len(refs), timeout=CANCEL_S)
 
     def _ship(self, trials: Trials) -> None:
-        """Ask each node whether it sees the run at this machine's paths; where one does not,
-        pack the models the run serves and put them in Ray's object store, once
-        (:mod:`autotune.shipping`), and say so in the run's record and on the console."""
-        self.probed = True
+        """Ask each node not asked yet whether it sees the run at this machine's paths; where one
+        does not, pack the models the run serves and put them in Ray's object store, once
+        (:mod:`autotune.shipping`), and say so in the run's record and on the console. Then count
+        the trials the nodes offer: a node that joined offers its own."""
+        alive = self._offering()
+        self.at_once = max(1, min(self.limit or self._slots(alive), self._slots(alive)))
+        new = [node for node in alive if node not in self.probed]
+        if not new:
+            return
+        self.probed.update(new)
         run = trials.run_dir
-        seen = self._everywhere(shipping.sees, str(self.prep.model_dir), str(run.path), run.record.run_id)
+        seen = self._everywhere(
+            shipping.sees, str(self.prep.model_dir), str(run.path), run.record.run_id, nodes=new
+        )
         blind = sum(not s for s in seen)
         if not blind:
             return
-        began = time.monotonic()
-        data = shipping.pack(self.prep.settings.repository, shipping.served_models(self.prep))
-        self.bundle = Bundle(run.record, [self.ray.put(data)], len(data), shipping.digest_of(data))
-        took = time.monotonic() - began
-        trials.run_dir = run.update(shipped={"bytes": len(data), "seconds": round(took, 3), "nodes": blind})
+        shipped = dict(run.record.shipped or {})
+        if self.bundle is None:
+            began = time.monotonic()
+            data = shipping.pack(self.prep.settings.repository, shipping.served_models(self.prep))
+            self.bundle = Bundle(run.record, [self.ray.put(data)], len(data), shipping.digest_of(data))
+            shipped = {"bytes": len(data), "seconds": round(time.monotonic() - began, 3), "nodes": 0}
+        shipped["nodes"] = int(shipped["nodes"]) + blind
+        trials.run_dir = run.update(shipped=shipped)
+        joined = f"{blind} nodes that joined the cluster do not" if blind > 1 else "1 node that joined does not"
+        who = f"{blind} of the cluster's {len(seen)} nodes do not" if len(self.probed) == len(new) else joined
         trials.events.said(
-            f"{blind} of the cluster's {len(seen)} nodes do not see this run's files: its models "
-            f"({len(data) / 2**20:.1f} MiB packed) go through Ray's object store ({took:.1f} s)"
+            f"{who} see this run's files: its models ({self.bundle.size / 2**20:.1f} MiB packed) go "
+            f"through Ray's object store ({shipped['seconds']:.1f} s to pack)"
         )
 
-    def _everywhere(self, func: Callable[..., T], *args: Any) -> list[T]:
-        """``func(*args)`` on each live node that offers trials, at once; their answers (Ray's
-        timeout error after :data:`CANCEL_S`)."""
+    def _everywhere(self, func: Callable[..., T], *args: Any, nodes: Sequence[str] | None = None) -> list[T]:
+        """``func(*args)`` on each of ``nodes`` (default: each live node that offers trials), at
+        once; their answers (Ray's timeout error after :data:`CANCEL_S`)."""
         strategies = importlib.import_module("ray.util.scheduling_strategies")
         task = self.ray.remote(num_cpus=0)(func)
-        offering = list(self._offering())
+        offering = list(self._offering()) if nodes is None else list(nodes)
         there = [strategies.NodeAffinitySchedulingStrategy(node, soft=False) for node in offering]
         refs = [task.options(scheduling_strategy=s).remote(*args) for s in there]
         return cast(list[T], self.ray.get(refs, timeout=CANCEL_S))
@@ -244,8 +269,8 @@ class RayWorkers:
         return max((gpus_of(self.prep, r.candidate) for r in getattr(job, "racers", ())), default=0)
 
     def close(self) -> None:
-        """Tasks in flight cancelled (:meth:`_cancel`), the nodes left out let go, the models
-        shipped to nodes removed there (their logs stay), and Ray left."""
+        """Tasks in flight cancelled (:meth:`_cancel`), the nodes left out let go, what was
+        shipped to nodes removed there (their logs came back with each task), and Ray left."""
         self._cancel(list(self.flying))
         self.flying.clear()
         if self.bundle is not None:
@@ -269,18 +294,20 @@ def trial_on_node(
         trials = _trials_here(prep, run_path, bundle)
     except NotHere as exc:
         return _at_fault(str(exc))
-    start = trials.clock()
+    start, before = trials.clock(), shipping.logs_in(trials.run_dir.path)
     try:
         try:
             ended = trials.ended(asked, results)
         except (YourConfigError, MachineLimitError) as exc:  # this node's, not the candidate's
-            return _at_fault(str(exc).splitlines()[0], trials.clock() - start, trials.servers.version)
-        fault = ""
-        if ended.failed is not None and not ended.failed[2] and not trials.started:
-            fault = cannot_serve(trials, asked)
-        return Landed(ended, node_name(), _node_id(), trials.servers.version, fault)
+            landed = _at_fault(str(exc).splitlines()[0], trials.clock() - start, trials.servers.version)
+        else:
+            fault = ""
+            if ended.failed is not None and not ended.failed[2] and not trials.started:
+                fault = cannot_serve(trials, asked)
+            landed = Landed(ended, node_name(), _node_id(), trials.servers.version, fault)
     finally:
         trials.close()
+    return replace(landed, logs=_new_logs(trials, run_path, before))
 
 
 def _at_fault(said: str, duration_s: float = 0.0, version: str = "") -> Landed:
@@ -312,13 +339,33 @@ class Hold:
 
 def round_on_node(
     prep: Prepared, run_path: Path, serve: Callable[[Trials, J], T], job: J, bundle: Bundle | None = None
-) -> T:
-    """A Ray task: a race round, or the open-loop check (``serve`` of ``job``), on this node."""
+) -> tuple[T, dict[str, bytes]]:
+    """A Ray task: a race round, or the open-loop check (``serve`` of ``job``), on this node; its
+    result, and the logs it wrote where this node does not see the run's directory."""
     trials = _trials_here(prep, run_path, bundle)
+    before = shipping.logs_in(trials.run_dir.path)
     try:
-        return serve(trials, job)
+        served = serve(trials, job)
     finally:
         trials.close()
+    return served, _new_logs(trials, run_path, before)
+
+
+def _new_logs(trials: Trials, run_path: Path, before: set[str]) -> dict[str, bytes]:
+    """The logs this task wrote, where its run directory is not the driver's (a shipped run);
+    else none: the driver sees them already."""
+    here = trials.run_dir.path
+    return {} if here == run_path else shipping.new_logs(here, before)
+
+
+def _keep_logs(run: RunDir, logs: dict[str, bytes]) -> None:
+    """Write the logs a task brought back into the run's directory. A copy shorter than the one
+    there is older (another task's log, read while it was written): it is not kept."""
+    for name, text in logs.items():
+        path = run.log(name)
+        if not path.exists() or path.stat().st_size <= len(text):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(text)
 
 
 class NotHere(LaunchError):

@@ -2,9 +2,9 @@
 
 Where a node does not see the run (:func:`sees`), the models the run serves are packed once
 (:func:`pack`), put in Ray's object store, and unpacked once on each such node
-(:func:`unpack`), beside a run directory of the node's own, under :func:`root`. Its logs and the
-output check's reference stay on that node; what a trial measured, and a failure's log tail, go
-back with it.
+(:func:`unpack`), beside a run directory of the node's own, under :func:`root`. The logs a task
+writes there go back with it (:func:`new_logs`), and what it measured; the output check's
+reference stays on the node. When the run ends, :func:`forget` removes it all.
 """
 
 from __future__ import annotations
@@ -103,12 +103,23 @@ def unpack(bundle: Bundle, fetch: Callable[[Any], bytes], where: Path | None = N
 
 
 def forget(run_id: str, where: Path | None = None) -> int:
-    """Remove the models this machine unpacked for run ``run_id``; its logs stay (``run/``).
-    Returns how many copies it removed."""
-    copies = list(((where or root()) / run_id).glob("repo-*"))
-    for copy in copies:
-        shutil.rmtree(copy, ignore_errors=True)
-    return len(copies)
+    """Remove what this machine keeps of run ``run_id``: the models it unpacked, and its run
+    directory (the logs went back with each task). Returns how many model copies it removed."""
+    folder = (where or root()) / run_id
+    copies = len(list(folder.glob("repo-*")))
+    shutil.rmtree(folder, ignore_errors=True)
+    return copies
+
+
+def logs_in(run: Path) -> set[str]:
+    """The names of the logs in run directory ``run``."""
+    folder = run / "logs"
+    return {p.name for p in folder.iterdir() if p.is_file()} if folder.is_dir() else set()
+
+
+def new_logs(run: Path, before: set[str]) -> dict[str, bytes]:
+    """The logs in run directory ``run`` that are not among ``before``, with their bytes."""
+    return {name: (run / "logs" / name).read_bytes() for name in sorted(logs_in(run) - before)}
 
 
 def _inside(name: str) -> bool:

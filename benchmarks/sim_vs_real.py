@@ -4,9 +4,13 @@ simulator's runs of the same settings on the model's survey, step by step.
 It reads the autotune runs that ``vs_model_analyzer.py`` left in its work folder
 (``WORK/<model>/autotune*/result.json`` and each one's run directory), and simulates the same
 command (space, SLA, trials, finalists, repeats, margin) on ``benchmarks/surveys/<model>.json.gz``
-with ``--seeds`` sampler seeds. A server's start costs the simulator what the real runs' servers
-took to be ready (their trials' median ``ready_s``, the warm-up included), where the survey did not
-time its own.
+with ``--seeds`` sampler seeds. Of a model's surveys (``<model>*.json.gz``), it takes the one
+whose truth for your config is nearest what the real runs measured of it (trial 0): the machine's
+speed moves from day to day (bertQA's surveys read 160 and 230 infer/s at 4 clients), and a
+surface of another day puts the SLA between other levels. A server's start costs the simulator
+what the real runs' servers took to be ready (their trials' median ``ready_s``, the warm-up
+included), where the survey did not time its own; its fresh servers warm up as ``model_warmup``
+leaves a real one (``sim.WarmUp.warmed``).
 
 Per model it prints, each a median with its range, the real runs' and the simulated runs' time in
 each step: the search, the race (to the open-loop check's server), the open-loop check with the
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import statistics
 import sys
@@ -54,6 +59,7 @@ class Real:
     measured: int  # trials measured (not pruned, not failed)
     rounds: int  # race rounds served (race-*.log)
     ready_s: float  # the median of its trials' servers' start until ready
+    yours: tuple[tuple[int, float], ...]  # your config's points (trial 0): clients, throughput
     options: dict[str, Any]
     sla: Sla
 
@@ -87,11 +93,15 @@ def real_run(result: Path) -> Real | None:
     checked = (finished - check).total_seconds() if check is not None else 0.0
     measured = _measured(run, record)
     readies = [t["measurement"]["ready_s"] for t in measured]
+    first = next((t["measurement"] for t in measured if t.get("number") == 0), None)
+    points = first["points"] if first else []
     return Real(
         wall_s=float(data["wall_s"]), searched_s=searched, raced_s=ended - checked - searched,
         checked_s=checked, trials=int(data["details"]["trials"]), measured=len(measured),
         rounds=len(list((run / "logs").glob("race-*.log"))),
-        ready_s=statistics.median(readies) if readies else 0.0, options=record["options"],
+        ready_s=statistics.median(readies) if readies else 0.0,
+        yours=tuple((int(p["concurrency"]), float(p["throughput"])) for p in points),
+        options=record["options"],
         sla=Sla.from_json(record["sla"]),
     )  # fmt: skip
 
@@ -104,7 +114,7 @@ def _measured(run: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.load_study(study_name=record["study_name"], storage=f"sqlite:///{run / 'study.db'}")
-    return [t.user_attrs for t in study.trials if t.user_attrs.get("measurement")]
+    return [{**t.user_attrs, "number": t.number} for t in study.trials if t.user_attrs.get("measurement")]
 
 
 def real_runs(work: Path, model: str) -> list[Real]:
@@ -122,6 +132,26 @@ class _Clocked(Events):
         self.searched_s = elapsed_s
 
 
+class _Counted(sim.SimServers):
+    """Simulated servers that count the race's servers, as the real runs' race logs count them:
+    one a round where the racers share one, else one a racer."""
+
+    made: list[_Counted] = []  # every instance, the last one the run's
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.race_servers = 0
+        _Counted.made.append(self)
+
+    def serve(self, candidate: Any, log: Path, stage_name: str) -> Any:
+        self.race_servers += stage_name.startswith("race-")
+        return super().serve(candidate, log, stage_name)
+
+    def serve_all(self, candidates: Any, log: Path, stage_name: str) -> Any:
+        self.race_servers += 1
+        return super().serve_all(candidates, log, stage_name)
+
+
 @dataclass(frozen=True)
 class Simulated:
     sim_s: float
@@ -129,6 +159,27 @@ class Simulated:
     trials: int
     measured: int
     rounds: int  # race servers: each race round of the racers that shared one
+
+
+def speed(surface: sim.Surveyed, reals: Sequence[Real]) -> float:
+    """How fast the real runs' machine served your config against ``surface``'s truth: the median
+    over their trial 0's points of measured over true throughput (1.0 without such points)."""
+    yours = sim.baseline_of(surface)
+    ratios = [t / surface.truth(yours, level).throughput for r in reals for level, t in r.yours]
+    return statistics.median(ratios) if ratios else 1.0
+
+
+def nearest_survey(model: str, reals: Sequence[Real]) -> tuple[Path, float] | None:
+    """Of ``model``'s surveys, the one whose truth for your config is nearest the real runs'
+    (:func:`speed`), and that speed; None without a survey."""
+    found = sorted(SURVEYS.glob(f"{model}.json.gz")) + sorted(SURVEYS.glob(f"{model}-*.json.gz"))
+    rated = []
+    for path in found:
+        try:
+            rated.append((path, speed(sim.Surveyed.load(path, reals[0].sla), reals)))
+        except (KeyError, ValueError):  # a survey without your config (one that stopped part way)
+            continue
+    return min(rated, key=lambda pair: abs(math.log(pair[1]))) if rated else None
 
 
 def simulated(survey: Path, reals: Sequence[Real], seeds: int) -> tuple[list[Simulated], float]:
@@ -145,12 +196,15 @@ def simulated(survey: Path, reals: Sequence[Real], seeds: int) -> tuple[list[Sim
     lacking = surface.missing(space)
     if lacking:
         raise ValueError(f"{lacking} config(s) of its space not surveyed yet")
+    warmed = (sim.GPU_WARMUP if surface.gpus else sim.CPU_WARMUP).warmed()  # as real servers start
     given = {k: o[k] for k in ("max_trials", "finalists", "repeats", "margin", "patience") if k in o}
     out = []
     for seed in range(seeds):
         events = _Clocked()
-        outcome = sim.simulate(surface, seed, space=space, events=events, **given)
-        rounds = max((max(len(v.points), 1) for v in outcome.verifications), default=0)
+        outcome = sim.simulate(
+            surface, seed, space=space, events=events, servers_type=_Counted, warmup=warmed, **given
+        )
+        rounds = _Counted.made[-1].race_servers
         out.append(
             Simulated(outcome.sim_s, events.searched_s, len(outcome.results), outcome.measured, rounds)
         )
@@ -218,10 +272,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for model in args.models:
         reals = real_runs(args.work, model)
-        survey = SURVEYS / f"{model}.json.gz"
-        if not reals or not survey.exists():
+        chosen = nearest_survey(model, reals) if reals else None
+        if chosen is None:
             print(f"{model}: left out ({'no finished real run' if not reals else 'no survey'})")
             continue
+        survey, fast = chosen
+        print(f"{model}: survey {survey.name}, the real runs served your config at {fast:.2f}x its truth")
         try:
             sims, start_s = simulated(survey, reals, args.seeds)
         except ValueError as exc:  # a survey that stopped part way

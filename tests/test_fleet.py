@@ -170,9 +170,10 @@ def test_a_node_that_cannot_serve_the_model_fails_its_trial_and_is_left_out_of_t
 
 
 @contextlib.contextmanager
-def _blind_node(made: Any, hidden: Path) -> Iterator[None]:
+def _blind_node(made: Any, hidden: Path) -> Iterator[Path]:
     """A second node that does not see ``hidden``: its raylet started in a mount namespace of its
-    own, with an empty file system mounted over that folder (root only; else the test skips)."""
+    own, with an empty file system mounted over that folder (root only; else the test skips).
+    Yields where this process sees that node's ``hidden`` (through /proc)."""
     import ray
 
     probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
@@ -194,7 +195,7 @@ def _blind_node(made: Any, hidden: Path) -> Iterator[None]:
                 time.sleep(0.2)
         finally:
             ray.shutdown()
-        yield
+        yield Path(f"/proc/{node.pid}/root") / hidden.relative_to("/")
     finally:
         node.terminate()  # the node stops its raylet and its workers
         node.wait(timeout=60)
@@ -205,9 +206,10 @@ def _blind_node(made: Any, hidden: Path) -> Iterator[None]:
 def test_a_node_that_shares_no_path_gets_the_models_through_the_object_store(
     toy_repo: Path, small_space: Path, tmp_path: Path
 ) -> None:
-    with _cluster(second=False) as made, _blind_node(made, tmp_path):
+    with _cluster(second=False) as made, _blind_node(made, tmp_path) as seen_there:
         proc = _run(made, toy_repo, small_space, tmp_path / "reports", *SAME)
         out = proc.communicate(timeout=500)[0]
+        kept_there = list((seen_there / "cache" / "autotune" / "shipped").iterdir())
     assert proc.returncode == 0, out
     assert "1 of the cluster's 2 nodes do not see this run's files" in out, out
     run_dir = next((tmp_path / "reports" / "toy").iterdir())
@@ -215,19 +217,47 @@ def test_a_node_that_shares_no_path_gets_the_models_through_the_object_store(
     assert record["shipped"]["bytes"] > 0 and record["shipped"]["nodes"] == 1
     trials = [t for t in _trials(run_dir) if t.state.name == "COMPLETE"]
     assert len({t.user_attrs["node"] for t in trials}) == 2, out  # the blind node measured too
+    assert all(run_dir.joinpath("logs", f"trial-{t.number:03d}.log").stat().st_size for t in trials)
+    assert kept_there == []  # the run ended: the node keeps nothing of it, its logs came back
     assert (run_dir / "winner.pbtxt").exists()
     assert servers_of(run_dir) == []
 
 
-def _when_both_nodes_serve(proc: subprocess.Popen[str], reports: Path) -> Path:
-    """The run's directory, once a server runs on each node (two trials at once)."""
+@pytest.mark.integration
+@pytest.mark.ray
+def test_a_node_that_joins_during_the_run_is_asked_whether_it_sees_the_files_and_offers_trials(
+    toy_repo: Path, small_space: Path, tmp_path: Path
+) -> None:
+    space = tmp_path / "wider.yaml"  # eight configs: trials left for the node that joins
+    space.write_text(small_space.read_text().replace("count: [1, 2]", "count: [1, 2, 3, 4]"), "utf-8")
+    with _cluster(second=False) as made:
+        proc = _run(made, toy_repo, space, tmp_path / "reports", "--max-trials", "8", "--patience", "8")
+        run_dir = _when_serving(proc, tmp_path / "reports", 1)  # one node, one trial: then one joins
+        with _blind_node(made, tmp_path):
+            out = proc.communicate(timeout=500)[0]
+    assert proc.returncode == 0, out
+    assert "1 node that joined does not see this run's files" in out, out
+    assert json.loads((run_dir / "run.json").read_text())["shipped"]["nodes"] == 1
+    trials = [t for t in _trials(run_dir) if t.state.name == "COMPLETE"]
+    assert len({t.user_attrs["node"] for t in trials}) == 2, out  # the node that joined measured too
+    assert all(run_dir.joinpath("logs", f"trial-{t.number:03d}.log").stat().st_size for t in trials)
+    assert servers_of(run_dir) == []
+
+
+def _when_serving(proc: subprocess.Popen[str], reports: Path, servers: int) -> Path:
+    """The run's directory, once ``servers`` of its servers run at once."""
     deadline, runs = time.monotonic() + 300, reports / "toy"
     while time.monotonic() < deadline and proc.poll() is None:
         run_dir = next(runs.iterdir(), None) if runs.exists() else None
-        if run_dir is not None and len(servers_of(run_dir)) >= 2:
+        if run_dir is not None and len(servers_of(run_dir)) >= servers:
             return run_dir
         time.sleep(0.2)
     raise AssertionError(proc.communicate()[0])
+
+
+def _when_both_nodes_serve(proc: subprocess.Popen[str], reports: Path) -> Path:
+    """The run's directory, once a server runs on each node (two trials at once)."""
+    return _when_serving(proc, reports, 2)
 
 
 @pytest.mark.integration

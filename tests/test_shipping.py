@@ -57,8 +57,8 @@ def test_a_run_is_packed_once_and_unpacked_once_per_machine_with_a_run_directory
     assert RunDir.load(run_here).record.run_id == bundle.record.run_id
     assert shipping.unpack(bundle, fetch, tmp_path / "node") == (repo_here, run_here) and fetched == ["ref"]
     assert sorted(p.name for p in repo_here.parent.iterdir()) == ["repo-" + bundle.digest[:12], "run"]
-    assert shipping.forget(bundle.record.run_id, tmp_path / "node") == 1  # the run ended: its models go
-    assert not repo_here.exists() and (run_here / "run.json").exists()  # its logs stay
+    assert shipping.forget(bundle.record.run_id, tmp_path / "node") == 1  # the run ended: it all goes
+    assert not repo_here.parent.exists()  # its logs went back with each task
     assert shipping.unpack(bundle, fetch, tmp_path / "node") == (repo_here, run_here)  # --resume: again
     assert repo_here.is_dir() and fetched == ["ref", "ref"]
 
@@ -97,3 +97,14 @@ def test_a_node_reads_the_models_it_unpacked(tmp_path: Path) -> None:
     moved = shipping.here(prep, tmp_path / "node" / "repo-1")
     assert moved.settings.repository == tmp_path / "node" / "repo-1"
     assert moved.model_dir == tmp_path / "node" / "repo-1" / "toy" and moved.space == prep.space
+
+
+def test_a_task_brings_back_the_logs_it_wrote_and_no_other(tmp_path: Path) -> None:
+    run = RunDir.create(tmp_path / "run", _record())
+    run.log("trial-000.log").parent.mkdir(parents=True, exist_ok=True)
+    run.log("trial-000.log").write_text("before\n")
+    before = shipping.logs_in(run.path)
+    run.log("trial-001.log").write_text("served\n")
+    run.log("trial-000.log").write_text("before, and more\n")  # another task's: not this one's
+    assert shipping.new_logs(run.path, before) == {"trial-001.log": b"served\n"}
+    assert shipping.logs_in(tmp_path / "none") == set()
