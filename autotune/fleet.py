@@ -241,7 +241,7 @@ class RayWorkers:
             shipped = {"bytes": len(data), "seconds": round(time.monotonic() - began, 3), "nodes": 0}
         shipped["nodes"] = int(shipped["nodes"]) + blind
         trials.run_dir = run.update(shipped=shipped)
-        joined = f"{blind} nodes that joined the cluster do not" if blind > 1 else "1 node that joined does not"
+        joined = f"{blind} nodes that joined do not" if blind > 1 else "1 node that joined does not"
         who = f"{blind} of the cluster's {len(seen)} nodes do not" if len(self.probed) == len(new) else joined
         trials.events.said(
             f"{who} see this run's files: its models ({self.bundle.size / 2**20:.1f} MiB packed) go "

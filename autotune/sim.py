@@ -247,6 +247,20 @@ MEASURED_TAIL_SD = (0.0, 0.06)
 WORLDS = ("measured", "rules")
 
 
+def measured_spreads(surface: Surveyed) -> Surveyed:
+    """A survey of one server (no spread of its own between servers) with fresh-server spreads
+    drawn as a measured-world synthetic surface draws its own (:data:`MEASURED_SERVER_SD`,
+    :data:`MEASURED_TAIL_SD`), from a stream of its own; the others as they are. Half the
+    windows' spread and no latency part read a fresh server 1.5-3x closer to the truth than real
+    race rounds do (benchmarks/README.md, sim_vs_real.py)."""
+    if surface.server_spread is not None or surface.server_cv is not None:
+        return surface
+    own = random.Random(f"spreads-{surface.name}")
+    return replace(
+        surface, server_cv=own.uniform(*MEASURED_SERVER_SD), tail_cv=own.uniform(*MEASURED_TAIL_SD)
+    )
+
+
 def synthetic_family(
     count: int, cv: float, seed: int = 0, stall: float = 0.0, world: str = "rules"
 ) -> list[Synthetic]:
@@ -1008,8 +1022,14 @@ class Surveyed:
     gpus: int = 0  # the server's GPUs
     # how far a fresh server reads off the truth (relative sd); None: as the survey measured it
     server_cv: float | None = None
+    # how far a fresh server's latency reads off beyond what its throughput explains (relative
+    # sd); None: as the survey measured it (:attr:`tail_spread`; none from one server)
+    tail_cv: float | None = None
     again: tuple[dict[str, Levels], ...] = ()  # other servers' readings of the same configs
     timed: bool = False  # whether the survey timed its servers' starts (``start_s`` is theirs)
+    # the machine's speed against the survey's day: throughputs times it, latencies over it (a
+    # closed loop's latency is its clients over its throughput); 1.0: as surveyed
+    speed: float = 1.0
 
     @classmethod
     def load(cls, path: Path, sla: Sla | None = None) -> Surveyed:
@@ -1134,8 +1154,8 @@ class Surveyed:
     def truth(self, candidate: Candidate, level: int) -> Reading:
         """The mean over the servers of each one's :func:`_truth` there."""
         readings = [_truth(levels, level) for levels in self._readings(candidate)]
-        throughput = statistics.fmean(r.throughput for r in readings)
-        latency = statistics.fmean(r.p95_ms for r in readings)
+        throughput = statistics.fmean(r.throughput for r in readings) * self.speed
+        latency = statistics.fmean(r.p95_ms for r in readings) / self.speed
         return Reading(throughput, latency, latency, latency, latency)
 
     def window(
@@ -1153,12 +1173,13 @@ class Surveyed:
         else:
             levels = readings[0] if len(readings) == 1 else rng.choice(readings)  # one: no draw
         nearest = min(levels, key=lambda lv: (abs(lv - level), lv))
-        true, there = self.truth(candidate, level), _truth(levels, nearest)
+        true, there = self.truth(candidate, level), _speeded(_truth(levels, nearest), self.speed)
         recorded = levels[nearest]
         if block is not None:
             throughput, latency = recorded[(start // len(readings) + k) % len(recorded)]
         else:
             throughput, latency = rng.choice(recorded)
+        throughput, latency = throughput * self.speed, latency / self.speed
         scale = math.sqrt(QUIET_WINDOW_S / window_s)  # a longer window is quieter about its mean
         throughput = (
             (there.throughput + (throughput - there.throughput) * scale) * true.throughput / there.throughput
@@ -1172,10 +1193,11 @@ class Surveyed:
         return rng.getrandbits(30)
 
     def server_bias(self, rng: random.Random) -> Bias:
-        """A fresh server's factors, drawn: its throughput's with :attr:`bias_sd`, and where the
-        survey read other servers, its latency's beyond that with :attr:`tail_spread`."""
+        """A fresh server's factors, drawn: its throughput's with :attr:`bias_sd`, and its
+        latency's beyond that with :attr:`tail_cv`, else (where the survey read other servers)
+        :attr:`tail_spread`."""
         speed = max(0.5, 1 + rng.gauss(0, self.bias_sd))
-        tail = self.tail_spread
+        tail = self.tail_spread if self.tail_cv is None else self.tail_cv
         return Bias(speed, max(0.5, 1 + rng.gauss(0, tail))) if tail else Bias(speed)
 
     @property
@@ -1212,6 +1234,12 @@ def _log_se(pairs: Sequence[tuple[float, float]], i: int) -> float:
     if len(values) < 2:
         return 0.0
     return statistics.stdev(values) / statistics.fmean(values) / math.sqrt(len(values))
+
+
+def _speeded(reading: Reading, speed: float) -> Reading:
+    """``reading`` on a machine ``speed`` times as fast (:attr:`Surveyed.speed`)."""
+    latency = reading.p95_ms / speed
+    return Reading(reading.throughput * speed, latency, latency, latency, latency)
 
 
 def _truth(levels: Levels, level: int) -> Reading:

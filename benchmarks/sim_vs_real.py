@@ -7,7 +7,8 @@ command (space, SLA, trials, finalists, repeats, margin) on ``benchmarks/surveys
 with ``--seeds`` sampler seeds. Of a model's surveys (``<model>*.json.gz``), it takes the one
 whose truth for your config is nearest what the real runs measured of it (trial 0): the machine's
 speed moves from day to day (bertQA's surveys read 160 and 230 infer/s at 4 clients), and a
-surface of another day puts the SLA between other levels. A server's start costs the simulator
+surface of another day puts the SLA between other levels. ``--speed`` scales the survey to the
+real runs' speed (``sim.Surveyed.speed``). A server's start costs the simulator
 what the real runs' servers took to be ready (their trials' median ``ready_s``, the warm-up
 included), where the survey did not time its own; its fresh servers warm up as ``model_warmup``
 leaves a real one (``sim.WarmUp.warmed``).
@@ -20,6 +21,12 @@ runs' without that step. A model with no survey, or one that lacks configs of th
 out, and said.
 
     .venv/bin/python benchmarks/sim_vs_real.py --work WORK
+
+``--run N`` first makes N real runs of each model in ``WORK`` (``WORK/<model>/autotune-http-K``),
+as ``vs_model_analyzer.py`` runs autotune (its space, the p99 SLA, the default budget) but over
+the CLI's default protocol, HTTP, which the surveys use too; runs made before are kept.
+
+    .venv/bin/python benchmarks/sim_vs_real.py --work WORK --run 4 --models cnn embedder
 """
 
 from __future__ import annotations
@@ -27,14 +34,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import statistics
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -44,6 +54,12 @@ from autotune.objective import Sla
 from autotune.search_space import load_search_space
 
 SURVEYS = Path(__file__).resolve().parent / "surveys"
+ROOT = Path(__file__).resolve().parent.parent
+# how far the simulator's fresh servers read apart: as the real runs' race rounds read (rounds),
+# as a measured-world surface draws them (measured: sim.measured_spreads), or as the survey did
+SPREADS = ("rounds", "measured", "survey")
+SPACE = ROOT / "search_spaces" / "model_analyzer.yaml"  # vs_model_analyzer.py's
+SLA_MS = {"bertQA": 50.0, "cnn": 20.0, "mobilenet": 25.0, "recommender": 25.0, "embedder": 50.0}
 STAMP = re.compile(r"^[IWE]\d{4} (\d\d):(\d\d):(\d\d\.\d+)", re.MULTILINE)  # Triton's log lines
 
 
@@ -62,11 +78,59 @@ class Real:
     yours: tuple[tuple[int, float], ...]  # your config's points (trial 0): clients, throughput
     options: dict[str, Any]
     sla: Sla
+    run_dir: Path
 
     @property
     def without_check_s(self) -> float:
         """What the simulator simulates: the wall time less the open-loop check and the report."""
         return self.wall_s - self.checked_s
+
+
+def make_runs(work: Path, model: str, runs: int) -> None:
+    """``runs`` real runs of ``model`` under ``work`` (each ``autotune-http-K``), each timed, its
+    ``result.json`` as ``vs_model_analyzer.py`` writes one (the fields :func:`real_run` reads)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _tools
+
+    source = _tools.example_models([model])
+    for k in range(1, runs + 1):
+        folder = work / model / f"autotune-http-{k}"
+        if (folder / "result.json").exists():
+            continue
+        repo, reports = folder / "repo", folder / "reports"
+        if repo.exists():  # a run that stopped part way: again from the start
+            import shutil
+
+            shutil.rmtree(folder)
+        _tools.copy_model(source, model, repo)
+        cmd = [
+            sys.executable, "-m", "autotune.cli", "run", "--model", model, "--model-repository", str(repo),
+            "--sla-p99-ms", f"{SLA_MS[model]:g}", "--search-space", str(SPACE), "--reports-dir", str(reports),
+            "--fresh",
+        ]  # fmt: skip
+        began = time.monotonic()
+        with (folder / "autotune.log").open("w") as log:
+            done = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                env={**os.environ, "TERM": "dumb", "NO_COLOR": "1", "COLUMNS": "120"},
+            )  # fmt: skip
+        wall = time.monotonic() - began
+        found = sorted((reports / model).glob("*/run.json"))
+        run_dir = found[-1].parent if found else folder
+        trials = len(_trials_of(run_dir)) if found else 0
+        status = "finished" if done.returncode == 0 and found else f"failed ({done.returncode})"
+        result = {"status": status, "wall_s": wall, "details": {"run_dir": str(run_dir), "trials": trials}}
+        (folder / "result.json").write_text(json.dumps(result, indent=1))
+        print(f"{model} run {k}: {status}, {wall:.0f} s, {trials} trials", flush=True)
+
+
+def _trials_of(run: Path) -> list[Any]:
+    """The run's trials, as its study holds them."""
+    import optuna
+
+    record = json.loads((run / "run.json").read_text())
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    return optuna.load_study(study_name=record["study_name"], storage=f"sqlite:///{run / 'study.db'}").trials
 
 
 def _first_stamp(log: Path, day: datetime) -> datetime | None:
@@ -102,24 +166,21 @@ def real_run(result: Path) -> Real | None:
         ready_s=statistics.median(readies) if readies else 0.0,
         yours=tuple((int(p["concurrency"]), float(p["throughput"])) for p in points),
         options=record["options"],
-        sla=Sla.from_json(record["sla"]),
+        sla=Sla.from_json(record["sla"]), run_dir=run,
     )  # fmt: skip
 
 
 def _measured(run: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
     """The user attributes of the run's measured trials, as its study holds them."""
-    import optuna
-
     if not (run / "study.db").exists():
         return []
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    study = optuna.load_study(study_name=record["study_name"], storage=f"sqlite:///{run / 'study.db'}")
-    return [{**t.user_attrs, "number": t.number} for t in study.trials if t.user_attrs.get("measurement")]
+    return [{**t.user_attrs, "number": t.number} for t in _trials_of(run) if t.user_attrs.get("measurement")]
 
 
-def real_runs(work: Path, model: str) -> list[Real]:
-    """The finished autotune runs of ``model`` under ``work``, in the order they ran."""
-    found = (real_run(result) for result in sorted((work / model).glob("autotune*/result.json")))
+def real_runs(work: Path, model: str, pattern: str = "autotune*") -> list[Real]:
+    """The finished autotune runs of ``model`` under ``work`` (``pattern``: their folders), in
+    the order they ran."""
+    found = (real_run(result) for result in sorted((work / model).glob(f"{pattern}/result.json")))
     return [r for r in found if r is not None]
 
 
@@ -136,7 +197,7 @@ class _Counted(sim.SimServers):
     """Simulated servers that count the race's servers, as the real runs' race logs count them:
     one a round where the racers share one, else one a racer."""
 
-    made: list[_Counted] = []  # every instance, the last one the run's
+    made: ClassVar[list[_Counted]] = []  # every instance, the last one the run's
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -161,6 +222,38 @@ class Simulated:
     rounds: int  # race servers: each race round of the racers that shared one
 
 
+def round_spreads(reals: Sequence[Real]) -> tuple[float, float]:
+    """How far a fresh server read off another in the real runs' race rounds: the throughput's
+    relative sd, and the latency's (at the SLA's percentile) beyond what the throughput explains.
+    Each is pooled over every contender's rounds at its level, less the rounds' own windows'
+    error (the simulator draws that itself)."""
+
+    def server_part(figure: str, windows: str) -> float:
+        squares, df, within = 0.0, 0, []
+        for real in reals:
+            for verification in json.loads((real.run_dir / "run.json").read_text()).get("verifications", []):
+                points = verification["points"]
+                if len(points) < 2:
+                    continue
+                logs = [math.log(p[figure]) for p in points]
+                mean = statistics.fmean(logs)
+                squares, df = squares + sum((x - mean) ** 2 for x in logs), df + len(logs) - 1
+                for p in points:
+                    own = [math.log(x) for x in p[windows] if x > 0]
+                    if len(own) >= 2:
+                        within.append(statistics.variance(own) / len(own))
+        if not df:
+            return 0.0
+        return math.sqrt(max(0.0, squares / df - (statistics.fmean(within) if within else 0.0)))
+
+    percentile = f"p{reals[0].sla.percentile}_ms"
+    throughput, latency = (
+        server_part("throughput", "window_throughputs"),
+        server_part(percentile, "window_latencies_ms"),
+    )
+    return throughput, math.sqrt(max(0.0, latency**2 - throughput**2))
+
+
 def speed(surface: sim.Surveyed, reals: Sequence[Real]) -> float:
     """How fast the real runs' machine served your config against ``surface``'s truth: the median
     over their trial 0's points of measured over true throughput (1.0 without such points)."""
@@ -182,11 +275,20 @@ def nearest_survey(model: str, reals: Sequence[Real]) -> tuple[Path, float] | No
     return min(rated, key=lambda pair: abs(math.log(pair[1]))) if rated else None
 
 
-def simulated(survey: Path, reals: Sequence[Real], seeds: int) -> tuple[list[Simulated], float]:
+def simulated(
+    survey: Path, reals: Sequence[Real], seeds: int, fast: float = 1.0, spreads: str = "rounds"
+) -> tuple[list[Simulated], float]:
     """``seeds`` simulated runs of the real runs' settings on ``survey`` (their SLA, space and
-    options), and the start it charged a server (the survey's, else the real servers')."""
+    options) on a machine ``fast`` times the survey's (:attr:`sim.Surveyed.speed`), its fresh
+    servers as far apart as ``spreads`` says (:data:`SPREADS`), and the start it charged a server
+    (the survey's, else the real servers')."""
     real = reals[0]
-    surface = sim.Surveyed.load(survey, real.sla)
+    surface = replace(sim.Surveyed.load(survey, real.sla), speed=fast)
+    if spreads == "rounds":
+        server, tail = round_spreads(reals)
+        surface = replace(surface, server_cv=server, tail_cv=tail)
+    elif spreads == "measured":
+        surface = sim.measured_spreads(surface)
     measured = statistics.median(r.ready_s for r in reals)
     if not surface.timed and measured > 0:
         surface = replace(surface, start_s=measured)
@@ -269,17 +371,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, required=True, help="vs_model_analyzer.py's --work folder")
     parser.add_argument("--models", nargs="+", default=["cnn", "bertQA", "embedder", "recommender"])
     parser.add_argument("--seeds", type=int, default=20, help="simulated runs per model (default 20)")
+    parser.add_argument(
+        "--run", type=int, default=0, metavar="N",
+        help="first make N real runs of each model over HTTP in --work (those made before are kept)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--spreads", choices=SPREADS, default="rounds",
+        help="the simulator's fresh servers: as far apart as the real runs' race rounds read "
+        "(default), as a measured-world surface draws them (sim.measured_spreads), or as the survey",
+    )  # fmt: skip
+    parser.add_argument(
+        "--speed", action="store_true",
+        help="simulate the survey at the real runs' speed (sim.Surveyed.speed: your config's measured "
+        "throughput over its truth), for a machine that ran slower or faster than on the survey's day",
+    )  # fmt: skip
+    parser.add_argument(
+        "--glob", default="autotune*", help="the real runs read: WORK/<model>/GLOB (default autotune*)"
+    )
     args = parser.parse_args(argv)
     for model in args.models:
-        reals = real_runs(args.work, model)
+        if args.run:
+            make_runs(args.work, model, args.run)
+        reals = real_runs(args.work, model, args.glob)
         chosen = nearest_survey(model, reals) if reals else None
         if chosen is None:
             print(f"{model}: left out ({'no finished real run' if not reals else 'no survey'})")
             continue
         survey, fast = chosen
-        print(f"{model}: survey {survey.name}, the real runs served your config at {fast:.2f}x its truth")
+        server, tail = round_spreads(reals)
+        print(
+            f"{model}: survey {survey.name}, the real runs served your config at {fast:.2f}x its truth"
+            f"{'; simulated at that speed' if args.speed else ''}; their race rounds' fresh servers read "
+            f"apart by {server:.1%} in throughput and {tail:.1%} in latency beyond it "
+            f"(--spreads {args.spreads})"
+        )
         try:
-            sims, start_s = simulated(survey, reals, args.seeds)
+            sims, start_s = simulated(survey, reals, args.seeds, fast if args.speed else 1.0, args.spreads)
         except ValueError as exc:  # a survey that stopped part way
             print(f"{model}: left out ({exc})")
             continue

@@ -104,6 +104,8 @@ def surfaces(args: argparse.Namespace) -> list[sim.Synthetic | sim.Surveyed]:
             raise SystemExit(f"{path}: {missing} config(s) of its space not surveyed yet")
         if args.server_spread is not None:
             surveyed = replace(surveyed, server_cv=args.server_spread)
+        elif args.world == "measured":
+            surveyed = sim.measured_spreads(surveyed)
         if sum(s.name == surveyed.name for _, s in loaded) > 1:
             surveyed = replace(surveyed, name=path.name.split(".")[0])  # one model surveyed twice
         out.append(surveyed)
@@ -214,8 +216,9 @@ def build_parser(several_at_once: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--run-seed", type=int, help="the first run's sampler seed (default: --set's; 0)")
     parser.add_argument(
         "--world", choices=sim.WORLDS, default="measured",
-        help="the synthetic surfaces' fresh servers: measured (default: spreads drawn from what fresh "
-        "servers measured, sim.MEASURED_SERVER_SD) or rules (cv/2, the noise model's own assumption)",
+        help="fresh servers: measured (default: spreads drawn from what fresh servers measured, "
+        "sim.MEASURED_SERVER_SD, for the synthetic surfaces and the surveys of one server, "
+        "sim.measured_spreads) or rules (cv/2, the noise model's own assumption)",
     )  # fmt: skip
     parser.add_argument("--survey", type=Path, action="append", help="a survey file (repeatable)")
     parser.add_argument(

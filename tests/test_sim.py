@@ -176,6 +176,17 @@ def test_a_surveyed_surface_reads_its_windows_and_interpolates_between_levels(tm
     beyond = surface.truth(off, 8)  # past the last level surveyed: saturated, it only queues
     assert beyond.throughput == 210 and beyond.p95_ms == pytest.approx(10.0 * 8 / 4)
     assert surface.missing(SPACE) == len(sim.candidates(SPACE)) - 2  # a survey that stopped part way
+    slower = replace(surface, speed=0.5)  # a day the machine ran at half the survey's speed
+    assert slower.truth(on, 4).throughput == 195 and slower.truth(on, 4).p95_ms == pytest.approx(8.4)
+    assert {slower.window(on, 4, rng, 0.5, sim.Bias(1.0)).throughput for _ in range(50)} == {190.0, 200.0}
+    latencies = sorted({round(slower.window(on, 4, rng, 0.5, sim.Bias(1.0)).p95_ms, 9) for _ in range(50)})
+    assert latencies == pytest.approx([8.0, 8.8])
+    assert sim.true_goodput(slower, on, replace(SPACE, concurrency_max=4))[1] < 4  # 4 now breaks 8 ms
+    drawn = sim.measured_spreads(surface)  # one server: its fresh servers' spreads as measured ones
+    assert sim.MEASURED_SERVER_SD[0] <= drawn.bias_sd <= sim.MEASURED_SERVER_SD[1]
+    assert drawn.tail_cv is not None and sim.MEASURED_TAIL_SD[0] <= drawn.tail_cv <= sim.MEASURED_TAIL_SD[1]
+    assert sim.measured_spreads(surface) == drawn  # its own stream: the same draws each time
+    assert sim.measured_spreads(replace(surface, server_cv=0.01)).tail_cv is None  # given: kept
 
 
 def test_a_surveys_servers_tell_a_latency_spread_of_their_own(tmp_path: Path) -> None:

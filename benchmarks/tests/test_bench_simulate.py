@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -94,6 +95,10 @@ def test_sim_vs_real_reads_a_benchmarks_runs_and_simulates_their_settings(tmp_pa
             "searched_s": searched, "options": options, "sla": {"percentile": 99, "limit_ms": 20.0},
             "started": "2026-12-05T10:00:00+00:00", "finished": "2026-12-05T10:01:40+00:00",
             "study_name": "s",
+            "verifications": [{"points": [
+                {"throughput": t, "p99_ms": ms, "window_throughputs": [t, t], "window_latencies_ms": [ms, ms]}
+                for t, ms in ((100.0, 10.0), (110.0, 12.0))  # two rounds on fresh servers
+            ]}],
         }  # fmt: skip
         (run / "run.json").write_text(json.dumps(record))
         status = "finished" if i < 2 else "timeout"  # a run that did not finish is not read
@@ -104,6 +109,9 @@ def test_sim_vs_real_reads_a_benchmarks_runs_and_simulates_their_settings(tmp_pa
         (60.0, 100 - 9.5 - 60.0, 9.5, 1),
         (70.0, 100 - 9.5 - 70.0, 9.5, 1),
     ]  # the check's server started at 1:30.5, the record ended at 1:40
+    server, tail = sim_vs_real.round_spreads(reals)  # their windows agree: all of it is the servers'
+    assert server == pytest.approx(math.log(1.1) / math.sqrt(2))
+    assert tail == pytest.approx(math.sqrt((math.log(1.2) ** 2 - math.log(1.1) ** 2) / 2))
     sims, start_s = sim_vs_real.simulated(sim_vs_real.SURVEYS / "cnn.json.gz", reals, seeds=2)
     assert len(sims) == 2 and all(
         0 < s.searched_s < s.sim_s and 0 < s.measured <= s.trials <= 6 for s in sims
