@@ -248,7 +248,8 @@ def build_parser(several_at_once: bool = False) -> argparse.ArgumentParser:
     parser.add_argument(
         "--server-spread", type=float, metavar="SD",
         help="a surveyed surface's fresh servers read off its truth by this relative sd "
-        "(default: the survey's own, else half its windows' spread)",
+        "(default: the survey's own; of one server, drawn as measured ones, sim.measured_spreads; "
+        "with --world rules, half its windows' spread)",
     )  # fmt: skip
     parser.add_argument(
         "--sla-scale", type=float, default=1.0, metavar="F",
