@@ -1053,8 +1053,9 @@ class Surveyed:
         gpus = int(data.get("gpus", 0))
         space = None
         if "space" in data:  # the space file's document, as the machine's server could run it
+            batch = int(data.get("workload", {}).get("batch_size", 1))  # as the survey's run narrowed it
             space = parse_search_space(data["space"], gpu_available=gpus > 0).restricted(
-                batching=True, gpu=gpus > 0, tensorrt=False, gpu_count=gpus
+                batching=True, gpu=gpus > 0, tensorrt=False, min_batch=batch, gpu_count=gpus
             )
         baseline = None
         if "baseline" in data:

@@ -15,6 +15,8 @@ spread, so a top finer than it cannot be told from one reading).
         --search-space small.yaml --levels 1 2 4 8 --windows 4 --out /tmp/toy.json.gz
     python benchmarks/survey.py --model bertQA --sla-p99-ms 50 --server 2 \\
         --out benchmarks/surveys/bertQA.json.gz
+    python benchmarks/survey.py --model text_recognition --sla-p99-ms 50 --shape input.1:1,32,100 \\
+        --batch-size 2 --out benchmarks/surveys/text_recognition.json.gz
 
 It costs, per config, a server start and ``levels x (warm-up + windows x window)`` seconds: the
 default space's 136 configs at the default 10 levels and 10 windows of 0.5 s take about 2.1 hours,
@@ -46,7 +48,7 @@ from autotune.prepare import default_space_path
 from autotune.rundir import RunDir, RunRecord
 from autotune.search_space import Candidate, SearchSpace, space_document
 from autotune.serving import Load
-from autotune.settings import Launch, RunSettings
+from autotune.settings import Launch, RunSettings, Workload, add_workload_arguments, workload_from_args
 
 LEVELS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 # a config's levels end at the first whose latency is this many times the limit: above it a
@@ -79,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         "their spread its fresh servers')",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="the survey file (.json.gz)")
+    add_workload_arguments(parser)
     return parser
 
 
@@ -95,11 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         args.model_repository or Path(__file__).resolve().parent.parent / "examples" / "model_repository"
     )
     settings = RunSettings(
-        model=args.model, repository=repository, sla=sla, search_space=args.search_space, output_check=False
-    )
+        model=args.model, repository=repository, sla=sla, search_space=args.search_space, output_check=False,
+        workload=workload_from_args(args),
+    )  # fmt: skip
     gpus = server_gpus(settings.launch)  # a KIND_GPU space stays on the GPU where there is one
     prep = prepare.prepare(settings, server_gpus=gpus.count)
-    data = _read(args.out) or _new(args, sla, gpus.count, prep.baseline)
+    data = _read(args.out) or _new(args, sla, gpus.count, prep.baseline, settings.workload)
     readings = data["windows"]
     if args.server > 1:
         again = data.setdefault("again", [])
@@ -141,15 +145,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _new(args: argparse.Namespace, sla: Sla, gpus: int, baseline: Candidate) -> dict[str, Any]:
-    """A survey with no readings yet: what it measures, and on what."""
+def _new(
+    args: argparse.Namespace, sla: Sla, gpus: int, baseline: Candidate, workload: Workload
+) -> dict[str, Any]:
+    """A survey with no readings yet: what it measures, and on what (the workload's batch size
+    narrows the space the simulator tunes in, as it narrows a run's)."""
     return {
         "version": sim.SURVEY_VERSION, "model": args.model, "percentile": sla.percentile,
         "limit_ms": sla.limit_ms, "cores": os.cpu_count() or 1, "gpus": gpus,
         "window_s": args.window, "windows": {},
         # what the simulator tunes in, and from: the space file's document and the model's config
         "space": space_document(args.search_space or default_space_path()),
-        "baseline": asdict(baseline),
+        "baseline": asdict(baseline), "workload": workload.to_json(),
     }  # fmt: skip
 
 
