@@ -311,6 +311,21 @@ def test_a_survey_of_a_gpu_model_is_tuned_in_its_own_space_from_its_own_config(t
     assert sim.space_of(gpu) == SPACE and sim.baseline_of(gpu) == sim.BASELINE  # no space recorded
 
 
+def test_a_survey_of_batched_requests_is_tuned_in_the_space_its_run_narrowed(tmp_path: Path) -> None:
+    """A survey whose workload sends batches of 4 (benchmarks/survey.py --batch-size 4) is
+    simulated in the space a run with that workload tunes in: no max_batch_size below 4."""
+    space = {"instance_group": {"count": [1, 2]}, "max_batch_size": [1, 2, 4, 8],
+             "dynamic_batching": {"enabled": [True, False]}}  # fmt: skip
+    data = {"version": sim.SURVEY_VERSION, "model": "toy", "percentile": 99, "limit_ms": 8.0, "cores": 2,
+            "gpus": 0, "window_s": 0.5, "space": space, "windows": {}}  # fmt: skip
+    path = tmp_path / "toy.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    assert sim.space_of(sim.Surveyed.load(path)).max_batch_size == (1, 2, 4, 8)  # one sample a request
+    data["workload"] = {"input_data": "random", "shapes": {}, "batch_size": 4, "order": "spread"}
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    assert sim.space_of(sim.Surveyed.load(path)).max_batch_size == (4, 8)
+
+
 def test_a_space_that_only_batches_never_measures_a_config_without_batching_but_yours() -> None:
     """The issue's new user: dynamic_batching.enabled [true] only, your config without it. Your
     config is measured (as it is: its trial has no params, the sampler never takes its figures

@@ -120,3 +120,7 @@ def test_sim_vs_real_reads_a_benchmarks_runs_and_simulates_their_settings(tmp_pa
     lines = sim_vs_real.report("cnn", reals, sims, start_s)
     whole = statistics.median(s.sim_s for s in sims) / statistics.median(r.without_check_s for r in reals)
     assert lines[2].split()[-1] == f"{whole:.2f}" and lines[2].startswith("  whole less check")
+    low, high = sim_vs_real.ratio_interval([1.0, 2.0, 3.0], [2.0, 2.0, 2.0, 2.0])
+    assert low == pytest.approx(0.5) and high == pytest.approx(1.5)  # the real runs agree: the sims' range
+    assert sim_vs_real.ratio_interval([2.0] * 3, [2.0] * 4) == (1.0, 1.0)
+    assert lines[-1].startswith("  whole less check, sim/real: 90% interval")
