@@ -516,6 +516,18 @@ class Transient:
         )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Overheads:
+    """What a real run spends beyond its servers' starts and its points' warm-ups and windows:
+    each server's own (its stop, the config's staging) and each point's (the client's set-up,
+    the server's statistics read). The defaults are fit to real runs here: 33 trials of
+    recommender and 54 of embedder over HTTP, pooled, each trial's cycle from its Triton log to
+    the next one's (``benchmarks/sim_vs_real.py``, ``results/sim_vs_real-20261205.txt``)."""
+
+    server_s: float = 0.10
+    point_s: float = 0.11
+
+
 @dataclass
 class SimServer:
     """A simulated server serving one candidate, its readings carrying its own bias and warm-up,
@@ -572,9 +584,10 @@ class SimServers:
 
     def __init__(
         self, surface: Surface, rng: random.Random, warmup: WarmUp | None = None,
-        warm_rng: random.Random | None = None,
+        warm_rng: random.Random | None = None, overheads: Overheads | None = None,
     ) -> None:  # fmt: skip
         self.surface, self.rng, self.now = surface, rng, 0.0
+        self.overheads = overheads or Overheads()
         self.warm, self.version = True, ""
         self.warmup = warmup  # each fresh server's (None: none)
         # the warm-ups' own draws: a run with a warm-up and one without draw the rest alike
@@ -600,6 +613,7 @@ class SimServers:
         server = self._fresh(candidate, stage_name.startswith("race-"))
         server.stage = stage_name
         yield server
+        self.now += self.overheads.server_s
 
     def can_share(self) -> bool:
         return True
@@ -613,6 +627,7 @@ class SimServers:
         self.now += self.surface.start_s * (1 + SHARED_START * (len(candidates) - 1))
         models = {name: self._fresh(c, True) for name, c in candidates.items()}  # only the race shares
         yield SimServer(None, Bias(1.0), models=models)
+        self.now += self.overheads.server_s
 
     def generator(self, server: SimServer, plan: WindowPlan, model: str = "") -> SimGenerator:
         return SimGenerator(self, server.models[model] if model else server, plan)
@@ -627,7 +642,7 @@ class SimServers:
         """One point, as :func:`autotune.loadgen._windows.run_windows` measures it: windows until
         :func:`autotune.search.sampling.windows_done`, at most ``max_windows``; its figures the kept
         windows' means."""
-        self.now += plan.warmup_s
+        self.now += plan.warmup_s + self.overheads.point_s
         server.loaded_s += plan.warmup_s
         readings: list[Reading] = []
         steady: list[Reading] = []  # the same windows without the warm-up (what it turned)
@@ -803,13 +818,15 @@ def simulate(
     warmup: WarmUp | None = None,
     at_once: int = 1,
     events: Events | None = None,
+    overheads: Overheads | None = None,
     **options: Any,
 ) -> SimOutcome:
     """One tuning run against ``surface``, with the CLI's defaults (``options``: RunSettings
     fields to change, such as ``max_trials``) and the sampler seeded with ``seed``
     (``trials_type``, ``servers_type``: one's own :class:`Trials`, :class:`SimServers`;
     ``warmup``: each fresh server's; ``at_once``: trials measured together, :class:`SimWorkers`;
-    ``events``: what the run tells, in simulated time)."""
+    ``events``: what the run tells, in simulated time; ``overheads``: the time a real run spends
+    beyond starts, warm-ups and windows, :class:`Overheads`)."""
     user = space or space_of(surface)
     baseline = baseline if baseline is not None else baseline_of(surface)
     settings = RunSettings(
@@ -830,7 +847,7 @@ def simulate(
         run = RunDir.create(Path(tmp) / "run", record)
         study = Study.open(None, "sim", prep.space, surface.sla, seed=seed, scoring=prep.scoring)
         servers = (servers_type or SimServers)(
-            surface, random.Random(seed), warmup, random.Random(f"warm-{seed}")
+            surface, random.Random(seed), warmup, random.Random(f"warm-{seed}"), overheads
         )
         trials = trials_type(prep, servers, run, events or Events(), clock=servers.clock)
         workers = SimWorkers(servers, at_once) if at_once > 1 else None

@@ -32,6 +32,7 @@ the CLI's default protocol, HTTP, which the surveys use too; runs made before ar
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -42,7 +43,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -135,11 +136,10 @@ def _trials_of(run: Path) -> list[Any]:
 
 def _first_stamp(log: Path, day: datetime) -> datetime | None:
     """The time of the log's first Triton line, on ``day``."""
-    found = STAMP.search(log.read_text("utf-8", "replace")) if log.exists() else None
-    if found is None:
+    seconds = _seconds(log) if log.exists() else None
+    if seconds is None:
         return None
-    h, m, s = int(found[1]), int(found[2]), float(found[3])
-    return day.replace(hour=h, minute=m, second=int(s), microsecond=int(s % 1 * 1e6))
+    return day.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(seconds=seconds)
 
 
 def real_run(result: Path) -> Real | None:
@@ -254,6 +254,50 @@ def round_spreads(reals: Sequence[Real]) -> tuple[float, float]:
     return throughput, math.sqrt(max(0.0, latency**2 - throughput**2))
 
 
+def overheads(reals: Sequence[Real]) -> sim.Overheads | None:
+    """What the real runs spent beyond their servers' starts and their points' warm-ups and
+    windows, as the simulator charges it (:func:`fit_overheads` of their trials' cycles); None
+    without enough trials."""
+    cycles = [cycle for real in reals for cycle in trial_cycles(real)]
+    return fit_overheads(cycles, float(reals[0].options.get("window", 0.5))) if reals else None
+
+
+def trial_cycles(real: Real) -> list[tuple[int, float]]:
+    """Each measured trial's points, and the time its cycle left beyond the server's ready time
+    and the points' windows. A cycle runs from the trial's Triton log's first line to the next
+    log's."""
+    if not (real.run_dir / "study.db").exists():
+        return []
+    trials = {t.number: t.user_attrs.get("measurement") for t in _trials_of(real.run_dir)}
+    logs = sorted((stamp, log) for log in (real.run_dir / "logs").glob("*.log") if (stamp := _seconds(log)))
+    out = []
+    for (began, log), (following, _) in itertools.pairwise(logs):
+        m = trials.get(int(log.stem.split("-")[1])) if log.stem.startswith("trial-") else None
+        if m and m["points"]:
+            windows = sum(p["duration_s"] for p in m["points"])
+            out.append((len(m["points"]), following - began - m["ready_s"] - windows))
+    return out
+
+
+def fit_overheads(cycles: Sequence[tuple[int, float]], window_s: float) -> sim.Overheads | None:
+    """:class:`sim.Overheads` from trials' cycles (points, time left), fit as ``a + b points`` by
+    least squares. The simulator already charges a trial its first point's warm-up (a window)
+    and :data:`RAMP_S` before each later point, so a server's own is ``a - window_s + RAMP_S``
+    and a point's ``b - RAMP_S``. None without two trials of different points."""
+    from autotune.search.noise import RAMP_S
+
+    if len({n for n, _ in cycles}) < 2:
+        return None
+    slope, intercept = statistics.linear_regression([float(n) for n, _ in cycles], [x for _, x in cycles])
+    return sim.Overheads(max(0.0, intercept - window_s + RAMP_S), max(0.0, slope - RAMP_S))
+
+
+def _seconds(log: Path) -> float | None:
+    """The time of day of the log's first Triton line, in seconds (None: no such line)."""
+    found = STAMP.search(log.read_text("utf-8", "replace"))
+    return int(found[1]) * 3600 + int(found[2]) * 60 + float(found[3]) if found else None
+
+
 def speed(surface: sim.Surveyed, reals: Sequence[Real]) -> float:
     """How fast the real runs' machine served your config against ``surface``'s truth: the median
     over their trial 0's points of measured over true throughput (1.0 without such points)."""
@@ -300,12 +344,14 @@ def simulated(
         raise ValueError(f"{lacking} config(s) of its space not surveyed yet")
     warmed = (sim.GPU_WARMUP if surface.gpus else sim.CPU_WARMUP).warmed()  # as real servers start
     given = {k: o[k] for k in ("max_trials", "finalists", "repeats", "margin", "patience") if k in o}
+    spent = overheads(reals)  # as the real runs spent it
     out = []
     for seed in range(seeds):
         events = _Clocked()
         outcome = sim.simulate(
-            surface, seed, space=space, events=events, servers_type=_Counted, warmup=warmed, **given
-        )
+            surface, seed, space=space, events=events, servers_type=_Counted, warmup=warmed,
+            overheads=spent, **given,
+        )  # fmt: skip
         rounds = _Counted.made[-1].race_servers
         out.append(
             Simulated(outcome.sim_s, events.searched_s, len(outcome.results), outcome.measured, rounds)
@@ -325,10 +371,10 @@ def ratio_interval(
     import random
 
     rng = random.Random(seed)
-    ratios = sorted(
-        statistics.median(rng.choices(sims, k=len(sims))) / statistics.median(rng.choices(reals, k=len(reals)))
-        for _ in range(draws)
-    )
+    def resampled(values: Sequence[float]) -> float:
+        return statistics.median(rng.choices(values, k=len(values)))
+
+    ratios = sorted(resampled(sims) / resampled(reals) for _ in range(draws))
     return ratios[int(0.05 * draws)], ratios[int(0.95 * draws) - 1]
 
 
@@ -372,11 +418,10 @@ def report(model: str, reals: Sequence[Real], sims: Sequence[Simulated], start_s
         f"  {'measured':<17} {statistics.median(r.measured for r in reals):>14.0f} "
         f"{statistics.median(s.measured for s in sims):>14.0f}"
     )
-    lines.append(
-        f"  {'race rounds':<17} {_median([r.rounds for r in reals]):>14} {_median([s.rounds for s in sims]):>14}"
-    )
+    rounds = _median([r.rounds for r in reals]), _median([s.rounds for s in sims])
+    lines.append(f"  {'race rounds':<17} {rounds[0]:>14} {rounds[1]:>14}")
     low, high = ratio_interval([s.sim_s for s in sims], [r.without_check_s for r in reals])
-    lines.append(f"  whole less check, sim/real: 90% interval {low:.2f}-{high:.2f} (bootstrap of both medians)")
+    lines.append(f"  whole less check, sim/real: 90% interval {low:.2f}-{high:.2f} (medians bootstrapped)")
     return lines
 
 
@@ -415,11 +460,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         survey, fast = chosen
         server, tail = round_spreads(reals)
+        spent = overheads(reals) or sim.Overheads()
         print(
             f"{model}: survey {survey.name}, the real runs served your config at {fast:.2f}x its truth"
             f"{'; simulated at that speed' if args.speed else ''}; their race rounds' fresh servers read "
             f"apart by {server:.1%} in throughput and {tail:.1%} in latency beyond it "
-            f"(--spreads {args.spreads})"
+            f"(--spreads {args.spreads}); beyond starts, warm-ups and windows they spent "
+            f"{spent.server_s:.2f} s a server and {spent.point_s:.2f} s a point"
         )
         try:
             sims, start_s = simulated(survey, reals, args.seeds, fast if args.speed else 1.0, args.spreads)

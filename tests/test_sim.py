@@ -115,8 +115,13 @@ def test_the_simulated_clock_is_what_servers_and_windows_take() -> None:
     outcome = sim.simulate(QUIET, seed=0, max_trials=3, finalists=0)
     measured = [r for r in outcome.results if r.measurement is not None]
     windows = sum(p.windows for r in measured for p in r.measurement.points)  # type: ignore[union-attr]
+    points = sum(len(r.measurement.points) for r in measured)  # type: ignore[union-attr]
     assert len(measured) == 3 and outcome.verifications == ()
     assert outcome.sim_s >= 3 * QUIET.start_s + windows * 0.5
+    # and what a real run spends beyond them: each server's own, each point's
+    bare = sim.simulate(QUIET, seed=0, max_trials=3, finalists=0, overheads=sim.Overheads(0.0, 0.0))
+    spent = sim.Overheads()
+    assert outcome.sim_s - bare.sim_s == pytest.approx(3 * spent.server_s + points * spent.point_s)
 
 
 def test_a_family_spans_its_noise_and_each_sla_bites_inside_the_concurrency_range() -> None:

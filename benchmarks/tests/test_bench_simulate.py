@@ -124,3 +124,10 @@ def test_sim_vs_real_reads_a_benchmarks_runs_and_simulates_their_settings(tmp_pa
     assert low == pytest.approx(0.5) and high == pytest.approx(1.5)  # the real runs agree: the sims' range
     assert sim_vs_real.ratio_interval([2.0] * 3, [2.0] * 4) == (1.0, 1.0)
     assert lines[-1].startswith("  whole less check, sim/real: 90% interval")
+    # a real run's own time beyond starts, warm-ups and windows: 0.4 s a server, 0.1 s a point
+    # beyond the 0.5 s warm-up and the 0.3 s ramps the simulator charges already
+    cycles = [(n, 0.4 + 0.5 + 0.3 * (n - 1) + 0.1 * n) for n in (1, 2, 4, 5)]
+    fit = sim_vs_real.fit_overheads(cycles, window_s=0.5)
+    assert fit is not None and fit.server_s == pytest.approx(0.4) and fit.point_s == pytest.approx(0.1)
+    assert sim_vs_real.fit_overheads([(3, 1.0), (3, 1.2)], window_s=0.5) is None  # no slope to fit
+    assert sim_vs_real.overheads(reals) is None  # these runs kept no study: the simulator's own
