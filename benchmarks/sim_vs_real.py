@@ -36,6 +36,7 @@ import itertools
 import json
 import math
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -368,9 +369,8 @@ def ratio_interval(
 ) -> tuple[float, float]:
     """The 90% bootstrap interval of median(sims) / median(reals): both resampled. Four real runs
     leave the real median loose, and this says how loose."""
-    import random
-
     rng = random.Random(seed)
+
     def resampled(values: Sequence[float]) -> float:
         return statistics.median(rng.choices(values, k=len(values)))
 
