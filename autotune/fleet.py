@@ -190,10 +190,11 @@ class RayWorkers:
         ]
         try:
             served: list[tuple[T, dict[str, bytes]]] = self.ray.get(refs)
-        except self.ray.exceptions.RayTaskError as exc:
-            raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
-        finally:  # a round that failed, or a stop: the others end too, their servers with them
+        except BaseException as exc:  # a round failed, or a stop: the others end, their servers with them
             self._cancel(refs)
+            if isinstance(exc, self.ray.exceptions.RayTaskError):
+                raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
+            raise
         for _, logs in served:
             _keep_logs(trials.run_dir, logs)
         return [result for result, _ in served]
@@ -208,7 +209,13 @@ class RayWorkers:
     def _cancel(self, refs: Sequence[Any]) -> None:
         """Stop the tasks ``refs`` as Ctrl-C stops a run: each unwinds on its node and stops its
         server. Killing a task's worker instead would kill its server's guard before the guard
-        could end the server (Ray ends a dead worker's children). Waits :data:`CANCEL_S` at most."""
+        could end the server (Ray ends a dead worker's children). Waits :data:`CANCEL_S` at most.
+        A task already done is not cancelled: Ray 2.60 aborts the driver when a cancel meets the
+        reply of a task that just ended (its check "Tried to complete task that was not pending")."""
+        if not refs:
+            return
+        with contextlib.suppress(Exception):
+            _, refs = self.ray.wait(list(refs), num_returns=len(refs), timeout=0)
         for ref in refs:
             with contextlib.suppress(Exception):
                 self.ray.cancel(ref)
