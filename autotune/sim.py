@@ -517,6 +517,50 @@ class Transient:
 
 
 @dataclass(frozen=True)
+class Drift:
+    """The machine's own speed wandering within a run, alike for every server on it: the log of
+    its speed an Ornstein-Uhlenbeck path of sd ``sd`` that holds for about ``hold_s`` seconds
+    (speeds L seconds apart differ by ``sd * sqrt(2 (1 - e^(-L / hold_s)))``). A window's
+    throughput is times the speed, its latency over it. The default: none."""
+
+    sd: float = 0.0
+    hold_s: float = 20.0
+
+    def path(self, rng: random.Random) -> DriftPath:
+        return DriftPath(self, rng)
+
+
+class DriftPath:
+    """One run's drift (:class:`Drift`), drawn a second at a time as the simulated clock reaches
+    it, from a speed drawn at the run's start. Workers at once that go back in simulated time
+    read the same path: one machine's."""
+
+    def __init__(self, drift: Drift, rng: random.Random) -> None:
+        self.drift, self.rng = drift, rng
+        self.logs = [rng.gauss(0, drift.sd)] if drift.sd else [0.0]
+
+    def speed(self, t: float) -> float:
+        """The machine's speed at ``t`` seconds into the run, relative to its long-run mean."""
+        if not self.drift.sd:
+            return 1.0
+        keep = math.exp(-1 / self.drift.hold_s)
+        step = self.drift.sd * math.sqrt(1 - keep * keep)
+        while len(self.logs) <= t:
+            self.logs.append(keep * self.logs[-1] + self.rng.gauss(0, step))
+        return math.exp(self.logs[int(max(0.0, t))])
+
+
+def drifted(reading: Reading, speed: float) -> Reading:
+    """``reading`` on a machine ``speed`` times as fast: throughput times it, latency over it."""
+    if speed == 1.0:
+        return reading
+    return Reading(
+        reading.throughput * speed, reading.p50_ms / speed, reading.p90_ms / speed,
+        reading.p95_ms / speed, reading.p99_ms / speed,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Overheads:
     """What a real run spends beyond its servers' starts and its points' warm-ups and windows:
     each server's own (its stop, the config's staging) and each point's (the client's set-up,
@@ -585,9 +629,11 @@ class SimServers:
     def __init__(
         self, surface: Surface, rng: random.Random, warmup: WarmUp | None = None,
         warm_rng: random.Random | None = None, overheads: Overheads | None = None,
+        drift: DriftPath | None = None,
     ) -> None:  # fmt: skip
         self.surface, self.rng, self.now = surface, rng, 0.0
         self.overheads = overheads or Overheads()
+        self.drift = drift or Drift().path(random.Random(0))  # the machine's (none by default)
         self.warm, self.version = True, ""
         self.warmup = warmup  # each fresh server's (None: none)
         # the warm-ups' own draws: a run with a warm-up and one without draw the rest alike
@@ -653,6 +699,7 @@ class SimServers:
             window = self.surface.window(
                 cast(Candidate, server.candidate), level, self.rng, plan.window_s, server.bias, block
             )
+            window = drifted(window, self.drift.speed(self.now))
             steady.append(window)
             readings.append(server.transient.apply(window, server.loaded_s + plan.window_s / 2))
             lasted = window_length(plan, window.throughput)
@@ -819,6 +866,7 @@ def simulate(
     at_once: int = 1,
     events: Events | None = None,
     overheads: Overheads | None = None,
+    drift: Drift | None = None,
     **options: Any,
 ) -> SimOutcome:
     """One tuning run against ``surface``, with the CLI's defaults (``options``: RunSettings
@@ -826,7 +874,8 @@ def simulate(
     (``trials_type``, ``servers_type``: one's own :class:`Trials`, :class:`SimServers`;
     ``warmup``: each fresh server's; ``at_once``: trials measured together, :class:`SimWorkers`;
     ``events``: what the run tells, in simulated time; ``overheads``: the time a real run spends
-    beyond starts, warm-ups and windows, :class:`Overheads`)."""
+    beyond starts, warm-ups and windows, :class:`Overheads`; ``drift``: the machine's within the
+    run, :class:`Drift`)."""
     user = space or space_of(surface)
     baseline = baseline if baseline is not None else baseline_of(surface)
     settings = RunSettings(
@@ -846,8 +895,9 @@ def simulate(
         )  # fmt: skip
         run = RunDir.create(Path(tmp) / "run", record)
         study = Study.open(None, "sim", prep.space, surface.sla, seed=seed, scoring=prep.scoring)
+        path = (drift or Drift()).path(random.Random(f"drift-{seed}"))  # its own draws, as the warm-up's
         servers = (servers_type or SimServers)(
-            surface, random.Random(seed), warmup, random.Random(f"warm-{seed}"), overheads
+            surface, random.Random(seed), warmup, random.Random(f"warm-{seed}"), overheads, path
         )
         trials = trials_type(prep, servers, run, events or Events(), clock=servers.clock)
         workers = SimWorkers(servers, at_once) if at_once > 1 else None

@@ -321,12 +321,13 @@ def nearest_survey(model: str, reals: Sequence[Real]) -> tuple[Path, float] | No
 
 
 def simulated(
-    survey: Path, reals: Sequence[Real], seeds: int, fast: float = 1.0, spreads: str = "rounds"
-) -> tuple[list[Simulated], float]:
+    survey: Path, reals: Sequence[Real], seeds: int, fast: float = 1.0, spreads: str = "rounds",
+    drift: sim.Drift | None = None,
+) -> tuple[list[Simulated], float]:  # fmt: skip
     """``seeds`` simulated runs of the real runs' settings on ``survey`` (their SLA, space and
     options) on a machine ``fast`` times the survey's (:attr:`sim.Surveyed.speed`), its fresh
-    servers as far apart as ``spreads`` says (:data:`SPREADS`), and the start it charged a server
-    (the survey's, else the real servers')."""
+    servers as far apart as ``spreads`` says (:data:`SPREADS`), the machine drifting by ``drift``,
+    and the start it charged a server (the survey's, else the real servers')."""
     real = reals[0]
     surface = replace(sim.Surveyed.load(survey, real.sla), speed=fast)
     if spreads == "rounds":
@@ -351,7 +352,7 @@ def simulated(
         events = _Clocked()
         outcome = sim.simulate(
             surface, seed, space=space, events=events, servers_type=_Counted, warmup=warmed,
-            overheads=spent, **given,
+            overheads=spent, drift=drift, **given,
         )  # fmt: skip
         rounds = _Counted.made[-1].race_servers
         out.append(
@@ -447,6 +448,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "throughput over its truth), for a machine that ran slower or faster than on the survey's day",
     )  # fmt: skip
     parser.add_argument(
+        "--drift", type=float, nargs=2, metavar=("SD", "HOLD_S"),
+        help="the simulated machine's speed wandering within a run (sim.Drift; default: none)",
+    )
+    parser.add_argument(
         "--glob", default="autotune*", help="the real runs read: WORK/<model>/GLOB (default autotune*)"
     )
     args = parser.parse_args(argv)
@@ -469,7 +474,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{spent.server_s:.2f} s a server and {spent.point_s:.2f} s a point"
         )
         try:
-            sims, start_s = simulated(survey, reals, args.seeds, fast if args.speed else 1.0, args.spreads)
+            drift = sim.Drift(*args.drift) if args.drift else None
+            sims, start_s = simulated(
+                survey, reals, args.seeds, fast if args.speed else 1.0, args.spreads, drift
+            )
         except ValueError as exc:  # a survey that stopped part way
             print(f"{model}: left out ({exc})")
             continue

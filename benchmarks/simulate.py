@@ -162,6 +162,7 @@ def run_surface(
     paired: bool = False,
     at_once: int = 1,
     margin: float = RunSettings.margin,
+    drift: sim.Drift | None = None,
 ) -> tuple[sim.Surface, sim.Tally, tuple[float, float]]:
     space = sim.space_of(surface)
     best = max(sim.true_goodput(surface, c, space)[0] for c in sim.candidates(space))
@@ -171,6 +172,7 @@ def run_surface(
     for seed in range(first_seed, first_seed + runs):
         asked = (("repeats", repeats), ("finalists", finalists), ("margin", margin))
         given: dict[str, Any] = {k: v for k, v in asked if v is not None}
+        given["drift"] = drift
         outcome = sim.simulate(
             surface, seed, max_trials=max_trials, warmup=warm_up(warmup, surface), at_once=at_once, **given
         )
@@ -271,6 +273,12 @@ def build_parser(several_at_once: bool = False) -> argparse.ArgumentParser:
         f"{RESOLUTION:.0%}%",
     )  # fmt: skip
     parser.add_argument(
+        "--drift", type=float, nargs=2, metavar=("SD", "HOLD_S"),
+        help="the machine's speed wandering within a run (sim.Drift): its relative sd and how many "
+        "seconds it holds; measured on two cores, `first_window.py --drift`: 0.05 20 "
+        "(default: none)",
+    )  # fmt: skip
+    parser.add_argument(
         "--paired", action="store_true",
         help="with --warm-up: run each seed again without it (its draws apart, so the runs are the same "
         "until the warm-up turns a decision) and print 'changed', the runs whose winner it changed",
@@ -314,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.paired,
                 args.at_once,
                 args.margin,
+                sim.Drift(*args.drift) if args.drift else None,
             )
             for s in surfaces(args)
         ]
@@ -327,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n{len(rows)} surfaces x {args.runs} runs in {time.monotonic() - started:.0f} s "
         f"(set {args.set or 'as given'}, {args.world} world: family seed {family_seed(args)}, "
-        f"run seeds {first}-{first + args.runs - 1})"
+        f"run seeds {first}-{first + args.runs - 1}"
+        + (f"; drift sd {args.drift[0]:g}, hold {args.drift[1]:g} s)" if args.drift else ")")
     )
     print(users_line([t for _, t, _ in rows], args.runs))
     for line in by_noise(rows):

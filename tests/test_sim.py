@@ -628,6 +628,31 @@ def test_a_warm_up_draws_apart_so_a_run_with_it_is_the_run_without_until_it_turn
     assert plain.winner_config is not None
 
 
+def test_a_machines_drift_moves_readings_apart_with_time_alike_for_every_server_on_it() -> None:
+    """sim.Drift: the log speed wanders by its sd and holds for hold_s, one path a run, read
+    again alike when workers go back in time; none by default: the run as before."""
+    walk = sim.Drift(sd=0.05, hold_s=20.0).path(random.Random(4))
+    logs = [math.log(walk.speed(t)) for t in range(0, 200_000)]
+    assert statistics.pstdev(logs) == pytest.approx(0.05, rel=0.1)
+    for lag in (5, 20, 80):  # speeds lag seconds apart differ by sd sqrt(2 (1 - e^(-lag / hold)))
+        apart = [logs[i + lag] - logs[i] for i in range(0, len(logs) - lag, lag)]
+        expected = 0.05 * math.sqrt(2 * (1 - math.exp(-lag / 20)))
+        assert statistics.pstdev(apart) == pytest.approx(expected, rel=0.1)
+    assert walk.speed(400.5) == walk.speed(400.0)  # read again alike
+    slow = sim.drifted(sim.Reading(1000.0, 5.0, 5.5, 5.8, 6.0), 0.5)
+    assert (slow.throughput, slow.p99_ms) == (500.0, 12.0)
+    noisy = replace(QUIET, cv=0.05)
+    plain = sim.simulate(noisy, seed=3, max_trials=8)
+    assert sim.simulate(noisy, seed=3, max_trials=8, drift=sim.Drift()) == plain
+    moved = sim.simulate(QUIET, seed=3, max_trials=8, drift=sim.Drift(sd=0.2, hold_s=10.0))
+
+    def off(outcome: sim.SimOutcome) -> list[float]:  # a noise-free surface: each point's truth
+        points = [(r.candidate, p) for r in outcome.results if r.measurement for p in r.measurement.points]
+        return [abs(math.log(p.throughput / QUIET.truth(c, int(p.level)).throughput)) for c, p in points]
+
+    assert max(off(sim.simulate(QUIET, seed=3, max_trials=8))) < 1e-9 < 0.1 < max(off(moved))
+
+
 def test_a_race_decided_by_a_warm_up_is_told_by_its_rounds_read_without_it() -> None:
     """``decided``: the race's rounds read without their servers' warm-up (the same windows)
     crown another winner. Here the faster finalist's rounds broke the limit only by the warm-up;

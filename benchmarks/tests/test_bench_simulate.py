@@ -131,3 +131,22 @@ def test_sim_vs_real_reads_a_benchmarks_runs_and_simulates_their_settings(tmp_pa
     assert fit is not None and fit.server_s == pytest.approx(0.4) and fit.point_s == pytest.approx(0.1)
     assert sim_vs_real.fit_overheads([(3, 1.0), (3, 1.2)], window_s=0.5) is None  # no slope to fit
     assert sim_vs_real.overheads(reals) is None  # these runs kept no study: the simulator's own
+
+
+def test_first_windows_drift_fit_reads_back_the_drift_the_simulator_draws() -> None:
+    """``first_window.py --drift``: a server's 5 s blocks compared lag by lag, and the drift that
+    explains them (:func:`first_window.fit_drift`), read back from windows drawn on a
+    :class:`sim.Drift` path; windows alone read a small part of it."""
+    import random
+
+    from first_window import fit_drift, lag_spreads
+
+    lags = [5, 10, 20, 40, 80, 160, 320]
+    rng = random.Random(0)
+    path = sim.Drift(sd=0.05, hold_s=20.0).path(rng)
+    drifting = [1000 * path.speed(i * 0.5) * (1 + rng.gauss(0, 0.05)) for i in range(7200)]
+    sd, hold_s, _ = fit_drift(lag_spreads(drifting, lags))
+    assert sd == pytest.approx(0.05, rel=0.25) and 10 < hold_s < 40
+    alone = [1000 * (1 + rng.gauss(0, 0.05)) for _ in range(7200)]
+    spreads = lag_spreads(alone, lags)
+    assert fit_drift(spreads)[0] < 0.02 and spreads[5] == pytest.approx(0.05 * math.sqrt(2 / 10), rel=0.2)
