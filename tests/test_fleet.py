@@ -105,8 +105,11 @@ def test_trials_at_once_need_a_cluster() -> None:
 # Ray's tasks that ended, then a cancel of each, as the race's rounds were: Ray 2.60 aborted the
 # driver ("Tried to complete task that was not pending") within 20 rounds in five of five tries.
 ENDED_THEN_CANCELLED = """
-import os, sys, time, ray
+import os, signal, sys, time, ray
 from autotune.fleet import RayWorkers
+# Ray's cancel raises KeyboardInterrupt in the task; a worker that inherits an ignored SIGINT (a
+# shell's background job, as in CI) never sees it. Ray's workers start from this driver here.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 ray.init(num_cpus=2, log_to_driver=False, logging_level="ERROR")
 quick = ray.remote(max_retries=3, retry_exceptions=False)(lambda s: time.sleep(s))
 workers = RayWorkers.__new__(RayWorkers)
