@@ -14,7 +14,7 @@ from autotune.prepare import Prepared
 from autotune.results import COMPLETE, OpenLoopCheck, TrialResult, recommendation
 from autotune.rundir import RunDir
 from autotune.search import level_search, ranking
-from autotune.search.noise import RAMP_S, Estimate
+from autotune.search.noise import RAMP_S
 from autotune.search.racing import Race
 from autotune.serving import Load
 from autotune.study import Study
@@ -56,8 +56,6 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study, workers: Wor
         trials.events.said(
             "the race stops here: the run's time budget is spent (each racer has its rounds so far)"
         )
-    if (line := speed_line(state.speed())) is not None:
-        trials.events.said(line)
     out = state.verifications([r.number for r in ranked] + _raced_control(yours, state))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))
@@ -111,18 +109,6 @@ def serve_round(trials: Trials, job: RoundJob) -> dict[int, Point | None]:
                 prep, trials, r, job.levels[r.number], job.plans[r.number], job.counts[r.number]
             )
     return out
-
-
-def speed_line(speed: Estimate | None) -> str | None:
-    """A line when the control showed the machine ran at another speed in the race than in its
-    search (:func:`autotune.search.racing.race_speed`); None when it did not show it."""
-    if speed is None or speed.low <= 1 <= speed.high:
-        return None
-    moved = speed.mean**2 - 1
-    return (
-        f"your config read {abs(moved):.0%} {'more' if moved > 0 else 'less'} throughput in the race than in"
-        " its search: the machine's speed moved, and the race judged the SLA at the mean of the two"
-    )
 
 
 def control(results: Sequence[TrialResult], ranked: Sequence[TrialResult]) -> TrialResult | None:

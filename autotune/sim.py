@@ -41,7 +41,7 @@ from autotune.rundir import RunDir, RunRecord
 from autotune.search import walk
 from autotune.search.level_search import search_plan
 from autotune.search.noise import RESOLUTION
-from autotune.search.racing import race_speed, race_winner, round_spread, rounds_met
+from autotune.search.racing import race_winner, round_spread, rounds_met
 from autotune.search.sampling import warm_windows, windows_done
 from autotune.search_space import Candidate, SearchSpace, bundled, load_search_space, parse_search_space
 from autotune.settings import Launch, RunSettings, Traffic
@@ -908,7 +908,7 @@ def simulate(
         verifications = run.record.verifications
         s = prep.settings
         winner = race_winner(verifications, results, s.search_sla, prep.scoring, prep.baseline)
-        steady = read_steady(verifications, servers.steady, s.search_sla, results)
+        steady = read_steady(verifications, servers.steady, s.search_sla)
         steady_winner = race_winner(steady, results, s.search_sla, prep.scoring, prep.baseline)
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
@@ -919,14 +919,12 @@ def simulate(
 
 
 def read_steady(
-    verifications: Sequence[Verification], steady: Mapping[int, Point], sla: Sla,
-    results: Sequence[TrialResult] = (),
-) -> list[Verification]:  # fmt: skip
+    verifications: Sequence[Verification], steady: Mapping[int, Point], sla: Sla
+) -> list[Verification]:
     """The verifications with each race round swapped for the same windows read without the
     warm-up (``steady``: by the id of the round's point). Each one's ``sla_met`` is judged again,
     as :class:`autotune.search.racing.Race` judges it: with the spread of the finalists' rounds,
-    the levels they left included and the control's left out, at the speed the control read
-    against its search in ``results`` (a closed loop)."""
+    the levels they left included and the control's left out."""
 
     def read(points: Sequence[Point]) -> tuple[Point, ...]:
         return tuple(steady.get(id(p), p) for p in points)
@@ -938,12 +936,7 @@ def read_steady(
     finals = [v for v in swapped if not v.control]
     rounds = [*(v.points for v in finals), *(p for v in finals for _, p in v.others)]
     spread = round_spread(rounds, sla.percentile)
-    speed = None
-    for v in swapped:
-        searched = next((r.measurement for r in results if r.number == v.trial), None)
-        if v.control and v.concurrency and searched is not None:
-            speed = race_speed([*v.others, (v.level, v.points)], searched.points)
-    return [replace(v, sla_met=rounds_met(v.points, sla, spread, speed)) for v in swapped]
+    return [replace(v, sla_met=rounds_met(v.points, sla, spread)) for v in swapped]
 
 
 def honest(

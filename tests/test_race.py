@@ -3,13 +3,10 @@ for, and what a served round does to the race. Pure logic: the points are made u
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
-from autotune import finals
 from autotune.objective import RAW, Sla
 from autotune.points import Point
-from autotune.search import racing
 from autotune.search.racing import Race
 from autotune.search_space import Candidate
 from tests.test_noise import _trial, windowed
@@ -113,30 +110,6 @@ def test_a_leader_that_meets_the_sla_ends_the_race() -> None:
     _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})
     _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})
     assert race.meets(1) and race.next_round(False) is None and race.phase == "done"
-
-
-def test_a_leader_meets_the_sla_at_the_machines_mean_speed_read_from_your_config() -> None:
-    """Your config read 300/s in its search. In a race where it reads 300/s again, a leader at
-    17 ms meets a 20 ms limit. Where it reads 400/s, the machine ran faster in the race: at the
-    mean speed (the square root of 4/3 slower) the leader's 17 ms reads 19.6 ms, and it does not."""
-    for control, met in ((300.0, True), (400.0, False)):
-        race = _race(finalists=1)
-        for _ in range(2):
-            _play(race, {1: windowed(8, 1000.0, 17.0), CONTROL: meets(4, control)})
-        speed = race.speed()
-        assert speed is not None and abs(speed.mean - math.sqrt(control / 300.0)) < 1e-9
-        assert race.meets(1) is met
-        assert (finals.speed_line(speed) is None) is met  # 33% more is shown, the same is not
-
-
-def test_the_machines_speed_needs_your_config_measured_at_a_level_it_raced_in_a_closed_loop() -> None:
-    race = _race(finalists=1, control=False)
-    _play(race, {1: meets(8)})
-    assert race.speed() is None
-    assert racing.race_speed([(8.0, (meets(8),))], [meets(4)]) is None
-    small = racing.race_speed([(4.0, (meets(4, 306.0), meets(4, 306.0)))], [meets(4, 300.0)])
-    assert small is not None and small.low < 1 < small.high  # 2%: within two fresh servers' spread
-    assert finals.speed_line(small) is None
 
 
 def test_an_undecided_leader_gets_rounds_where_it_stands_the_control_beside() -> None:

@@ -676,7 +676,7 @@ def test_rounds_read_again_without_a_warm_up_are_judged_as_the_race_judged_them(
         plain = sim.simulate(noisy, seed=seed, max_trials=8)
         sla = noisy.sla.tightened(RunSettings.margin)  # the race judges at the search's limit
         assert plain.verifications and not plain.decided and plain.steady_winner == plain.winner
-        again = sim.read_steady(plain.verifications, {}, sla, plain.results)
+        again = sim.read_steady(plain.verifications, {}, sla)
         assert [v.sla_met for v in again] == [v.sla_met for v in plain.verifications]
 
 

@@ -15,8 +15,7 @@ The race goes in three phases:
 When your config is not a finalist, it races beside them as the **control**. It gets a round on
 the same fresh servers every round, and it goes down a level like a contender. It is never
 outraced and never wins. The winner's gain is read against its rounds
-(:func:`autotune.results.gain`). Its rounds against its own search also tell how fast the machine
-ran in the race (:func:`race_speed`); the leader meets the SLA at the machine's mean speed.
+(:func:`autotune.results.gain`).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 from autotune.objective import RAW, Scoring, Sla
 from autotune.points import Point
 from autotune.results import TrialResult, Verification
-from autotune.search.noise import SERVER_CV, Estimate, Noise, better, not_ahead
+from autotune.search.noise import Estimate, Noise, better, not_ahead
 from autotune.search.ranking import ranked
 from autotune.search_space import Candidate
 
@@ -62,7 +61,6 @@ class Race:
     current: int | None = None  # the leader that is still getting rounds where it stands
     asked: list[int] = field(default_factory=list)  # the racers of the round being served
     out_of_time: bool = False  # the race stopped for the run's time budget
-    searched: tuple[Point, ...] = ()  # the control's search's points, that its rounds read the machine by
 
     @classmethod
     def start(
@@ -81,7 +79,6 @@ class Race:
             level={n: listed[0] for n, listed in levels.items()}, rounds={r.number: [] for r in racers},
             others={r.number: [] for r in racers}, count=dict.fromkeys(levels, 0), repeats=repeats,
             alive=list(levels),
-            searched=control.measurement.points if control is not None and control.measurement else (),
         )  # fmt: skip
 
     def next_round(self, out_of_time: bool) -> list[int] | None:
@@ -205,9 +202,7 @@ class Race:
     def down(self, n: int) -> bool:
         """Send racer ``n`` down to :func:`level_below`, keeping its rounds at this level. False
         when no level is left."""
-        below = level_below(
-            self.level[n], self.rounds[n], self.sla, self.levels[n], self.spread(), self.speed()
-        )
+        below = level_below(self.level[n], self.rounds[n], self.sla, self.levels[n], self.spread())
         self.others[n].append((self.level[n], tuple(self.rounds[n])))
         self.rounds[n] = []
         if below is not None:
@@ -235,30 +230,21 @@ class Race:
         return race_leader(standing, self.shares, self.percentile, self.carries, self.changes)
 
     def meets(self, n: int) -> bool:
-        """Whether racer ``n``'s rounds where it stands meet the SLA, as a mean across servers, at
-        the machine's mean speed (:meth:`speed`)."""
-        return rounds_meet(self.rounds[n], self.sla, self.spread(), self.speed())
-
-    def speed(self) -> Estimate | None:
-        """:func:`race_speed`, read from the control's rounds at every level it raced. None in an
-        open loop, where a round's throughput is its rate, or without a control."""
-        if self.control is None or self.carries is None:
-            return None
-        n = self.control
-        return race_speed([*self.others[n], (self.level[n], tuple(self.rounds[n]))], self.searched)
+        """Whether racer ``n``'s rounds where it stands meet the SLA, as a mean across servers."""
+        return rounds_meet(self.rounds[n], self.sla, self.spread())
 
     def verifications(self, order: Sequence[int]) -> list[Verification]:
         """A verification for each racer in ``order``: its rounds at its last level, with the
         levels it left as its ``others``. A racer that left the race at its last level stands on
         that level's rounds."""
-        return [self._verification(n, self.spread(), self.speed()) for n in order]
+        return [self._verification(n, self.spread()) for n in order]
 
-    def _verification(self, n: int, spread: Noise, speed: Estimate | None) -> Verification:
+    def _verification(self, n: int, spread: Noise) -> Verification:
         at, points, past = self.level[n], tuple(self.rounds[n]), list(self.others[n])
         if not points and past:
             at, points = past.pop()
         concurrency, rate = (0, at) if self.carries is None else (int(at), 0.0)
-        met = rounds_met(points, self.sla, spread, speed)
+        met = rounds_met(points, self.sla, spread)
         limit = self.sla.limit_ms
         return Verification(n, concurrency, points, met, rate, tuple(past), (), limit, n == self.control)
 
@@ -355,70 +341,18 @@ def rounds_latency(points: Sequence[Point], percentile: int, spread: Noise = NO_
     return Estimate(mean, own.se, own.n)
 
 
-def race_speed(rounds: Iterable[tuple[float, Sequence[Point]]], searched: Sequence[Point]) -> Estimate | None:
-    """How fast the machine ran in the race, over its mean speed across the run, with an error.
-
-    It reads one config (your config, the control) twice: its race ``rounds`` (level, rounds
-    there) and its ``searched`` points at the same levels, minutes apart. The mean of the two
-    speeds is the best guess of the machine's own, so the race's speed over it is the square
-    root of the rounds' throughput over the search's. Each reading's error is its windows' and a
-    fresh server's (:data:`SERVER_CV`). Levels combine by their errors. None without a round at a
-    level the search measured."""
-    at = {p.level: p for p in searched if p.throughput > 0}
-    logs: list[tuple[float, float]] = []  # each level's log ratio and its variance
-    dof = 0
-    for level, points in rounds:
-        there = [p for p in points if p.throughput > 0]
-        if level not in at or not there:
-            continue
-        raced_mean = statistics.fmean(p.throughput for p in there)
-        variance = sum(_reading_variance(p) for p in there) / len(there) ** 2 + _reading_variance(at[level])
-        logs.append((math.log(raced_mean / at[level].throughput), variance))
-        dof += sum(max(0, len(p.window_throughputs) - 1) for p in [*there, at[level]])
-    if not logs:
-        return None
-    weight = sum(1 / v for _, v in logs)
-    shift = sum(d / v for d, v in logs) / weight
-    speed = math.exp(shift / 2)
-    return Estimate(speed, speed * math.sqrt(1 / weight) / 2, len(logs), dof)
-
-
-def _reading_variance(point: Point) -> float:
-    """The relative variance of one point's throughput as a reading of its config: its windows'
-    error and a fresh server's."""
-    windows = Estimate.of(point.window_throughputs) if len(point.window_throughputs) >= 2 else None
-    own = windows.se / windows.mean if windows is not None and windows.mean > 0 else 0.0
-    return own**2 + SERVER_CV**2
-
-
-def at_speed(latency: Estimate, speed: Estimate | None) -> Estimate:
-    """``latency`` as it would read at the machine's mean speed: times ``speed``
-    (:func:`race_speed`), with both errors. Unchanged without a speed."""
-    if speed is None or latency.mean <= 0:
-        return latency
-    mean = latency.mean * speed.mean
-    relative = math.hypot(latency.se / latency.mean, speed.se / speed.mean)
-    dof = min(latency.df, speed.df) if latency.se else speed.df
-    return Estimate(mean, relative * mean, latency.n, dof)
-
-
-def rounds_meet(
-    points: Sequence[Point], sla: Sla, spread: Noise = NO_SPREAD, speed: Estimate | None = None
-) -> bool:
+def rounds_meet(points: Sequence[Point], sla: Sla, spread: Noise = NO_SPREAD) -> bool:
     """Whether rounds at one level meet the SLA. There must be at least one round, and each must
     be admitted (:meth:`Sla.admits`). The upper bound of :func:`rounds_latency` must be within the
-    limit. With ``spread``, that bound is for their mean across servers; with ``speed``, at the
-    machine's mean speed (:func:`at_speed`)."""
+    limit. With ``spread``, that bound is for their mean across servers."""
     admitted = bool(points) and all(sla.admits(p) for p in points)
-    return admitted and at_speed(rounds_latency(points, sla.percentile, spread), speed).high <= sla.limit_ms
+    return admitted and rounds_latency(points, sla.percentile, spread).high <= sla.limit_ms
 
 
-def rounds_met(
-    points: Sequence[Point], sla: Sla, spread: Noise = NO_SPREAD, speed: Estimate | None = None
-) -> int:
+def rounds_met(points: Sequence[Point], sla: Sla, spread: Noise = NO_SPREAD) -> int:
     """How many rounds a verification counts as meeting the SLA: all of them when
     :func:`rounds_meet` holds for their mean, else those that meet it one by one."""
-    return len(points) if rounds_meet(points, sla, spread, speed) else sum(map(sla.met_by, points))
+    return len(points) if rounds_meet(points, sla, spread) else sum(map(sla.met_by, points))
 
 
 def rounds_break(points: Sequence[Point], sla: Sla) -> bool:
@@ -524,19 +458,17 @@ def race_levels(result: TrialResult, sla: Sla) -> list[float]:
 
 
 def level_below(
-    level: float, points: Sequence[Point], sla: Sla, listed: Sequence[float], spread: Noise = NO_SPREAD,
-    speed: Estimate | None = None,
-) -> float | None:  # fmt: skip
+    level: float, points: Sequence[Point], sla: Sla, listed: Sequence[float], spread: Noise = NO_SPREAD
+) -> float | None:
     """The next level down after rounds at ``level`` did not meet the SLA.
 
     In a closed loop, it guesses the clients at which the latency's upper bound would reach the
     limit, taking the bound as proportional to the clients. The bound is :func:`rounds_latency`
-    with ``spread``, at ``speed`` (:func:`at_speed`). The guess is used when it is below ``level``
-    and above the highest lower level in ``listed``. Else the result is that listed level, or None
-    when there is none."""
+    with ``spread``. The guess is used when it is below ``level`` and above the highest lower
+    level in ``listed``. Else the result is that listed level, or None when there is none."""
     known = max((x for x in listed if x < level), default=None)
     if points and points[0].concurrency and level > 1:
-        bound = at_speed(rounds_latency(points, sla.percentile, spread), speed).high
+        bound = rounds_latency(points, sla.percentile, spread).high
         guess = min(level - 1, math.floor(level * sla.limit_ms / bound)) if bound > 0 else 0
         if guess >= 1 and (known is None or guess > known):
             return float(guess)
