@@ -7,7 +7,6 @@ from dataclasses import replace
 
 from autotune.objective import RAW, Sla
 from autotune.points import Point
-from autotune.search import racing
 from autotune.search.racing import Race
 from autotune.search_space import Candidate
 from tests.test_noise import _trial, windowed
@@ -57,19 +56,6 @@ def test_a_finalist_outraced_leaves_after_the_round_that_shows_it() -> None:
     assert race.alive == [1, 2, CONTROL] and race.played == 1  # one round shows nothing
     _play(race, {1: meets(8, 2010.0), 2: meets(8, 1010.0), CONTROL: meets(4, 301.0)})
     assert race.alive == [1, CONTROL]  # the control stays: it is never outraced
-
-
-def test_rounds_served_side_by_side_are_compared_round_by_round() -> None:
-    """The machine's moves swing both racers' rounds alike: 2 reads 15% under 1 in every round.
-    Apart, their means' spread hides that; round by round it shows, and 2 leaves. With a round
-    fewer of 2 (not the same rounds), they are compared apart."""
-    ones = [2000.0, 1500.0, 2500.0, 1800.0]
-    rounds = {1: [meets(8, x) for x in ones], 2: [meets(8, x * 0.85) for x in ones]}
-    assert racing.outraced(rounds, {}) == {2}
-    assert racing.outraced(rounds, {}, changes={1: 3, 2: 1}) == {2}  # 1 is shown better: not a tie
-    assert racing.paired(rounds, {}, {}, 2, 1) is not None
-    apart = {1: rounds[1], 2: rounds[2][1:]}
-    assert racing.paired(apart, {}, {}, 2, 1) is None and racing.outraced(apart, {}) == set()
 
 
 def test_the_first_phase_ends_once_one_finalist_is_left_with_two_rounds() -> None:

@@ -153,20 +153,16 @@ def breaks(latency: Estimate, limit_ms: float) -> bool:
     return latency.low > limit_ms
 
 
-def better(a: Estimate, b: Estimate, paired: Estimate | None = None) -> bool:
+def better(a: Estimate, b: Estimate) -> bool:
     """Whether ``a`` is shown higher than ``b``. The lower bound of ``a`` less ``b``
-    (:func:`_bound`, or ``paired``'s as in :func:`not_ahead`) must be above zero."""
-    bound = t95(paired.df) * paired.se if paired is not None else _bound(a, b)
-    return a.mean - b.mean - bound > 0
+    (:func:`_bound`) must be above zero."""
+    return a.mean - b.mean - _bound(a, b) > 0
 
 
-def not_ahead(a: Estimate, b: Estimate, by: float = RESOLUTION, paired: Estimate | None = None) -> bool:
+def not_ahead(a: Estimate, b: Estimate, by: float = RESOLUTION) -> bool:
     """Whether ``a`` is shown not to lead ``b`` by ``by`` times ``b``'s figure. The upper bound of
-    ``a`` less ``b`` (:func:`_bound`) must be below that margin. ``paired``: the difference read
-    pair by pair, where each reading of ``a`` has one of ``b`` beside it; its error is then the
-    bound's."""
-    bound = t95(paired.df) * paired.se if paired is not None else _bound(a, b)
-    return a.mean - b.mean + bound < by * abs(b.mean)
+    ``a`` less ``b`` (:func:`_bound`) must be below that margin."""
+    return a.mean - b.mean + _bound(a, b) < by * abs(b.mean)
 
 
 def ahead(a: Estimate, b: Estimate, by: float = RESOLUTION) -> bool:

@@ -369,50 +369,25 @@ def outraced(
 ) -> set[int]:  # fmt: skip
     """The trial numbers of the contenders that leave the race. ``rounds`` holds each
     contender's rounds. A contender leaves when it is :func:`autotune.search.noise.not_ahead` of
-    the :func:`_top` by :func:`raced` throughput, compared round by round (:func:`paired`) where
-    both raced the same rounds."""
+    the :func:`_top` by :func:`raced` throughput."""
     found = _raced(rounds, shares, carries)
     if not found:
         return set()
-    carry = carries or {}
-
-    def pair(a: int, b: int) -> Estimate | None:
-        return paired(rounds, shares, carry, a, b)
-
-    top = _top(found, changes, pair=pair)
-    return {n for n, e in found.items() if n != top and not_ahead(e, found[top], paired=pair(n, top))}
-
-
-def paired(
-    rounds: Mapping[int, Sequence[Point]], shares: Mapping[int, int], carries: Mapping[int, Carry],
-    a: int, b: int,
-) -> Estimate | None:  # fmt: skip
-    """Contender ``a``'s :func:`raced` figure less ``b``'s, round by round: their rounds were
-    served side by side, so the machine's moves of the moment and a shared server count in both.
-    None unless both have the same two or more rounds (each round has each racer still in, so
-    equal counts at their levels are the same rounds)."""
-    if len(rounds[a]) != len(rounds[b]) or len(rounds[a]) < 2:
-        return None
-
-    def figures(n: int) -> list[float]:
-        return [(carries.get(n) or _measured)(p) / shares.get(n, 1) for p in rounds[n]]
-
-    return Estimate.of([x - y for x, y in zip(figures(a), figures(b), strict=True)])
+    top = _top(found, changes)
+    return {n for n, e in found.items() if n != top and not_ahead(e, found[top])}
 
 
 def _top(
     found: Mapping[int, Estimate],
     changes: Mapping[int, int] | None,
     tie: Callable[[int], float] | None = None,
-    pair: Callable[[int, int], Estimate | None] | None = None,
 ) -> int:
     """The contender to beat. Among those that the one with the most throughput is not
     :func:`better` than, it takes the one with the fewest ``changes`` from your config. A winner
     written back then changes no more of your file than it must. Further ties go to the least
-    ``tie``, or by default to the most throughput. ``pair`` compares two contenders round by
-    round (:func:`paired`) where it can."""
+    ``tie``, or by default to the most throughput."""
     leader = max(found, key=lambda n: found[n].mean)
-    tied = [n for n, e in found.items() if not better(found[leader], e, pair(leader, n) if pair else None)]
+    tied = [n for n, e in found.items() if not better(found[leader], e)]
     near = changes or {}
     return min(tied, key=lambda n: (near.get(n, 0), tie(n) if tie else -found[n].mean))
 
