@@ -158,7 +158,11 @@ def test_two_models_on_one_server_are_tuned_in_rounds_and_written_back_together(
     assert files_of(repo) == before
 
     capsys.readouterr()
-    assert main(["apply", str(second)]) == 0
+    force = ["--force"] if two.shown_better is False else []  # a race within noise: the run said keep yours
+    if force:
+        assert main(["apply", str(second)]) == 6 and files_of(repo) == before
+        assert "keep your config" in capsys.readouterr().err
+    assert main(["apply", *force, str(second)]) == 0
     assert "loaded them in Triton" in capsys.readouterr().out
     assert (repo / "toy" / "config.pbtxt").read_text() == (first / "winner.pbtxt").read_text()
     assert (repo / "twin" / "config.pbtxt").read_text() == (second / "winner.pbtxt").read_text()
