@@ -44,6 +44,8 @@ class TrialResult:
     # FAIL because its answers differed from your config's (autotune.outputs): infeasible, however fast
     wrong_outputs: bool = False
     node: str = ""  # the Ray node that measured it ("": this machine; autotune.fleet)
+    # PRUNED as the twin of a trial still in flight (several at once): not a proposal of its own
+    twin_in_flight: bool = False
 
     @property
     def output_check(self) -> str:

@@ -175,14 +175,19 @@ class Study:
         self._study.tell(asked.trial, list(scores(point, self.sla, share)))
         return _result_of(asked, COMPLETE, told)
 
-    def tell_pruned(self, asked: Asked, reason: str, source: int | None = None) -> TrialResult:
+    def tell_pruned(
+        self, asked: Asked, reason: str, source: int | None = None, in_flight: bool = False
+    ) -> TrialResult:
         """Tell the study the trial was not measured, for ``reason``; ``source``: the trial that
         stands in for it (the same config measured before, or one that settles it: see
-        :func:`autotune.search.walk.stand_in`). Optuna gets no values: the sampler counts a pruned
-        trial among the worse ones, and never another trial's figures as this config's."""
+        :func:`autotune.search.walk.stand_in`; ``in_flight``: it was still being measured). Optuna
+        gets no values: the sampler counts a pruned trial among the worse ones, and never another
+        trial's figures as this config's."""
         attrs: dict[str, Any] = {"reason": reason[:500], "duration_s": 0.0}
         if source is not None:
             attrs["reused_from"] = source
+        if in_flight:
+            attrs["twin_in_flight"] = True
         told = asked.set(attrs)
         self._study.tell(asked.trial, state=TrialState.PRUNED)
         return _result_of(asked, PRUNED, told)
@@ -401,4 +406,5 @@ def _from_attrs(number: int, state: str, params: dict[str, Any], attrs: dict[str
         interrupted=bool(attrs.get("interrupted")),
         wrong_outputs=attrs.get("output_check") == "differs",
         node=str(attrs.get("node", "")),
+        twin_in_flight=bool(attrs.get("twin_in_flight")),
     )

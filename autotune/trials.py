@@ -107,7 +107,8 @@ class Trials:
         yours = asked.baseline or asked.as_is  # your config, or its twin here: measured wherever it lies
         pruned = walk.stand_in(results, asked.candidate, self.prep.space, self.prep.scoring, yours)
         if pruned is not None:
-            return Ended(pruned=pruned)
+            flying = {r.number for r in results if r.state not in walk.TOLD}
+            return Ended(pruned=pruned, twin_in_flight=pruned[0] in flying)
         try:
             measurement = self._measure_twice(asked, results)
             return Ended(measurement=measurement, duration_s=self.clock() - start)
@@ -334,13 +335,14 @@ class Ended:
     duration_s: float = 0.0
     pruned: tuple[int | None, str] | None = None
     failed: tuple[str, str, bool] | None = None
+    twin_in_flight: bool = False  # pruned as the twin of a trial still in flight
 
     def tell(self, study: Study, asked: Asked) -> TrialResult:
         """Tell ``study`` of ``asked``'s end; its result."""
         if self.measurement is not None:
             return study.tell_measured(asked, self.measurement, self.duration_s)
         if self.pruned is not None:
-            return study.tell_pruned(asked, self.pruned[1], self.pruned[0])
+            return study.tell_pruned(asked, self.pruned[1], self.pruned[0], self.twin_in_flight)
         assert self.failed is not None
         why, tail, wrong = self.failed
         return study.tell_failed(asked, why, tail, self.duration_s, wrong_outputs=wrong)

@@ -298,7 +298,7 @@ def _go_on(
     converged search ends when none is left. The time budget is the whole run's: ``reserve`` is
     kept for the race and the open-loop check (:func:`reserve_s`). Trials in flight count
     against ``--max-trials``; with ``at_once`` of them, a trial takes that many times the run's
-    time per trial ended."""
+    time per trial ended, and a step is queued only when a worker is free to ask it."""
     settings = prep.settings
     finished = walk.finished(results)
     if finished + walk.in_flight(results) >= settings.max_trials or not walk.time_left(
@@ -312,7 +312,8 @@ def _go_on(
     if not converged and not walk.out_of_ideas(results):
         return True
     untried = walk.unexplored(results, prep.space, study.scoring, max(settings.finalists, 1))
-    for candidate in untried:  # a neighbour queued before is not queued twice
+    # several at once: one at a time, asked at once, so each step is taken from the best so far
+    for candidate in untried[: 1 if at_once > 1 else None]:  # a neighbour queued before is not queued twice
         study.enqueue(params_of(candidate))
     return bool(untried) or not converged
 

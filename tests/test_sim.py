@@ -22,6 +22,7 @@ from autotune import sim
 from autotune.errors import LaunchError
 from autotune.objective import Sla
 from autotune.results import Verification
+from autotune.search import walk
 from autotune.search_space import Candidate
 from autotune.settings import RunSettings
 from autotune.trials import Trials
@@ -693,6 +694,22 @@ class _Watching(Trials):
         return asked
 
 
+def test_trials_at_once_take_each_step_of_the_walk_from_the_best_when_a_worker_asks_it() -> None:
+    """Four workers: once the seeds are asked, nothing waits in the queue after an ask (a step
+    queued earlier would be a step from an earlier best)."""
+    left: list[int] = []
+
+    class Queue(Trials):
+        def ask(self, study: Any) -> Any:
+            asked = super().ask(study)
+            left.append(study.queued())
+            return asked
+
+    out = sim.simulate(QUIET, seed=2, max_trials=16, at_once=4, trials_type=Queue)
+    assert out.honest and 0 in left
+    assert not any(left[left.index(0) :]), left
+
+
 def test_trials_at_once_end_in_simulated_time_and_take_less_of_it() -> None:
     """Four workers: a trial's end reaches the study only once the simulated time has got there
     (until then it is in flight), no more trials are asked than --max-trials, and the run takes a
@@ -706,7 +723,7 @@ def test_trials_at_once_end_in_simulated_time_and_take_less_of_it() -> None:
 
     alone = sim.simulate(QUIET, seed=2, max_trials=12)
     together = sim.simulate(QUIET, seed=2, max_trials=12, at_once=4, trials_type=Kept)
-    assert together.honest and len(together.results) <= 12
+    assert together.honest and walk.finished(list(together.results)) <= 12
     assert together.sim_s < 0.6 * alone.sim_s
     seen = watched[0].seen
     ends = {n: t + next(r.duration_s for r in together.results if r.number == n) for t, _, n in seen}

@@ -55,11 +55,13 @@ def test_a_pruned_trial_carries_its_reason_and_no_figures(tmp_path: Path) -> Non
     why = "1 instance(s) lost without dynamic batching (trial 0 against 1)"
     stood = study.tell_pruned(study.ask(), why, measured.number)
     outside = study.tell_pruned(study.ask(), "outside your search space")
-    assert study.results() == [measured, stood, outside]
+    twin = study.tell_pruned(study.ask(), "same as trial 0, measured now", 0, in_flight=True)
+    assert study.results() == [measured, stood, outside, twin]
+    assert twin.twin_in_flight and not stood.twin_in_flight
     assert (stood.state, stood.reused_from, stood.reason, measured.reason) == (PRUNED, 0, why, "")
     assert stood.measurement is None and not stood.feasible and outside.reused_from is None
     frozen = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'study.db'}").get_trials()
-    assert [(t.state, t.values) for t in frozen[1:]] == [(TrialState.PRUNED, None)] * 2  # told no values
+    assert [(t.state, t.values) for t in frozen[1:]] == [(TrialState.PRUNED, None)] * 3  # told no values
 
 
 OTHER = {"instance_count": 2, "kind": "KIND_CPU", "max_batch_size": 8, "dynamic_batching": False}

@@ -172,6 +172,17 @@ def test_a_candidate_measured_before_is_reused_not_measured_again() -> None:
     assert measured_before(results, b) is None
 
 
+def test_a_twin_of_a_trial_in_flight_costs_the_budget_nothing_up_to_one_per_trial_that_counts() -> None:
+    """Several at once: a proposal pruned as the twin of a trial still in flight is not a
+    proposal of its own. It counts only beyond one for each trial that counts, so a sampler that
+    proposes nothing but twins still ends the search."""
+    twin = replace(measured(2, 90.0, reused_from=0), twin_in_flight=True)
+    results = [measured(0, 100.0), measured(1, 90.0), twin]
+    assert finished(results) == 2
+    twins = [replace(twin, number=n) for n in range(2, 6)]
+    assert finished([measured(0, 100.0), measured(1, 90.0), *twins]) == 4
+
+
 def test_a_candidate_in_flight_stands_in_for_its_twin_but_not_for_your_config() -> None:
     """Several trials at once: a proposal of a config another trial measures now is not measured
     twice; your own config is measured wherever it lies."""

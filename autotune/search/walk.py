@@ -212,8 +212,11 @@ def converged(results: Sequence[TrialResult], patience: int, scoring: Scoring = 
 
 def finished(results: Sequence[TrialResult]) -> int:
     """How many trials count against the budget: those that ended (:data:`TOLD`) and were not
-    interrupted."""
-    return sum(r.state in TOLD and not r.interrupted for r in results)
+    interrupted. A proposal pruned as the twin of a trial in flight (only several at once make
+    one) costs no time: it counts only beyond one for each trial that counts."""
+    ended = [r for r in results if r.state in TOLD and not r.interrupted]
+    twins = sum(r.twin_in_flight for r in ended)
+    return max(len(ended) - twins, twins)
 
 
 def in_flight(results: Sequence[TrialResult]) -> int:
