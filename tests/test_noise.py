@@ -389,6 +389,28 @@ def test_the_goodput_search_doubles_bisects_and_stops_where_nothing_better_is_le
     assert flat.best is not None and flat.best.level == 8
 
 
+def test_the_search_bisects_towards_a_broken_level_that_serves_more_though_not_shown_better() -> None:
+    """Two noisy windows a point seldom show a growth of 10%. Where the config could lead, the
+    bisection asks the means: a broken level that serves more on average is worth a level
+    between; one that serves no more is not. A config that cannot lead stops unless it grew."""
+    noisy = {
+        4: windowed(4, 400.0, 5.0, spread=0.2, n=2),
+        6: windowed(6, 430.0, 8.0, spread=0.2, n=2),
+        7: windowed(7, 435.0, 20.0, spread=0.2, n=2),
+        8: windowed(8, 440.0, 30.0, spread=0.2, n=2),
+    }
+    assert not level_search.grew(noisy[8], noisy[4], level_search.noise_of(noisy.values()))
+    found = level_search.find_goodput(noisy.__getitem__, Sla(95, 15.0), 4, 32, start=4)
+    assert [p.level for p in found.points] == [4, 6, 7, 8]
+    assert found.best is not None and found.best.level == 6
+    flat = {**noisy, 8: windowed(8, 395.0, 30.0, spread=0.2, n=2)}
+    found = level_search.find_goodput(flat.__getitem__, Sla(95, 15.0), 4, 32, start=4)
+    assert [p.level for p in found.points] == [4, 8] and found.best is not None and found.best.level == 4
+    ahead = Estimate(445.0, 40.0, 3).across_servers()  # the best trial: above 440, not shown better
+    behind = level_search.find_goodput(noisy.__getitem__, Sla(95, 15.0), 4, 32, start=4, beat=ahead)
+    assert [p.level for p in behind.points] == [4, 8] and not behind.pruned
+
+
 def test_a_candidate_whose_broken_level_cannot_win_is_measured_once() -> None:
     """A level that breaks the SLA bounds every level below it: shown worse than the best
     trial (across servers), its candidate stops there (pruned)."""

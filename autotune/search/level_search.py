@@ -108,6 +108,12 @@ class Levels(Protocol[L]):
         no level below it."""
         ...
 
+    def flat(self, bad: Point, good: Point, noise: Noise, beat: Estimate | None) -> bool:
+        """Whether no level between ``good`` and ``bad`` is worth bisecting to: ``bad`` serves no
+        more than ``good``. Where ``bad`` could lead (its mean above ``beat``'s, the best
+        trial's), the means decide; else, as :meth:`saturated`, a growth not shown."""
+        ...
+
     def apart(self, good: L, bad: L) -> bool:
         """Whether a level between ``good`` and ``bad`` is still worth trying."""
         ...
@@ -121,7 +127,8 @@ class Levels(Protocol[L]):
 class Clients:
     """A closed loop's levels, in whole clients. They are doubled and halved, and bisected down
     to one client. A level is saturated when its throughput did not grow over the one below
-    (:func:`grew`)."""
+    (:func:`grew`). A config that could lead bisects while the broken level's mean throughput is
+    above the good one's."""
 
     low: int = 1
     high: int = 32
@@ -137,6 +144,11 @@ class Clients:
 
     def down(self, bad: int) -> int | None:
         return max(self.low, bad // 2)
+
+    def flat(self, bad: Point, good: Point, noise: Noise, beat: Estimate | None) -> bool:
+        if beat is None or bad.throughput > beat.mean:  # where the answer may lie: a level is cheap
+            return bad.throughput <= good.throughput
+        return self.saturated(bad, good, noise)
 
     def apart(self, good: int, bad: int) -> bool:
         return bad - good > 1
@@ -171,6 +183,9 @@ class Rates:
         rate = _nice(max(bad / 2, self.low))
         return rate if rate < bad else None
 
+    def flat(self, bad: Point, good: Point, noise: Noise, beat: Estimate | None) -> bool:
+        return False
+
     def apart(self, good: float, bad: float) -> bool:
         return bad > good * (1 + self.resolution)
 
@@ -185,7 +200,8 @@ def search_levels(
 ) -> Measurement:  # fmt: skip
     """A config's goodput search from ``start``. It goes up while the SLA holds and the level is
     not saturated, and down while the SLA breaks. Then it bisects between the last level that met
-    the SLA and the first that broke it, while they are apart and the broken level grew. The
+    the SLA and the first that broke it, while they are apart and the broken level serves more
+    (:meth:`Levels.flat`). The
     search is pruned when a broken level :func:`cannot_win` against ``beat``. Each level is
     measured once. The best point is :func:`best_point`'s."""
     points: dict[L, Point] = {}
@@ -213,7 +229,7 @@ def search_levels(
         good, bad = (level, bad) if sla.met_by(at(level)) else (None, level)
     while good is not None and bad is not None and levels.apart(good, bad):  # bisect
         noise = noise_of(points.values())
-        if (pruned := cannot_win(at(bad), beat, noise)) or levels.saturated(at(bad), at(good), noise):
+        if (pruned := cannot_win(at(bad), beat, noise)) or levels.flat(at(bad), at(good), noise, beat):
             break
         level = levels.middle(good, bad)
         if level is None:
