@@ -183,7 +183,7 @@ def test_rounds_at_once_are_taken_as_one_at_a_time_would_take_them() -> None:
     assert (together.alive, together.rounds, together.phase) == (alone.alive, alone.rounds, alone.phase)
 
 
-def test_a_round_served_at_once_is_dropped_once_its_racer_moved_a_level() -> None:
+def test_a_racer_that_moved_a_level_sits_out_the_rounds_served_at_once_and_the_others_keep_theirs() -> None:
     race = _race()
     served = race.next_rounds(3, False)
     assert served is not None and len(served) == 3
@@ -191,4 +191,16 @@ def test_a_round_served_at_once_is_dropped_once_its_racer_moved_a_level() -> Non
     later = {1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)}
     race.take_all([first, later, later], False)
     assert race.level[1] < 8 and race.rounds[1] == []  # its rounds at 8 served beside were not taken
-    assert race.count[2] == 1  # the rest of those rounds went with them
+    assert race.count[1] == 1 and race.count[2] == 3 and len(race.rounds[CONTROL]) == 3
+    assert race.played == 3 and race.next_round(False) == [1]  # it gets its round where it moved to
+
+
+def test_rounds_served_at_once_are_dropped_once_the_finalist_they_were_for_moved_a_level() -> None:
+    race = _race(finalists=1, repeats=4)
+    _play(race, {1: near(8), CONTROL: meets(4, 300.0)})
+    served = race.next_rounds(8, False)
+    assert served == [[1, CONTROL]] * 3 and race.phase == "rounds"
+    beside = meets(4, 300.0)
+    race.take_all([{1: breaks(8), CONTROL: beside}] + [{1: near(8), CONTROL: beside}] * 2, False)
+    assert race.level[1] < 8 and race.rounds[1] == []  # sent down by the first: the rest were for 8
+    assert race.count[1] == 2 and len(race.rounds[CONTROL]) == 2  # the control's went with them

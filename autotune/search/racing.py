@@ -108,10 +108,11 @@ class Race:
         """Take the served round that :meth:`next_round` asked for. ``points`` holds each racer's
         point, or None where it failed."""
         kept = [n for n in self.asked if self.add(n, points.get(n))]
+        gone = [n for n in self.asked if n not in kept]  # failed, or no level left
         if self.phase == "rounds":
             self.played += 1
             left = self.outraced(kept)
-            self.alive = [n for n in kept if n not in left]
+            self.alive = [n for n in self.alive if n not in gone and n not in left]
             if self.settled(self.alive):
                 self.phase = "moved"
         elif self.phase == "moved":
@@ -119,7 +120,7 @@ class Race:
         elif self.phase == "leader":
             n = self.current
             assert n is not None
-            self.beside = [c for c in self.beside if c in kept]
+            self.beside = [c for c in self.beside if c not in gone]
             if n in kept and not self.rounds[n]:
                 return  # this round sent it down a level, where it gets one round
             if n not in kept and self.rounds[n]:
@@ -142,15 +143,22 @@ class Race:
         return [first] * max(1, min(most, left))
 
     def take_all(self, rounds: Sequence[Mapping[int, Point | None]], out_of_time: bool) -> None:
-        """Take the rounds :meth:`next_rounds` asked for, in turn. A round is taken while the race
-        would have asked for it next: the same racers or fewer, each at the level it was served
-        at. The rest are not needed (a racer left, or moved a level) and are dropped."""
+        """Take the rounds :meth:`next_rounds` asked for, in turn, each as the round the race asks
+        next. A racer that left, or moved a level since the round was served, sits that round out;
+        the others' points in it are taken. The rounds left once no finalist the race asks for was
+        served where it stands (a leader sent down, a racer that moved) are dropped."""
         asked, levels = list(self.asked), dict(self.level)
         for i, points in enumerate(rounds):
             if i:
                 again = self.next_round(out_of_time)
-                if again is None or any(n not in asked or self.level[n] != levels[n] for n in again):
+                if again is None:
                     return
+                there = [n for n in again if n in asked and self.level[n] == levels[n]]
+                if self.phase == "leader" and self.current not in there:
+                    return
+                if not any(n != self.control for n in there):
+                    return
+                self.asked = there
             self.take(points)
 
     def _ask(self, numbers: Sequence[int]) -> list[int]:
