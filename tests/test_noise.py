@@ -411,6 +411,25 @@ def test_the_search_bisects_towards_a_broken_level_that_serves_more_though_not_s
     assert [p.level for p in behind.points] == [4, 8] and not behind.pruned
 
 
+def test_the_search_climbs_while_a_level_serves_more_on_average_where_the_config_could_lead() -> None:
+    """Trials started at once have no best trial to start from or to beat: they start at one
+    client, where two noisy windows seldom show the growth to the next level. A config that could
+    lead climbs while the means grow; one that cannot stops unless it grew."""
+    noisy = {
+        1: windowed(1, 400.0, 5.0, spread=0.2, n=2),
+        2: windowed(2, 440.0, 6.0, spread=0.2, n=2),
+        4: windowed(4, 520.0, 8.0, spread=0.2, n=2),
+        8: windowed(8, 510.0, 12.0, spread=0.2, n=2),
+    }
+    assert not level_search.grew(noisy[2], noisy[1], level_search.noise_of(noisy.values()))
+    found = level_search.find_goodput(noisy.__getitem__, Sla(95, 15.0), 1, 32)
+    assert [p.level for p in found.points] == [1, 2, 4, 8]  # 8 serves no more than 4: it stops
+    assert found.best is not None and found.best.level == 4
+    ahead = Estimate(445.0, 40.0, 3).across_servers()  # the best trial: above 440, not shown better
+    behind = level_search.find_goodput(noisy.__getitem__, Sla(95, 15.0), 1, 32, beat=ahead)
+    assert [p.level for p in behind.points] == [1, 2] and behind.best is not None and behind.best.level == 2
+
+
 def test_a_candidate_whose_broken_level_cannot_win_is_measured_once() -> None:
     """A level that breaks the SLA bounds every level below it: shown worse than the best
     trial (across servers), its candidate stops there (pruned)."""

@@ -98,20 +98,16 @@ class Levels(Protocol[L]):
         level above it."""
         ...
 
-    def saturated(self, above: Point, below: Point, noise: Noise) -> bool:
-        """Whether no higher level is worth trying, because ``above`` did not grow over
-        ``below``."""
-        ...
-
     def down(self, bad: L) -> L | None:
         """The next level below ``bad``, the first level that broke the SLA. None when there is
         no level below it."""
         ...
 
-    def flat(self, bad: Point, good: Point, noise: Noise, beat: Estimate | None) -> bool:
-        """Whether no level between ``good`` and ``bad`` is worth bisecting to: ``bad`` serves no
-        more than ``good``. Where ``bad`` could lead (its mean above ``beat``'s, the best
-        trial's), the means decide; else, as :meth:`saturated`, a growth not shown."""
+    def flat(self, above: Point, below: Point, noise: Noise, beat: Estimate | None) -> bool:
+        """Whether ``above`` serves no more than ``below``, so that no level above ``below`` (going
+        up) or between them (bisecting) is worth trying. Where ``above`` could lead (its mean above
+        ``beat``'s, the best trial's; or no trial to beat), the means decide; else a growth not
+        shown (:func:`grew`)."""
         ...
 
     def apart(self, good: L, bad: L) -> bool:
@@ -126,9 +122,8 @@ class Levels(Protocol[L]):
 @dataclass(frozen=True)
 class Clients:
     """A closed loop's levels, in whole clients. They are doubled and halved, and bisected down
-    to one client. A level is saturated when its throughput did not grow over the one below
-    (:func:`grew`). A config that could lead bisects while the broken level's mean throughput is
-    above the good one's."""
+    to one client. A level serves no more than the one below (:meth:`flat`) when its growth is
+    not shown (:func:`grew`); for a config that could lead, when its mean is not higher."""
 
     low: int = 1
     high: int = 32
@@ -139,16 +134,13 @@ class Clients:
     def up(self, good: int, at: Callable[[int], Point], sla: Sla) -> int | None:
         return min(good * 2, self.high)
 
-    def saturated(self, above: Point, below: Point, noise: Noise) -> bool:
-        return not grew(above, below, noise)
-
     def down(self, bad: int) -> int | None:
         return max(self.low, bad // 2)
 
-    def flat(self, bad: Point, good: Point, noise: Noise, beat: Estimate | None) -> bool:
-        if beat is None or bad.throughput > beat.mean:  # where the answer may lie: a level is cheap
-            return bad.throughput <= good.throughput
-        return self.saturated(bad, good, noise)
+    def flat(self, above: Point, below: Point, noise: Noise, beat: Estimate | None) -> bool:
+        if beat is None or above.throughput > beat.mean:  # where the answer may lie: a level is cheap
+            return above.throughput <= below.throughput
+        return not grew(above, below, noise)
 
     def apart(self, good: int, bad: int) -> bool:
         return bad - good > 1
@@ -176,14 +168,11 @@ class Rates:
         rate = _nice(min(good * (2.0 if far else 1 + 2 * self.resolution), self.high))
         return rate if rate > good else None
 
-    def saturated(self, above: Point, below: Point, noise: Noise) -> bool:
-        return False
-
     def down(self, bad: float) -> float | None:
         rate = _nice(max(bad / 2, self.low))
         return rate if rate < bad else None
 
-    def flat(self, bad: Point, good: Point, noise: Noise, beat: Estimate | None) -> bool:
+    def flat(self, above: Point, below: Point, noise: Noise, beat: Estimate | None) -> bool:
         return False
 
     def apart(self, good: float, bad: float) -> bool:
@@ -198,12 +187,12 @@ def search_levels(
     measure_at: Callable[[L], Point], sla: Sla, levels: Levels[L], start: L | None = None,
     beat: Estimate | None = None,
 ) -> Measurement:  # fmt: skip
-    """A config's goodput search from ``start``. It goes up while the SLA holds and the level is
-    not saturated, and down while the SLA breaks. Then it bisects between the last level that met
-    the SLA and the first that broke it, while they are apart and the broken level serves more
-    (:meth:`Levels.flat`). The
-    search is pruned when a broken level :func:`cannot_win` against ``beat``. Each level is
-    measured once. The best point is :func:`best_point`'s."""
+    """A config's goodput search from ``start``. It goes up while the SLA holds and each level
+    serves more than the one below (:meth:`Levels.flat`), and down while the SLA breaks. Then it
+    bisects between the last level that met the SLA and the first that broke it, while they are
+    apart and the broken level serves more. The search is pruned when a broken level
+    :func:`cannot_win` against ``beat``. Each level is measured once. The best point is
+    :func:`best_point`'s."""
     points: dict[L, Point] = {}
     at = _once(measure_at, points)
     first = levels.first(start)
@@ -214,7 +203,7 @@ def search_levels(
             break
         if not sla.met_by(at(level)):
             bad = level
-        elif levels.saturated(at(level), at(good), noise_of(points.values())):
+        elif levels.flat(at(level), at(good), noise_of(points.values()), beat):
             good = level if at(level).throughput > at(good).throughput else good
             break
         else:
