@@ -389,16 +389,16 @@ def test_the_goodput_search_doubles_bisects_and_stops_where_nothing_better_is_le
     assert flat.best is not None and flat.best.level == 8
 
 
+def _two_noisy_windows(*levels: tuple[int, float, float]) -> dict[int, Point]:
+    """Points of two windows 20% apart, by level: (level, throughput, p95)."""
+    return {level: windowed(level, tp, p95, spread=0.2, n=2) for level, tp, p95 in levels}
+
+
 def test_the_search_bisects_towards_a_broken_level_that_serves_more_though_not_shown_better() -> None:
     """Two noisy windows a point seldom show a growth of 10%. Where the config could lead, the
     bisection asks the means: a broken level that serves more on average is worth a level
     between; one that serves no more is not. A config that cannot lead stops unless it grew."""
-    noisy = {
-        4: windowed(4, 400.0, 5.0, spread=0.2, n=2),
-        6: windowed(6, 430.0, 8.0, spread=0.2, n=2),
-        7: windowed(7, 435.0, 20.0, spread=0.2, n=2),
-        8: windowed(8, 440.0, 30.0, spread=0.2, n=2),
-    }
+    noisy = _two_noisy_windows((4, 400.0, 5.0), (6, 430.0, 8.0), (7, 435.0, 20.0), (8, 440.0, 30.0))
     assert not level_search.grew(noisy[8], noisy[4], level_search.noise_of(noisy.values()))
     found = level_search.find_goodput(noisy.__getitem__, Sla(95, 15.0), 4, 32, start=4)
     assert [p.level for p in found.points] == [4, 6, 7, 8]
@@ -415,12 +415,7 @@ def test_the_search_climbs_while_a_level_serves_more_on_average_where_the_config
     """Trials started at once have no best trial to start from or to beat: they start at one
     client, where two noisy windows seldom show the growth to the next level. A config that could
     lead climbs while the means grow; one that cannot stops unless it grew."""
-    noisy = {
-        1: windowed(1, 400.0, 5.0, spread=0.2, n=2),
-        2: windowed(2, 440.0, 6.0, spread=0.2, n=2),
-        4: windowed(4, 520.0, 8.0, spread=0.2, n=2),
-        8: windowed(8, 510.0, 12.0, spread=0.2, n=2),
-    }
+    noisy = _two_noisy_windows((1, 400.0, 5.0), (2, 440.0, 6.0), (4, 520.0, 8.0), (8, 510.0, 12.0))
     assert not level_search.grew(noisy[2], noisy[1], level_search.noise_of(noisy.values()))
     found = level_search.find_goodput(noisy.__getitem__, Sla(95, 15.0), 1, 32)
     assert [p.level for p in found.points] == [1, 2, 4, 8]  # 8 serves no more than 4: it stops
