@@ -107,8 +107,8 @@ class Trials:
         yours = asked.baseline or asked.as_is  # your config, or its twin here: measured wherever it lies
         pruned = walk.stand_in(results, asked.candidate, self.prep.space, self.prep.scoring, yours)
         if pruned is not None:
-            flying = {r.number for r in results if r.state not in walk.TOLD}
-            return Ended(pruned=pruned, twin_in_flight=pruned[0] in flying)
+            twin = pruned[0] in {r.number for r in walk.flying(results)}
+            return Ended(pruned=pruned, twin_in_flight=twin)
         try:
             measurement = self._measure_twice(asked, results)
             return Ended(measurement=measurement, duration_s=self.clock() - start)

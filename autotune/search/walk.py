@@ -219,9 +219,14 @@ def finished(results: Sequence[TrialResult]) -> int:
     return max(len(ended) - twins, twins)
 
 
+def flying(results: Sequence[TrialResult]) -> list[TrialResult]:
+    """The trials asked that have not ended: measured now, by this worker or another."""
+    return [r for r in results if r.state not in TOLD]
+
+
 def in_flight(results: Sequence[TrialResult]) -> int:
-    """How many trials were asked and have not ended: measured now, by this worker or another."""
-    return sum(r.state not in TOLD for r in results)
+    """How many trials are :func:`flying`."""
+    return len(flying(results))
 
 
 def time_left(
@@ -275,12 +280,9 @@ def stand_in(
         same = baseline or earlier.candidate == candidate
         why = "same as" if same else "without dynamic batching the server runs it as"
         return earlier.number, f"{why} trial {earlier.number}"
-    flying = [
-        r.number for r in results
-        if r.state not in TOLD and r.candidate is not None and equivalent(r.candidate, candidate)
-    ]  # fmt: skip
-    if flying and not baseline:
-        return flying[0], f"same as trial {flying[0]}, measured now"
+    twins = [r.number for r in flying(results) if r.candidate and equivalent(r.candidate, candidate)]
+    if twins and not baseline:
+        return twins[0], f"same as trial {twins[0]}, measured now"
     found = None if baseline else dominated(results, candidate, scoring)
     return None if found is None else (found[0].number, found[1])
 
