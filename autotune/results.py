@@ -241,28 +241,34 @@ def recommendation(
 class Gain:
     """The winner against your config, on the figures the summary shows for each
     (:func:`recommendation`): the objective's ratio (goodput, or goodput per GPU), the
-    throughput's, whether both figures are raced ones, and where both are, the ratio's interval
-    and whether the winner was shown ahead of your config by :data:`autotune.search.noise.RESOLUTION`
-    (:func:`autotune.search.noise.ahead`) on their rounds."""
+    throughput's, whether both figures are raced ones, the ratio's interval and whether the
+    winner was shown ahead of your config by :data:`autotune.search.noise.RESOLUTION`
+    (:func:`autotune.search.noise.ahead`): on their rounds where both raced twice or more, else
+    on the search's estimates. No verdict where neither raced or the figures have no spread."""
 
     ratio: float
     throughput: float
     raced: bool
     baseline: float  # your config's figure, as the objective counts it
-    low: float = 0.0  # the ratio's one-sided bounds at the noise model's confidence (raced only)
+    low: float = 0.0  # the ratio's one-sided bounds at the noise model's confidence
     high: float = 0.0
-    shown: bool | None = None  # None: not both raced, no verdict
-    searched: bool = False  # a round each: the interval and verdict are the search's estimates'
+    shown: bool | None = None  # None: neither raced, no verdict
+    searched: bool = False  # the interval and verdict are the search's estimates'
+    as_searched: str = ""  # whose figure is the search's: "", "the winner", "your config" or "both"
 
     @property
     def figures(self) -> str:
         """Which figures the ratio compares, for people."""
-        if not self.raced:
-            return "the winner raced, your config as searched"
+        if self.as_searched == "both":
+            return "both as searched"
+        sides = {
+            "the winner": "the winner as searched, your config raced",
+            "your config": "the winner raced, your config as searched",
+        }.get(self.as_searched, "a race round each")
         if not math.isfinite(self.high):
-            return "raced on the same fresh servers; too few rounds for an interval"
+            return f"{sides}; too few figures for an interval"
         if self.searched:
-            return f"a race round each; {self.low:.2f}-{self.high:.2f}x by the search's figures"
+            return f"{sides}; {self.low:.2f}-{self.high:.2f}x by the search's figures"
         return f"{self.low:.2f}-{self.high:.2f}x, raced on the same fresh servers"
 
 
@@ -270,8 +276,8 @@ def gain(
     winner: TrialResult | None, baseline: TrialResult | None, verifications: Sequence[Verification],
     percentile: int, scoring: Scoring,
 ) -> Gain | None:  # fmt: skip
-    """The winner's recommended figure over your config's (None where either has none); where
-    both were raced, the interval and verdict from their rounds."""
+    """The winner's recommended figure over your config's (None where either has none), with its
+    interval and verdict where either raced."""
     if winner is None or baseline is None:
         return None
     w, b = (recommendation(r, verifications, percentile) for r in (winner, baseline))
@@ -280,22 +286,31 @@ def gain(
     ratio = w.throughput / b.throughput
     shares = scoring.share(baseline.candidate) / scoring.share(winner.candidate)
     base = scoring.score(b.throughput, baseline.candidate)
-    found = Gain(ratio * shares, ratio, False, base)  # shares: 1 unless the run counts per GPU
-    if w.verification is None or b.verification is None:
+    unraced = [who for who, r in (("the winner", w), ("your config", b)) if r.verification is None]
+    side = "both" if len(unraced) == 2 else "".join(unraced)
+    found = Gain(ratio * shares, ratio, not unraced, base, as_searched=side)  # shares: 1 unless per GPU
+    if side == "both":  # no race (--repeats 0): no verdict
         return found
     if winner.number == baseline.number:  # your config won the race
-        return replace(found, raced=True, low=1.0, high=1.0, shown=False)
+        return replace(found, low=1.0, high=1.0, shown=False)
     share_w, share_b = scoring.share(winner.candidate), scoring.share(baseline.candidate)
-    mine, yours = _raced(w.verification, share_w), _raced(b.verification, share_b)
-    if mine.n < 2 or yours.n < 2:  # a round each tells no spread: the search's estimates judge
+    pair = (
+        (_raced(w.verification, share_w), _raced(b.verification, share_b))
+        if w.verification is not None and b.verification is not None
+        else None
+    )
+    if pair is None or pair[0].n < 2 or pair[1].n < 2:  # no spread of rounds: the search's estimates judge
         searched = (winner.estimate(share_w), baseline.estimate(share_b))
         if searched[0] is None or searched[1] is None:
-            return replace(found, raced=True, low=0.0, high=math.inf)
-        mine, yours = searched[0], searched[1]
+            return replace(found, low=0.0, high=math.inf)
+        pair = (searched[0], searched[1])
         found = replace(found, searched=True)
+    mine, yours = pair
     spread = relative_bound(mine, yours)
+    if not math.isfinite(spread):  # figures without a spread: no verdict
+        return replace(found, low=0.0, high=math.inf)
     low, high = found.ratio * math.exp(-spread), found.ratio * math.exp(spread)
-    return replace(found, raced=True, low=low, high=high, shown=ahead(mine, yours))
+    return replace(found, low=low, high=high, shown=ahead(mine, yours))
 
 
 def _raced(v: Verification, share: int) -> Estimate:

@@ -11,7 +11,7 @@ from autotune._console import _trial_line, print_summary
 from autotune.gpu import GpuFigures
 from autotune.objective import RAW, Scoring, Sla
 from autotune.points import Measurement, Point
-from autotune.results import COMPLETE, PRUNED, Outcome, RunInfo, TrialResult, Verification
+from autotune.results import COMPLETE, PRUNED, Outcome, RunInfo, TrialResult, Verification, gain
 from autotune.search_space import Candidate, params_of
 
 SLA = Sla(95, 20.0)
@@ -191,17 +191,16 @@ def test_raced_beside_the_winner_your_config_gives_the_gain_its_interval_or_says
     assert f"apply it anyway: autotune apply --force {tmp_path}" in out
 
 
+def searched(number: int, throughput: float, baseline: bool = False) -> TrialResult:
+    """A trial whose search read ``throughput`` at 4 clients, its windows 1% apart."""
+    windows = (throughput * 0.99, throughput, throughput * 1.01)
+    p = replace(point(4, throughput, 9), window_throughputs=windows)
+    return trial(number, p, baseline=baseline)
+
+
 def test_a_race_round_each_leaves_the_verdict_to_the_search_s_figures(tmp_path: Path) -> None:
     """One round each (--repeats 1) shows no spread: the interval and the verdict come from the
     search's estimates (their windows' noise, and a fresh server's spread)."""
-    from autotune.results import gain
-
-    def searched(number: int, throughput: float, baseline: bool = False) -> TrialResult:
-        p = replace(
-            point(4, throughput, 9), window_throughputs=(throughput * 0.99, throughput, throughput * 1.01)
-        )
-        return trial(number, p, baseline=baseline)
-
     base, best = searched(0, 100.0, baseline=True), searched(1, 300.0)
     once = (
         Verification(trial=1, concurrency=4, points=(point(4, 290.0, 9),), sla_met=1),
@@ -212,3 +211,21 @@ def test_a_race_round_each_leaves_the_verdict_to_the_search_s_figures(tmp_path: 
     assert "a race round each" in found.figures
     close = gain(searched(1, 102.0), base, once, 95, RAW)
     assert close is not None and close.shown is False  # 2% apart in the search: not shown ahead
+
+
+def test_a_winner_the_race_never_served_is_judged_on_the_search_s_figures_and_said_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A race the budget cut before any finalist passed leaves an unraced winner beside your
+    config raced: the headline names which figure is which, and the search's estimates give the
+    verdict (2m budget on bertQA said "the winner raced, your config as searched", the reverse)."""
+    base = searched(0, 100.0, baseline=True)
+    yours = Verification(0, 4, tuple(point(4, t, 9) for t in (99.0, 101.0)), 2, control=True)
+    print_summary(Outcome(tmp_path, info(verifications=(yours,)), (base, searched(1, 300.0))))
+    out = capsys.readouterr().out
+    assert "(the table's figures: the winner as searched, your config raced; 2." in out
+    assert "by the search's figures)" in out and f"apply it: autotune apply {tmp_path}" in out
+    print_summary(Outcome(tmp_path, info(verifications=(yours,)), (base, searched(1, 102.0))))
+    out = capsys.readouterr().out
+    assert "keep your config: no candidate was shown better (the winner 1.01x" in out
+    assert f"apply it anyway: autotune apply --force {tmp_path}" in out

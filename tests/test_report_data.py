@@ -372,7 +372,7 @@ def test_console_summary_shows_the_recommended_points_and_a_gain_from_one_source
     base_row = next(line for line in out.splitlines() if "baseline" in line and "|" in line)
     assert [c.strip() for c in base_row.split("|")][3:8] == ["2", "100", "2.5", "5.0", "-"]  # search
     # the ratio of the table's two figures, 245 / 100, as the report's card reads it
-    said = "2.45x throughput at the SLA (the table's figures: the winner raced, your config as searched)"
+    said = "2.45x throughput at the SLA (the table's figures: the winner raced, your config as searched; too"
     assert said in out
     data = report_data(run(winner=1, verifications=(v,)), (base, found))
     assert data.gain == pytest.approx(2.45) and data.baseline_goodput == pytest.approx(100)
