@@ -31,7 +31,7 @@ from autotune.processes import Owner
 from autotune.report import write_report
 from autotune.results import Outcome, TrialResult, gain
 from autotune.rundir import WINNER_CONFIG, WINNER_DIFF, RunDir, RunRecord
-from autotune.search import racing, walk
+from autotune.search import racing, ranking, walk
 from autotune.search_space import params_of
 from autotune.settings import RunOptions
 from autotune.study import Study, redact
@@ -291,7 +291,9 @@ def _go_on(
     at_once: int = 1,
 ) -> bool:  # fmt: skip
     """Whether to run another trial: within the budget (trials, time), and not converged. While
-    nothing is queued, the next step of the walk from the best trial is (:func:`walk.unexplored`);
+    nothing is queued, the next step of the walk from the best trial is (:func:`walk.unexplored`;
+    several at once before any trial met the SLA, a step of the batching trials in flight:
+    :func:`walk.steps_ahead`);
     once converged, or once the sampler proposes a config measured before (:func:`walk.out_of_ideas`),
     the untried one-step neighbours of the finalists (``--finalists``, at least 1: the incumbent
     and the ties the race would take; :func:`walk.unexplored`) are queued and measured first; a
@@ -306,6 +308,9 @@ def _go_on(
     ):
         return False
     steps = [] if study.queued() else walk.unexplored(results, prep.space, study.scoring, 1)
+    first_wave = at_once > 1 and ranking.best_trial(results, study.scoring) is None  # nothing to step from
+    if not steps and first_wave and not study.queued():
+        steps = walk.steps_ahead(results, prep.space)
     for step in steps[:1]:
         study.enqueue(params_of(step))
     converged = walk.converged(results, settings.patience, study.scoring)

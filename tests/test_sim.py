@@ -710,6 +710,27 @@ def test_trials_at_once_take_each_step_of_the_walk_from_the_best_when_a_worker_a
     assert not any(left[left.index(0) :]), left
 
 
+def test_the_first_wave_beyond_the_seeds_steps_from_the_seeds_that_batch() -> None:
+    """Eight workers: before any trial ended, the trials asked beyond the queued seeds are one-step
+    changes of a seed in flight that batches (walk.steps_ahead), not the sampler's random guesses."""
+    watched: list[_Watching] = []
+
+    class Kept(_Watching):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            watched.append(self)
+
+    out = sim.simulate(QUIET, seed=2, max_trials=16, at_once=8, trials_type=Kept)
+    space = sim.space_of(QUIET)
+    candidates = {r.number: r.candidate for r in out.results}
+    first = [n for t, _, n in watched[0].seen if t == 0.0]
+    seeds = len(walk.heuristic_seeds(space, 2, candidates[0])) + 1  # and your config
+    origins = [c for n in first[:seeds] if (c := candidates[n]) is not None and c.dynamic_batching]
+    rest = [candidates[n] for n in first[seeds:]]
+    assert out.honest and origins and len(first) == 8
+    assert all(any(c in walk.neighbours(o, space) for o in origins) for c in rest), rest
+
+
 def test_trials_at_once_end_in_simulated_time_and_take_less_of_it() -> None:
     """Four workers: a trial's end reaches the study only once the simulated time has got there
     (until then it is in flight), no more trials are asked than --max-trials, and the run takes a

@@ -29,6 +29,7 @@ from autotune.search.walk import (
     out_of_ideas,
     stand_in,
     start_level,
+    steps_ahead,
     time_left,
     unexplored,
 )
@@ -338,6 +339,27 @@ def test_the_walk_steps_from_the_best_trial_one_untried_neighbour_at_a_time() ->
     done = [*results, *(measured(2 + i, 90.0, candidate=c) for i, c in enumerate(neighbours(best, space)))]
     assert unexplored(done, space, n=1) == []  # the best's neighbours all measured: the sampler proposes
     assert unexplored([failed(0)], space, n=1) == []  # nothing met the SLA yet
+
+
+def test_before_any_trial_met_the_sla_free_workers_step_from_the_batching_trials_in_flight() -> None:
+    """Several at once, nothing ended yet: a free worker takes an untried step from the trials in
+    flight that batch (the seeds), the first asked first, never two to one config; without such a
+    trial it takes none (the sampler proposes)."""
+    space = parse_search_space(DEFAULT_LIKE)
+    yours = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)
+    seed = Candidate(2, "KIND_CPU", (), 16, True, (), 0, False)
+    later = replace(seed, instance_count=1)
+
+    def running(number: int, c: Candidate) -> TrialResult:
+        return replace(measured(number, 0.0, candidate=c), state=RUNNING, measurement=None)
+
+    flying = [running(0, yours), running(1, seed), running(2, later)]
+    steps = steps_ahead(flying, space)
+    first = [c for c in neighbours(seed, space) if not equivalent(c, later) and not equivalent(c, yours)]
+    assert first and steps[: len(first)] == first  # the first seed's steps first
+    assert all(not equivalent(a, b) for i, a in enumerate(steps) for b in steps[i + 1 :])
+    assert steps_ahead([*flying, running(3, steps[0])], space)[0] == steps[1]  # asked: not offered again
+    assert steps_ahead([running(0, yours)], space) == []
 
 
 def test_the_neighbours_of_a_config_tied_with_the_best_are_tried_too() -> None:

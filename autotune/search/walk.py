@@ -138,6 +138,18 @@ def unexplored(
     return out
 
 
+def steps_ahead(results: Sequence[TrialResult], space: SearchSpace) -> list[Candidate]:
+    """Before any trial met the SLA, with workers free: the untried :func:`neighbours` of the
+    trials in flight that batch, first asked first (the seeds, most instances first: their own
+    bet on where the best is)."""
+    tried = [r.candidate for r in results if r.candidate is not None]
+    origins = [c for r in flying(results) if (c := r.candidate) is not None and c.dynamic_batching]
+    out: list[Candidate] = []
+    for origin in origins:
+        out += [c for c in neighbours(origin, space) if not any(equivalent(c, t) for t in (*tried, *out))]
+    return out
+
+
 def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[tuple[int, int]]:
     """The instance-count steps (from, to) that lost without dynamic batching. Each comes from a
     pair of :func:`instance_losses` whose loser, with ``to`` instances, has batching off."""
