@@ -241,14 +241,13 @@ def recommendation(
 class Gain:
     """The winner against your config, on the figures the summary shows for each
     (:func:`recommendation`): the objective's ratio (goodput, or goodput per GPU), the
-    throughput's, whether both figures are raced ones, the ratio's interval and whether the
+    throughput's, whose figure is the search's (:attr:`as_searched`), the ratio's interval and whether the
     winner was shown ahead of your config by :data:`autotune.search.noise.RESOLUTION`
     (:func:`autotune.search.noise.ahead`): on their rounds where both raced twice or more, else
     on the search's estimates. No verdict where neither raced or the figures have no spread."""
 
     ratio: float
     throughput: float
-    raced: bool
     baseline: float  # your config's figure, as the objective counts it
     low: float = 0.0  # the ratio's one-sided bounds at the noise model's confidence
     high: float = 0.0
@@ -288,7 +287,7 @@ def gain(
     base = scoring.score(b.throughput, baseline.candidate)
     unraced = [who for who, r in (("the winner", w), ("your config", b)) if r.verification is None]
     side = "both" if len(unraced) == 2 else "".join(unraced)
-    found = Gain(ratio * shares, ratio, not unraced, base, as_searched=side)  # shares: 1 unless per GPU
+    found = Gain(ratio * shares, ratio, base, as_searched=side)  # shares: 1 unless the run counts per GPU
     if side == "both":  # no race (--repeats 0): no verdict
         return found
     if winner.number == baseline.number:  # your config won the race
