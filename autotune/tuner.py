@@ -308,7 +308,7 @@ def _go_on(
     ):
         return False
     steps = [] if study.queued() else walk.unexplored(results, prep.space, study.scoring, 1)
-    first_wave = at_once > 1 and ranking.best_trial(results, study.scoring) is None  # nothing to step from
+    first_wave = at_once > 1 and ranking.best_trial(results, study.scoring) is None  # no best to step from
     if not steps and first_wave and not study.queued():
         steps = walk.steps_ahead(results, prep.space)
     for step in steps[:1]:

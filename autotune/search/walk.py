@@ -126,14 +126,23 @@ def unexplored(
     :func:`equivalent` to a config a trial has tried, or when it is a step of :func:`losing_steps`.
     With ``n`` 1, these are the walk's next steps from the best trial. With ``--finalists``, they
     are what a converged search measures before it ends."""
+    tops = finalists([r for r in results if r.candidate is not None], n or len(results), scoring)
+    origins = [r.candidate for r in tops if r.candidate is not None]
+    return _untried_steps(origins, results, space, losing_steps(results, scoring))
+
+
+def _untried_steps(
+    origins: Sequence[Candidate], results: Sequence[TrialResult], space: SearchSpace,
+    lost: set[tuple[int, int]] | frozenset[tuple[int, int]] = frozenset(),
+) -> list[Candidate]:  # fmt: skip
+    """The :func:`neighbours` of ``origins``, in turn, less those :func:`equivalent` to a config
+    a trial has tried or to one listed before, and the instance steps in ``lost``."""
     tried = [r.candidate for r in results if r.candidate is not None]
-    lost = losing_steps(results, scoring)
     out: list[Candidate] = []
-    for result in finalists([r for r in results if r.candidate is not None], n or len(results), scoring):
-        assert result.candidate is not None
-        here = result.candidate.instance_count
-        for c in neighbours(result.candidate, space):
-            if (here, c.instance_count) not in lost and not any(equivalent(c, t) for t in (*tried, *out)):
+    for origin in origins:
+        for c in neighbours(origin, space):
+            step = (origin.instance_count, c.instance_count)
+            if step not in lost and not any(equivalent(c, t) for t in (*tried, *out)):
                 out.append(c)
     return out
 
@@ -142,12 +151,8 @@ def steps_ahead(results: Sequence[TrialResult], space: SearchSpace) -> list[Cand
     """Before any trial met the SLA, with workers free: the untried :func:`neighbours` of the
     trials in flight that batch, first asked first (the seeds, most instances first: their own
     bet on where the best is)."""
-    tried = [r.candidate for r in results if r.candidate is not None]
     origins = [c for r in flying(results) if (c := r.candidate) is not None and c.dynamic_batching]
-    out: list[Candidate] = []
-    for origin in origins:
-        out += [c for c in neighbours(origin, space) if not any(equivalent(c, t) for t in (*tried, *out))]
-    return out
+    return _untried_steps(origins, results, space)
 
 
 def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[tuple[int, int]]:
