@@ -16,12 +16,12 @@ YOURS = Candidate(1, "KIND_CPU", (), 8, False, (), 0, False)
 CONTROL = 0
 
 
-def _race(finalists: int = 2, control: bool = True, repeats: int = 3) -> Race:
+def _race(finalists: int = 2, control: bool = True, repeats: int = 3, at_once: int = 1) -> Race:
     """Finalists 1, 2, ... that each met the SLA at 4 and 8 clients; your config (trial 0) at 4."""
     met = [windowed(4, 500.0, 8.0), windowed(8, 1000.0, 12.0)]
     ranked = [_trial(i + 1, met, replace(YOURS, instance_count=i + 2)) for i in range(finalists)]
     yours = _trial(CONTROL, [windowed(4, 300.0, 10.0)], YOURS) if control else None
-    return Race.start(ranked, yours, SLA, 95, RAW, YOURS, open_loop=False, repeats=repeats)
+    return Race.start(ranked, yours, SLA, 95, RAW, YOURS, open_loop=False, repeats=repeats, at_once=at_once)
 
 
 def meets(level: float, throughput: float = 1000.0) -> Point:
@@ -169,6 +169,21 @@ def test_rounds_at_once_are_the_rounds_the_first_phase_has_left() -> None:
     assert race.next_rounds(8, False) == [[1, 2, CONTROL]] * 2
 
 
+def test_with_several_workers_the_first_phase_is_one_wave_then_the_leader_gets_its_rounds() -> None:
+    race = _race(repeats=6, at_once=4)
+    assert race.next_rounds(4, False) == [[1, 2, CONTROL]] * 4  # one wave, not 4 and then 2
+    beside = meets(4, 300.0)
+    tied = [{1: _near(8, 1000.0 + d), 2: _near(8, 1100.0 - d), CONTROL: beside} for d in (0.0, 100.0) * 2]
+    race.take_all(tied, False)
+    assert race.alive == [1, 2, CONTROL] and race.played == 4  # neither finalist outraced
+    asked = race.next_round(False)
+    assert race.phase == "leader" and asked == [race.current, CONTROL]
+    alone = _race(repeats=6)  # one worker: the first phase goes on to its repeats
+    for points in tied:
+        _play(alone, points)
+    assert alone.next_round(False) == [1, 2, CONTROL] and alone.phase == "rounds"
+
+
 def test_rounds_at_once_are_taken_as_one_at_a_time_would_take_them() -> None:
     rounds = [
         {1: meets(8, 2000.0 + i), 2: meets(8, 1000.0 + i), CONTROL: meets(4, 300.0)} for i in range(3)
@@ -204,3 +219,21 @@ def test_rounds_served_at_once_are_dropped_once_the_finalist_they_were_for_moved
     race.take_all([{1: breaks(8), CONTROL: beside}] + [{1: near(8), CONTROL: beside}] * 2, False)
     assert race.level[1] < 8 and race.rounds[1] == []  # sent down by the first: the rest were for 8
     assert race.count[1] == 2 and len(race.rounds[CONTROL]) == 2  # the control's went with them
+
+
+def test_a_leader_s_rounds_served_at_once_stay_its_own_when_another_takes_the_lead() -> None:
+    race = _race(repeats=4)
+    beside = meets(4, 300.0)
+    race.rounds = {1: [_near(8, 1500.0), _near(8, 1600.0)], 2: [_near(8, 1300.0), _near(8, 1400.0)]}
+    race.rounds[CONTROL] = [beside, beside]
+    race.phase, race.played, race.beside = "leader", 4, [CONTROL]
+    served = race.next_rounds(8, False)
+    assert served == [[1, CONTROL]] * 2 and race.current == 1
+    race.take_all([{1: _near(8, 500.0), CONTROL: beside}] * 2, False)  # the first round puts 2 ahead
+    assert len(race.rounds[1]) == 4 and len(race.rounds[CONTROL]) == 4  # both rounds taken for 1
+    assert race.next_round(False) == [2, CONTROL]  # then the new leader gets its rounds
+
+
+def _near(level: float, throughput: float) -> Point:
+    """A round too near the limit to say, at ``throughput``."""
+    return windowed(int(level), throughput, 19.6, spread=0.1)

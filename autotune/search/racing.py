@@ -6,8 +6,9 @@ serves that round, and gives it the points (:meth:`Race.take`).
 
 The race goes in three phases:
 
-1. ``rounds``: every racer gets a round, at most ``repeats`` times. After each round the outraced
-   finalists leave. The phase ends early when one finalist is left with two rounds.
+1. ``rounds``: every racer gets a round, at most ``repeats`` times (with several workers, at most
+   one round each: one wave). After each round the outraced finalists leave. The phase ends early
+   when one finalist is left with two rounds.
 2. ``moved``: a racer sent down a level in the last round gets one round there.
 3. ``leader``: the leader must meet the SLA where it stands, as a mean across servers. It gets
    rounds there, with your config beside it, until it meets the SLA, is sent down, or leaves.
@@ -53,7 +54,8 @@ class Race:
     rounds: dict[int, list[Point]] = field(default_factory=dict)
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = field(default_factory=dict)
     count: dict[int, int] = field(default_factory=dict)
-    repeats: int = 1  # the first phase's rounds, and the most rounds a leader gets where it stands
+    repeats: int = 1  # the most rounds a leader gets where it stands
+    first: int = 1  # the first phase's most rounds: ``repeats``, or one wave of them (Race.start)
     phase: str = "rounds"  # then "moved", "leader" and "done"
     alive: list[int] = field(default_factory=list)  # the racers still in the race, in order
     beside: list[int] = field(default_factory=list)  # the control, when it races beside the leader
@@ -65,10 +67,12 @@ class Race:
     @classmethod
     def start(
         cls, ranked: Sequence[TrialResult], control: TrialResult | None, sla: Sla, percentile: int,
-        scoring: Scoring, yours: Candidate | None, open_loop: bool, repeats: int = 1,
+        scoring: Scoring, yours: Candidate | None, open_loop: bool, repeats: int = 1, at_once: int = 1,
     ) -> Race:  # fmt: skip
         """A race of the finalists ``ranked``, and of ``control`` (your config's trial) when given.
-        Each starts at its first level and gets at most ``repeats`` rounds (``--repeats``)."""
+        Each starts at its first level and gets at most ``repeats`` rounds (``--repeats``). With
+        ``at_once`` workers, the first phase is one wave of rounds: a second would cost a whole
+        round's wall time for a few rounds more."""
         racers = [*ranked, *([control] if control is not None else [])]
         levels = {r.number: race_levels(r, sla) for r in racers}
         carry = {r.number: to_limit(r, sla.limit_ms, percentile) for r in racers}
@@ -78,6 +82,7 @@ class Race:
             changes_from(racers, yours), control.number if control is not None else None,
             level={n: listed[0] for n, listed in levels.items()}, rounds={r.number: [] for r in racers},
             others={r.number: [] for r in racers}, count=dict.fromkeys(levels, 0), repeats=repeats,
+            first=repeats if at_once == 1 else min(repeats, at_once),
             alive=list(levels),
         )  # fmt: skip
 
@@ -87,7 +92,7 @@ class Race:
         each racer has had one."""
         while True:
             if self.phase == "rounds":
-                if self.played < self.repeats and not self._cut(out_of_time):
+                if self.played < self.first and not self._cut(out_of_time):
                     return self._ask(self.alive)
                 self.phase = "moved"
             elif self.phase == "moved":
@@ -135,7 +140,7 @@ class Race:
         if first is None:
             return None
         if self.phase == "rounds":
-            left = self.repeats - self.played
+            left = self.first - self.played
         elif self.phase == "leader" and self.current is not None:
             left = self.repeats - len(self.rounds[self.current])
         else:
@@ -145,14 +150,19 @@ class Race:
     def take_all(self, rounds: Sequence[Mapping[int, Point | None]], out_of_time: bool) -> None:
         """Take the rounds :meth:`next_rounds` asked for, in turn, each as the round the race asks
         next. A racer that left, or moved a level since the round was served, sits that round out;
-        the others' points in it are taken. The rounds left once no finalist the race asks for was
-        served where it stands (a leader sent down, a racer that moved) are dropped."""
+        the others' points in it are taken. A leader's rounds stay its own while it stands where
+        they were served, though another racer took the lead. The rounds left once no finalist the
+        race asks for was served where it stands (a leader sent down, a racer that moved) are dropped."""
         asked, levels = list(self.asked), dict(self.level)
+        served = asked[0] if self.phase == "leader" else None
         for i, points in enumerate(rounds):
             if i:
                 again = self.next_round(out_of_time)
                 if again is None:
                     return
+                if self.phase == "leader" and self._took_over(served, levels):
+                    assert served is not None
+                    self.current, again = served, [served, *self.beside]
                 there = [n for n in again if n in asked and self.level[n] == levels[n]]
                 if self.phase == "leader" and self.current not in there:
                     return
@@ -160,6 +170,17 @@ class Race:
                     return
                 self.asked = there
             self.take(points)
+
+    def _took_over(self, served: int | None, levels: Mapping[int, float]) -> bool:
+        """Whether another leader took the lead from ``served`` where both stand: ``served`` is
+        still in at its level in ``levels`` with rounds to take, and the new leader kept its
+        rounds (one sent down gets its round there first)."""
+        n = self.current
+        return (
+            served is not None and n is not None and n != served and bool(self.rounds[n])
+            and served in self.alive and self.level[served] == levels[served]
+            and len(self.rounds[served]) < self.repeats
+        )  # fmt: skip
 
     def _ask(self, numbers: Sequence[int]) -> list[int]:
         self.asked = list(numbers)
