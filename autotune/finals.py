@@ -38,13 +38,13 @@ def race(prep: Prepared, trials: Trials, run: RunDir, study: Study, workers: Wor
         recorded = [done[r.number] for r in ranked if r.number in done]
         return run.update(verifications=(*recorded, *(v for v in done.values() if v.control)))
     yours = control(results, ranked)
-    workers = workers or OneAtATime()
     state = Race.start(
         ranked, yours, settings.search_sla, settings.sla.percentile, prep.scoring, prep.baseline,
-        prep.loader.open_loop, settings.repeats, workers.at_once,
+        prep.loader.open_loop, settings.repeats,
     )  # fmt: skip
     by_number = {r.number: r for r in [*ranked, *([yours] if yours else [])]}
     searched = level_search.measured_points(results)
+    workers = workers or OneAtATime()
     while (rounds := state.next_rounds(workers.at_once, trials.out_of_time(trials.check_s))) is not None:
         jobs = [
             _job(prep, trials, state, [by_number[n] for n in numbers], searched, i)

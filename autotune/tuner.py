@@ -292,8 +292,9 @@ def _go_on(
 ) -> bool:  # fmt: skip
     """Whether to run another trial: within the budget (trials, time), and not converged. While
     nothing is queued, the next step of the walk from the best trial is (:func:`walk.unexplored`;
-    several at once before any trial met the SLA, a step of the batching trials in flight:
-    :func:`walk.steps_ahead`);
+    several at once, a step from the trials in flight: before any trial met the SLA, from the
+    batching ones, :func:`walk.steps_ahead`; until converged, once the best has none left, from
+    its steps, :func:`walk.steps_beyond`);
     once converged, or once the sampler proposes a config measured before (:func:`walk.out_of_ideas`),
     the untried one-step neighbours of the finalists (``--finalists``, at least 1: the incumbent
     and the ties the race would take; :func:`walk.unexplored`) are queued and measured first; a
@@ -309,12 +310,16 @@ def _go_on(
         return False
     steps = [] if study.queued() else walk.unexplored(results, prep.space, study.scoring, 1)
     first_wave = at_once > 1 and ranking.best_trial(results, study.scoring) is None  # no best to step from
-    if not steps and first_wave and not study.queued():
-        steps = walk.steps_ahead(results, prep.space)
+    converged = walk.converged(results, settings.patience, study.scoring)
+    going = not converged and not walk.out_of_ideas(results)
+    if not steps and at_once > 1 and not study.queued():  # a step from the trials in flight
+        if first_wave:
+            steps = walk.steps_ahead(results, prep.space)
+        elif going:
+            steps = walk.steps_beyond(results, prep.space, study.scoring)
     for step in steps[:1]:
         study.enqueue(params_of(step))
-    converged = walk.converged(results, settings.patience, study.scoring)
-    if not converged and not walk.out_of_ideas(results):
+    if going:
         return True
     untried = walk.unexplored(results, prep.space, study.scoring, max(settings.finalists, 1))
     # several at once: one at a time, asked at once, so each step is taken from the best so far

@@ -16,12 +16,12 @@ YOURS = Candidate(1, "KIND_CPU", (), 8, False, (), 0, False)
 CONTROL = 0
 
 
-def _race(finalists: int = 2, control: bool = True, repeats: int = 3, at_once: int = 1) -> Race:
+def _race(finalists: int = 2, control: bool = True, repeats: int = 3) -> Race:
     """Finalists 1, 2, ... that each met the SLA at 4 and 8 clients; your config (trial 0) at 4."""
     met = [windowed(4, 500.0, 8.0), windowed(8, 1000.0, 12.0)]
     ranked = [_trial(i + 1, met, replace(YOURS, instance_count=i + 2)) for i in range(finalists)]
     yours = _trial(CONTROL, [windowed(4, 300.0, 10.0)], YOURS) if control else None
-    return Race.start(ranked, yours, SLA, 95, RAW, YOURS, open_loop=False, repeats=repeats, at_once=at_once)
+    return Race.start(ranked, yours, SLA, 95, RAW, YOURS, open_loop=False, repeats=repeats)
 
 
 def meets(level: float, throughput: float = 1000.0) -> Point:
@@ -167,21 +167,6 @@ def test_rounds_at_once_are_the_rounds_the_first_phase_has_left() -> None:
     assert race.next_rounds(8, False) == [[1, 2, CONTROL]] * 3  # no more than the phase has left
     _play(race, {1: meets(8, 2000.0), 2: meets(8, 1000.0), CONTROL: meets(4, 300.0)})
     assert race.next_rounds(8, False) == [[1, 2, CONTROL]] * 2
-
-
-def test_with_several_workers_the_first_phase_is_one_wave_then_the_leader_gets_its_rounds() -> None:
-    race = _race(repeats=6, at_once=4)
-    assert race.next_rounds(4, False) == [[1, 2, CONTROL]] * 4  # one wave, not 4 and then 2
-    beside = meets(4, 300.0)
-    tied = [{1: _near(8, 1000.0 + d), 2: _near(8, 1100.0 - d), CONTROL: beside} for d in (0.0, 100.0) * 2]
-    race.take_all(tied, False)
-    assert race.alive == [1, 2, CONTROL] and race.played == 4  # neither finalist outraced
-    asked = race.next_round(False)
-    assert race.phase == "leader" and asked == [race.current, CONTROL]
-    alone = _race(repeats=6)  # one worker: the first phase goes on to its repeats
-    for points in tied:
-        _play(alone, points)
-    assert alone.next_round(False) == [1, 2, CONTROL] and alone.phase == "rounds"
 
 
 def test_rounds_at_once_are_taken_as_one_at_a_time_would_take_them() -> None:

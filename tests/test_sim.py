@@ -731,6 +731,29 @@ def test_the_first_wave_beyond_the_seeds_steps_from_the_seeds_that_batch() -> No
     assert all(any(c in walk.neighbours(o, space) for o in origins) for c in rest), rest
 
 
+def test_with_no_step_left_from_the_best_a_free_worker_steps_from_the_best_s_steps_in_flight() -> None:
+    """Four workers: where the best trial has no untried step and the search has not converged,
+    the trial asked is the first step beyond the best's steps in flight (walk.steps_beyond), not
+    the sampler's proposal."""
+    surface = sim.synthetic_family(4, 0.05, seed=1)[0]
+    space = sim.space_of(surface)
+    beyond: list[bool] = []
+
+    class Kept(Trials):
+        def ask(self, study: Any) -> Any:
+            before = study.results()
+            asked = super().ask(study)
+            going = not walk.converged(before, 4, study.scoring) and not walk.out_of_ideas(before)
+            best = walk.best_trial(before, study.scoring)
+            if best is not None and going and not walk.unexplored(before, space, study.scoring, 1):
+                steps = walk.steps_beyond(before, space, study.scoring)
+                beyond.append(bool(steps) and asked.candidate == steps[0])
+            return asked
+
+    out = sim.simulate(surface, seed=1, max_trials=16, at_once=4, trials_type=Kept)
+    assert out.honest and beyond and all(beyond), beyond
+
+
 def test_trials_at_once_end_in_simulated_time_and_take_less_of_it() -> None:
     """Four workers: a trial's end reaches the study only once the simulated time has got there
     (until then it is in flight), no more trials are asked than --max-trials, and the run takes a

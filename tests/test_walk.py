@@ -30,6 +30,7 @@ from autotune.search.walk import (
     stand_in,
     start_level,
     steps_ahead,
+    steps_beyond,
     time_left,
     unexplored,
 )
@@ -360,6 +361,28 @@ def test_before_any_trial_met_the_sla_free_workers_step_from_the_batching_trials
     assert all(not equivalent(a, b) for i, a in enumerate(steps) for b in steps[i + 1 :])
     assert steps_ahead([*flying, running(3, steps[0])], space)[0] == steps[1]  # asked: not offered again
     assert steps_ahead([running(0, yours)], space) == []
+
+
+def test_with_no_step_left_from_the_best_free_workers_step_from_its_steps_in_flight() -> None:
+    """Several at once: once the best's untried steps are all asked, a free worker steps from the
+    best's steps in flight (each may be the next best), the first asked first; a trial in flight
+    that is no step of the best adds none, and without a best there is none."""
+    space = parse_search_space(DEFAULT_LIKE)
+    best = Candidate(2, "KIND_CPU", (), 16, True, (), 0, False)
+    step, other = replace(best, instance_count=3), Candidate(1, "KIND_CPU", (), 1, False, (), 0, False)
+    assert any(equivalent(step, n) for n in neighbours(best, space))
+    assert not any(equivalent(other, n) for n in neighbours(best, space))
+
+    def running(number: int, c: Candidate) -> TrialResult:
+        return replace(measured(number, 0.0, candidate=c), state=RUNNING, measurement=None)
+
+    results = [measured(0, 450.0, candidate=best), running(1, other), running(2, step)]
+    found = steps_beyond(results, space)
+    tried = (best, other, step)
+    # the step's untried neighbours, none of the stray trial's
+    assert found == [c for c in neighbours(step, space) if not any(equivalent(c, t) for t in tried)]
+    assert steps_beyond([*results, running(3, found[0])], space)[0] == found[1]  # asked: not offered again
+    assert steps_beyond([running(1, other), running(2, step)], space) == []  # no best yet
 
 
 def test_the_neighbours_of_a_config_tied_with_the_best_are_tried_too() -> None:

@@ -6,9 +6,8 @@ serves that round, and gives it the points (:meth:`Race.take`).
 
 The race goes in three phases:
 
-1. ``rounds``: every racer gets a round, at most ``repeats`` times (with several workers, at most
-   one round each: one wave). After each round the outraced finalists leave. The phase ends early
-   when one finalist is left with two rounds.
+1. ``rounds``: every racer gets a round, at most ``repeats`` times. After each round the outraced
+   finalists leave. The phase ends early when one finalist is left with two rounds.
 2. ``moved``: a racer sent down a level in the last round gets one round there.
 3. ``leader``: the leader must meet the SLA where it stands, as a mean across servers. It gets
    rounds there, with your config beside it, until it meets the SLA, is sent down, or leaves.
@@ -54,8 +53,7 @@ class Race:
     rounds: dict[int, list[Point]] = field(default_factory=dict)
     others: dict[int, list[tuple[float, tuple[Point, ...]]]] = field(default_factory=dict)
     count: dict[int, int] = field(default_factory=dict)
-    repeats: int = 1  # the most rounds a leader gets where it stands
-    first: int = 1  # the first phase's most rounds: ``repeats``, or one wave of them (Race.start)
+    repeats: int = 1  # the first phase's rounds, and the most rounds a leader gets where it stands
     phase: str = "rounds"  # then "moved", "leader" and "done"
     alive: list[int] = field(default_factory=list)  # the racers still in the race, in order
     beside: list[int] = field(default_factory=list)  # the control, when it races beside the leader
@@ -67,12 +65,10 @@ class Race:
     @classmethod
     def start(
         cls, ranked: Sequence[TrialResult], control: TrialResult | None, sla: Sla, percentile: int,
-        scoring: Scoring, yours: Candidate | None, open_loop: bool, repeats: int = 1, at_once: int = 1,
+        scoring: Scoring, yours: Candidate | None, open_loop: bool, repeats: int = 1,
     ) -> Race:  # fmt: skip
         """A race of the finalists ``ranked``, and of ``control`` (your config's trial) when given.
-        Each starts at its first level and gets at most ``repeats`` rounds (``--repeats``). With
-        ``at_once`` workers, the first phase is one wave of rounds: a second would cost a whole
-        round's wall time for a few rounds more."""
+        Each starts at its first level and gets at most ``repeats`` rounds (``--repeats``)."""
         racers = [*ranked, *([control] if control is not None else [])]
         levels = {r.number: race_levels(r, sla) for r in racers}
         carry = {r.number: to_limit(r, sla.limit_ms, percentile) for r in racers}
@@ -82,7 +78,6 @@ class Race:
             changes_from(racers, yours), control.number if control is not None else None,
             level={n: listed[0] for n, listed in levels.items()}, rounds={r.number: [] for r in racers},
             others={r.number: [] for r in racers}, count=dict.fromkeys(levels, 0), repeats=repeats,
-            first=repeats if at_once == 1 else min(repeats, at_once),
             alive=list(levels),
         )  # fmt: skip
 
@@ -92,7 +87,7 @@ class Race:
         each racer has had one."""
         while True:
             if self.phase == "rounds":
-                if self.played < self.first and not self._cut(out_of_time):
+                if self.played < self.repeats and not self._cut(out_of_time):
                     return self._ask(self.alive)
                 self.phase = "moved"
             elif self.phase == "moved":
@@ -140,7 +135,7 @@ class Race:
         if first is None:
             return None
         if self.phase == "rounds":
-            left = self.first - self.played
+            left = self.repeats - self.played
         elif self.phase == "leader" and self.current is not None:
             left = self.repeats - len(self.rounds[self.current])
         else:

@@ -155,6 +155,22 @@ def steps_ahead(results: Sequence[TrialResult], space: SearchSpace) -> list[Cand
     return _untried_steps(origins, results, space)
 
 
+def steps_beyond(
+    results: Sequence[TrialResult], space: SearchSpace, scoring: Scoring = RAW
+) -> list[Candidate]:
+    """Several at once, with no untried step left from the best: the untried :func:`neighbours` of
+    the best's own steps in flight, first asked first. Each may be the next best; one at a time, the
+    walk would wait for it and step from it."""
+    best = best_trial(results, scoring)
+    if best is None or best.candidate is None:
+        return []
+    near = neighbours(best.candidate, space)
+    origins = [
+        c for r in flying(results) if (c := r.candidate) is not None and any(equivalent(c, n) for n in near)
+    ]
+    return _untried_steps(origins, results, space, losing_steps(results, scoring))
+
+
 def losing_steps(results: Sequence[TrialResult], scoring: Scoring = RAW) -> set[tuple[int, int]]:
     """The instance-count steps (from, to) that lost without dynamic batching. Each comes from a
     pair of :func:`instance_losses` whose loser, with ``to`` instances, has batching off."""
