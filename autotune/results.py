@@ -263,7 +263,7 @@ class Gain:
         sides = {
             "the winner": "the winner as searched, your config raced",
             "your config": "the winner raced, your config as searched",
-        }.get(self.as_searched, "a race round each")
+        }.get(self.as_searched, "both raced, too few rounds to compare")
         if not math.isfinite(self.high):
             return f"{sides}; too few figures for an interval"
         if self.searched:

@@ -208,9 +208,12 @@ def test_a_race_round_each_leaves_the_verdict_to_the_search_s_figures(tmp_path: 
     )
     found = gain(best, base, once, 95, RAW)
     assert found is not None and found.searched and found.shown and found.low < 2.87 < found.high
-    assert "a race round each" in found.figures
+    assert "both raced, too few rounds to compare" in found.figures
     close = gain(searched(1, 102.0), base, once, 95, RAW)
     assert close is not None and close.shown is False  # 2% apart in the search: not shown ahead
+    control = replace(once[1], points=(point(4, 101.0, 9),) * 3)  # your config raced thrice, the winner once
+    uneven = gain(best, base, (once[0], control), 95, RAW)
+    assert uneven is not None and uneven.searched and "both raced, too few rounds" in uneven.figures
 
 
 def test_a_winner_the_race_never_served_is_judged_on_the_search_s_figures_and_said_so(
