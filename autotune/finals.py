@@ -23,42 +23,125 @@ from autotune.trials import Trials
 from autotune.workers import OneAtATime, Workers
 
 
-def race(prep: Prepared, trials: Trials, run: RunDir, study: Study, workers: Workers | None = None) -> RunDir:
+def race(
+    prep: Prepared, trials: Trials, run: RunDir, study: Study, workers: Workers | None = None,
+    early: Early | None = None,
+) -> RunDir:  # fmt: skip
     """The :func:`ranking.finalists` raced, your config beside them as the control (:func:`control`).
     :class:`autotune.search.racing.Race` decides each round; this serves it: each round on a fresh server
     (shared where :meth:`Trials.can_share`), each racer at its level, its windows judged with its
     earlier rounds' there (:func:`level_search.judged_at`). ``workers`` serve rounds the race
     needs alike at once (:meth:`Race.next_rounds`). A racer's rounds at its last level are its
-    verification; a race the study recorded is not run again."""
-    settings = prep.settings
-    results = study.results()
-    ranked = ranking.finalists(results, settings.finalists, prep.scoring) if settings.repeats >= 1 else []
+    verification; a race the study recorded is not run again. The first phase's rounds
+    (:meth:`Race.next_first`) start as workers free, each taken as it ends; the race begun in the
+    search's tail (``early``, :func:`ahead`) goes on where its racers are these."""
+    s, results = prep.settings, study.results()
+    ranked = ranking.finalists(results, s.finalists, prep.scoring) if s.repeats >= 1 else []
     done = {v.trial: v for v in study.verifications()}
     if not ranked or all(r.number in done for r in ranked):
         recorded = [done[r.number] for r in ranked if r.number in done]
         return run.update(verifications=(*recorded, *(v for v in done.values() if v.control)))
-    yours = control(results, ranked)
-    state = Race.start(
-        ranked, yours, settings.search_sla, settings.sla.percentile, prep.scoring, prep.baseline,
-        prep.loader.open_loop, settings.repeats,
-    )  # fmt: skip
-    by_number = {r.number: r for r in [*ranked, *([yours] if yours else [])]}
-    searched = level_search.measured_points(results)
     workers = workers or OneAtATime()
-    while (rounds := state.next_rounds(workers.at_once, trials.out_of_time(trials.check_s))) is not None:
-        jobs = [
-            _job(prep, trials, state, [by_number[n] for n in numbers], searched, i)
-            for i, numbers in enumerate(rounds)
-        ]
-        served = workers.each(trials, serve_round, jobs)
-        state.take_all(served, trials.out_of_time(trials.check_s))
+    begun = _begin(prep, results, early)
+    assert begun is not None
+    state, yours = begun.state, begun.control
+    while True:  # the first phase: a round on each free worker, each taken as it ends
+        _first_rounds(prep, trials, begun, results, workers)
+        if not workers.busy():
+            break
+        workers.wait(trials, study)
+    while _wave(prep, trials, begun, results, workers, workers.at_once):
+        pass
     if state.out_of_time:
         trials.events.said(
             "the race stops here: the run's time budget is spent (each racer has its rounds so far)"
         )
-    out = state.verifications([r.number for r in ranked] + _raced_control(yours, state))
+    out = state.verifications([r.number for r in begun.ranked] + _raced_control(yours, state))
     study.record_verifications(out)
     return run.update(verifications=tuple(out))
+
+
+@dataclass
+class Early:
+    """A race and the racers it runs: the finalists and your config as the trials so far rank
+    them (:func:`_begin`); ``flying``: its rounds in flight."""
+
+    ranked: tuple[TrialResult, ...]
+    control: TrialResult | None
+    state: Race
+    flying: int = 0
+
+    @property
+    def racers(self) -> tuple[int, ...]:
+        return tuple(r.number for r in (*self.ranked, *([self.control] if self.control else [])))
+
+
+def ahead(
+    prep: Prepared, trials: Trials, study: Study, workers: Workers, early: Early | None
+) -> Early | None:  # fmt: skip
+    """The race's first phase begun on the workers that the search's last trials leave free, once
+    its budget is spent: the race of the finalists as the trials so far rank them (``early`` goes
+    on where they are its racers). :func:`race` goes on from it where its finalists are the same."""
+    results = study.results()
+    begun = _begin(prep, results, early)
+    if begun is None or study.verifications():
+        return early
+    _first_rounds(prep, trials, begun, results, workers)
+    return begun
+
+
+def _first_rounds(
+    prep: Prepared, trials: Trials, begun: Early, results: Sequence[TrialResult], workers: Workers
+) -> None:  # fmt: skip
+    """A round of the race's first phase begun on each free worker while the phase needs one
+    (:meth:`Race.next_first`); each is taken as it ends (:meth:`Race.take_first`)."""
+    state, searched = begun.state, level_search.measured_points(results)
+    by_number = {r.number: r for r in (*begun.ranked, *([begun.control] if begun.control else []))}
+    while workers.free() and (numbers := state.next_first(begun.flying, trials.out_of_time(trials.check_s))):
+        job = _job(prep, trials, state, [by_number[n] for n in numbers], searched, begun.flying)
+        begun.flying += 1
+
+        def take(served: list[dict[int, Point | None]], job: RoundJob = job) -> None:
+            begun.flying -= 1
+            state.take_first(job.levels, served[0])
+
+        workers.begin(trials, serve_round, [job], take)
+
+
+def _begin(prep: Prepared, results: Sequence[TrialResult], early: Early | None) -> Early | None:
+    """The race of the finalists of ``results`` and your config: ``early`` where they are its
+    racers, else a new one (None: no finalist)."""
+    s = prep.settings
+    ranked = ranking.finalists(results, s.finalists, prep.scoring) if s.repeats >= 1 else []
+    if not ranked:
+        return None
+    yours = control(results, ranked)
+    racers = tuple(r.number for r in (*ranked, *([yours] if yours else [])))
+    if early is not None and early.racers == racers:
+        return early
+    state = Race.start(
+        ranked, yours, s.search_sla, s.sla.percentile, prep.scoring, prep.baseline, prep.loader.open_loop,
+        s.repeats,
+    )  # fmt: skip
+    return Early(tuple(ranked), yours, state)
+
+
+def _wave(
+    prep: Prepared, trials: Trials, begun: Early, results: Sequence[TrialResult], workers: Workers, most: int
+) -> bool:  # fmt: skip
+    """Up to ``most`` rounds the race asks next, served at once and taken (False: the race is over)."""
+    state = begun.state
+    rounds = state.next_rounds(most, trials.out_of_time(trials.check_s))
+    if rounds is None:
+        return False
+    by_number = {r.number: r for r in (*begun.ranked, *([begun.control] if begun.control else []))}
+    searched = level_search.measured_points(results)
+    jobs = [
+        _job(prep, trials, state, [by_number[n] for n in numbers], searched, i)
+        for i, numbers in enumerate(rounds)
+    ]
+    state.take_all(workers.each(trials, serve_round, jobs), trials.out_of_time(trials.check_s))
+    return True
 
 
 @dataclass(frozen=True)

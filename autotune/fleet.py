@@ -38,6 +38,7 @@ from autotune.search_space import Candidate
 from autotune.shipping import Bundle
 from autotune.study import Asked, Study
 from autotune.trials import Ended, Trials, tell_stopped
+from autotune.workers import Begun
 
 T = TypeVar("T")
 J = TypeVar("J")
@@ -93,17 +94,18 @@ class RayWorkers:
         self.task = self.ray.remote(max_retries=RETRIES, retry_exceptions=False)(trial_on_node)
         self.rounds = self.ray.remote(max_retries=RETRIES, retry_exceptions=False)(round_on_node)
         self.flying: dict[Any, tuple[Asked, float]] = {}  # each task in flight: its trial, its start
+        self.begun: dict[Any, tuple[Begun[Any], int]] = {}  # each round begun beside them: its wave, place
         self.hold = self.ray.remote(num_cpus=0)(Hold)
         self.held: dict[str, str] = {}  # the nodes left out of the run (Ray's id): each one's reason
         self.holds: list[Any] = []  # the actors that keep them out
         self.bundle: Bundle | None = None  # the run's models, for nodes that do not see its paths
         self.probed: set[str] = set()  # the nodes asked whether they see the run (:meth:`_ship`)
 
-    def free(self) -> bool:
-        return len(self.flying) < self.at_once
+    def free(self) -> int:
+        return max(self.at_once - len(self.flying) - len(self.begun), 0)
 
     def busy(self) -> bool:
-        return bool(self.flying)
+        return bool(self.flying) or bool(self.begun)
 
     def start(self, trials: Trials, study: Study, results: list[TrialResult]) -> None:
         self._ship(trials)
@@ -116,7 +118,11 @@ class RayWorkers:
         self.flying[ref] = (asked, trials.clock())
 
     def wait(self, trials: Trials, study: Study) -> None:
-        (ref,), _ = self.ray.wait(list(self.flying), num_returns=1)
+        (ref,), _ = self.ray.wait([*self.flying, *self.begun], num_returns=1)
+        if ref in self.begun:
+            begun, i = self.begun.pop(ref)
+            begun.ended(i, self._served(trials, [ref])[0])
+            return
         asked, began = self.flying.pop(ref)
         try:
             landed: Landed = self.ray.get(ref)
@@ -179,19 +185,35 @@ class RayWorkers:
         ``SPREAD``: rounds at once go to different nodes, so a winner wins on more than one): a
         round asks for the GPUs of its racer that needs most."""
         self._ship(trials)
-        refs = [
-            self.rounds.options(
-                resources={RESOURCE: 1},
-                num_cpus=0,
-                num_gpus=self._round_gpus(job),
-                scheduling_strategy="SPREAD",
-            ).remote(self.prep, trials.run_dir.path, serve, job, self.bundle)
-            for job in jobs
-        ]
+        return self._served(trials, [self._round(trials, serve, job) for job in jobs])
+
+    def begin(
+        self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J],
+        then: Callable[[list[T]], None],
+    ) -> None:  # fmt: skip
+        """As :meth:`each`, but beside the trials in flight: :meth:`wait` takes each round as it ends."""
+        self._ship(trials)
+        begun: Begun[T] = Begun.of(jobs, then)
+        for i, job in enumerate(jobs):
+            self.begun[self._round(trials, serve, job)] = (begun, i)
+
+    def _round(self, trials: Trials, serve: Callable[[Trials, J], T], job: J) -> Any:
+        """``serve`` of ``job`` started as a task: its ref."""
+        return self.rounds.options(
+            resources={RESOURCE: 1},
+            num_cpus=0,
+            num_gpus=self._round_gpus(job),
+            scheduling_strategy="SPREAD",
+        ).remote(self.prep, trials.run_dir.path, serve, job, self.bundle)
+
+    def _served(self, trials: Trials, refs: Sequence[Any]) -> list[Any]:
+        """The results of the round tasks ``refs``, their logs kept. Where one failed, or on a
+        stop, every round in flight ends, its server with it, and the error goes on."""
         try:
-            served: list[tuple[T, dict[str, bytes]]] = self.ray.get(refs)
-        except BaseException as exc:  # a round failed, or a stop: the others end, their servers with them
-            self._cancel(refs)
+            served: list[tuple[Any, dict[str, bytes]]] = self.ray.get(list(refs))
+        except BaseException as exc:
+            self._cancel([*refs, *self.begun])
+            self.begun.clear()
             if isinstance(exc, self.ray.exceptions.RayTaskError):
                 raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
             raise
@@ -200,7 +222,8 @@ class RayWorkers:
         return [result for result, _ in served]
 
     def stop(self, trials: Trials, study: Study) -> None:
-        self._cancel(list(self.flying))
+        self._cancel([*self.flying, *self.begun])
+        self.begun.clear()
         for asked, began in self.flying.values():
             with contextlib.suppress(Exception):
                 study.tell_interrupted(asked, trials.clock() - began)

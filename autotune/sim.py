@@ -48,6 +48,7 @@ from autotune.settings import Launch, RunSettings, Traffic
 from autotune.study import Asked, Study
 from autotune.traffic import Loader
 from autotune.trials import Ended, Trials
+from autotune.workers import Begun
 
 T = TypeVar("T")
 J = TypeVar("J")
@@ -750,18 +751,24 @@ def _point_of(
     )  # fmt: skip
 
 
+_InFlight = tuple[Asked, Ended] | tuple[Begun[Any], int, Any]  # a trial; a round: its wave, place, result
+
+
 class SimWorkers:
     """:class:`autotune.workers.Workers` in simulated time: ``at_once`` workers, each a machine of
-    the surface's own. A trial is measured when it starts, on its worker's clock, and its end
-    reaches the study once the simulated time gets there (until then it is in flight, as on a
-    cluster). Race rounds served at once start together; the race goes on when the last ends."""
+    the surface's own. A trial or a race round is measured when it starts, on its worker's clock,
+    and its end reaches the run once the simulated time gets there (until then it is in flight, as
+    on a cluster). Race rounds served at once (:meth:`each`) start together; the race goes on
+    when the last ends."""
 
     def __init__(self, servers: SimServers, at_once: int) -> None:
         self.servers, self.at_once = servers, at_once
-        self.flying: list[tuple[float, int, Asked, Ended]] = []  # (end, number, ...): a heap
+        # (end, (0, trial number) or (1, round), its trial or its round's place): a heap
+        self.flying: list[tuple[float, tuple[int, int], _InFlight]] = []
+        self.begun = 0  # rounds begun beside the trials (:meth:`begin`), for their order in the heap
 
-    def free(self) -> bool:
-        return len(self.flying) < self.at_once
+    def free(self) -> int:
+        return max(self.at_once - len(self.flying), 0)
 
     def busy(self) -> bool:
         return bool(self.flying)
@@ -770,27 +777,51 @@ class SimWorkers:
         now = self.servers.now
         asked = trials.ask(study)
         ended = trials.measure_trial(study, asked, results)
-        heapq.heappush(self.flying, (self.servers.now, asked.number, asked, ended))
+        heapq.heappush(self.flying, (self.servers.now, (0, asked.number), (asked, ended)))
         self.servers.now = now  # the search decides again now, not when this trial ends
 
     def wait(self, trials: Trials, study: Study) -> None:
-        end, _, asked, ended = heapq.heappop(self.flying)
+        end, (kind, _), what = heapq.heappop(self.flying)
         self.servers.now = max(self.servers.now, end)
-        trials.events.trial_finished(ended.tell(study, asked))
+        if kind:
+            begun, i, result = cast(tuple[Begun[Any], int, Any], what)
+            begun.ended(i, result)
+        else:
+            asked, ended = cast(tuple[Asked, Ended], what)
+            trials.events.trial_finished(ended.tell(study, asked))
 
     def stop(self, trials: Trials, study: Study) -> None:
-        for _, _, asked, _ in self.flying:
-            study.tell_interrupted(asked)
+        for _, (kind, _), what in self.flying:
+            if not kind:
+                study.tell_interrupted(cast(tuple[Asked, Ended], what)[0])
         self.flying.clear()
 
     def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
+        out, ends = self._serve(trials, serve, jobs)
+        self.servers.now = max(ends, default=self.servers.now)
+        return out
+
+    def begin(
+        self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J],
+        then: Callable[[list[T]], None],
+    ) -> None:  # fmt: skip
+        out, ends = self._serve(trials, serve, jobs)
+        begun: Begun[T] = Begun.of(jobs, then)
+        for i, (result, end) in enumerate(zip(out, ends, strict=True)):
+            self.begun += 1
+            heapq.heappush(self.flying, (end, (1, self.begun), (begun, i, result)))
+
+    def _serve(
+        self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]
+    ) -> tuple[list[T], list[float]]:  # fmt: skip
+        """Each job served from now, as if on a worker of its own: its result and its end."""
         now, out, ends = self.servers.now, [], []
         for job in jobs:
             self.servers.now = now
             out.append(serve(trials, job))
             ends.append(self.servers.now)
-        self.servers.now = max(ends, default=now)
-        return out
+        self.servers.now = now
+        return out, ends
 
 
 def _turned(readings: Sequence[Reading], steady: Sequence[Reading], plan: WindowPlan) -> bool:

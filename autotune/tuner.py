@@ -100,7 +100,7 @@ def search(prep: Prepared, trials: Trials, study: Study, workers: Workers | None
     trials.deadline = None if budget is None else started + budget  # the whole run's, race included
     trials.events.run_started(run.path, settings.max_trials, budget, after_search(prep))
     try:
-        _trials(prep, trials, study, started, workers)
+        early = _trials(prep, trials, study, started, workers)
     except WorkloadError:
         _forget_if_empty(prep, trials.run_dir, study)
         raise
@@ -108,27 +108,46 @@ def search(prep: Prepared, trials: Trials, study: Study, workers: Workers | None
     results = study.results()
     trials.check_s = reserve_s(prep, results, race=False)  # the race leaves the open-loop check its time
     trials.events.search_ended(trials.clock() - started, reserve_s(prep, results), budget)
-    return finals.race(prep, trials, trials.run_dir, study, workers)
+    return finals.race(prep, trials, trials.run_dir, study, workers, early)
 
 
-def _trials(prep: Prepared, trials: Trials, study: Study, started: float, workers: Workers) -> None:
+def _trials(
+    prep: Prepared, trials: Trials, study: Study, started: float, workers: Workers
+) -> finals.Early | None:  # fmt: skip
     """Trials while :func:`_go_on` says so: a free worker starts the next one; with every worker
     busy, or nothing more to start, the next trial in flight to end is told; then the search
-    decides again."""
+    decides again. Once its budget is spent, the workers its last trials leave free begin the
+    race (:func:`finals.ahead`): the race goes on from there where its finalists stay the same."""
+    early: finals.Early | None = None
     try:
         while True:
             results = study.results()
             elapsed, reserve = trials.clock() - started, reserve_s(prep, results)
             if workers.free() and _go_on(prep, study, results, elapsed, reserve, workers.at_once):
                 workers.start(trials, study, results)
-            elif workers.busy():
-                workers.wait(trials, study)
+            elif not workers.busy() or not walk.in_flight(results):
+                return early  # the race's rounds in flight end in it (:func:`finals.race`)
             else:
-                return
+                if workers.free() and _ended(prep, results, elapsed, reserve, workers.at_once):
+                    trials.check_s = reserve_s(prep, results, race=False)
+                    early = finals.ahead(prep, trials, study, workers, early)
+                workers.wait(trials, study)
             trials.run_dir = trials.run_dir.update(searched_s=trials.clock() - started)
     except BaseException:
         workers.stop(trials, study)  # the trials in flight: measured again on --resume
         raise
+
+
+def _ended(
+    prep: Prepared, results: list[TrialResult], elapsed_s: float, reserve: float, at_once: int
+) -> bool:  # fmt: skip
+    """Whether the search starts no trial again, whatever the trials in flight find: its budget
+    (trials, time) is spent."""
+    s = prep.settings
+    finished = walk.finished(results)
+    return finished + walk.in_flight(results) >= s.max_trials or not walk.time_left(
+        s.time_budget_s, elapsed_s, finished, reserve, at_once
+    )
 
 
 def reserve_s(prep: Prepared, results: Sequence[TrialResult], race: bool = True) -> float:

@@ -9,7 +9,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 from autotune.results import TrialResult
 from autotune.study import Study
@@ -24,8 +25,8 @@ class Workers(Protocol):
 
     at_once: int
 
-    def free(self) -> bool:
-        """Whether a worker can start a trial now."""
+    def free(self) -> int:
+        """How many workers can start a trial now."""
         ...
 
     def busy(self) -> bool:
@@ -51,14 +52,23 @@ class Workers(Protocol):
         of its own."""
         ...
 
+    def begin(
+        self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J],
+        then: Callable[[list[T]], None],
+    ) -> None:  # fmt: skip
+        """``serve`` of each job on a free worker of its own, beside the trials in flight: when the
+        last ends, :meth:`wait` calls ``then`` with their results in order. Until then they are
+        in flight (:meth:`busy`), and a stop drops them."""
+        ...
+
 
 class OneAtATime:
     """One trial at a time, told as soon as it ends: nothing is ever in flight between steps."""
 
     at_once = 1
 
-    def free(self) -> bool:
-        return True
+    def free(self) -> int:
+        return 1
 
     def busy(self) -> bool:
         return False
@@ -74,3 +84,29 @@ class OneAtATime:
 
     def each(self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]) -> list[T]:
         return [serve(trials, job) for job in jobs]
+
+    def begin(
+        self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J],
+        then: Callable[[list[T]], None],
+    ) -> None:  # fmt: skip
+        then(self.each(trials, serve, jobs))  # nothing is ever in flight
+
+
+@dataclass(eq=False)
+class Begun(Generic[T]):
+    """Jobs begun at once beside the trials in flight (:meth:`Workers.begin`): their results so
+    far, how many have not ended, and what takes the results once the last has."""
+
+    out: list[Any]
+    left: int
+    then: Callable[[list[T]], None]
+
+    @classmethod
+    def of(cls, jobs: Sequence[Any], then: Callable[[list[T]], None]) -> Begun[T]:
+        return cls([None] * len(jobs), len(jobs), then)
+
+    def ended(self, i: int, result: T) -> None:
+        """Job ``i`` ended with ``result``; once it is the last, ``then`` takes them all."""
+        self.out[i], self.left = result, self.left - 1
+        if not self.left:
+            self.then(self.out)

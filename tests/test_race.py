@@ -222,3 +222,24 @@ def test_a_leader_s_rounds_served_at_once_stay_its_own_when_another_takes_the_le
 def _near(level: float, throughput: float) -> Point:
     """A round too near the limit to say, at ``throughput``."""
     return windowed(int(level), throughput, 19.6, spread=0.1)
+
+
+def test_the_first_phase_asks_a_round_a_free_worker_while_its_rounds_and_those_in_flight_fall_short() -> None:
+    race = _race(repeats=3)
+    assert race.next_first(0, False) == [1, 2, CONTROL]
+    assert race.next_first(2, False) == [1, 2, CONTROL]
+    assert race.next_first(3, False) is None  # three in flight: the phase's rounds
+    race.take_first(dict(race.level), {1: meets(8, 2000.0), 2: meets(8, 1000.0), CONTROL: meets(4, 300.0)})
+    assert race.played == 1 and race.next_first(2, False) is None and race.next_first(1, False) is not None
+
+
+def test_first_phase_rounds_taken_as_they_end_are_taken_as_one_at_a_time_and_a_moved_racer_sits_out() -> None:
+    race = _race(repeats=3)
+    levels = dict(race.level)  # each round served before any ended
+    race.take_first(levels, {1: breaks(8), 2: meets(8), CONTROL: meets(4, 300.0)})  # 1 goes down a level
+    race.take_first(levels, {1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)})
+    assert race.level[1] < 8 and race.rounds[1] == []  # its round at 8 that ended later was not taken
+    assert race.count[1] == 1 and race.count[2] == 2 and len(race.rounds[CONTROL]) == 2
+    race.phase = "leader"
+    race.take_first(levels, {1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)})  # the phase is over
+    assert race.count[2] == 2

@@ -20,6 +20,7 @@ import pytest
 
 from autotune import sim
 from autotune.errors import LaunchError
+from autotune.events import Events
 from autotune.objective import Sla
 from autotune.results import Verification
 from autotune.search import walk
@@ -775,3 +776,52 @@ def test_trials_at_once_end_in_simulated_time_and_take_less_of_it() -> None:
         told = [n for n, state in states.items() if state != "RUNNING"]
         assert all(ends[n] <= t + 1e-9 for n in told), (t, states)
     assert max(sum(s == "RUNNING" for s in states.values()) for _, states, _ in seen) == 3  # four at once
+
+
+class _Rounds(sim.SimServers):
+    """Each race round's shared server: when it started and ended, in simulated time."""
+
+    spans: list[tuple[float, float]] = []  # noqa: RUF012
+
+    @contextmanager
+    def serve_all(self, candidates: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        start = self.now
+        with super().serve_all(candidates, *args, **kwargs) as server:
+            yield server
+        type(self).spans.append((start, self.now))
+
+
+def _race_beside_the_last_trials() -> tuple[list[tuple[float, float]], list[float]]:
+    """Four workers, 12 trials at most: the race rounds' spans, and when each trial ended."""
+    ends: list[float] = []
+
+    class Ends(Trials):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            clock = self.clock
+
+            class Told(Events):
+                def trial_finished(self, result: Any) -> None:
+                    ends.append(clock())
+
+            self.events = Told()
+
+    _Rounds.spans = []
+    out = sim.simulate(QUIET, seed=2, max_trials=12, at_once=4, servers_type=_Rounds, trials_type=Ends)
+    assert out.honest and out.winner is not None and len(ends) == 12
+    return sorted(_Rounds.spans), ends
+
+
+def test_once_the_trials_are_spent_the_workers_the_last_trials_leave_free_begin_the_race() -> None:
+    """Four workers: once --max-trials are asked, a free worker begins a race round while the
+    last trials still run (finals.ahead), and the race goes on from it."""
+    spans, ends = _race_beside_the_last_trials()
+    assert spans[0][0] < max(ends), (spans, ends)
+
+
+def test_a_round_of_the_race_s_first_phase_begins_when_a_worker_frees_not_when_the_slowest_ends() -> None:
+    """Four workers: the fifth round of the first phase begins when the first of the four before
+    it ends (each taken as it ends: Race.take_first), not when the last of them does."""
+    spans, _ = _race_beside_the_last_trials()
+    first = [end for _, end in spans[:4]]
+    assert len(spans) > 4 and spans[4][0] == min(first) < max(first), spans

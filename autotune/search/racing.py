@@ -166,6 +166,23 @@ class Race:
                 self.asked = there
             self.take(points)
 
+    def next_first(self, flying: int, out_of_time: bool) -> list[int] | None:
+        """The racers of another round of the first phase, ``flying`` of its rounds in flight and
+        not yet taken (None: the phase has all the rounds it needs)."""
+        if self.phase != "rounds" or self.played + flying >= self.repeats or self._cut(out_of_time):
+            return None
+        return self._ask(self.alive)
+
+    def take_first(self, levels: Mapping[int, float], points: Mapping[int, Point | None]) -> None:
+        """A round of the first phase that :meth:`next_first` asked, taken as it ends, beside the
+        others in flight. ``levels``: its racers' as it was served. A racer that left, or moved a
+        level since, sits it out; once the phase is over, it is dropped."""
+        there = [n for n in self.alive if n in levels and self.level[n] == levels[n]]
+        if self.phase != "rounds" or not any(n != self.control for n in there):
+            return
+        self.asked = there
+        self.take(points)
+
     def _took_over(self, served: int | None, levels: Mapping[int, float]) -> bool:
         """Whether another leader took the lead from ``served`` where both stand: ``served`` is
         still in at its level in ``levels`` with rounds to take, and the new leader kept its
