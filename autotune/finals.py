@@ -103,7 +103,7 @@ def _first_rounds(
 
         def take(served: list[dict[int, Point | None]], job: RoundJob = job) -> None:
             begun.flying -= 1
-            state.take_first(job.levels, served[0])
+            state.take_first(job.levels, served[0], trials.out_of_time(trials.check_s))
 
         workers.begin(trials, serve_round, [job], take)
 

@@ -229,17 +229,25 @@ def test_the_first_phase_asks_a_round_a_free_worker_while_its_rounds_and_those_i
     assert race.next_first(0, False) == [1, 2, CONTROL]
     assert race.next_first(2, False) == [1, 2, CONTROL]
     assert race.next_first(3, False) is None  # three in flight: the phase's rounds
-    race.take_first(dict(race.level), {1: meets(8, 2000.0), 2: meets(8, 1000.0), CONTROL: meets(4, 300.0)})
+    points = {1: meets(8, 2000.0), 2: meets(8, 1000.0), CONTROL: meets(4, 300.0)}
+    race.take_first(dict(race.level), points, False)
     assert race.played == 1 and race.next_first(2, False) is None and race.next_first(1, False) is not None
 
 
 def test_first_phase_rounds_taken_as_they_end_are_taken_as_one_at_a_time_and_a_moved_racer_sits_out() -> None:
     race = _race(repeats=3)
     levels = dict(race.level)  # each round served before any ended
-    race.take_first(levels, {1: breaks(8), 2: meets(8), CONTROL: meets(4, 300.0)})  # 1 goes down a level
-    race.take_first(levels, {1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)})
+    race.take_first(levels, {1: breaks(8), 2: meets(8), CONTROL: meets(4, 300.0)}, False)  # 1 goes down
+    race.take_first(levels, {1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)}, False)
     assert race.level[1] < 8 and race.rounds[1] == []  # its round at 8 that ended later was not taken
     assert race.count[1] == 1 and race.count[2] == 2 and len(race.rounds[CONTROL]) == 2
-    race.phase = "leader"
-    race.take_first(levels, {1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)})  # the phase is over
-    assert race.count[2] == 2
+
+
+def test_a_first_phase_round_that_ends_after_the_phase_counts_for_the_leader_where_it_stands() -> None:
+    race = _race(finalists=1, repeats=4)
+    levels = dict(race.level)  # four rounds begun at once
+    race.take_first(levels, {1: near(8), CONTROL: meets(4, 300.0)}, False)
+    race.take_first(levels, {1: near(8), CONTROL: meets(4, 300.0)}, False)
+    assert race.phase == "moved"  # settled: one finalist with two rounds; two rounds are still in flight
+    race.take_first(levels, {1: near(8), CONTROL: meets(4, 300.0)}, False)
+    assert race.phase == "leader" and len(race.rounds[1]) == 3 and len(race.rounds[CONTROL]) == 3

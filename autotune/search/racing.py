@@ -173,12 +173,20 @@ class Race:
             return None
         return self._ask(self.alive)
 
-    def take_first(self, levels: Mapping[int, float], points: Mapping[int, Point | None]) -> None:
+    def take_first(
+        self, levels: Mapping[int, float], points: Mapping[int, Point | None], out_of_time: bool
+    ) -> None:
         """A round of the first phase that :meth:`next_first` asked, taken as it ends, beside the
-        others in flight. ``levels``: its racers' as it was served. A racer that left, or moved a
-        level since, sits it out; once the phase is over, it is dropped."""
-        there = [n for n in self.alive if n in levels and self.level[n] == levels[n]]
-        if self.phase != "rounds" or not any(n != self.control for n in there):
+        others in flight, as the round the race asks next (:meth:`next_round`): ``levels`` holds
+        its racers' as it was served. A racer that left, or moved a level since, sits it out; once
+        the phase is over, the leader and your config take their points in it, where they stand."""
+        again = self.next_round(out_of_time)
+        if again is None:
+            return
+        there = [n for n in again if n in levels and self.level[n] == levels[n]]
+        if self.phase == "leader" and self.current not in there:
+            return
+        if not any(n != self.control for n in there):
             return
         self.asked = there
         self.take(points)
