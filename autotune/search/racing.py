@@ -148,23 +148,21 @@ class Race:
         the others' points in it are taken. A leader's rounds stay its own while it stands where
         they were served, though another racer took the lead. The rounds left once no finalist the
         race asks for was served where it stands (a leader sent down, a racer that moved) are dropped."""
-        asked, levels = list(self.asked), dict(self.level)
-        served = asked[0] if self.phase == "leader" else None
+        levels = dict(self.level)
+        at = {n: levels[n] for n in self.asked}  # where the rounds were served
+        served = self.asked[0] if self.phase == "leader" else None
         for i, points in enumerate(rounds):
-            if i:
-                again = self.next_round(out_of_time)
-                if again is None:
-                    return
-                if self.phase == "leader" and self._took_over(served, levels):
-                    assert served is not None
-                    self.current, again = served, [served, *self.beside]
-                there = [n for n in again if n in asked and self.level[n] == levels[n]]
-                if self.phase == "leader" and self.current not in there:
-                    return
-                if not any(n != self.control for n in there):
-                    return
-                self.asked = there
-            self.take(points)
+            if not i:
+                self.take(points)
+                continue
+            again = self.next_round(out_of_time)
+            if again is None:
+                return
+            if self.phase == "leader" and self._took_over(served, levels):
+                assert served is not None
+                self.current, again = served, [served, *self.beside]
+            if not self._take_at(again, at, points):
+                return
 
     def next_first(self, flying: int, out_of_time: bool) -> list[int] | None:
         """The racers of another round of the first phase, ``flying`` of its rounds in flight and
@@ -181,15 +179,22 @@ class Race:
         its racers' as it was served. A racer that left, or moved a level since, sits it out; once
         the phase is over, the leader and your config take their points in it, where they stand."""
         again = self.next_round(out_of_time)
-        if again is None:
-            return
-        there = [n for n in again if n in levels and self.level[n] == levels[n]]
-        if self.phase == "leader" and self.current not in there:
-            return
-        if not any(n != self.control for n in there):
-            return
+        if again is not None:
+            self._take_at(again, levels, points)
+
+    def _take_at(
+        self, asked: Sequence[int], at: Mapping[int, float], points: Mapping[int, Point | None]
+    ) -> bool:  # fmt: skip
+        """Take a round served earlier as the round of ``asked``: its racers that still stand where
+        ``at`` says it was served take their points. False, and nothing taken, where the leader the
+        race asks for, or every finalist, has left that level."""
+        there = [n for n in asked if n in at and self.level[n] == at[n]]
+        left = self.phase == "leader" and self.current not in there
+        if left or not any(n != self.control for n in there):
+            return False
         self.asked = there
         self.take(points)
+        return True
 
     def _took_over(self, served: int | None, levels: Mapping[int, float]) -> bool:
         """Whether another leader took the lead from ``served`` where both stand: ``served`` is
