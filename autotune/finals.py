@@ -44,13 +44,13 @@ def race(
     workers = workers or OneAtATime()
     begun = _begin(prep, results, early)
     assert begun is not None
-    state, yours = begun.state, begun.control
+    state, yours, searched = begun.state, begun.control, level_search.measured_points(results)
     while True:  # the first phase: a round on each free worker, each taken as it ends
-        _first_rounds(prep, trials, begun, results, workers)
+        _first_rounds(prep, trials, begun, searched, workers)
         if not workers.busy():
             break
         workers.wait(trials, study)
-    while _wave(prep, trials, begun, results, workers, workers.at_once):
+    while _wave(prep, trials, begun, searched, workers):
         pass
     if state.out_of_time:
         trials.events.said(
@@ -72,8 +72,9 @@ class Early:
     flying: int = 0
 
     @property
-    def racers(self) -> tuple[int, ...]:
-        return tuple(r.number for r in (*self.ranked, *([self.control] if self.control else [])))
+    def by_number(self) -> dict[int, TrialResult]:
+        """Each racer by its trial number, the finalists first."""
+        return {r.number: r for r in (*self.ranked, *([self.control] if self.control else []))}
 
 
 def ahead(
@@ -86,17 +87,17 @@ def ahead(
     begun = _begin(prep, results, early)
     if begun is None or study.verifications():
         return early
-    _first_rounds(prep, trials, begun, results, workers)
+    _first_rounds(prep, trials, begun, level_search.measured_points(results), workers)
     return begun
 
 
 def _first_rounds(
-    prep: Prepared, trials: Trials, begun: Early, results: Sequence[TrialResult], workers: Workers
+    prep: Prepared, trials: Trials, begun: Early, searched: Sequence[Point], workers: Workers
 ) -> None:  # fmt: skip
     """A round of the race's first phase begun on each free worker while the phase needs one
-    (:meth:`Race.next_first`); each is taken as it ends (:meth:`Race.take_first`)."""
-    state, searched = begun.state, level_search.measured_points(results)
-    by_number = {r.number: r for r in (*begun.ranked, *([begun.control] if begun.control else []))}
+    (:meth:`Race.next_first`); each is taken as it ends (:meth:`Race.take_first`). ``searched``:
+    the points the search measured."""
+    state, by_number = begun.state, begun.by_number
     while workers.free() and (numbers := state.next_first(begun.flying, trials.out_of_time(trials.check_s))):
         job = _job(prep, trials, state, [by_number[n] for n in numbers], searched, begun.flying)
         begun.flying += 1
@@ -116,8 +117,8 @@ def _begin(prep: Prepared, results: Sequence[TrialResult], early: Early | None) 
     if not ranked:
         return None
     yours = control(results, ranked)
-    racers = tuple(r.number for r in (*ranked, *([yours] if yours else [])))
-    if early is not None and early.racers == racers:
+    racers = [r.number for r in (*ranked, *([yours] if yours else []))]
+    if early is not None and list(early.by_number) == racers:
         return early
     state = Race.start(
         ranked, yours, s.search_sla, s.sla.percentile, prep.scoring, prep.baseline, prep.loader.open_loop,
@@ -126,16 +127,13 @@ def _begin(prep: Prepared, results: Sequence[TrialResult], early: Early | None) 
     return Early(tuple(ranked), yours, state)
 
 
-def _wave(
-    prep: Prepared, trials: Trials, begun: Early, results: Sequence[TrialResult], workers: Workers, most: int
-) -> bool:  # fmt: skip
-    """Up to ``most`` rounds the race asks next, served at once and taken (False: the race is over)."""
-    state = begun.state
-    rounds = state.next_rounds(most, trials.out_of_time(trials.check_s))
+def _wave(prep: Prepared, trials: Trials, begun: Early, searched: Sequence[Point], workers: Workers) -> bool:
+    """The rounds the race asks next, as many as the workers serve at once, served and taken
+    (False: the race is over)."""
+    state, by_number = begun.state, begun.by_number
+    rounds = state.next_rounds(workers.at_once, trials.out_of_time(trials.check_s))
     if rounds is None:
         return False
-    by_number = {r.number: r for r in (*begun.ranked, *([begun.control] if begun.control else []))}
-    searched = level_search.measured_points(results)
     jobs = [
         _job(prep, trials, state, [by_number[n] for n in numbers], searched, i)
         for i, numbers in enumerate(rounds)
