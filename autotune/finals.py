@@ -4,7 +4,7 @@ measured under arrivals at a rate (:func:`check_open_loop`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from autotune import openfiles, stopping
 from autotune.errors import LaunchError, MeasurementError
@@ -30,28 +30,28 @@ def race(
     """The :func:`ranking.finalists` raced, your config beside them as the control (:func:`control`).
     :class:`autotune.search.racing.Race` decides each round; this serves it: each round on a fresh server
     (shared where :meth:`Trials.can_share`), each racer at its level, its windows judged with its
-    earlier rounds' there (:func:`level_search.judged_at`). ``workers`` serve rounds the race
-    needs alike at once (:meth:`Race.next_rounds`). A racer's rounds at its last level are its
-    verification; a race the study recorded is not run again. The first phase's rounds
-    (:meth:`Race.next_first`) start as workers free, each taken as it ends; the race begun in the
-    search's tail (``early``, :func:`ahead`) goes on where its racers are these."""
-    s, results = prep.settings, study.results()
+    earlier rounds' there (:func:`level_search.judged_at`). Each free worker begins a round the
+    race needs beside those in flight (:meth:`Race.another`), taken as it ends. A racer's rounds
+    at its last level are its verification; a race the study recorded is not run again. The race
+    begun in the search's tail (``early``, :func:`ahead`) goes on where its racers are these."""
+    s, results, workers = prep.settings, study.results(), workers or OneAtATime()
     ranked = ranking.finalists(results, s.finalists, prep.scoring) if s.repeats >= 1 else []
     done = {v.trial: v for v in study.verifications()}
     if not ranked or all(r.number in done for r in ranked):
+        if early is not None and early.flying:
+            workers.drop()
         recorded = [done[r.number] for r in ranked if r.number in done]
         return run.update(verifications=(*recorded, *(v for v in done.values() if v.control)))
-    workers = workers or OneAtATime()
-    begun = _begin(prep, results, early)
+    begun = _begin(prep, results, early, workers)
     assert begun is not None
     state, yours, searched = begun.state, begun.control, level_search.measured_points(results)
-    while True:  # the first phase: a round on each free worker, each taken as it ends
-        _first_rounds(prep, trials, begun, searched, workers)
+    while True:  # a round on each free worker while the race needs one, each taken as it ends
+        _rounds(prep, trials, begun, searched, workers)
+        if state.phase == "done":
+            workers.drop()  # the race is decided: it needs no round still in flight
         if not workers.busy():
             break
         workers.wait(trials, study)
-    while _wave(prep, trials, begun, searched, workers):
-        pass
     if state.out_of_time:
         trials.events.said(
             "the race stops here: the run's time budget is spent (each racer has its rounds so far)"
@@ -69,7 +69,7 @@ class Early:
     ranked: tuple[TrialResult, ...]
     control: TrialResult | None
     state: Race
-    flying: int = 0
+    flying: list[RoundJob] = field(default_factory=list)
 
     @property
     def by_number(self) -> dict[int, TrialResult]:
@@ -84,62 +84,56 @@ def ahead(
     its budget is spent: the race of the finalists as the trials so far rank them (``early`` goes
     on where they are its racers). :func:`race` goes on from it where its finalists are the same."""
     results = study.results()
-    begun = _begin(prep, results, early)
+    begun = _begin(prep, results, early, workers)
     if begun is None or study.verifications():
         return early
-    _first_rounds(prep, trials, begun, level_search.measured_points(results), workers)
+    _rounds(prep, trials, begun, level_search.measured_points(results), workers)
     return begun
 
 
-def _first_rounds(
+def _rounds(
     prep: Prepared, trials: Trials, begun: Early, searched: Sequence[Point], workers: Workers
 ) -> None:  # fmt: skip
-    """A round of the race's first phase begun on each free worker while the phase needs one
-    (:meth:`Race.next_first`); each is taken as it ends (:meth:`Race.take_first`). ``searched``:
-    the points the search measured."""
+    """A round the race needs begun on each free worker (:meth:`Race.another`), each taken as it
+    ends (:meth:`Race.take_ended`). ``searched``: the points the search measured."""
     state, by_number = begun.state, begun.by_number
-    while workers.free() and (numbers := state.next_first(begun.flying, trials.out_of_time(trials.check_s))):
-        job = _job(prep, trials, state, [by_number[n] for n in numbers], searched, begun.flying)
-        begun.flying += 1
+    while workers.free():
+        levels = [job.levels for job in begun.flying]
+        numbers = state.another(levels, trials.out_of_time(trials.check_s))
+        if numbers is None:
+            return
+        leader = state.current if state.phase == "leader" else None
+        job = _job(prep, trials, state, [by_number[n] for n in numbers], searched, len(begun.flying), leader)
+        begun.flying.append(job)
 
         def take(served: list[dict[int, Point | None]], job: RoundJob = job) -> None:
-            begun.flying -= 1
-            state.take_first(job.levels, served[0], trials.out_of_time(trials.check_s))
+            begun.flying.remove(job)
+            state.take_ended(job.levels, served[0], job.leader)
 
         workers.begin(trials, serve_round, [job], take)
 
 
-def _begin(prep: Prepared, results: Sequence[TrialResult], early: Early | None) -> Early | None:
+def _begin(
+    prep: Prepared, results: Sequence[TrialResult], early: Early | None, workers: Workers
+) -> Early | None:  # fmt: skip
     """The race of the finalists of ``results`` and your config: ``early`` where they are its
-    racers, else a new one (None: no finalist)."""
+    racers, else a new one (None: no finalist). The rounds in flight of a race of other racers
+    end (:meth:`Workers.drop`)."""
     s = prep.settings
     ranked = ranking.finalists(results, s.finalists, prep.scoring) if s.repeats >= 1 else []
-    if not ranked:
-        return None
-    yours = control(results, ranked)
+    yours = control(results, ranked) if ranked else None
     racers = [r.number for r in (*ranked, *([yours] if yours else []))]
     if early is not None and list(early.by_number) == racers:
         return early
+    if early is not None and early.flying:
+        workers.drop()
+    if not ranked:
+        return None
     state = Race.start(
         ranked, yours, s.search_sla, s.sla.percentile, prep.scoring, prep.baseline, prep.loader.open_loop,
         s.repeats,
     )  # fmt: skip
     return Early(tuple(ranked), yours, state)
-
-
-def _wave(prep: Prepared, trials: Trials, begun: Early, searched: Sequence[Point], workers: Workers) -> bool:
-    """The rounds the race asks next, as many as the workers serve at once, served and taken
-    (False: the race is over)."""
-    state, by_number = begun.state, begun.by_number
-    rounds = state.next_rounds(workers.at_once, trials.out_of_time(trials.check_s))
-    if rounds is None:
-        return False
-    jobs = [
-        _job(prep, trials, state, [by_number[n] for n in numbers], searched, i)
-        for i, numbers in enumerate(rounds)
-    ]
-    state.take_all(workers.each(trials, serve_round, jobs), trials.out_of_time(trials.check_s))
-    return True
 
 
 @dataclass(frozen=True)
@@ -153,11 +147,12 @@ class RoundJob:
     plans: dict[int, WindowPlan]
     shared: bool
     turn: int = 0
+    leader: int | None = None  # the leader it was asked for, in the race's last phase
 
 
 def _job(
     prep: Prepared, trials: Trials, state: Race, racers: Sequence[TrialResult], searched: Sequence[Point],
-    ahead: int,
+    ahead: int, leader: int | None = None,
 ) -> RoundJob:  # fmt: skip
     """The round of ``racers`` the race asked for, ``ahead`` rounds of it served beside it before
     it in turn: each racer judged with its earlier rounds at its level
@@ -174,7 +169,7 @@ def _job(
     shared = len(racers) > 1 and not on_gpus and trials.can_share()
     counts = {n: state.count[n] + ahead for n in numbers}
     turn = counts[numbers[0]] % len(racers)
-    return RoundJob(tuple(racers), {n: state.level[n] for n in numbers}, counts, plans, shared, turn)
+    return RoundJob(tuple(racers), {n: state.level[n] for n in numbers}, counts, plans, shared, turn, leader)
 
 
 def serve_round(trials: Trials, job: RoundJob) -> dict[int, Point | None]:

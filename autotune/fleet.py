@@ -221,6 +221,10 @@ class RayWorkers:
             _keep_logs(trials.run_dir, logs)
         return [result for result, _ in served]
 
+    def drop(self) -> None:
+        self._cancel(list(self.begun))
+        self.begun.clear()
+
     def stop(self, trials: Trials, study: Study) -> None:
         self._cancel([*self.flying, *self.begun])
         self.begun.clear()

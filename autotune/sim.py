@@ -811,6 +811,10 @@ class SimWorkers:
             self.begun += 1
             heapq.heappush(self.flying, (end, (1, self.begun), (begun, i, result)))
 
+    def drop(self) -> None:
+        self.flying = [entry for entry in self.flying if not entry[1][0]]
+        heapq.heapify(self.flying)
+
     def _serve(
         self, trials: Trials, serve: Callable[[Trials, J], T], jobs: Sequence[J]
     ) -> tuple[list[T], list[float]]:  # fmt: skip

@@ -61,6 +61,11 @@ class Workers(Protocol):
         in flight (:meth:`busy`), and a stop drops them."""
         ...
 
+    def drop(self) -> None:
+        """The jobs begun and still in flight end now, without their results: the race needs them
+        no more. The trials in flight go on."""
+        ...
+
 
 class OneAtATime:
     """One trial at a time, told as soon as it ends: nothing is ever in flight between steps."""
@@ -90,6 +95,9 @@ class OneAtATime:
         then: Callable[[list[T]], None],
     ) -> None:  # fmt: skip
         then(self.each(trials, serve, jobs))  # nothing is ever in flight
+
+    def drop(self) -> None:
+        pass  # nothing is ever in flight
 
 
 @dataclass(eq=False)

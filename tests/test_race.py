@@ -161,62 +161,67 @@ def test_out_of_time_a_racer_sent_down_in_the_last_round_leaves_without_its_roun
     assert race.alive == [2, CONTROL]  # sent down, no round there: out of the race
 
 
-def test_rounds_at_once_are_the_rounds_the_first_phase_has_left() -> None:
-    race = _race(repeats=3)
-    assert race.next_rounds(1, False) == [[1, 2, CONTROL]]  # one worker: the next round alone
-    assert race.next_rounds(8, False) == [[1, 2, CONTROL]] * 3  # no more than the phase has left
-    _play(race, {1: meets(8, 2000.0), 2: meets(8, 1000.0), CONTROL: meets(4, 300.0)})
-    assert race.next_rounds(8, False) == [[1, 2, CONTROL]] * 2
-
-
-def test_rounds_at_once_are_taken_as_one_at_a_time_would_take_them() -> None:
-    rounds = [
-        {1: meets(8, 2000.0 + i), 2: meets(8, 1000.0 + i), CONTROL: meets(4, 300.0)} for i in range(3)
-    ]
+def test_rounds_taken_as_they_end_are_taken_as_one_at_a_time_would_take_them() -> None:
+    rounds = [{1: meets(8, 2000.0 + i), 2: meets(8, 1000.0 + i), CONTROL: meets(4, 300.0)} for i in range(3)]
     alone = _race()
     for points in rounds:
         if alone.next_round(False) is not None:
             alone.take(points)
     together = _race()
-    assert together.next_rounds(3, False) == [[1, 2, CONTROL]] * 3
-    together.take_all(rounds, False)
+    levels = dict(together.level)
+    asked = [together.another([levels] * i, False) for i in range(4)]
+    assert asked == [[1, 2, CONTROL]] * 3 + [None]  # three begun at once: the phase's rounds
+    for points in rounds:
+        together.take_ended(levels, points)
     assert (together.alive, together.rounds, together.phase) == (alone.alive, alone.rounds, alone.phase)
 
 
-def test_a_racer_that_moved_a_level_sits_out_the_rounds_served_at_once_and_the_others_keep_theirs() -> None:
-    race = _race()
-    served = race.next_rounds(3, False)
-    assert served is not None and len(served) == 3
-    first = {1: breaks(8), 2: meets(8), CONTROL: meets(4, 300.0)}  # 1 goes down a level
-    later = {1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)}
-    race.take_all([first, later, later], False)
-    assert race.level[1] < 8 and race.rounds[1] == []  # its rounds at 8 served beside were not taken
-    assert race.count[1] == 1 and race.count[2] == 3 and len(race.rounds[CONTROL]) == 3
-    assert race.played == 3 and race.next_round(False) == [1]  # it gets its round where it moved to
-
-
-def test_rounds_served_at_once_are_dropped_once_the_finalist_they_were_for_moved_a_level() -> None:
+def test_rounds_in_flight_are_dropped_once_the_finalist_they_were_for_moved_a_level() -> None:
     race = _race(finalists=1, repeats=4)
     _play(race, {1: near(8), CONTROL: meets(4, 300.0)})
-    served = race.next_rounds(8, False)
-    assert served == [[1, CONTROL]] * 3 and race.phase == "rounds"
+    levels = dict(race.level)
+    assert [race.another([levels] * i, False) for i in range(4)] == [[1, CONTROL]] * 3 + [None]
     beside = meets(4, 300.0)
-    race.take_all([{1: breaks(8), CONTROL: beside}] + [{1: near(8), CONTROL: beside}] * 2, False)
+    race.take_ended(levels, {1: breaks(8), CONTROL: beside})
+    for _ in range(2):
+        race.take_ended(levels, {1: near(8), CONTROL: beside})
     assert race.level[1] < 8 and race.rounds[1] == []  # sent down by the first: the rest were for 8
     assert race.count[1] == 2 and len(race.rounds[CONTROL]) == 2  # the control's went with them
 
 
-def test_a_leader_s_rounds_served_at_once_stay_its_own_when_another_takes_the_lead() -> None:
+def test_a_leader_s_rounds_in_flight_stay_its_own_when_another_takes_the_lead() -> None:
     race = _race(repeats=4)
     beside = meets(4, 300.0)
     race.rounds = {1: [_near(8, 1500.0), _near(8, 1600.0)], 2: [_near(8, 1300.0), _near(8, 1400.0)]}
     race.rounds[CONTROL] = [beside, beside]
     race.phase, race.played, race.beside = "leader", 4, [CONTROL]
-    served = race.next_rounds(8, False)
-    assert served == [[1, CONTROL]] * 2 and race.current == 1
-    race.take_all([{1: _near(8, 500.0), CONTROL: beside}] * 2, False)  # the first round puts 2 ahead
+    levels = dict(race.level)
+    assert race.another([], False) == [1, CONTROL] and race.current == 1
+    assert race.another([levels], False) == [1, CONTROL]
+    assert race.another([levels] * 2, False) is None  # its rounds there: two taken, two in flight
+    for _ in range(2):
+        race.take_ended(levels, {1: _near(8, 500.0), CONTROL: beside}, leader=1)  # the first puts 2 ahead
     assert len(race.rounds[1]) == 4 and len(race.rounds[CONTROL]) == 4  # both rounds taken for 1
     assert race.next_round(False) == [2, CONTROL]  # then the new leader gets its rounds
+
+
+def test_a_racer_that_moved_gets_one_round_there_and_none_beside_it() -> None:
+    race = _race(repeats=2)
+    levels = dict(race.level)
+    race.take_ended(levels, {1: breaks(8), 2: meets(8, 2000.0), CONTROL: meets(4, 300.0)})  # 1 goes down
+    race.take_ended(levels, {1: meets(8), 2: meets(8, 2000.0), CONTROL: meets(4, 300.0)})
+    assert race.another([], False) == [1] and race.phase == "moved"
+    assert race.another([dict(race.level)], False) is None  # its round there is in flight
+    assert race.another([levels], False) == [1]  # a round at its old level is not its round
+
+
+def test_the_first_phase_waits_for_its_rounds_in_flight_before_a_later_round() -> None:
+    race = _race(finalists=1, repeats=2)
+    levels = dict(race.level)
+    race.take_ended(levels, {1: near(8), CONTROL: meets(4, 300.0)})
+    assert race.another([levels], False) is None and race.phase == "rounds"  # its last round flies
+    race.take_ended(levels, {1: near(8), CONTROL: meets(4, 300.0)})
+    assert race.another([], False) == [1, CONTROL] and race.phase == "leader"
 
 
 def _near(level: float, throughput: float) -> Point:
@@ -226,19 +231,20 @@ def _near(level: float, throughput: float) -> Point:
 
 def test_the_first_phase_asks_a_round_a_free_worker_while_its_rounds_and_those_in_flight_fall_short() -> None:
     race = _race(repeats=3)
-    assert race.next_first(0, False) == [1, 2, CONTROL]
-    assert race.next_first(2, False) == [1, 2, CONTROL]
-    assert race.next_first(3, False) is None  # three in flight: the phase's rounds
+    assert race.another([], False) == [1, 2, CONTROL]
+    assert race.another([race.level] * 2, False) == [1, 2, CONTROL]
+    assert race.another([race.level] * 3, False) is None  # three in flight: the phase's rounds
     points = {1: meets(8, 2000.0), 2: meets(8, 1000.0), CONTROL: meets(4, 300.0)}
-    race.take_first(dict(race.level), points, False)
-    assert race.played == 1 and race.next_first(2, False) is None and race.next_first(1, False) is not None
+    race.take_ended(dict(race.level), points)
+    assert race.played == 1 and race.another([race.level] * 2, False) is None
+    assert race.another([race.level], False) is not None
 
 
 def test_first_phase_rounds_taken_as_they_end_are_taken_as_one_at_a_time_and_a_moved_racer_sits_out() -> None:
     race = _race(repeats=3)
     levels = dict(race.level)  # each round served before any ended
-    race.take_first(levels, {1: breaks(8), 2: meets(8), CONTROL: meets(4, 300.0)}, False)  # 1 goes down
-    race.take_first(levels, {1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)}, False)
+    race.take_ended(levels, {1: breaks(8), 2: meets(8), CONTROL: meets(4, 300.0)})  # 1 goes down
+    race.take_ended(levels, {1: meets(8), 2: meets(8), CONTROL: meets(4, 300.0)})
     assert race.level[1] < 8 and race.rounds[1] == []  # its round at 8 that ended later was not taken
     assert race.count[1] == 1 and race.count[2] == 2 and len(race.rounds[CONTROL]) == 2
 
@@ -246,8 +252,8 @@ def test_first_phase_rounds_taken_as_they_end_are_taken_as_one_at_a_time_and_a_m
 def test_a_first_phase_round_that_ends_after_the_phase_counts_for_the_leader_where_it_stands() -> None:
     race = _race(finalists=1, repeats=4)
     levels = dict(race.level)  # four rounds begun at once
-    race.take_first(levels, {1: near(8), CONTROL: meets(4, 300.0)}, False)
-    race.take_first(levels, {1: near(8), CONTROL: meets(4, 300.0)}, False)
+    race.take_ended(levels, {1: near(8), CONTROL: meets(4, 300.0)})
+    race.take_ended(levels, {1: near(8), CONTROL: meets(4, 300.0)})
     assert race.phase == "moved"  # settled: one finalist with two rounds; two rounds are still in flight
-    race.take_first(levels, {1: near(8), CONTROL: meets(4, 300.0)}, False)
+    race.take_ended(levels, {1: near(8), CONTROL: meets(4, 300.0)})
     assert race.phase == "leader" and len(race.rounds[1]) == 3 and len(race.rounds[CONTROL]) == 3

@@ -791,8 +791,9 @@ class _Rounds(sim.SimServers):
         type(self).spans.append((start, self.now))
 
 
-def _race_beside_the_last_trials() -> tuple[list[tuple[float, float]], list[float]]:
-    """Four workers, 12 trials at most: the race rounds' spans, and when each trial ended."""
+def _race_beside_the_last_trials() -> tuple[list[tuple[float, float]], list[float], float]:
+    """Four workers, 12 trials at most: the race rounds' spans, when each trial ended, and when
+    the run ended."""
     ends: list[float] = []
 
     class Ends(Trials):
@@ -809,19 +810,26 @@ def _race_beside_the_last_trials() -> tuple[list[tuple[float, float]], list[floa
     _Rounds.spans = []
     out = sim.simulate(QUIET, seed=2, max_trials=12, at_once=4, servers_type=_Rounds, trials_type=Ends)
     assert out.honest and out.winner is not None and len(ends) == 12
-    return sorted(_Rounds.spans), ends
+    return sorted(_Rounds.spans), ends, out.sim_s
 
 
 def test_once_the_trials_are_spent_the_workers_the_last_trials_leave_free_begin_the_race() -> None:
     """Four workers: once --max-trials are asked, a free worker begins a race round while the
     last trials still run (finals.ahead), and the race goes on from it."""
-    spans, ends = _race_beside_the_last_trials()
+    spans, ends, _ = _race_beside_the_last_trials()
     assert spans[0][0] < max(ends), (spans, ends)
 
 
 def test_a_round_of_the_race_s_first_phase_begins_when_a_worker_frees_not_when_the_slowest_ends() -> None:
     """Four workers: the fifth round of the first phase begins when the first of the four before
-    it ends (each taken as it ends: Race.take_first), not when the last of them does."""
-    spans, _ = _race_beside_the_last_trials()
+    it ends (each taken as it ends: Race.take_ended), not when the last of them does."""
+    spans, _, _ = _race_beside_the_last_trials()
     first = [end for _, end in spans[:4]]
     assert len(spans) > 4 and spans[4][0] == min(first) < max(first), spans
+
+
+def test_once_the_race_is_decided_its_rounds_still_in_flight_end_there() -> None:
+    """Four workers: rounds begun while the race needed them end once it is decided
+    (Workers.drop), so the run ends before the last of them would have."""
+    spans, _, wall = _race_beside_the_last_trials()
+    assert max(end for _, end in spans) > wall, (spans, wall)

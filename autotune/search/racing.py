@@ -127,60 +127,39 @@ class Race:
                 self.down(n)  # its server failed: it leaves, and its rounds there are kept
             self.current = None
 
-    def next_rounds(self, most: int, out_of_time: bool) -> list[list[int]] | None:
-        """Up to ``most`` rounds to serve at once, on servers apart, then to pass to
-        :meth:`take_all`: :meth:`next_round` as many times as its phase may still need it (the
-        first phase's rounds left, or the leader's where it stands). None when the race is over."""
-        first = self.next_round(out_of_time)
-        if first is None:
-            return None
+    def another(self, flying: Sequence[Mapping[int, float]], out_of_time: bool) -> list[int] | None:
+        """The racers of another round to begin beside the rounds in ``flying`` (each its racers'
+        levels as it was served), then to take as it ends (:meth:`take_ended`). None: the race
+        needs no round now; it waits for those in flight, or it is over. The first phase asks
+        while its rounds and those in flight fall short; a racer that moved gets one round; a
+        leader, its rounds where it stands."""
         if self.phase == "rounds":
-            left = self.repeats - self.played
-        elif self.phase == "leader" and self.current is not None:
-            left = self.repeats - len(self.rounds[self.current])
-        else:
-            left = 1
-        return [first] * max(1, min(most, left))
-
-    def take_all(self, rounds: Sequence[Mapping[int, Point | None]], out_of_time: bool) -> None:
-        """Take the rounds :meth:`next_rounds` asked for, in turn, each as the round the race asks
-        next. A racer that left, or moved a level since the round was served, sits that round out;
-        the others' points in it are taken. A leader's rounds stay its own while it stands where
-        they were served, though another racer took the lead. The rounds left once no finalist the
-        race asks for was served where it stands (a leader sent down, a racer that moved) are dropped."""
-        levels = dict(self.level)
-        at = {n: levels[n] for n in self.asked}  # where the rounds were served
-        served = self.asked[0] if self.phase == "leader" else None
-        for i, points in enumerate(rounds):
-            if not i:
-                self.take(points)
-                continue
-            again = self.next_round(out_of_time)
-            if again is None:
-                return
-            if self.phase == "leader" and self._took_over(served, levels):
-                assert served is not None
-                self.current, again = served, [served, *self.beside]
-            if not self._take_at(again, at, points):
-                return
-
-    def next_first(self, flying: int, out_of_time: bool) -> list[int] | None:
-        """The racers of another round of the first phase, ``flying`` of its rounds in flight and
-        not yet taken (None: the phase has all the rounds it needs)."""
-        if self.phase != "rounds" or self.played + flying >= self.repeats or self._cut(out_of_time):
+            if self.played + len(flying) < self.repeats and not self._cut(out_of_time):
+                return self._ask(self.alive)
+            if flying:
+                return None
+        numbers = self.next_round(out_of_time)
+        if numbers is None:
             return None
-        return self._ask(self.alive)
+        finalists = [n for n in numbers if n != self.control]
+        here = sum(all(at.get(n) == self.level[n] for n in finalists) for at in flying)
+        need = self.repeats - len(self.rounds[finalists[0]]) if self.phase == "leader" else 1
+        return numbers if here < need else None
 
-    def take_first(
-        self, levels: Mapping[int, float], points: Mapping[int, Point | None], out_of_time: bool
-    ) -> None:
-        """A round of the first phase that :meth:`next_first` asked, taken as it ends, beside the
-        others in flight, as the round the race asks next (:meth:`next_round`): ``levels`` holds
-        its racers' as it was served. A racer that left, or moved a level since, sits it out; once
-        the phase is over, the leader and your config take their points in it, where they stand."""
-        again = self.next_round(out_of_time)
-        if again is not None:
-            self._take_at(again, levels, points)
+    def take_ended(
+        self, at: Mapping[int, float], points: Mapping[int, Point | None], leader: int | None = None
+    ) -> None:  # fmt: skip
+        """A round that :meth:`another` asked, taken as it ends, as the round the race asks next
+        (:meth:`next_round`): ``at`` holds its racers' levels as it was served; ``leader``, the
+        leader it was served for. A racer that left, or moved a level since, sits it out. A
+        leader's round stays its own while it stands there, though another took the lead."""
+        again = self.next_round(False)  # a round served is taken, though the budget is spent since
+        if again is None:
+            return
+        if self.phase == "leader" and self._took_over(leader, at):
+            assert leader is not None
+            self.current, again = leader, [leader, *self.beside]
+        self._take_at(again, at, points)
 
     def _take_at(
         self, asked: Sequence[int], at: Mapping[int, float], points: Mapping[int, Point | None]
