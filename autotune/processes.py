@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import signal
 import socket
@@ -102,11 +101,12 @@ class Owner:
 
 
 def _prctl() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """libc's prctl, from the symbols this process has loaded. Not ``ctypes.util.find_library``:
+    it runs ``ldconfig -p``, and the guard's first child must be its server (:func:`child_of`)."""
     if not sys.platform.startswith("linux"):
         return None
     with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl
+        return ctypes.CDLL(None, use_errno=True).prctl
     return None
 
 

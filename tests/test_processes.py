@@ -170,3 +170,19 @@ def test_a_dead_run_s_server_record_reaps_only_the_process_it_recorded(
     finally:
         server.kill()
         server.wait()
+
+
+def test_the_guard_starts_no_process_before_its_server() -> None:
+    """The local launcher names a server by the guard's first child (processes.child_of), so
+    the guard starts nothing else: ctypes.util.find_library("c") once ran ldconfig there, and a
+    server was named by ldconfig's pid. Here any process started before the server fails."""
+    code = (
+        "import subprocess\n"
+        "def refused(*args, **kwargs):\n"
+        "    raise SystemExit(f'started {args[0]!r} before the server')\n"
+        "subprocess.Popen = refused\n"
+        "import autotune.guard, autotune.processes\n"
+        "assert autotune.processes._PRCTL is not None\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
