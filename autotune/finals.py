@@ -45,7 +45,7 @@ def race(
     begun = _begin(prep, results, early, workers)
     assert begun is not None
     state, yours, searched = begun.state, begun.control, level_search.measured_points(results)
-    while True:  # a round on each free worker while the race needs one, each taken as it ends
+    while True:  # a round on each free worker while the race needs one, taken in the order begun
         _rounds(prep, trials, begun, searched, workers)
         if state.phase == "done":
             workers.drop()  # the race is decided: it needs no round still in flight
@@ -64,12 +64,14 @@ def race(
 @dataclass
 class Early:
     """A race and the racers it runs: the finalists and your config as the trials so far rank
-    them (:func:`_begin`); ``flying``: its rounds in flight."""
+    them (:func:`_begin`); ``flying``: its rounds not yet taken, in the order they began;
+    ``ended``: the points of those that ended, by ``id`` of their job."""
 
     ranked: tuple[TrialResult, ...]
     control: TrialResult | None
     state: Race
     flying: list[RoundJob] = field(default_factory=list)
+    ended: dict[int, dict[int, Point | None]] = field(default_factory=dict)
 
     @property
     def by_number(self) -> dict[int, TrialResult]:
@@ -94,8 +96,10 @@ def ahead(
 def _rounds(
     prep: Prepared, trials: Trials, begun: Early, searched: Sequence[Point], workers: Workers
 ) -> None:  # fmt: skip
-    """A round the race needs begun on each free worker (:meth:`Race.another`), each taken as it
-    ends (:meth:`Race.take_ended`). ``searched``: the points the search measured."""
+    """A round the race needs begun on each free worker (:meth:`Race.another`), each taken once it
+    and every round begun before it ended (:meth:`Race.take_ended`): in the order they began,
+    since a round that ends first is more often one far from the limit. ``searched``: the points
+    the search measured."""
     state, by_number = begun.state, begun.by_number
     while workers.free():
         levels = [job.levels for job in begun.flying]
@@ -107,8 +111,10 @@ def _rounds(
         begun.flying.append(job)
 
         def take(served: list[dict[int, Point | None]], job: RoundJob = job) -> None:
-            begun.flying.remove(job)
-            state.take_ended(job.levels, served[0], job.leader)
+            begun.ended[id(job)] = served[0]
+            while begun.flying and id(begun.flying[0]) in begun.ended:
+                first = begun.flying.pop(0)
+                state.take_ended(first.levels, begun.ended.pop(id(first)), first.leader)
 
         workers.begin(trials, serve_round, [job], take)
 

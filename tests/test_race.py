@@ -257,3 +257,14 @@ def test_a_first_phase_round_that_ends_after_the_phase_counts_for_the_leader_whe
     assert race.phase == "moved"  # settled: one finalist with two rounds; two rounds are still in flight
     race.take_ended(levels, {1: near(8), CONTROL: meets(4, 300.0)})
     assert race.phase == "leader" and len(race.rounds[1]) == 3 and len(race.rounds[CONTROL]) == 3
+
+
+def test_your_config_sent_down_in_the_last_round_has_its_round_there_taken() -> None:
+    race = _race(finalists=1, repeats=2)
+    levels = dict(race.level)
+    race.take_ended(levels, {1: near(8), CONTROL: breaks(4)})  # your config goes down a level
+    race.take_ended(levels, {1: near(8), CONTROL: meets(4, 300.0)})  # served where it stood
+    assert race.another([], False) == [CONTROL] and race.phase == "moved"
+    assert race.another([dict(race.level)], False) is None  # its round there is in flight
+    race.take_ended(dict(race.level), {CONTROL: meets(int(race.level[CONTROL]), 250.0)})
+    assert race.phase == "leader" and len(race.rounds[CONTROL]) == 1  # taken: the race goes on

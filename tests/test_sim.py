@@ -833,3 +833,30 @@ def test_once_the_race_is_decided_its_rounds_still_in_flight_end_there() -> None
     (Workers.drop), so the run ends before the last of them would have."""
     spans, _, wall = _race_beside_the_last_trials()
     assert max(end for _, end in spans) > wall, (spans, wall)
+
+
+def test_race_rounds_are_taken_in_the_order_they_began(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four workers on a noisy surface: a round near the limit takes more windows, so rounds taken
+    as they end would decide on those far from it first. Each race takes its rounds in the order
+    they began."""
+    from autotune import finals
+    from autotune.search import racing
+
+    begun: list[Any] = []  # each round's job, as it began
+    taken: dict[int, list[int]] = {}  # each race's rounds taken: their places in ``begun``
+    serve, take = finals.serve_round, racing.Race.take_ended
+
+    def serving(trials: Trials, job: Any) -> Any:
+        begun.append(job)
+        return serve(trials, job)
+
+    def taking(self: Any, at: Any, *args: Any, **kwargs: Any) -> None:
+        taken.setdefault(id(self), []).append(next(i for i, job in enumerate(begun) if job.levels is at))
+        take(self, at, *args, **kwargs)
+
+    monkeypatch.setattr(finals, "serve_round", serving)
+    monkeypatch.setattr(racing.Race, "take_ended", taking)
+    noisy = sim.Synthetic("noisy", QUIET.sla, mu=400.0, cores=2, alpha=0.4, cv=0.1)
+    out = sim.simulate(noisy, seed=4, max_trials=12, at_once=4)
+    assert out.winner is not None and sum(map(len, taken.values())) > 4
+    assert all(places == sorted(places) for places in taken.values()), taken

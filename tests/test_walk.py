@@ -601,4 +601,3 @@ def test_a_servers_first_point_discards_one_window_of_warm_up(window_s: float) -
     half-second reads slow, the next ones as the rest: benchmarks/results/warmup-20261129.txt)."""
     plan = level_search.search_plan(Sla(99, 50.0), window_s)
     assert (plan.window_s, plan.warmup_s, plan.percentile, plan.limit_ms) == (window_s, window_s, 99, 0.0)
-

@@ -141,9 +141,9 @@ class Race:
         numbers = self.next_round(out_of_time)
         if numbers is None:
             return None
-        finalists = [n for n in numbers if n != self.control]
-        here = sum(all(at.get(n) == self.level[n] for n in finalists) for at in flying)
-        need = self.repeats - len(self.rounds[finalists[0]]) if self.phase == "leader" else 1
+        asked = [n for n in numbers if n != self.control] or numbers  # your config alone, once it moved
+        here = sum(all(at.get(n) == self.level[n] for n in asked) for at in flying)
+        need = self.repeats - len(self.rounds[asked[0]]) if self.phase == "leader" else 1
         return numbers if here < need else None
 
     def take_ended(
@@ -166,10 +166,11 @@ class Race:
     ) -> bool:  # fmt: skip
         """Take a round served earlier as the round of ``asked``: its racers that still stand where
         ``at`` says it was served take their points. False, and nothing taken, where the leader the
-        race asks for, or every finalist, has left that level."""
+        race asks for, or every finalist it asks for (else every racer), has left that level."""
         there = [n for n in asked if n in at and self.level[n] == at[n]]
+        finalists = [n for n in asked if n != self.control]
         left = self.phase == "leader" and self.current not in there
-        if left or not any(n != self.control for n in there):
+        if left or not there or (finalists and not any(n in there for n in finalists)):
             return False
         self.asked = there
         self.take(points)
