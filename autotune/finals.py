@@ -31,7 +31,7 @@ def race(
     :class:`autotune.search.racing.Race` decides each round; this serves it: each round on a fresh server
     (shared where :meth:`Trials.can_share`), each racer at its level, its windows judged with its
     earlier rounds' there (:func:`level_search.judged_at`). Each free worker begins a round the
-    race needs beside those in flight (:meth:`Race.another`), taken as it ends. A racer's rounds
+    race needs beside those in flight (:meth:`Race.another`), taken in the order begun. A racer's rounds
     at its last level are its verification; a race the study recorded is not run again. The race
     begun in the search's tail (``early``, :func:`ahead`) goes on where its racers are these."""
     s, results, workers = prep.settings, study.results(), workers or OneAtATime()
@@ -82,7 +82,7 @@ class Early:
 def ahead(
     prep: Prepared, trials: Trials, study: Study, workers: Workers, early: Early | None
 ) -> Early | None:  # fmt: skip
-    """The race's first phase begun on the workers that the search's last trials leave free, once
+    """The race begun on the workers that the search's last trials leave free, once
     its budget is spent: the race of the finalists as the trials so far rank them (``early`` goes
     on where they are its racers). :func:`race` goes on from it where its finalists are the same."""
     results = study.results()

@@ -149,7 +149,7 @@ class Race:
     def take_ended(
         self, at: Mapping[int, float], points: Mapping[int, Point | None], leader: int | None = None
     ) -> None:  # fmt: skip
-        """A round that :meth:`another` asked, taken as it ends, as the round the race asks next
+        """A round that :meth:`another` asked, taken once it ended, as the round the race asks next
         (:meth:`next_round`): ``at`` holds its racers' levels as it was served; ``leader``, the
         leader it was served for. A racer that left, or moved a level since, sits it out. A
         leader's round stays its own while it stands there, though another took the lead."""
