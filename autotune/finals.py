@@ -65,13 +65,13 @@ def race(
 class Early:
     """A race and the racers it runs: the finalists and your config as the trials so far rank
     them (:func:`_begin`); ``flying``: its rounds not yet taken, in the order they began;
-    ``ended``: the points of those that ended, by ``id`` of their job."""
+    ``ended``: the points of those that ended, by their job."""
 
     ranked: tuple[TrialResult, ...]
     control: TrialResult | None
     state: Race
     flying: list[RoundJob] = field(default_factory=list)
-    ended: dict[int, dict[int, Point | None]] = field(default_factory=dict)
+    ended: dict[RoundJob, dict[int, Point | None]] = field(default_factory=dict)
 
     @property
     def by_number(self) -> dict[int, TrialResult]:
@@ -111,10 +111,10 @@ def _rounds(
         begun.flying.append(job)
 
         def take(served: list[dict[int, Point | None]], job: RoundJob = job) -> None:
-            begun.ended[id(job)] = served[0]
-            while begun.flying and id(begun.flying[0]) in begun.ended:
+            begun.ended[job] = served[0]
+            while begun.flying and begun.flying[0] in begun.ended:
                 first = begun.flying.pop(0)
-                state.take_ended(first.levels, begun.ended.pop(id(first)), first.leader)
+                state.take_ended(first.levels, begun.ended.pop(first), first.leader)
 
         workers.begin(trials, serve_round, [job], take)
 
@@ -142,10 +142,11 @@ def _begin(
     return Early(tuple(ranked), yours, state)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RoundJob:
     """One race round to serve: its racers, each one's level, round index and plan, and whether
-    they share one server (first ``turn`` places later: the order turns each round)."""
+    they share one server (first ``turn`` places later: the order turns each round). Each job is
+    itself (equal and hashed by identity), so the race can hold the points of those that ended."""
 
     racers: tuple[TrialResult, ...]
     levels: dict[int, float]
