@@ -101,6 +101,10 @@ def _rounds(
     since a round that ends first is more often one far from the limit. ``searched``: the points
     the search measured."""
     state, by_number = begun.state, begun.by_number
+    while stale := [job for job in begun.flying if state.stale(job.levels)]:
+        workers.drop(stale)  # rounds the race can never take: their workers serve those it needs
+        begun.flying = [job for job in begun.flying if job not in stale]
+        _take_in_order(begun)
     while workers.free():
         levels = [job.levels for job in begun.flying]
         numbers = state.another(levels, trials.out_of_time(trials.check_s))
@@ -112,11 +116,18 @@ def _rounds(
 
         def take(served: list[dict[int, Point | None]], job: RoundJob = job) -> None:
             begun.ended[job] = served[0]
-            while begun.flying and begun.flying[0] in begun.ended:
-                first = begun.flying.pop(0)
-                state.take_ended(first.levels, begun.ended.pop(first), first.leader)
+            _take_in_order(begun)
 
         workers.begin(trials, serve_round, [job], take)
+
+
+def _take_in_order(begun: Early) -> None:
+    """The rounds that ended taken (:meth:`Race.take_ended`) while every round begun before each
+    has ended too; a round dropped is not waited for."""
+    begun.ended = {job: points for job, points in begun.ended.items() if job in begun.flying}
+    while begun.flying and begun.flying[0] in begun.ended:
+        first = begun.flying.pop(0)
+        begun.state.take_ended(first.levels, begun.ended.pop(first), first.leader)
 
 
 def _begin(

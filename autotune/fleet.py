@@ -221,9 +221,11 @@ class RayWorkers:
             _keep_logs(trials.run_dir, logs)
         return [result for result, _ in served]
 
-    def drop(self) -> None:
-        self._cancel(list(self.begun))
-        self.begun.clear()
+    def drop(self, jobs: Sequence[Any] | None = None) -> None:
+        refs = [ref for ref, (begun, i) in self.begun.items() if begun.holds(i, jobs)]
+        self._cancel(refs)
+        for ref in refs:
+            del self.begun[ref]
 
     def stop(self, trials: Trials, study: Study) -> None:
         self._cancel([*self.flying, *self.begun])

@@ -811,8 +811,14 @@ class SimWorkers:
             self.begun += 1
             heapq.heappush(self.flying, (end, (1, self.begun), (begun, i, result)))
 
-    def drop(self) -> None:
-        self.flying = [entry for entry in self.flying if not entry[1][0]]
+    def drop(self, jobs: Sequence[Any] | None = None) -> None:
+        def dropped(entry: tuple[float, tuple[int, int], _InFlight]) -> bool:
+            if not entry[1][0]:
+                return False  # a trial
+            begun, i, _ = cast(tuple[Begun[Any], int, Any], entry[2])
+            return begun.holds(i, jobs)
+
+        self.flying = [entry for entry in self.flying if not dropped(entry)]
         heapq.heapify(self.flying)
 
     def _serve(

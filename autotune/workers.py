@@ -61,9 +61,9 @@ class Workers(Protocol):
         in flight (:meth:`busy`), and a stop drops them."""
         ...
 
-    def drop(self) -> None:
+    def drop(self, jobs: Sequence[Any] | None = None) -> None:
         """The jobs begun and still in flight end now, without their results: the race needs them
-        no more. The trials in flight go on."""
+        no more (``jobs``: those of them only, by identity). The trials in flight go on."""
         ...
 
 
@@ -96,22 +96,27 @@ class OneAtATime:
     ) -> None:  # fmt: skip
         then(self.each(trials, serve, jobs))  # nothing is ever in flight
 
-    def drop(self) -> None:
+    def drop(self, jobs: Sequence[Any] | None = None) -> None:
         pass  # nothing is ever in flight
 
 
 @dataclass(eq=False)
 class Begun(Generic[T]):
-    """Jobs begun at once beside the trials in flight (:meth:`Workers.begin`): their results so
-    far, how many have not ended, and what takes the results once the last has."""
+    """Jobs begun at once beside the trials in flight (:meth:`Workers.begin`): the jobs, their
+    results so far, how many have not ended, and what takes the results once the last has."""
 
+    jobs: Sequence[Any]
     out: list[Any]
     left: int
     then: Callable[[list[T]], None]
 
     @classmethod
     def of(cls, jobs: Sequence[Any], then: Callable[[list[T]], None]) -> Begun[T]:
-        return cls([None] * len(jobs), len(jobs), then)
+        return cls(jobs, [None] * len(jobs), len(jobs), then)
+
+    def holds(self, i: int, jobs: Sequence[Any] | None) -> bool:
+        """Whether job ``i`` is one of ``jobs`` (by identity; None: every job)."""
+        return jobs is None or any(self.jobs[i] is job for job in jobs)
 
     def ended(self, i: int, result: T) -> None:
         """Job ``i`` ended with ``result``; once it is the last, ``then`` takes them all."""

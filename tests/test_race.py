@@ -205,14 +205,28 @@ def test_a_leader_s_rounds_in_flight_stay_its_own_when_another_takes_the_lead() 
     assert race.next_round(False) == [2, CONTROL]  # then the new leader gets its rounds
 
 
-def test_a_racer_that_moved_gets_one_round_there_and_none_beside_it() -> None:
+def test_a_finalist_that_moved_gets_a_leader_s_rounds_there_and_none_beside_it() -> None:
     race = _race(repeats=2)
     levels = dict(race.level)
     race.take_ended(levels, {1: breaks(8), 2: meets(8, 2000.0), CONTROL: meets(4, 300.0)})  # 1 goes down
     race.take_ended(levels, {1: meets(8), 2: meets(8, 2000.0), CONTROL: meets(4, 300.0)})
     assert race.another([], False) == [1] and race.phase == "moved"
-    assert race.another([dict(race.level)], False) is None  # its round there is in flight
-    assert race.another([levels], False) == [1]  # a round at its old level is not its round
+    there = dict(race.level)
+    assert race.another([there], False) == [1]  # it may lead there next: a leader's rounds
+    assert race.another([there, there], False) is None  # its two rounds there are in flight
+    assert race.another([levels, there], False) == [1]  # a round at its old level is not its round
+
+
+def test_a_round_is_stale_once_each_of_its_finalists_left_its_level_or_the_race() -> None:
+    race = _race(repeats=2)
+    levels = dict(race.level)
+    assert not race.stale(levels)
+    race.take_ended(levels, {1: breaks(8), 2: meets(8, 2000.0), CONTROL: meets(4, 300.0)})  # 1 goes down
+    assert not race.stale(levels)  # 2 still stands at 8
+    assert race.stale({1: 8.0, CONTROL: 4.0})  # your config there does not keep it
+    race.alive.remove(2)
+    assert race.stale(levels) and not race.stale(dict(race.level))
+    assert not race.stale({CONTROL: 4.0}) and race.stale({CONTROL: 2.0})  # your config alone: its level
 
 
 def test_the_first_phase_waits_for_its_rounds_in_flight_before_a_later_round() -> None:

@@ -131,8 +131,9 @@ class Race:
         """The racers of another round to begin beside the rounds in ``flying`` (each its racers'
         levels as it was served), then to take as it ends (:meth:`take_ended`). None: the race
         needs no round now; it waits for those in flight, or it is over. The first phase asks
-        while its rounds and those in flight fall short; a racer that moved gets one round; a
-        leader, its rounds where it stands."""
+        while its rounds and those in flight fall short; a leader, its rounds where it stands. A
+        finalist that moved gets as many there, the rounds it needs if it leads there next; your
+        config alone, one."""
         if self.phase == "rounds":
             if self.played + len(flying) < self.repeats and not self._cut(out_of_time):
                 return self._ask(self.alive)
@@ -141,10 +142,18 @@ class Race:
         numbers = self.next_round(out_of_time)
         if numbers is None:
             return None
-        asked = [n for n in numbers if n != self.control] or numbers  # your config alone, once it moved
+        finalists = [n for n in numbers if n != self.control]
+        asked = finalists or numbers  # your config alone, once it moved
         here = sum(all(at.get(n) == self.level[n] for n in asked) for at in flying)
-        need = self.repeats - len(self.rounds[asked[0]]) if self.phase == "leader" else 1
+        # a finalist that moved may lead there next: its round there and the leader's rounds after it
+        need = self.repeats - len(self.rounds[asked[0]]) if self.phase == "leader" or finalists else 1
         return numbers if here < need else None
+
+    def stale(self, at: Mapping[int, float]) -> bool:
+        """Whether a round served at the levels ``at`` can never be taken: each of its finalists
+        (else your config) has left the race or left that level. Levels only go down."""
+        finalists = [n for n in at if n != self.control] or list(at)
+        return not any(n in self.alive and self.level[n] == at[n] for n in finalists)
 
     def take_ended(
         self, at: Mapping[int, float], points: Mapping[int, Point | None], leader: int | None = None
