@@ -101,17 +101,21 @@ def _rounds(
     since a round that ends first is more often one far from the limit. ``searched``: the points
     the search measured."""
     state, by_number = begun.state, begun.by_number
-    while stale := [job for job in begun.flying if state.stale(job.levels)]:
+    while stale := [job for job in begun.flying if state.stale(job.levels, job.above)]:
         workers.drop(stale)  # rounds the race can never take: their workers serve those it needs
         begun.flying = [job for job in begun.flying if job not in stale]
         _take_in_order(begun)
     while workers.free():
-        levels = [job.levels for job in begun.flying]
-        numbers = state.another(levels, trials.out_of_time(trials.check_s))
+        levels, out_of_time = [job.levels for job in begun.flying], trials.out_of_time(trials.check_s)
+        here = [job.levels for job in begun.flying if not state.held(job.levels, job.above)]
+        numbers, at = state.another(here, out_of_time), None
+        if numbers is None and (at := state.below(levels, out_of_time)) is not None:
+            numbers = list(at)  # a worker the race leaves free: the leader's round a level down
         if numbers is None:
             return
         leader = state.current if state.phase == "leader" else None
-        job = _job(prep, trials, state, [by_number[n] for n in numbers], searched, len(begun.flying), leader)
+        racers = [by_number[n] for n in numbers]
+        job = _job(prep, trials, state, racers, searched, len(begun.flying), leader, at)
         begun.flying.append(job)
 
         def take(served: list[dict[int, Point | None]], job: RoundJob = job) -> None:
@@ -123,11 +127,15 @@ def _rounds(
 
 def _take_in_order(begun: Early) -> None:
     """The rounds that ended taken (:meth:`Race.take_ended`) while every round begun before each
-    has ended too; a round dropped is not waited for."""
+    has ended too; a round dropped, or held a level down (:meth:`Race.held`), is not waited for."""
+    state = begun.state
     begun.ended = {job: points for job, points in begun.ended.items() if job in begun.flying}
-    while begun.flying and begun.flying[0] in begun.ended:
-        first = begun.flying.pop(0)
-        begun.state.take_ended(first.levels, begun.ended.pop(first), first.leader)
+    while True:
+        first = next((job for job in begun.flying if not state.held(job.levels, job.above)), None)
+        if first is None or first not in begun.ended:
+            return
+        begun.flying.remove(first)
+        state.take_ended(first.levels, begun.ended.pop(first), first.leader)
 
 
 def _begin(
@@ -166,28 +174,33 @@ class RoundJob:
     shared: bool
     turn: int = 0
     leader: int | None = None  # the leader it was asked for, in the race's last phase
+    above: dict[int, float] = field(default_factory=dict)  # each racer's level then (Race.below)
 
 
 def _job(
     prep: Prepared, trials: Trials, state: Race, racers: Sequence[TrialResult], searched: Sequence[Point],
-    ahead: int, leader: int | None = None,
+    ahead: int, leader: int | None = None, at: dict[int, float] | None = None,
 ) -> RoundJob:  # fmt: skip
     """The round of ``racers`` the race asked for, ``ahead`` rounds of it served beside it before
-    it in turn: each racer judged with its earlier rounds at its level
-    (:func:`level_search.judged_at`); on one server where they can share one (not on GPUs: a
-    server's GPU figures, its memory, are all its models')."""
+    it in turn, at their levels (``at``: those :meth:`Race.below` gave): each racer judged with
+    its earlier rounds at its level (:func:`level_search.judged_at`); on one server where they can
+    share one (not on GPUs: a server's GPU figures, its memory, are all its models')."""
     numbers = [r.number for r in racers]
+    levels = at or {n: state.level[n] for n in numbers}
     seen = [*searched, *(p for rounds in state.rounds.values() for p in rounds)]
     noise = level_search.latency_noise(seen, prep.settings.plan.percentile)  # the warm-up test's spread
     plans = {
-        n: level_search.judged_at(prep.settings.plan, state.sla.limit_ms, state.rounds[n], noise)
+        n: level_search.judged_at(
+            prep.settings.plan, state.sla.limit_ms, state.rounds[n] if levels[n] == state.level[n] else [], noise
+        )
         for n in numbers
     }
     on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in racers)
     shared = len(racers) > 1 and not on_gpus and trials.can_share()
     counts = {n: state.count[n] + ahead for n in numbers}
     turn = counts[numbers[0]] % len(racers)
-    return RoundJob(tuple(racers), {n: state.level[n] for n in numbers}, counts, plans, shared, turn, leader)
+    above = {n: state.level[n] for n in numbers}
+    return RoundJob(tuple(racers), levels, counts, plans, shared, turn, leader, above)
 
 
 def serve_round(trials: Trials, job: RoundJob) -> dict[int, Point | None]:

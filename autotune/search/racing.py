@@ -149,11 +149,36 @@ class Race:
         need = self.repeats - len(self.rounds[asked[0]]) if self.phase == "leader" or finalists else 1
         return numbers if here < need else None
 
-    def stale(self, at: Mapping[int, float]) -> bool:
-        """Whether a round served at the levels ``at`` can never be taken: each of its finalists
-        (else your config) has left the race or left that level. Levels only go down."""
+    def below(self, flying: Sequence[Mapping[int, float]], out_of_time: bool) -> dict[int, float] | None:
+        """The levels of a round to begin where :meth:`another` asks none: the leader's (the first
+        phase's leader so far) one level down (:func:`level_below` of its rounds so far), where it
+        goes if its rounds where it stands leave it undecided; your config beside it where it stands.
+        The round is held until the leader goes there (:meth:`held`). None: no such round."""
+        if self.phase not in ("rounds", "leader") or self._cut(out_of_time):
+            return None
+        n = self.current if self.phase == "leader" else self.leader()
+        if n is None or not self.rounds[n] or self.meets(n):
+            return None
+        there = level_below(self.level[n], self.rounds[n], self.sla, self.levels[n], self.spread())
+        if there is None or sum(at.get(n) == there for at in flying) >= self.repeats:
+            return None
+        beside = self.beside if self.phase == "leader" else [c for c in [self.control] if c in self.alive]
+        return {n: there, **{c: self.level[c] for c in beside}}
+
+    def held(self, at: Mapping[int, float], above: Mapping[int, float]) -> bool:
+        """Whether a round served at ``at`` for racers then at ``above`` (:meth:`below`) waits:
+        a finalist of it still stands above the level it was served at."""
+        return any(
+            n != self.control and n in self.alive and at[n] < above[n] == self.level[n] for n in at
+        )  # fmt: skip
+
+    def stale(self, at: Mapping[int, float], above: Mapping[int, float] | None = None) -> bool:
+        """Whether a round served at the levels ``at`` (for racers then at ``above``, :meth:`below`)
+        can never be taken: each of its finalists (else your config) has left the race, or stands
+        neither where it was served nor where it was then. Levels only go down."""
+        above = above or at
         finalists = [n for n in at if n != self.control] or list(at)
-        return not any(n in self.alive and self.level[n] == at[n] for n in finalists)
+        return not any(n in self.alive and self.level[n] in (at[n], above[n]) for n in finalists)
 
     def take_ended(
         self, at: Mapping[int, float], points: Mapping[int, Point | None], leader: int | None = None
