@@ -61,6 +61,7 @@ class Race:
     current: int | None = None  # the leader that is still getting rounds where it stands
     asked: list[int] = field(default_factory=list)  # the racers of the round being served
     out_of_time: bool = False  # the race stopped for the run's time budget
+    ahead: dict[int, float] = field(default_factory=dict)  # the level a racer's held rounds wait at
 
     @classmethod
     def start(
@@ -160,8 +161,10 @@ class Race:
         if n is None or not self.rounds[n] or self.meets(n):
             return None
         there = level_below(self.level[n], self.rounds[n], self.sla, self.levels[n], self.spread())
+        there = self.ahead.get(n, there) if there is not None and self.ahead.get(n, there) < there else there
         if there is None or sum(at.get(n) == there for at in flying) >= self.repeats:
             return None
+        self.ahead[n] = there
         beside = self.beside if self.phase == "leader" else [c for c in [self.control] if c in self.alive]
         return {n: there, **{c: self.level[c] for c in beside}}
 
@@ -271,11 +274,17 @@ class Race:
         """Send racer ``n`` down to :func:`level_below`, keeping its rounds at this level. False
         when no level is left."""
         below = level_below(self.level[n], self.rounds[n], self.sla, self.levels[n], self.spread())
+        ahead = self.ahead.pop(n, None)  # where its rounds held by Race.below wait
+        if below is not None and ahead is not None and max(self._listed_below(n), default=0.0) < ahead < below:
+            below = ahead
         self.others[n].append((self.level[n], tuple(self.rounds[n])))
         self.rounds[n] = []
         if below is not None:
             self.level[n] = below
         return below is not None
+
+    def _listed_below(self, n: int) -> list[float]:
+        return [x for x in self.levels[n] if x < self.level[n]]
 
     def outraced(self, alive: Sequence[int]) -> set[int]:
         """The finalists in ``alive`` that are :func:`outraced`. The control is never outraced."""
