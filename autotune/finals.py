@@ -189,12 +189,9 @@ def _job(
     levels = at or {n: state.level[n] for n in numbers}
     seen = [*searched, *(p for rounds in state.rounds.values() for p in rounds)]
     noise = level_search.latency_noise(seen, prep.settings.plan.percentile)  # the warm-up test's spread
-    plans = {
-        n: level_search.judged_at(
-            prep.settings.plan, state.sla.limit_ms, state.rounds[n] if levels[n] == state.level[n] else [], noise
-        )
-        for n in numbers
-    }
+    before = {n: state.rounds[n] if levels[n] == state.level[n] else [] for n in numbers}  # none a level down
+    plan, limit = prep.settings.plan, state.sla.limit_ms
+    plans = {n: level_search.judged_at(plan, limit, before[n], noise) for n in numbers}
     on_gpus = any(r.candidate is not None and r.candidate.kind == "KIND_GPU" for r in racers)
     shared = len(racers) > 1 and not on_gpus and trials.can_share()
     counts = {n: state.count[n] + ahead for n in numbers}

@@ -275,16 +275,14 @@ class Race:
         when no level is left."""
         below = level_below(self.level[n], self.rounds[n], self.sla, self.levels[n], self.spread())
         ahead = self.ahead.pop(n, None)  # where its rounds held by Race.below wait
-        if below is not None and ahead is not None and max(self._listed_below(n), default=0.0) < ahead < below:
+        listed = max((x for x in self.levels[n] if x < self.level[n]), default=0.0)
+        if below is not None and ahead is not None and listed < ahead < below:
             below = ahead
         self.others[n].append((self.level[n], tuple(self.rounds[n])))
         self.rounds[n] = []
         if below is not None:
             self.level[n] = below
         return below is not None
-
-    def _listed_below(self, n: int) -> list[float]:
-        return [x for x in self.levels[n] if x < self.level[n]]
 
     def outraced(self, alive: Sequence[int]) -> set[int]:
         """The finalists in ``alive`` that are :func:`outraced`. The control is never outraced."""
