@@ -82,9 +82,10 @@ class Early:
 def ahead(
     prep: Prepared, trials: Trials, study: Study, workers: Workers, early: Early | None
 ) -> Early | None:  # fmt: skip
-    """The race begun on the workers that the search's last trials leave free, once
-    its budget is spent: the race of the finalists as the trials so far rank them (``early`` goes
-    on where they are its racers). :func:`race` goes on from it where its finalists are the same."""
+    """The race begun on the workers that the search leaves free while it waits for its trials in
+    flight: the race of the finalists as the trials so far rank them (``early`` goes on where they
+    are its racers; a race of others ends). :func:`race` goes on from it where its finalists are
+    the same."""
     results = study.results()
     begun = _begin(prep, results, early, workers)
     if begun is None or study.verifications():

@@ -116,8 +116,9 @@ def _trials(
 ) -> finals.Early | None:  # fmt: skip
     """Trials while :func:`_go_on` says so: a free worker starts the next one; with every worker
     busy, or nothing more to start, the next trial in flight to end is told; then the search
-    decides again. Once its budget is spent, the workers its last trials leave free begin the
-    race (:func:`finals.ahead`): the race goes on from there where its finalists stay the same."""
+    decides again. The workers the search leaves free while it waits for its trials in flight
+    begin the race (:func:`finals.ahead`): it goes on from there where its finalists stay the same.
+    A free worker serves the search first."""
     early: finals.Early | None = None
     try:
         while True:
@@ -128,7 +129,7 @@ def _trials(
             elif not workers.busy() or not walk.in_flight(results):
                 return early  # the race's rounds in flight end in it (:func:`finals.race`)
             else:
-                if workers.free() and _ended(prep, results, elapsed, reserve, workers.at_once):
+                if workers.free():  # the search waits for its trials in flight
                     trials.check_s = reserve_s(prep, results, race=False)
                     early = finals.ahead(prep, trials, study, workers, early)
                 workers.wait(trials, study)
@@ -136,18 +137,6 @@ def _trials(
     except BaseException:
         workers.stop(trials, study)  # the trials in flight: measured again on --resume
         raise
-
-
-def _ended(
-    prep: Prepared, results: list[TrialResult], elapsed_s: float, reserve: float, at_once: int
-) -> bool:  # fmt: skip
-    """Whether the search starts no trial again, whatever the trials in flight find: its budget
-    (trials, time) is spent."""
-    s = prep.settings
-    finished = walk.finished(results)
-    return finished + walk.in_flight(results) >= s.max_trials or not walk.time_left(
-        s.time_budget_s, elapsed_s, finished, reserve, at_once
-    )
 
 
 def reserve_s(prep: Prepared, results: Sequence[TrialResult], race: bool = True) -> float:

@@ -282,3 +282,68 @@ def test_your_config_sent_down_in_the_last_round_has_its_round_there_taken() -> 
     assert race.another([dict(race.level)], False) is None  # its round there is in flight
     race.take_ended(dict(race.level), {CONTROL: meets(int(race.level[CONTROL]), 250.0)})
     assert race.phase == "leader" and len(race.rounds[CONTROL]) == 1  # taken: the race goes on
+
+
+def _undecided_leader(repeats: int = 4) -> Race:
+    """A race whose one finalist leads at 8 on two rounds too near the limit to say."""
+    race = _race(finalists=1, repeats=repeats)
+    for _ in range(2):
+        _play(race, {1: near(8), CONTROL: meets(4, 300.0)})
+    assert race.next_round(False) == [1, CONTROL] and race.phase == "leader"
+    return race
+
+
+def test_a_worker_the_race_leaves_free_gets_the_leader_s_round_a_level_down() -> None:
+    race = _undecided_leader()
+    here = [dict(race.level)] * 2
+    assert race.another(here, False) is None  # its four rounds at 8: two taken, two in flight
+    at = race.below(here, False)
+    assert at is not None and at[1] < 8 and at[CONTROL] == 4.0  # your config beside it where it stands
+    assert race.held(at, dict(race.level)) and not race.stale(at, dict(race.level))
+    assert race.below([*here, *[at] * 3], False) == at  # up to a leader's rounds there
+    assert race.below([*here, *[at] * 4], False) is None
+
+
+def test_no_round_a_level_down_for_a_leader_that_meets_or_once_the_race_is_over() -> None:
+    race = _race(finalists=1)
+    _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})
+    _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})
+    assert race.below([], False) is None  # it meets at 8
+    race.next_round(False)
+    assert race.phase == "done" and race.below([], False) is None
+
+
+def test_a_held_round_is_taken_once_the_leader_goes_to_its_level() -> None:
+    race = _undecided_leader(repeats=3)
+    above = dict(race.level)
+    at = race.below([above], False)
+    assert at is not None
+    race.take_ended(above, {1: near(8), CONTROL: meets(4, 300.0)})  # its third: still undecided
+    assert race.next_round(False) == [1, CONTROL] and race.level[1] == at[1]  # down to where it waits
+    assert not race.held(at, above) and not race.stale(at, above)
+    race.take_ended(at, {1: meets(int(at[1])), CONTROL: meets(4, 300.0)}, leader=1)
+    assert len(race.rounds[1]) == 1 and race.count[1] == 4  # taken there
+
+
+def test_a_held_round_is_stale_once_the_leader_goes_elsewhere() -> None:
+    race = _undecided_leader(repeats=3)
+    above = dict(race.level)
+    at = race.below([above], False)
+    assert at is not None
+    race.level[1] = at[1] - 1  # as if sent to another level than the one it waits at
+    assert race.stale(at, above) and not race.held(at, above)
+
+
+def test_a_leader_sent_down_goes_where_its_held_rounds_wait_only_below_its_guess() -> None:
+    race = _undecided_leader(repeats=3)
+    guess = race.below([], False)
+    assert guess is not None and guess[1] > 5  # the next level listed below 8 is 4
+    race.ahead[1] = guess[1] - 1  # rounds held under the guess, above the next level listed
+    race.take_ended(dict(race.level), {1: near(8), CONTROL: meets(4, 300.0)})
+    race.next_round(False)
+    assert race.level[1] == guess[1] - 1
+    race = _undecided_leader(repeats=3)
+    race.ahead[1] = 7.5  # above the guess: not there
+    race.take_ended(dict(race.level), {1: near(8), CONTROL: meets(4, 300.0)})
+    race.next_round(False)
+    assert race.level[1] == guess[1]
