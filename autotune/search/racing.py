@@ -8,9 +8,14 @@ The race goes in three phases:
 
 1. ``rounds``: every racer gets a round, at most ``repeats`` times. After each round the outraced
    finalists leave. The phase ends early when one finalist is left with two rounds.
-2. ``moved``: a racer sent down a level in the last round gets one round there.
+2. ``moved``: a racer sent down a level in the last round gets one round there (several at once,
+   a finalist gets as many as a leader would: it may lead there next).
 3. ``leader``: the leader must meet the SLA where it stands, as a mean across servers. It gets
    rounds there, with your config beside it, until it meets the SLA, is sent down, or leaves.
+
+Several at once, a worker the race leaves free runs the leader's round a level down
+(:meth:`Race.below`), held until the leader goes there; a round the race can never take ends
+(:meth:`Race.stale`).
 
 When your config is not a finalist, it races beside them as the **control**. It gets a round on
 the same fresh servers every round, and it goes down a level like a contender. It is never
@@ -271,8 +276,9 @@ class Race:
         return not rounds_break(self.rounds[n], self.sla) or self.down(n)
 
     def down(self, n: int) -> bool:
-        """Send racer ``n`` down to :func:`level_below`, keeping its rounds at this level. False
-        when no level is left."""
+        """Send racer ``n`` down to :func:`level_below`, keeping its rounds at this level: to the
+        level its held rounds wait at (:meth:`below`) where that lies between the guess and the
+        next level listed below. False when no level is left."""
         below = level_below(self.level[n], self.rounds[n], self.sla, self.levels[n], self.spread())
         ahead = self.ahead.pop(n, None)  # where its rounds held by Race.below wait
         listed = max((x for x in self.levels[n] if x < self.level[n]), default=0.0)
