@@ -858,3 +858,52 @@ def test_race_rounds_are_taken_in_the_order_they_began(monkeypatch: pytest.Monke
     out = sim.simulate(noisy, seed=4, max_trials=12, at_once=4)
     assert out.winner is not None and sum(map(len, taken.values())) > 4
     assert all(places == sorted(places) for places in taken.values()), taken
+
+
+def _race_rounds_on_noisy_surfaces(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any], list[Any]]:
+    """Four workers, a noisy surface, four runs: the race rounds begun, those dropped one by one
+    (Workers.drop with the jobs named), and the levels of those taken (Race.take_ended)."""
+    from autotune import finals
+    from autotune.search import racing
+
+    begun: list[Any] = []
+    dropped: list[Any] = []
+    taken: list[Any] = []
+    serve, take, drop = finals.serve_round, racing.Race.take_ended, sim.SimWorkers.drop
+
+    def serving(trials: Trials, job: Any) -> Any:
+        begun.append(job)
+        return serve(trials, job)
+
+    def taking(self: Any, at: Any, *args: Any, **kwargs: Any) -> None:
+        taken.append(at)
+        take(self, at, *args, **kwargs)
+
+    def dropping(self: Any, jobs: Any = None) -> None:
+        dropped.extend(jobs or [])
+        drop(self, jobs)
+
+    monkeypatch.setattr(finals, "serve_round", serving)
+    monkeypatch.setattr(racing.Race, "take_ended", taking)
+    monkeypatch.setattr(sim.SimWorkers, "drop", dropping)
+    noisy = sim.Synthetic("noisy", Sla(95, 12.0), mu=400.0, cores=2, alpha=0.4, cv=0.1)
+    for seed in range(4):
+        assert sim.simulate(noisy, seed=seed, max_trials=12, at_once=4).winner is not None
+    return begun, dropped, taken
+
+
+def test_a_round_the_race_can_never_take_ends_and_is_never_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Race.stale: a round whose finalists all left its level ends on its own (Workers.drop of
+    that job), and its points are never taken."""
+    _, dropped, taken = _race_rounds_on_noisy_surfaces(monkeypatch)
+    assert dropped, "no round was dropped on its own"
+    assert not any(job.levels is at for job in dropped for at in taken)
+
+
+def test_a_round_begun_a_level_down_is_taken_once_the_leader_goes_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Race.below: a worker the race leaves free begins the leader's round a level down, and some
+    such round is taken there."""
+    begun, _, taken = _race_rounds_on_noisy_surfaces(monkeypatch)
+    below = [job for job in begun if job.levels != job.above]
+    assert below and all(job.levels[n] <= job.above[n] for job in below for n in job.levels)
+    assert any(job.levels is at for job in below for at in taken), below
