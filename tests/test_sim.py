@@ -900,7 +900,7 @@ def test_a_round_the_race_can_never_take_ends_and_is_never_taken(monkeypatch: py
     assert not any(job.levels is at for job in dropped for at in taken)
 
 
-def test_a_round_begun_a_level_down_is_taken_once_the_leader_goes_there(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_round_begun_a_level_down_is_taken_once_the_leader_goes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Race.below: a worker the race leaves free begins the leader's round a level down, and some
     such round is taken there."""
     begun, _, taken = _race_rounds_on_noisy_surfaces(monkeypatch)
