@@ -110,6 +110,8 @@ def _rounds(
         levels, out_of_time = [job.levels for job in begun.flying], trials.out_of_time(trials.check_s)
         here = [job.levels for job in begun.flying if not state.held(job.levels, job.above)]
         numbers, at = state.another(here, out_of_time), None
+        if _take_in_order(begun):
+            continue  # the race moved (a leader sent down where its held rounds ended): ask again
         if numbers is None and (at := state.below(levels, out_of_time)) is not None:
             numbers = list(at)  # a worker the race leaves free: the leader's round a level down
         if numbers is None:
@@ -126,17 +128,19 @@ def _rounds(
         workers.begin(trials, serve_round, [job], take)
 
 
-def _take_in_order(begun: Early) -> None:
+def _take_in_order(begun: Early) -> bool:
     """The rounds that ended taken (:meth:`Race.take_ended`) while every round begun before each
-    has ended too; a round dropped, or held a level down (:meth:`Race.held`), is not waited for."""
-    state = begun.state
+    has ended too; a round dropped, or held a level down (:meth:`Race.held`), is not waited for.
+    Whether it took one."""
+    state, took = begun.state, False
     begun.ended = {job: points for job, points in begun.ended.items() if job in begun.flying}
     while True:
         first = next((job for job in begun.flying if not state.held(job.levels, job.above)), None)
         if first is None or first not in begun.ended:
-            return
+            return took
         begun.flying.remove(first)
         state.take_ended(first.levels, begun.ended.pop(first), first.leader)
+        took = True
 
 
 def _begin(
