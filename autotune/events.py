@@ -24,9 +24,12 @@ class Events:
         """The run directory exists; ``total`` trials at most, within ``budget_s`` (None: no
         limit); ``then``: what follows the search, outside that budget ("" nothing)."""
 
-    def search_ended(self, elapsed_s: float, reserve_s: float, budget_s: float | None) -> None:
-        """The search ended after ``elapsed_s``; the race and the open-loop check follow, about
-        ``reserve_s`` by the run's own trials, within ``budget_s`` (None: no limit)."""
+    def search_ended(
+        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float = 0.0
+    ) -> None:  # fmt: skip
+        """The search ended after ``elapsed_s``; the race and the open-loop check follow, within
+        ``budget_s`` (None: no limit). By the run's own trials they take ``reserve_s`` with the
+        fewest rounds (what the budget keeps) and ``most_s`` with every round ``--repeats`` allows."""
 
     def said(self, text: str) -> None:
         """Something the run did that people should know of (a step skipped, an overrun)."""

@@ -106,8 +106,9 @@ def search(prep: Prepared, trials: Trials, study: Study, workers: Workers | None
         raise
     stopping.check()
     results = study.results()
-    trials.check_s = reserve_s(prep, results, race=False)  # the race leaves the open-loop check its time
-    trials.events.search_ended(trials.clock() - started, reserve_s(prep, results), budget)
+    trials.check_s = reserve_s(prep, results, rounds=0)  # the race leaves the open-loop check its time
+    most = reserve_s(prep, results, rounds=prep.settings.repeats)
+    trials.events.search_ended(trials.clock() - started, reserve_s(prep, results), budget, most)
     return finals.race(prep, trials, trials.run_dir, study, workers, early)
 
 
@@ -130,7 +131,7 @@ def _trials(
                 return early  # the race's rounds in flight end in it (:func:`finals.race`)
             else:
                 if workers.free():  # the search waits for its trials in flight
-                    trials.check_s = reserve_s(prep, results, race=False)
+                    trials.check_s = reserve_s(prep, results, rounds=0)
                     early = finals.ahead(prep, trials, study, workers, early)
                 workers.wait(trials, study)
             trials.run_dir = trials.run_dir.update(searched_s=trials.clock() - started)
@@ -139,16 +140,16 @@ def _trials(
         raise
 
 
-def reserve_s(prep: Prepared, results: Sequence[TrialResult], race: bool = True) -> float:
-    """The time the race (``race``) and the open-loop check will take
-    (:func:`walk.after_search_s`): the finalists and your config, two rounds (the fewest that
-    settle a race), on one server a round where they can share one."""
+def reserve_s(prep: Prepared, results: Sequence[TrialResult], rounds: int = 2) -> float:
+    """The time the race and the open-loop check will take (:func:`walk.after_search_s`): the
+    finalists and your config, ``rounds`` rounds (two, the fewest that settle a race, by
+    default; 0: the check alone), on one server a round where they can share one."""
     s = prep.settings
     if s.repeats < 1:
         return 0.0
     checks = s.open_loop_check and not prep.loader.open_loop and not s.beside
     shared = prep.pipeline is None and not s.beside and s.launch.kind != "remote"
-    rounds = min(2, s.repeats) if race else 0
+    rounds = min(rounds, s.repeats)
     return walk.after_search_s(
         results, max(s.finalists, 1) + 1, rounds, shared, CHECK_POINTS if checks else 0
     )

@@ -190,7 +190,9 @@ class _Clocked(Events):
 
     searched_s = 0.0
 
-    def search_ended(self, elapsed_s: float, reserve_s: float, budget_s: float | None) -> None:
+    def search_ended(
+        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float = 0.0
+    ) -> None:  # fmt: skip
         self.searched_s = elapsed_s
 
 

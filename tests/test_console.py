@@ -232,3 +232,17 @@ def test_a_winner_the_race_never_served_is_judged_on_the_search_s_figures_and_sa
     out = capsys.readouterr().out
     assert "keep your config: no candidate was shown better (the winner 1.01x" in out
     assert f"apply it anyway: autotune apply --force {tmp_path}" in out
+
+
+def test_the_search_s_end_gives_the_race_s_time_from_its_fewest_rounds_to_its_most(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A budget keeps the fewest rounds' time; the race may take every round --repeats allows."""
+    from autotune._console import RichEvents
+
+    events = RichEvents()
+    events.search_ended(87.0, 22.4, 720.0, 50.2)
+    events.search_ended(87.0, 22.4, 720.0, 22.3)  # --repeats 2 or fewer: one figure
+    out = capsys.readouterr().err  # not a terminal: a line each, on stderr
+    assert "the race and the open-loop check take 22-50 s by this run's trials, 633 s are left" in out
+    assert "take 22 s by this run's trials" in out
