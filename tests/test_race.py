@@ -140,6 +140,25 @@ def test_a_leader_whose_round_breaks_the_sla_gets_another_round_a_level_down() -
     assert race.next_round(False) == [1, CONTROL]
 
 
+def test_a_leader_sent_down_that_meets_on_its_first_round_there_gets_a_second_before_it_wins() -> None:
+    race = _race(finalists=1, repeats=2)
+    for _ in range(2):
+        _play(race, {1: near(8), CONTROL: meets(4, 300.0)})
+    assert race.next_round(False) == [1, CONTROL]  # undecided at its most rounds: sent down
+    below = race.level[1]
+    race.take({1: meets(below), CONTROL: meets(4, 300.0)})
+    assert race.meets(1) and len(race.rounds[1]) == 1
+    assert race.next_round(False) == [1, CONTROL]  # one round there does not end the race
+    race.take({1: meets(below), CONTROL: meets(4, 300.0)})
+    assert race.next_round(False) is None and race.phase == "done" and len(race.rounds[1]) == 2
+
+
+def test_with_one_round_allowed_a_leader_that_meets_on_it_ends_the_race() -> None:
+    race = _race(finalists=1, repeats=1)
+    _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})
+    assert race.next_round(False) is None and race.phase == "done"
+
+
 def test_a_leader_whose_server_fails_leaves_on_its_rounds_there() -> None:
     race = _race(finalists=1, repeats=3)
     for _ in range(2):

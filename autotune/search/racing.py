@@ -248,16 +248,22 @@ class Race:
         self.phase = "leader"
 
     def _next_leader(self, out_of_time: bool) -> bool:
-        """Choose the leader that must still show it meets the SLA where it stands. False when
-        there is none. A leader that has its most rounds there and is still undecided first goes
-        a level down. With no level left, it leaves."""
+        """Choose the leader that must still show it meets the SLA where it stands
+        (:meth:`_shown`). False when there is none. A leader that has its most rounds there and is
+        still undecided first goes a level down. With no level left, it leaves."""
         while True:
             n = self.leader()
-            if n is None or self.meets(n) or self._cut(out_of_time):
+            if n is None or self._cut(out_of_time) or self._shown(n):
                 return False
             if len(self.rounds[n]) < self.repeats or self.down(n):
                 self.current = n
                 return True
+
+    def _shown(self, n: int) -> bool:
+        """Whether leader ``n`` meets the SLA where it stands on two rounds there at least (one
+        where ``repeats`` allows one): a leader sent down a level gets a second round there before
+        it wins, so that its throughput rests on two fresh servers."""
+        return len(self.rounds[n]) >= min(2, self.repeats) and self.meets(n)
 
     def spread(self) -> Noise:
         """:func:`round_spread` over every finalist's rounds at each of its levels. The control's
