@@ -141,9 +141,10 @@ class RichEvents(Events):
 
     def verifying(self, trial: int, where: str, repeat: int, repeats: int) -> None:
         if self._current is not None:
-            self._progress.update(
-                self._current, description=f"race {trial}", status=f"{where}, round {repeat}/{repeats}"
-            )
+            # past --repeats (a racer sent down, your config beside the leader): no "7/6"
+            of = f"/{repeats}" if repeat <= repeats else ""
+            status = f"{where}, round {repeat}{of}"
+            self._progress.update(self._current, description=f"race {trial}", status=status)
 
     def checking_open_loop(self, trial: int, credited_rate: float) -> None:
         if self._current is not None:

@@ -246,3 +246,16 @@ def test_the_search_s_end_gives_the_race_s_time_from_its_fewest_rounds_to_its_mo
     out = capsys.readouterr().err  # not a terminal: a line each, on stderr
     assert "the race and the open-loop check take 22-50 s by this run's trials, 633 s are left" in out
     assert "take 22 s by this run's trials" in out
+
+
+def test_a_race_round_past_repeats_shows_its_number_alone() -> None:
+    """Your config beside the leader, or a racer sent down, may get more rounds than --repeats."""
+    from autotune._console import RichEvents
+
+    events = RichEvents()
+    events.trial_started(4, Candidate(1, "KIND_CPU", (), 8, False, (), 0, False), False)
+    shown = []
+    for repeat in (6, 7):
+        events.verifying(0, "concurrency 2", repeat, 6)
+        shown.append(events._progress.tasks[-1].fields["status"])
+    assert shown == ["concurrency 2, round 6/6", "concurrency 2, round 7"]
