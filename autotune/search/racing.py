@@ -166,7 +166,8 @@ class Race:
         if n is None or not self.rounds[n] or self.meets(n):
             return None
         there = level_below(self.level[n], self.rounds[n], self.sla, self.levels[n], self.spread())
-        there = self.ahead.get(n, there) if there is not None and self.ahead.get(n, there) < there else there
+        if there is not None:
+            there = min(there, self.ahead.get(n, there))  # the level its held rounds wait at, if lower
         if there is None or sum(at.get(n) == there for at in flying) >= self.repeats:
             return None
         self.ahead[n] = there
