@@ -140,10 +140,10 @@ def _trials(
         raise
 
 
-def reserve_s(prep: Prepared, results: Sequence[TrialResult], rounds: int = 2) -> float:
+def reserve_s(prep: Prepared, results: Sequence[TrialResult], rounds: int = racing.SETTLE_ROUNDS) -> float:
     """The time the race and the open-loop check will take (:func:`walk.after_search_s`): the
-    finalists and your config, ``rounds`` rounds (two, the fewest that settle a race, by
-    default; 0: the check alone), on one server a round where they can share one."""
+    finalists and your config, ``rounds`` rounds (by default :data:`racing.SETTLE_ROUNDS`, the
+    fewest that settle a race; 0: the check alone), on one server a round where they can share one."""
     s = prep.settings
     if s.repeats < 1:
         return 0.0

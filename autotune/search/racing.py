@@ -39,6 +39,7 @@ from autotune.search.ranking import ranked
 from autotune.search_space import Candidate
 
 Carry = Callable[[Point], float]  # a round's throughput carried to the latency limit (see to_limit)
+SETTLE_ROUNDS = 2  # the fewest rounds a finalist is judged on where it stands: two fresh servers
 
 
 @dataclass
@@ -264,7 +265,7 @@ class Race:
         """Whether leader ``n`` meets the SLA where it stands on two rounds there at least (one
         where ``repeats`` allows one): a leader sent down a level gets a second round there before
         it wins, so that its throughput rests on two fresh servers."""
-        return len(self.rounds[n]) >= min(2, self.repeats) and self.meets(n)
+        return len(self.rounds[n]) >= min(SETTLE_ROUNDS, self.repeats) and self.meets(n)
 
     def spread(self) -> Noise:
         """:func:`round_spread` over every finalist's rounds at each of its levels. The control's
@@ -305,7 +306,7 @@ class Race:
     def settled(self, alive: Sequence[int]) -> bool:
         """Whether at most one finalist is left, each one left with at least two rounds."""
         finalists = [n for n in alive if n != self.control]
-        return len(finalists) <= 1 and all(len(self.rounds[n]) >= 2 for n in finalists)
+        return len(finalists) <= 1 and all(len(self.rounds[n]) >= SETTLE_ROUNDS for n in finalists)
 
     def leader(self) -> int | None:
         """The :func:`race_leader` of the finalists whose rounds where they stand do not break
