@@ -133,22 +133,37 @@ def test_the_time_budget_keeps_half_a_trial_in_hand() -> None:
 
 
 def test_the_race_and_the_check_are_given_the_time_this_runs_trials_took() -> None:
-    """A fresh server's overhead (a trial's time less its points' windows) and a point's windows,
-    their medians over the run's trials; a round of three racers on one server or each on its own."""
+    """A point costs the trials' median windows and its warm-up; a server what the trials' servers
+    took beyond their points' windows, warm-ups and output check, more for more instances (a line
+    through the medians by instance count). A round of three racers on one server or each on its own."""
     from autotune.search.walk import after_search_s
 
-    def timed(number: int, duration: float, windows: tuple[float, ...]) -> TrialResult:
-        t = measured(number, 100.0)
+    def timed(
+        number: int, instances: int, duration: float, windows: tuple[float, ...], check: float = 0.0
+    ) -> TrialResult:
+        t = measured(number, 100.0, candidate=Candidate(instances, "KIND_CPU", (), 8, True, (), 0, False))
         assert t.measurement is not None
         points = tuple(replace(t.measurement.points[0], duration_s=w) for w in windows)
-        return replace(t, duration_s=duration, measurement=replace(t.measurement, points=points))
+        m = replace(t.measurement, points=points, output_check_s=check)
+        return replace(t, duration_s=duration, measurement=m)
 
-    trials = [timed(0, 10.0, (2.0, 2.0, 2.0)), timed(1, 9.0, (1.0, 2.0, 2.0)), timed(2, 12.0, (2.0, 2.0))]
-    # overheads 4, 4, 8 (median 4); windows median 2
-    assert after_search_s(trials, 3, 2, True, 0) == pytest.approx(2 * (4 + 3 * 2))
-    assert after_search_s(trials, 3, 2, False, 0) == pytest.approx(2 * 3 * (4 + 2))
-    assert after_search_s(trials, 3, 2, True, 4) == pytest.approx(2 * (4 + 3 * 2) + 4 + 4 * 2)
-    assert after_search_s([], 3, 2, True, 4) == 0.0  # nothing measured yet: nothing known
+    # warm-ups 0.5 first, 0.3 each after: overheads 3, 3 (one instance) and 4, 4 (three); windows median 2
+    trials = [
+        timed(0, 1, 10.6, (2.0, 2.0, 2.0), check=0.5), timed(1, 1, 7.8, (2.0, 2.0)),
+        timed(2, 3, 8.8, (2.0, 2.0)), timed(3, 3, 10.1, (1.0, 2.0, 2.0)),
+    ]  # fmt: skip
+    base, per_instance = 2.5, 0.5
+    first = 2.0 + 0.5  # a racer's point is the first on its model
+    shared = base + per_instance * (2 + 1 + 1) + 3 * first
+    assert after_search_s(trials, [2, 1, 1], 2, True, 0, 0.5) == pytest.approx(2 * shared)
+    alone = sum(base + per_instance * n + first for n in (2, 1, 1))
+    assert after_search_s(trials, [2, 1, 1], 2, False, 0, 0.5) == pytest.approx(2 * alone)
+    check = base + per_instance * 2 + 4 * 2.0 + 0.5 + 3 * 0.3  # the leader's server, four points
+    assert after_search_s(trials, [2, 1, 1], 2, True, 4, 0.5) == pytest.approx(2 * shared + check)
+    # more instances that took less: the slope stays 0, a server costs the overheads' median
+    quicker = [timed(0, 1, 8.8, (2.0, 2.0)), timed(1, 3, 7.8, (2.0, 2.0))]
+    assert after_search_s(quicker, [1], 1, True, 0, 0.5) == pytest.approx(3.5 + first)
+    assert after_search_s([], [1, 1, 1], 2, True, 4) == 0.0  # nothing measured yet: nothing known
 
 
 def test_the_next_search_starts_at_the_best_feasible_configs_level() -> None:
