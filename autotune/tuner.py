@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -152,21 +151,8 @@ def reserve_s(prep: Prepared, results: Sequence[TrialResult], rounds: int = raci
     shared = prep.pipeline is None and not s.beside and s.launch.kind != "remote"
     rounds = min(rounds, s.repeats)
     return walk.after_search_s(
-        results, _racers(prep, results), rounds, shared, CHECK_POINTS if checks else 0, s.plan.warmup_s
+        results, max(s.finalists, 1) + 1, rounds, shared, CHECK_POINTS if checks else 0, s.plan.warmup_s
     )
-
-
-def _racers(prep: Prepared, results: Sequence[TrialResult]) -> list[int]:
-    """The race's racers as the trials so far rank them, by their instance counts: the finalists,
-    then your config. Before any trial meets the SLA: as many as ``--finalists`` and your config,
-    each with the trials' median count."""
-    ranked = ranking.finalists(results, prep.settings.finalists, prep.scoring)
-    yours = finals.control(results, ranked)
-    racers = [r.candidate for r in (*ranked, *([yours] if yours else [])) if r.candidate is not None]
-    if racers:
-        return [c.instances() or c.instance_count for c in racers]
-    counts = [r.candidate.instance_count for r in results if r.candidate is not None]
-    return [int(statistics.median(counts)) if counts else 1] * (max(prep.settings.finalists, 1) + 1)
 
 
 def after_search(prep: Prepared) -> str:

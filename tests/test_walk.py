@@ -133,37 +133,31 @@ def test_the_time_budget_keeps_half_a_trial_in_hand() -> None:
 
 
 def test_the_race_and_the_check_are_given_the_time_this_runs_trials_took() -> None:
-    """A point costs the trials' median windows and its warm-up; a server what the trials' servers
-    took beyond their points' windows, warm-ups and output check, more for more instances (a line
-    through the medians by instance count). A round of three racers on one server or each on its own."""
+    """A server costs the trials' median overhead (beyond their points' windows and warm-ups and the
+    output check); a point the mean of their windows (times add up) and its warm-up, each racer's
+    the first on its model. A round of three racers on one server or each on its own."""
     from autotune.search.walk import after_search_s
 
-    def timed(
-        number: int, instances: int, duration: float, windows: tuple[float, ...], check: float = 0.0
-    ) -> TrialResult:
-        t = measured(number, 100.0, candidate=Candidate(instances, "KIND_CPU", (), 8, True, (), 0, False))
+    def timed(number: int, duration: float, windows: tuple[float, ...], check: float = 0.0) -> TrialResult:
+        t = measured(number, 100.0)
         assert t.measurement is not None
         points = tuple(replace(t.measurement.points[0], duration_s=w) for w in windows)
         m = replace(t.measurement, points=points, output_check_s=check)
         return replace(t, duration_s=duration, measurement=m)
 
-    # warm-ups 0.5 first, 0.3 each after: overheads 3, 3 (one instance) and 4, 4 (three); windows median 2
+    # warm-ups 0.5 first and 0.3 each after: overheads 3, 3 and 5 (median 3); windows' mean 19 / 8
     trials = [
-        timed(0, 1, 10.6, (2.0, 2.0, 2.0), check=0.5), timed(1, 1, 7.8, (2.0, 2.0)),
-        timed(2, 3, 8.8, (2.0, 2.0)), timed(3, 3, 10.1, (1.0, 2.0, 2.0)),
-    ]  # fmt: skip
-    base, per_instance = 2.5, 0.5
-    first = 2.0 + 0.5  # a racer's point is the first on its model
-    shared = base + per_instance * (2 + 1 + 1) + 3 * first
-    assert after_search_s(trials, [2, 1, 1], 2, True, 0, 0.5) == pytest.approx(2 * shared)
-    alone = sum(base + per_instance * n + first for n in (2, 1, 1))
-    assert after_search_s(trials, [2, 1, 1], 2, False, 0, 0.5) == pytest.approx(2 * alone)
-    check = base + per_instance * 2 + 4 * 2.0 + 0.5 + 3 * 0.3  # the leader's server, four points
-    assert after_search_s(trials, [2, 1, 1], 2, True, 4, 0.5) == pytest.approx(2 * shared + check)
-    # more instances that took less: the slope stays 0, a server costs the overheads' median
-    quicker = [timed(0, 1, 8.8, (2.0, 2.0)), timed(1, 3, 7.8, (2.0, 2.0))]
-    assert after_search_s(quicker, [1], 1, True, 0, 0.5) == pytest.approx(3.5 + first)
-    assert after_search_s([], [1, 1, 1], 2, True, 4) == 0.0  # nothing measured yet: nothing known
+        timed(0, 10.6, (2.0, 2.0, 2.0), check=0.5),
+        timed(1, 7.8, (2.0, 2.0)),
+        timed(2, 15.1, (1.0, 1.0, 7.0)),
+    ]
+    start, point = 3.0, 19 / 8
+    first = point + 0.5
+    assert after_search_s(trials, 3, 2, True, 0, 0.5) == pytest.approx(2 * (start + 3 * first))
+    assert after_search_s(trials, 3, 2, False, 0, 0.5) == pytest.approx(2 * 3 * (start + first))
+    check = start + 4 * point + 0.5 + 3 * 0.3  # a server and four points
+    assert after_search_s(trials, 3, 2, True, 4, 0.5) == pytest.approx(2 * (start + 3 * first) + check)
+    assert after_search_s([], 3, 2, True, 4) == 0.0  # nothing measured yet: nothing known
 
 
 def test_the_next_search_starts_at_the_best_feasible_configs_level() -> None:

@@ -275,63 +275,42 @@ def time_left(
 
 
 def after_search_s(
-    results: Sequence[TrialResult], racers: Sequence[int], rounds: int, shared: bool, check_points: int,
+    results: Sequence[TrialResult], racers: int, rounds: int, shared: bool, check_points: int,
     warmup_s: float = 0.0,
 ) -> float:  # fmt: skip
     """The seconds the race and the open-loop check will take, read off this run's own trials.
 
-    ``racers``: each racer's instance count, the leader first (the check serves it). Each of
-    ``rounds`` rounds serves them on one server where ``shared``, else each on its own. The check
-    takes a server and ``check_points`` points; 0 means no check. A point costs the trials' median
-    windows and its warm-up (``warmup_s`` first on its model, :data:`RAMP_S` after); a server what
-    :func:`server_s` reads. It is 0.0 before any trial was measured."""
+    The race has ``racers`` on at least ``rounds`` rounds. With ``shared``, a round's racers share
+    one server. The open-loop check takes a server and ``check_points`` points; 0 means no check.
+    A server costs the trials' median overhead (a trial's time less its points' windows and
+    warm-ups and its output check). A point costs the mean of their points' windows (times add
+    up, and a point near its limit takes more windows) and its warm-up: ``warmup_s`` first on its
+    model (each racer's), :data:`RAMP_S` after. It is 0.0 before any trial was measured."""
     measured = [r for r in results if r.measurement and r.measurement.points and r.duration_s > 0]
     if not measured:
         return 0.0
-    base, per_instance = server_s(measured, warmup_s)
-    windows = [p.duration_s for r in measured if r.measurement for p in r.measurement.points]
-    point = float(statistics.median(windows))
-    first = point + warmup_s  # a racer's point is the first on its model
-    if shared:
-        per_round = base + per_instance * sum(racers) + len(racers) * first
-    else:
-        per_round = sum(base + per_instance * n + first for n in racers)
-    leader = racers[0] if racers else 1
-    check = base + per_instance * leader + check_points * point + _warm_ups(check_points, warmup_s)
-    return rounds * per_round + (check if check_points else 0.0)
-
-
-def server_s(measured: Sequence[TrialResult], warmup_s: float) -> tuple[float, float]:
-    """A fresh server's seconds beyond its points' windows and warm-ups and the output check, as
-    (base, per instance): starting and stopping more instances takes longer (a race round's
-    server starts every racer's). The line goes through the overheads' medians by instance
-    count, weighted by their trials; its slope is never below 0."""
-    by_count: dict[int, list[float]] = {}
+    overheads: list[float] = []
+    windows: list[float] = []
     for r in measured:
-        points = r.measurement.points if r.measurement else ()
-        spent = sum(p.duration_s for p in points) + _warm_ups(len(points), warmup_s)
-        overhead = r.duration_s - spent - (r.measurement.output_check_s if r.measurement else 0.0)
-        by_count.setdefault(_instances(r), []).append(overhead)
-    medians = [(n, statistics.median(v), len(v)) for n, v in by_count.items()]
-    weight = sum(w for _, _, w in medians)
-    mean_n = sum(n * w for n, _, w in medians) / weight
-    mean_y = sum(y * w for _, y, w in medians) / weight
-    spread = sum(w * (n - mean_n) ** 2 for n, _, w in medians)
-    slope = sum(w * (n - mean_n) * (y - mean_y) for n, y, w in medians) / spread if spread else 0.0
-    slope = max(slope, 0.0)
-    base = statistics.median(y - slope * n for n, v in by_count.items() for y in v)
-    return max(base, 0.0), slope
+        assert r.measurement is not None
+        points = r.measurement.points
+        windows.extend(p.duration_s for p in points)
+        spent = (
+            sum(p.duration_s for p in points)
+            + _warm_ups(len(points), warmup_s)
+            + r.measurement.output_check_s
+        )
+        overheads.append(r.duration_s - spent)
+    start, point = max(statistics.median(overheads), 0.0), statistics.fmean(windows)
+    first = point + warmup_s
+    per_round = start + racers * first if shared else racers * (start + first)
+    check = start + check_points * point + _warm_ups(check_points, warmup_s)
+    return rounds * per_round + (check if check_points else 0.0)
 
 
 def _warm_ups(points: int, warmup_s: float) -> float:
     """The warm-ups of ``points`` points in turn on one server: the first's, then a ramp each."""
     return warmup_s + RAMP_S * (points - 1) if points else 0.0
-
-
-def _instances(result: TrialResult) -> int:
-    """The instances its server starts (per GPU where the GPU count is not known)."""
-    c = result.candidate
-    return 1 if c is None else c.instances() or c.instance_count
 
 
 def stand_in(
