@@ -241,7 +241,7 @@ def _round(
     name = f"race-{result.number:03d}-{i + 1}"
     try:
         with trials.serve(result.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
-            point = _point(prep, trials, trials.generator(server, plan), result.number, level, i)
+            point = _point(prep, trials, trials.generator(server, plan), result.number, level, i, name)
     except (LaunchError, MeasurementError) as exc:
         if openfiles.exhausted(exc, read_tail(trials.run_dir.log(f"{name}.log"), None)):
             raise openfiles.limit_error(str(exc).splitlines()[0]) from exc
@@ -266,7 +266,7 @@ def _shared_round(
             for n in numbers:
                 try:
                     gen = trials.generator(server, job.plans[n], alias[n])
-                    out[n] = _point(prep, trials, gen, n, job.levels[n], job.counts[n])
+                    out[n] = _point(prep, trials, gen, n, job.levels[n], job.counts[n], name)
                 except MeasurementError:
                     if not server.alive():
                         break
@@ -276,12 +276,13 @@ def _shared_round(
     return out
 
 
-def _point(prep: Prepared, trials: Trials, gen: Load, number: int, level: float, i: int) -> Point:
-    """Trial ``number``'s round ``i`` at ``level``, told to the console (an open loop's arrivals
-    drawn with the round's own seed)."""
+def _point(prep: Prepared, trials: Trials, gen: Load, number: int, level: float, i: int, stage: str) -> Point:
+    """Trial ``number``'s round ``i`` at ``level`` on the server of ``stage``, told to the console
+    (an open loop's arrivals drawn with the round's own seed)."""
     where = f"{level:.4g} req/s" if prep.loader.open_loop else f"concurrency {level:.0f}"
     trials.events.verifying(number, where, i + 1, prep.settings.repeats)
-    return trials.named(prep.loader.point(gen.with_seed(i + 1) if prep.loader.open_loop else gen, level))
+    point = prep.loader.point(gen.with_seed(i + 1) if prep.loader.open_loop else gen, level)
+    return replace(trials.named(point), stage=stage)
 
 
 def check_open_loop(

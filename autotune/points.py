@@ -152,6 +152,8 @@ class Point:
     # weight times its throughput: the objective), the latencies the tuned model's
     others: tuple[tuple[str, Point], ...] = ()
     node: str = ""  # on a Ray cluster: the node whose server it was measured on (autotune.fleet)
+    # the server it was measured on, by its log's name: a race round's racers share one (race-002+000-1)
+    stage: str = ""
 
     def throughput_estimate(self, noise: Noise | None = None) -> Estimate:
         """Its throughput with the standard error of its windows (none recorded: an infinite
@@ -209,6 +211,8 @@ class Point:
         data["others"] = [[name, point.to_dict()] for name, point in self.others]
         if not self.node:
             del data["node"]  # one machine: the files stay as they were
+        if not self.stage:
+            del data["stage"]
         return data
 
     @classmethod

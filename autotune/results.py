@@ -13,7 +13,7 @@ from typing import Any
 
 from autotune.objective import Scoring, Sla
 from autotune.points import Measurement, Point
-from autotune.search.noise import Estimate, ahead, relative_bound
+from autotune.search.noise import RESOLUTION, Estimate, ahead, relative_bound, t95
 from autotune.search_space import Candidate
 
 COMPLETE = "COMPLETE"
@@ -298,6 +298,11 @@ def gain(
         if w.verification is not None and b.verification is not None
         else None
     )
+    paired = _paired(w.verification, b.verification, share_w, share_b)
+    if paired is not None:  # rounds on the same servers: what moved both is taken out
+        spread = t95(paired.df) * paired.se
+        low, high = found.ratio * math.exp(-spread), found.ratio * math.exp(spread)
+        return replace(found, low=low, high=high, shown=paired.mean - spread > math.log1p(RESOLUTION))
     if pair is None or pair[0].n < 2 or pair[1].n < 2:  # no spread of rounds: the search's estimates judge
         searched = (winner.estimate(share_w), baseline.estimate(share_b))
         if searched[0] is None or searched[1] is None:
@@ -310,6 +315,23 @@ def gain(
         return replace(found, low=0.0, high=math.inf)
     low, high = found.ratio * math.exp(-spread), found.ratio * math.exp(spread)
     return replace(found, low=low, high=high, shown=ahead(mine, yours))
+
+
+def _paired(
+    mine: Verification | None, yours: Verification | None, share_mine: int, share_yours: int
+) -> Estimate | None:  # fmt: skip
+    """The log of the winner's throughput over your config's (each per its share of GPUs), one
+    figure a race round they shared a server in (:attr:`Point.stage`); None below two such rounds.
+    A round's server moves both racers alike: half their rounds' spread (benchmarks/README.md)."""
+    if mine is None or yours is None:
+        return None
+    theirs = {p.stage: p.throughput / share_yours for p in yours.points if p.stage}
+    ratios = [
+        math.log(p.throughput / share_mine / theirs[p.stage])
+        for p in mine.points
+        if p.stage in theirs and p.throughput > 0 and theirs[p.stage] > 0
+    ]
+    return Estimate.of(ratios) if len(ratios) >= 2 else None
 
 
 def _raced(v: Verification, share: int) -> Estimate:

@@ -216,6 +216,34 @@ def test_a_race_round_each_leaves_the_verdict_to_the_search_s_figures(tmp_path: 
     assert uneven is not None and uneven.searched and "both raced, too few rounds" in uneven.figures
 
 
+def test_rounds_on_the_same_servers_compare_the_racers_round_by_round() -> None:
+    """A server moves both racers of a round alike: the ratio's interval comes from each round's
+    ratio, so a winner 5% ahead on every server is shown better, where the rounds' spread alone
+    (servers of their own, or points that name none) does not show it."""
+    base, best = searched(0, 100.0, baseline=True), searched(1, 105.0)
+    moves, off = (0.92, 1.00, 1.08), (1.002, 0.997, 1.001)
+
+    def raced(
+        trial: int, throughputs: tuple[float, ...], stages: tuple[str, ...], control: bool = False
+    ) -> Verification:
+        points = tuple(replace(point(4, t, 9), stage=s) for t, s in zip(throughputs, stages, strict=True))
+        return Verification(trial, 4, points, 3, control=control)
+
+    shared = ("race-001+000-1", "race-000+001-2", "race-001+000-3")
+    winner = raced(1, tuple(105.0 * m for m in moves), shared)
+    yours = raced(0, tuple(100.0 * m * o for m, o in zip(moves, off, strict=True)), shared, control=True)
+    found = gain(best, base, (winner, yours), 95, RAW)
+    assert found is not None and found.shown and 1.04 < found.low < found.high < 1.06
+    theirs = tuple(p.throughput for p in yours.points)
+    apart = gain(best, base, (winner, raced(0, theirs, ("a", "b", "c"), control=True)), 95, RAW)
+    assert apart is not None and not apart.shown and apart.low < 1.0 and apart.high > 1.1
+    unnamed = (
+        raced(1, tuple(105.0 * m for m in moves), ("",) * 3),
+        raced(0, theirs, ("",) * 3, control=True),
+    )
+    assert gain(best, base, unnamed, 95, RAW) == apart
+
+
 def test_a_winner_the_race_never_served_is_judged_on_the_search_s_figures_and_said_so(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -434,8 +434,9 @@ class _SharedFails(_Servers):
 
 
 def test_a_race_rounds_contenders_share_one_server_or_each_gets_its_own_when_it_fails() -> None:
-    """A round's finalists are served by one server, each as a model of its own; where that
-    server cannot start, each is measured on a server of its own and the race is run the same."""
+    """A round's finalists are served by one server, each as a model of its own, their points
+    naming it; where that server cannot start, each is measured on a server of its own and the
+    race is run the same."""
     for kind in (_Shared, _SharedFails):
         outcome = sim.simulate(QUIET, seed=2, servers_type=kind, max_trials=8, finalists=2)
         rounds = sum(len(v.points) + sum(len(o) for _, o in v.others) for v in outcome.verifications)
@@ -444,6 +445,10 @@ def test_a_race_rounds_contenders_share_one_server_or_each_gets_its_own_when_it_
         assert len(finalists) == 2 and kind.shared and set(kind.shared) == {3}
         assert yours.trial == next(r.number for r in outcome.results if r.baseline)
         assert len(yours.points) == max(len(v.points) for v in finalists)  # on the same servers
+        stages = [{p.stage for p in v.points} for v in outcome.verifications]
+        assert all(stage.startswith("race-") for named in stages for stage in named)  # each names its server
+        beside = {p.stage for p in yours.points} & {p.stage for v in finalists for p in v.points}
+        assert bool(beside) == (kind is _Shared)  # rounds the gain compares round by round
         searched = outcome.measured
         if kind is _Shared:  # each shared server served three rounds
             assert kind.alone + len(kind.shared) == searched + rounds - 2 * len(kind.shared)
