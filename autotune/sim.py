@@ -82,6 +82,20 @@ class Bias(NamedTuple):
     tail: float = 1.0
 
 
+class Share(NamedTuple):
+    """A part of a fresh server's spread, as shares of its variances: throughput's and tail's."""
+
+    speed: float
+    tail: float
+
+
+WHOLE = Share(1.0, 1.0)
+# of a fresh server's spread, the part the models it serves share: real race rounds of three
+# racers on one server, 10 runs of bertQA, cnn and embedder (benchmarks/results/race_time-20261207.txt):
+# throughput 0.50, p95 0.40 (the sim's tail takes the p95's)
+SHARED_SERVER = Share(0.50, 0.40)
+
+
 class Surface(Protocol):
     """What a simulated server serves: the truth of a candidate at a concurrency, and a window."""
 
@@ -133,8 +147,9 @@ class Surface(Protocol):
         each window is drawn on its own)."""
         ...
 
-    def server_bias(self, rng: random.Random) -> Bias:
-        """How much a freshly started server reads off the truth."""
+    def server_bias(self, rng: random.Random, share: Share = WHOLE, stalls: bool = True) -> Bias:
+        """How much a freshly started server reads off the truth; ``share``: that part of its
+        spread (the variance's), ``stalls``: whether it may be a stalled one."""
         ...
 
     def truth_sd(self, candidate: Candidate) -> float:
@@ -221,13 +236,15 @@ class Synthetic:
         """None: a synthetic window is drawn on its own (independent, as the noise model assumes)."""
         return None
 
-    def server_bias(self, rng: random.Random) -> Bias:
+    def server_bias(self, rng: random.Random, share: Share = WHOLE, stalls: bool = True) -> Bias:
         """A fresh server reads ``server_sd`` off the truth (``cv / 2`` in the rules' world), its
-        latency ``tail_sd`` beyond that; with probability ``stall`` it is a stalled one (another
-        tenant's load for its whole life): 0.65-0.85x as fast, its tail 1.2-1.5x more."""
-        speed = max(0.5, 1 + rng.gauss(0, self.cv / 2 if self.server_sd is None else self.server_sd))
-        tail = max(0.5, 1 + rng.gauss(0, self.tail_sd)) if self.tail_sd else 1.0
-        if self.stall and rng.random() < self.stall:
+        latency ``tail_sd`` beyond that (``share`` of each variance); with probability ``stall``
+        (where ``stalls``) it is a stalled one (another tenant's load for its whole life):
+        0.65-0.85x as fast, its tail 1.2-1.5x more."""
+        sd = self.cv / 2 if self.server_sd is None else self.server_sd
+        speed = max(0.5, 1 + rng.gauss(0, sd * math.sqrt(share.speed)))
+        tail = max(0.5, 1 + rng.gauss(0, self.tail_sd * math.sqrt(share.tail))) if self.tail_sd else 1.0
+        if stalls and self.stall and rng.random() < self.stall:
             return Bias(speed * rng.uniform(0.65, 0.85), tail * rng.uniform(1.2, 1.5))
         return Bias(speed, tail)
 
@@ -650,9 +667,14 @@ class SimServers:
     def clock(self) -> float:
         return self.now
 
-    def _fresh(self, candidate: Candidate | None, race: bool) -> SimServer:
-        """A fresh server's model: its bias, then (with a warm-up) its transient, each drawn."""
-        bias = self.surface.server_bias(self.rng)
+    def _fresh(self, candidate: Candidate | None, race: bool, server: Bias | None = None) -> SimServer:
+        """A fresh server's model: its bias, then (with a warm-up) its transient, each drawn. On a
+        server it shares (``server``: the part its models share), its own part times that."""
+        if server is None:
+            bias = self.surface.server_bias(self.rng)
+        else:
+            own = self.surface.server_bias(self.rng, Share(*(1 - s for s in SHARED_SERVER)), stalls=False)
+            bias = Bias(server.speed * own.speed, server.tail * own.tail)
         transient = self.warmup.draw(self.warm_rng) if self.warmup is not None else Transient()
         return SimServer(candidate, bias, transient=transient, race=race)
 
@@ -672,9 +694,13 @@ class SimServers:
         self, candidates: Mapping[str, Candidate], log: Path, stage_name: str
     ) -> Iterator[SimServer]:
         """One start for all (the models load side by side: :data:`SHARED_START`); each model's
-        readings carry a bias of its own, as if on a server of its own."""
+        readings carry the server's bias (:data:`SHARED_SERVER` of a fresh server's spread, and a
+        stall) times one of its own."""
         self.now += self.surface.start_s * (1 + SHARED_START * (len(candidates) - 1))
-        models = {name: self._fresh(c, True) for name, c in candidates.items()}  # only the race shares
+        server = self.surface.server_bias(self.rng, SHARED_SERVER)
+        models = {
+            name: self._fresh(c, True, server) for name, c in candidates.items()
+        }  # only the race shares
         yield SimServer(None, Bias(1.0), models=models)
         self.now += self.overheads.server_s
 
@@ -1303,13 +1329,13 @@ class Surveyed:
         """A point's start in the survey's windows (:meth:`window`)."""
         return rng.getrandbits(30)
 
-    def server_bias(self, rng: random.Random) -> Bias:
+    def server_bias(self, rng: random.Random, share: Share = WHOLE, stalls: bool = True) -> Bias:
         """A fresh server's factors, drawn: its throughput's with :attr:`bias_sd`, and its
         latency's beyond that with :attr:`tail_cv`, else (where the survey read other servers)
-        :attr:`tail_spread`."""
-        speed = max(0.5, 1 + rng.gauss(0, self.bias_sd))
+        :attr:`tail_spread`; ``share`` of each variance. A survey has no stalls."""
+        speed = max(0.5, 1 + rng.gauss(0, self.bias_sd * math.sqrt(share.speed)))
         tail = self.tail_spread if self.tail_cv is None else self.tail_cv
-        return Bias(speed, max(0.5, 1 + rng.gauss(0, tail))) if tail else Bias(speed)
+        return Bias(speed, max(0.5, 1 + rng.gauss(0, tail * math.sqrt(share.tail)))) if tail else Bias(speed)
 
     @property
     def bias_sd(self) -> float:
