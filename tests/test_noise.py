@@ -468,6 +468,34 @@ def test_among_ties_the_config_nearest_to_yours_leads_and_stays_in_the_race() ->
     assert racing.race_leader(shown, {}, 95, changes=changes) == 0
 
 
+def test_racers_that_shared_servers_are_compared_round_by_round() -> None:
+    """A round's server moves its racers alike (Point.stage names it). Compared round by round, a
+    finalist 5% behind on every server leaves, and a leader 5% ahead on every server is shown
+    better than the tie nearest to your config, in the race and in the winner's choice alike;
+    compared apart, the servers' 10% spread hides both."""
+    yours = Candidate(1, "KIND_CPU", (), 16, False, (), 0, False)
+    near, far = replace(yours, instance_count=2), replace(yours, instance_count=2, max_batch_size=8)
+    moves, off = (0.90, 1.00, 1.10), (1.003, 0.997, 1.0)
+
+    def served(throughputs: list[float], named: bool = True) -> list[Point]:
+        return [
+            replace(windowed(8, t, 15.0), stage=f"race-{i}" if named else "")
+            for i, t in enumerate(throughputs)
+        ]
+
+    lead = served([1000.0 * m for m in moves])
+    behind = [950.0 * m * o for m, o in zip(moves, off, strict=True)]
+    rounds, apart = {0: lead, 1: served(behind)}, {0: lead, 1: served(behind, named=False)}
+    assert racing.outraced(rounds, {}) == {1} and racing.outraced(apart, {}) == set()
+    changes = {0: far.changes_from(yours), 1: near.changes_from(yours)}
+    assert racing.race_leader(rounds, {}, 95, changes=changes) == 0
+    assert racing.race_leader(apart, {}, 95, changes=changes) == 1  # tied: the nearest to yours
+    results = [_trial(0, lead, far), _trial(1, rounds[1], near)]
+    for those, won in ((rounds, 0), (apart, 1)):
+        made = [Verification(n, 8, tuple(p), 3) for n, p in those.items()]
+        assert racing.race_winner(made, results, SLA, yours=yours) == won
+
+
 def test_ahead_by_resolution_needs_the_difference_s_lower_bound_above_it() -> None:
     """The winner is shown ahead of your config when the lower bound of the difference is above
     RESOLUTION of yours; a ratio's interval is its figure times exp(-+ the bound of its log)."""

@@ -153,16 +153,16 @@ def breaks(latency: Estimate, limit_ms: float) -> bool:
     return latency.low > limit_ms
 
 
-def better(a: Estimate, b: Estimate) -> bool:
+def better(a: Estimate, b: Estimate, paired: Estimate | None = None) -> bool:
     """Whether ``a`` is shown higher than ``b``. The lower bound of ``a`` less ``b``
-    (:func:`_bound`) must be above zero."""
-    return a.mean - b.mean - _bound(a, b) > 0
+    (:func:`_bound`, or ``paired``'s) must be above zero."""
+    return a.mean - b.mean - _bound(a, b, paired) > 0
 
 
-def not_ahead(a: Estimate, b: Estimate, by: float = RESOLUTION) -> bool:
+def not_ahead(a: Estimate, b: Estimate, by: float = RESOLUTION, paired: Estimate | None = None) -> bool:
     """Whether ``a`` is shown not to lead ``b`` by ``by`` times ``b``'s figure. The upper bound of
-    ``a`` less ``b`` (:func:`_bound`) must be below that margin."""
-    return a.mean - b.mean + _bound(a, b) < by * abs(b.mean)
+    ``a`` less ``b`` (:func:`_bound`, or ``paired``'s) must be below that margin."""
+    return a.mean - b.mean + _bound(a, b, paired) < by * abs(b.mean)
 
 
 def ahead(a: Estimate, b: Estimate, by: float = RESOLUTION) -> bool:
@@ -181,9 +181,12 @@ def relative_bound(a: Estimate, b: Estimate) -> float:
     return t95(min(a.df, b.df)) * math.hypot(a.se / a.mean, b.se / b.mean)
 
 
-def _bound(a: Estimate, b: Estimate) -> float:
+def _bound(a: Estimate, b: Estimate, paired: Estimate | None = None) -> float:
     """The one-sided bound of ``a`` less ``b``. It combines both errors and uses the fewer
-    degrees of freedom."""
+    degrees of freedom; ``paired``: their differences read pair by pair (each reading of ``a``
+    beside one of ``b``, on one server), whose own error it is then."""
+    if paired is not None:
+        return t95(paired.df) * paired.se
     return t95(min(a.df, b.df)) * math.hypot(a.se, b.se)
 
 

@@ -458,25 +458,55 @@ def outraced(
 ) -> set[int]:  # fmt: skip
     """The trial numbers of the contenders that leave the race. ``rounds`` holds each
     contender's rounds. A contender leaves when it is :func:`autotune.search.noise.not_ahead` of
-    the :func:`_top` by :func:`raced` throughput."""
+    the :func:`_top` by :func:`raced` throughput, round by round where they shared servers
+    (:func:`paired`)."""
     found = _raced(rounds, shares, carries)
     if not found:
         return set()
-    top = _top(found, changes)
-    return {n for n, e in found.items() if n != top and not_ahead(e, found[top])}
+    pair = _pairs(rounds, shares, carries)
+    top = _top(found, changes, pair=pair)
+    return {n for n, e in found.items() if n != top and not_ahead(e, found[top], paired=pair(n, top))}
+
+
+def paired(
+    a: Sequence[Point], b: Sequence[Point], share_a: int = 1, share_b: int = 1,
+    carry_a: Carry | None = None, carry_b: Carry | None = None,
+) -> Estimate | None:  # fmt: skip
+    """Contender ``a``'s :func:`raced` figure less ``b``'s, round by round over the rounds they
+    shared a server in (:attr:`Point.stage`): the server moves both alike, and the difference
+    leaves that out. None below two such rounds."""
+    theirs = {p.stage: p for p in b if p.stage}
+    both = [(p, theirs[p.stage]) for p in a if p.stage in theirs]
+    if len(both) < 2:
+        return None
+    mine, other = carry_a or _measured, carry_b or _measured
+    return Estimate.of([mine(p) / share_a - other(q) / share_b for p, q in both])
+
+
+def _pairs(
+    rounds: Mapping[int, Sequence[Point]], shares: Mapping[int, int], carries: Mapping[int, Carry] | None
+) -> Callable[[int, int], Estimate | None]:
+    """:func:`paired` for two contenders of ``rounds``, by their trial numbers."""
+    carry = carries or {}
+
+    def pair(a: int, b: int) -> Estimate | None:
+        return paired(rounds[a], rounds[b], shares.get(a, 1), shares.get(b, 1), carry.get(a), carry.get(b))
+
+    return pair
 
 
 def _top(
     found: Mapping[int, Estimate],
     changes: Mapping[int, int] | None,
     tie: Callable[[int], float] | None = None,
+    pair: Callable[[int, int], Estimate | None] | None = None,
 ) -> int:
     """The contender to beat. Among those that the one with the most throughput is not
-    :func:`better` than, it takes the one with the fewest ``changes`` from your config. A winner
-    written back then changes no more of your file than it must. Further ties go to the least
-    ``tie``, or by default to the most throughput."""
+    :func:`better` than (round by round where ``pair`` can), it takes the one with the fewest
+    ``changes`` from your config. A winner written back then changes no more of your file than it
+    must. Further ties go to the least ``tie``, or by default to the most throughput."""
     leader = max(found, key=lambda n: found[n].mean)
-    tied = [n for n, e in found.items() if not better(found[leader], e)]
+    tied = [n for n, e in found.items() if not better(found[leader], e, pair(leader, n) if pair else None)]
     near = changes or {}
     return min(tied, key=lambda n: (near.get(n, 0), tie(n) if tie else -found[n].mean))
 
@@ -492,15 +522,18 @@ def race_leader(
     rounds: Mapping[int, Sequence[Point]], shares: Mapping[int, int], percentile: int,
     carries: Mapping[int, Carry] | None = None, changes: Mapping[int, int] | None = None,
 ) -> int | None:  # fmt: skip
-    """The trial number of the :func:`_top` contender by :func:`raced` throughput. None without
-    contenders. Among ties it takes the fewest ``changes`` from your config. Then, unless every
-    contender has a carry, it takes the lowest median latency at ``percentile``."""
+    """The trial number of the :func:`_top` contender by :func:`raced` throughput (round by round
+    where they shared servers, :func:`paired`). None without contenders. Among ties it takes the
+    fewest ``changes`` from your config. Then, unless every contender has a carry, it takes the
+    lowest median latency at ``percentile``."""
     found = _raced(rounds, shares, carries)
     if not found:
         return None
+    pair = _pairs(rounds, shares, carries)
     if carries is not None and all(n in carries for n in found):
-        return _top(found, changes)
-    return _top(found, changes, lambda n: statistics.median_high(p.latency_ms(percentile) for p in rounds[n]))
+        return _top(found, changes, pair=pair)
+    latency = {n: statistics.median_high(p.latency_ms(percentile) for p in rounds[n]) for n in found}
+    return _top(found, changes, latency.__getitem__, pair)
 
 
 def race_winner(
