@@ -228,6 +228,12 @@ class Point:
         )
 
 
+def same_servers(a: Sequence[Point], b: Sequence[Point]) -> list[tuple[Point, Point]]:
+    """Each point of ``a`` with the point of ``b`` measured on its server (:attr:`Point.stage`)."""
+    theirs = {p.stage: p for p in b if p.stage}
+    return [(p, theirs[p.stage]) for p in a if p.stage in theirs]
+
+
 @dataclass(frozen=True)
 class Measurement:
     """A candidate's goodput search: every point measured (by level) and the best one within the SLA.

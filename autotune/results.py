@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.objective import Scoring, Sla
-from autotune.points import Measurement, Point
+from autotune.points import Measurement, Point, same_servers
 from autotune.search.noise import RESOLUTION, Estimate, ahead, relative_bound, t95
 from autotune.search_space import Candidate
 
@@ -293,16 +293,16 @@ def gain(
     if winner.number == baseline.number:  # your config won the race
         return replace(found, low=1.0, high=1.0, shown=False)
     share_w, share_b = scoring.share(winner.candidate), scoring.share(baseline.candidate)
-    pair = (
-        (_raced(w.verification, share_w), _raced(b.verification, share_b))
-        if w.verification is not None and b.verification is not None
-        else None
-    )
     paired = _paired(w.verification, b.verification, share_w, share_b)
     if paired is not None:  # rounds on the same servers: what moved both is taken out
         spread = t95(paired.df) * paired.se
         low, high = found.ratio * math.exp(-spread), found.ratio * math.exp(spread)
         return replace(found, low=low, high=high, shown=paired.mean - spread > math.log1p(RESOLUTION))
+    pair = (
+        (_raced(w.verification, share_w), _raced(b.verification, share_b))
+        if w.verification is not None and b.verification is not None
+        else None
+    )
     if pair is None or pair[0].n < 2 or pair[1].n < 2:  # no spread of rounds: the search's estimates judge
         searched = (winner.estimate(share_w), baseline.estimate(share_b))
         if searched[0] is None or searched[1] is None:
@@ -325,11 +325,10 @@ def _paired(
     A round's server moves both racers alike: half their rounds' spread (benchmarks/README.md)."""
     if mine is None or yours is None:
         return None
-    theirs = {p.stage: p.throughput / share_yours for p in yours.points if p.stage}
     ratios = [
-        math.log(p.throughput / share_mine / theirs[p.stage])
-        for p in mine.points
-        if p.stage in theirs and p.throughput > 0 and theirs[p.stage] > 0
+        math.log(p.throughput / share_mine / (q.throughput / share_yours))
+        for p, q in same_servers(mine.points, yours.points)
+        if p.throughput > 0 and q.throughput > 0
     ]
     return Estimate.of(ratios) if len(ratios) >= 2 else None
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autotune.objective import RAW, Scoring, Sla
-from autotune.points import Point
+from autotune.points import Point, same_servers
 from autotune.results import TrialResult, Verification
 from autotune.search.noise import Estimate, Noise, better, not_ahead
 from autotune.search.ranking import ranked
@@ -475,8 +475,7 @@ def paired(
     """Contender ``a``'s :func:`raced` figure less ``b``'s, round by round over the rounds they
     shared a server in (:attr:`Point.stage`): the server moves both alike, and the difference
     leaves that out. None below two such rounds."""
-    theirs = {p.stage: p for p in b if p.stage}
-    both = [(p, theirs[p.stage]) for p in a if p.stage in theirs]
+    both = same_servers(a, b)
     if len(both) < 2:
         return None
     mine, other = carry_a or _measured, carry_b or _measured
