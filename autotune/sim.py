@@ -31,8 +31,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
+from autotune import finals, prepare, tuner
 from autotune import model_config as mcfg
-from autotune import prepare, tuner
 from autotune.events import Events
 from autotune.objective import Sla, scores
 from autotune.points import UNSTABLE, Point, WindowPlan
@@ -580,6 +580,69 @@ def drifted(reading: Reading, speed: float) -> Reading:
     )  # fmt: skip
 
 
+def open_loop_truth(
+    surface: Surface, candidate: Candidate, rate: float, percentile: int, horizon_s: float
+) -> tuple[Reading, float]:
+    """A closed-loop surface's truth under Poisson arrivals at ``rate`` (inferences a second), and
+    the mean requests in the server. The server is a queue whose completions, with n requests
+    in it, run at the closed loop's throughput at n clients (a load-dependent server). An
+    arrival that finds n waits as one of n + 1 clients: its mean by Little's law, its spread
+    fit to the surface's latency at the ``percentile`` (log-normal). An overloaded queue grows
+    for ``horizon_s`` (a window) at most."""
+    throughputs: dict[int, float] = {}
+
+    def served(n: int) -> float:
+        if n not in throughputs:
+            throughputs[n] = surface.truth(candidate, n).throughput
+        return throughputs[n]
+
+    weights, weight, total = [1.0], 1.0, 1.0
+    for n in range(1, max(2, math.ceil(rate * horizon_s)) + 1):
+        weight *= rate / served(n)
+        weights.append(weight)
+        total += weight
+        if weight < 1e-9 * total:
+            break
+    states = [(n, w / total) for n, w in enumerate(weights) if w / total > 1e-9]
+    z = statistics.NormalDist().inv_cdf(percentile / 100)
+    parts = []  # (share, log-normal mu, sigma) of an arrival's latency, by the requests it found
+    for n, share in states:
+        mean_ms = (n + 1) / served(n + 1) * 1000
+        tail = math.log(max(surface.truth(candidate, n + 1).latency_ms(percentile), mean_ms) / mean_ms)
+        sigma = z - math.sqrt(max(z * z - 2 * tail, 0.0))
+        parts.append((share, math.log(mean_ms) - sigma * sigma / 2, sigma))
+
+    def quantile(q: float) -> float:
+        def below(x: float) -> float:  # the share of arrivals whose log latency is under x
+            return sum(
+                s * (0.5 * math.erfc((mu - x) / (sigma * math.sqrt(2))) if sigma > 1e-9 else float(x >= mu))
+                for s, mu, sigma in parts
+            )
+
+        low, high = (
+            min(mu - 4 * sigma for _, mu, sigma in parts),
+            max(mu + 4 * sigma for _, mu, sigma in parts),
+        )
+        while high - low > 1e-4:  # a hundredth of a percent
+            mid = (low + high) / 2
+            low, high = (mid, high) if below(mid) < q else (low, mid)
+        return math.exp(high)
+
+    throughput = sum(share * served(n) for n, share in states if n)
+    clients = sum(n * share for n, share in states)
+    return Reading(throughput, *(quantile(q / 100) for q in (50, 90, 95, 99))), clients
+
+
+def _scaled(truth: Reading, window: Reading, closed: Reading) -> Reading:
+    """``window`` (a closed loop's, whose truth is ``closed``) carried onto ``truth``: each of its
+    figures off ``truth`` by the factor the window reads off ``closed``."""
+    return Reading(
+        truth.throughput * window.throughput / closed.throughput,
+        truth.p50_ms * window.p50_ms / closed.p50_ms, truth.p90_ms * window.p90_ms / closed.p90_ms,
+        truth.p95_ms * window.p95_ms / closed.p95_ms, truth.p99_ms * window.p99_ms / closed.p99_ms,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Overheads:
     """What a real run spends beyond its servers' starts and its points' warm-ups and windows:
@@ -630,10 +693,11 @@ class SimGenerator:
         return self.servers.point(self.server, concurrency, self.plan)
 
     def at_rate(self, rate: float, distribution: str = "constant") -> Point:
-        raise NotImplementedError("the simulator has closed loops only")
+        """Poisson arrivals at ``rate`` (:func:`open_loop_truth`; any ``distribution`` reads so)."""
+        return self.servers.rate_point(self.server, rate, self.plan)
 
     def at_intervals(self, intervals_us: Sequence[int], rate: float | None = None) -> Point:
-        raise NotImplementedError("the simulator has closed loops only")
+        raise NotImplementedError("the simulator has no recorded arrivals")
 
     def check_sample(self, workload: Any, seed: int, count: int) -> list[tuple[Any, str]]:
         raise NotImplementedError("the simulator's runs have no output check")
@@ -660,6 +724,7 @@ class SimServers:
         self.warm_rng = warm_rng or random.Random(0)
         self.turned = 0  # race rounds a warm-up turned: over the limit, under it without the warm-up
         self.readings: dict[str, list[Point]] = {}  # every point handed out, by its server's stage
+        self.began: dict[str, float] = {}  # when each stage's server began to start
         # each race round's point read without its server's warm-up (the same windows), by the
         # id of the point as served: ``readings`` keeps that point alive, so no id is reused
         self.steady: dict[int, Point] = {}
@@ -680,6 +745,7 @@ class SimServers:
 
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[SimServer]:
+        self.began[stage_name] = self.now
         self.now += self.surface.start_s
         server = self._fresh(candidate, stage_name.startswith("race-"))
         server.stage = stage_name
@@ -717,6 +783,33 @@ class SimServers:
         """One point, as :func:`autotune.loadgen._windows.run_windows` measures it: windows until
         :func:`autotune.search.sampling.windows_done`, at most ``max_windows``; its figures the kept
         windows' means."""
+        candidate = cast(Candidate, server.candidate)
+
+        def read(block: tuple[int, int] | None) -> Reading:
+            return self.surface.window(candidate, level, self.rng, plan.window_s, server.bias, block)
+
+        return self._windows(server, plan, read, level)
+
+    def rate_point(self, server: SimServer, rate: float, plan: WindowPlan) -> Point:
+        """A point under Poisson arrivals at ``rate`` (:func:`open_loop_truth`), its windows' noise
+        a closed loop's at the clients the open loop holds on average."""
+        candidate = cast(Candidate, server.candidate)
+        truth, clients = open_loop_truth(self.surface, candidate, rate, plan.percentile, plan.window_s)
+        level = max(1, round(clients))
+        closed = self.surface.truth(candidate, level)
+
+        def read(block: tuple[int, int] | None) -> Reading:
+            window = self.surface.window(candidate, level, self.rng, plan.window_s, server.bias, block)
+            return _scaled(truth, window, closed)
+
+        return self._windows(server, plan, read, level, rate)
+
+    def _windows(
+        self, server: SimServer, plan: WindowPlan, read: Callable[[tuple[int, int] | None], Reading],
+        level: int, rate: float = 0.0,
+    ) -> Point:  # fmt: skip
+        """Windows ``read`` one by one (given the point's block and the window's place in it) until
+        the plan's rule stops them, with the server's warm-up and the machine's drift."""
         self.now += plan.warmup_s + self.overheads.point_s
         server.loaded_s += plan.warmup_s
         readings: list[Reading] = []
@@ -725,10 +818,7 @@ class SimServers:
         start = self.surface.block_start(self.rng)  # a surveyed point's windows: one block of them
         while len(readings) < plan.max_windows:
             block = None if start is None else (start, len(readings))
-            window = self.surface.window(
-                cast(Candidate, server.candidate), level, self.rng, plan.window_s, server.bias, block
-            )
-            window = drifted(window, self.drift.speed(self.now))
+            window = drifted(read(block), self.drift.speed(self.now))
             steady.append(window)
             readings.append(server.transient.apply(window, server.loaded_s + plan.window_s / 2))
             lasted = window_length(plan, window.throughput)
@@ -745,7 +835,7 @@ class SimServers:
                 stable = True
                 break
         kept = readings[warm:] if plan.limit_ms > 0 else readings[-plan.stable_windows :]
-        point = _point_of(level, kept, plan, len(readings), stable, tuple(latencies[:warm]))
+        point = _point_of(level, kept, plan, len(readings), stable, tuple(latencies[:warm]), rate)
         if server.race and plan.limit_ms > 0:
             self.turned += _turned(kept, steady[warm:], plan)
             if server.transient.size:  # the same windows read without it
@@ -756,9 +846,10 @@ class SimServers:
 
 def _point_of(
     level: int, kept: Sequence[Reading], plan: WindowPlan, windows: int, stable: bool,
-    warm_ms: tuple[float, ...],
+    warm_ms: tuple[float, ...], rate: float = 0.0,
 ) -> Point:  # fmt: skip
-    """A simulated point: the means of its ``kept`` windows, of ``windows`` read in all."""
+    """A simulated point: the means of its ``kept`` windows, of ``windows`` read in all; with a
+    ``rate``, an open loop's."""
 
     def mean(name: str) -> float:
         return sum(float(getattr(r, name)) for r in kept) / len(kept)
@@ -767,7 +858,7 @@ def _point_of(
     throughput = mean("throughput")
     requests = max(1, int(throughput * duration))
     return Point(
-        concurrency=level, request_rate=0.0, throughput=throughput, avg_ms=mean("p50_ms"),
+        concurrency=0 if rate else level, request_rate=rate, throughput=throughput, avg_ms=mean("p50_ms"),
         p50_ms=mean("p50_ms"), p90_ms=mean("p90_ms"), p95_ms=mean("p95_ms"), p99_ms=mean("p99_ms"),
         requests=requests, errors=0, duration_s=duration, windows=windows, stable=stable,
         warnings=() if stable else (UNSTABLE,),
@@ -882,6 +973,7 @@ class SimOutcome:
     # the race's winner with its rounds read without their servers' warm-up (:func:`read_steady`)
     steady_winner: int | None
     turned: int = 0  # race rounds a fresh server's warm-up turned (:func:`_turned`)
+    checked_s: float = 0.0  # the open-loop check's time, its server's start included (0: none)
 
     @property
     def decided(self) -> bool:
@@ -949,7 +1041,7 @@ def simulate(
     baseline = baseline if baseline is not None else baseline_of(surface)
     settings = RunSettings(
         model="sim", repository=Path("."), sla=surface.sla, seed=seed, output_check=False,
-        open_loop_check=False, **options,
+        **{"open_loop_check": True, **options},
     )  # fmt: skip
     settings = replace(settings, plan=search_plan(surface.sla, 0.5))
     prep = prepare.Prepared(
@@ -975,14 +1067,19 @@ def simulate(
         verifications = run.record.verifications
         s = prep.settings
         winner = race_winner(verifications, results, s.search_sla, prep.scoring, prep.baseline)
+        if winner is not None:  # its open-loop check, as a real run's end measures it
+            chosen = next(r for r in results if r.number == winner)
+            run = finals.check_open_loop(prep, trials, run, chosen, workers)
         steady = read_steady(verifications, servers.steady, s.search_sla)
         steady_winner = race_winner(steady, results, s.search_sla, prep.scoring, prep.baseline)
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
     truthful = honest(results, told, prep, servers.readings)
+    checked = [t for stage, t in servers.began.items() if stage.startswith("open-loop-")]
     return SimOutcome(
-        seed, results, verifications, winner, servers.now, measured, truthful, steady_winner, servers.turned
-    )
+        seed, results, verifications, winner, servers.now, measured, truthful, steady_winner, servers.turned,
+        servers.now - checked[-1] if checked else 0.0,
+    )  # fmt: skip
 
 
 def read_steady(

@@ -14,11 +14,12 @@ included), where the survey did not time its own; its fresh servers warm up as `
 leaves a real one (``sim.WarmUp.warmed``).
 
 Per model it prints, each a median with its range, the real runs' and the simulated runs' time in
-each step: the search, the race (to the open-loop check's server), the open-loop check with the
-report, and the rest (the process's start-up); and the trials and race rounds. The simulator does
-not run the open-loop check (it has no surface of arrival rates): its whole is set beside the real
-runs' without that step. A model with no survey, or one that lacks configs of the space, is left
-out, and said.
+each step: the search, the race (to the open-loop check's server), the open-loop check (to the
+record's end), and the rest (the process's start-up, and the report written after the record's
+end); and the trials and race rounds. The simulator runs the open-loop check on the survey as an
+open loop (:func:`sim.open_loop_truth`); it neither starts a process nor writes a report, so its
+whole is set beside the real runs' less the rest. A model with no survey, or one that lacks configs of the
+space, is left out, and said.
 
     .venv/bin/python benchmarks/sim_vs_real.py --work WORK
 
@@ -72,7 +73,7 @@ class Real:
     wall_s: float
     searched_s: float
     raced_s: float  # from the search's end to the open-loop check's server (the whole rest without one)
-    checked_s: float  # the open-loop check and the report, to the record's end
+    checked_s: float  # the open-loop check: from its server's log's first line to the record's end
     trials: int
     measured: int  # trials measured (not pruned, not failed)
     rounds: int  # race rounds served (race-*.log)
@@ -83,9 +84,9 @@ class Real:
     run_dir: Path
 
     @property
-    def without_check_s(self) -> float:
-        """What the simulator simulates: the wall time less the open-loop check and the report."""
-        return self.wall_s - self.checked_s
+    def simulated_s(self) -> float:
+        """What the simulator simulates: the search, the race and the open-loop check."""
+        return self.searched_s + self.raced_s + self.checked_s
 
 
 def make_runs(work: Path, model: str, runs: int) -> None:
@@ -135,7 +136,7 @@ def _trials_of(run: Path) -> list[Any]:
     return optuna.load_study(study_name=record["study_name"], storage=f"sqlite:///{run / 'study.db'}").trials
 
 
-def _first_stamp(log: Path, day: datetime) -> datetime | None:
+def _stamp(log: Path, day: datetime) -> datetime | None:
     """The time of the log's first Triton line, on ``day``."""
     seconds = _seconds(log) if log.exists() else None
     if seconds is None:
@@ -153,7 +154,7 @@ def real_run(result: Path) -> Real | None:
     started, finished = datetime.fromisoformat(record["started"]), datetime.fromisoformat(record["finished"])
     searched = float(record["searched_s"])
     logs = sorted((run / "logs").glob("open-loop-*.log"))
-    check = _first_stamp(logs[-1], started) if logs else None
+    check = _stamp(logs[-1], started) if logs else None
     ended = (finished - started).total_seconds()
     checked = (finished - check).total_seconds() if check is not None else 0.0
     measured = _measured(run, record)
@@ -220,6 +221,7 @@ class _Counted(sim.SimServers):
 class Simulated:
     sim_s: float
     searched_s: float
+    checked_s: float  # the open-loop check's
     trials: int
     measured: int
     rounds: int  # race servers: each race round of the racers that shared one
@@ -358,9 +360,62 @@ def simulated(
         )  # fmt: skip
         rounds = _Counted.made[-1].race_servers
         out.append(
-            Simulated(outcome.sim_s, events.searched_s, len(outcome.results), outcome.measured, rounds)
+            Simulated(
+                outcome.sim_s,
+                events.searched_s,
+                outcome.checked_s,
+                len(outcome.results),
+                outcome.measured,
+                rounds,
+            )
         )
     return out, surface.start_s
+
+
+def check_points(survey: Path, reals: Sequence[Real]) -> list[str]:
+    """Each real run's open-loop check, point by point, beside the simulator's open loop
+    (:func:`sim.open_loop_truth`) of its winner at the same rate, on ``survey`` at the speed the
+    run's race read the winner: rate / credited, measured / limit, simulated / limit. Then the
+    points' median and spread of log(simulated / measured), and the verdicts (over the limit or
+    not) the two agree on."""
+    from autotune.study import candidate_from_json
+
+    lines, logs, agree, points = [], [], 0, 0
+    for real in reals:
+        record = json.loads((real.run_dir / "run.json").read_text())
+        check = record.get("open_loop")
+        if not check or not (real.run_dir / "study.db").exists():
+            continue
+        trial = next(t for t in _trials_of(real.run_dir) if t.number == check["trial"])
+        candidate = candidate_from_json(trial.user_attrs["candidate"])
+        raced = [v for v in record["verifications"] if v["trial"] == check["trial"]]
+        surface = sim.Surveyed.load(survey, real.sla)
+        try:
+            level, found = (
+                raced[0]["concurrency"],
+                statistics.median(p["throughput"] for p in raced[0]["points"]),
+            )
+            surface = replace(surface, speed=found / surface.truth(candidate, level).throughput)
+        except (IndexError, KeyError):  # not raced, or not surveyed
+            continue
+        figure, limit, row = f"p{real.sla.percentile}_ms", real.sla.limit_ms, []
+        window_s = float(real.options.get("window", 0.5))
+        for point in check["points"]:
+            truth, _ = sim.open_loop_truth(
+                surface, candidate, point["request_rate"], real.sla.percentile, window_s
+            )
+            ours, theirs = truth.latency_ms(real.sla.percentile), point[figure]
+            logs.append(math.log(ours / theirs))
+            agree, points = agree + ((ours > limit) == (theirs > limit)), points + 1
+            share = point["request_rate"] / check["credited_rate"]
+            row.append(f"{share:.2f}: {theirs / limit:.2f}/{ours / limit:.2f}")
+        lines.append(f"  {real.run_dir.name} {candidate.label()}: " + ", ".join(row))
+    if logs:
+        lines.append(
+            f"  {points} points: log(simulated / measured) median {statistics.median(logs):+.2f}, sd "
+            f"{statistics.stdev(logs) if len(logs) > 1 else 0.0:.2f}; over the limit or not, alike on {agree}"
+        )
+    return lines
 
 
 def _median(values: Sequence[float]) -> str:
@@ -385,17 +440,17 @@ def report(model: str, reals: Sequence[Real], sims: Sequence[Simulated], start_s
     """A model's lines: each step of the real runs and of the simulated ones, and the ratio of
     their medians."""
     real_steps = {
-        "whole less check": [r.without_check_s for r in reals], "search": [r.searched_s for r in reals],
-        "race": [r.raced_s for r in reals], "check+report": [r.checked_s for r in reals],
-        "start-up": [r.wall_s - r.searched_s - r.raced_s - r.checked_s for r in reals],
+        "whole": [r.simulated_s for r in reals], "search": [r.searched_s for r in reals],
+        "race": [r.raced_s for r in reals], "check": [r.checked_s for r in reals],
+        "start, report": [r.wall_s - r.simulated_s for r in reals],
         "search / measured": [r.searched_s / max(r.measured, 1) for r in reals],
         "race / round": [r.raced_s / max(r.rounds, 1) for r in reals],
     }  # fmt: skip
     sim_steps = {
-        "whole less check": [s.sim_s for s in sims], "search": [s.searched_s for s in sims],
-        "race": [s.sim_s - s.searched_s for s in sims],
+        "whole": [s.sim_s for s in sims], "search": [s.searched_s for s in sims],
+        "race": [s.sim_s - s.searched_s - s.checked_s for s in sims], "check": [s.checked_s for s in sims],
         "search / measured": [s.searched_s / max(s.measured, 1) for s in sims],
-        "race / round": [(s.sim_s - s.searched_s) / max(s.rounds, 1) for s in sims],
+        "race / round": [(s.sim_s - s.searched_s - s.checked_s) / max(s.rounds, 1) for s in sims],
     }  # fmt: skip
     lines = [
         f"{model}: {len(reals)} real runs, {len(sims)} simulated (a server's start {start_s:.2f} s); "
@@ -423,8 +478,11 @@ def report(model: str, reals: Sequence[Real], sims: Sequence[Simulated], start_s
     )
     rounds = _median([r.rounds for r in reals]), _median([s.rounds for s in sims])
     lines.append(f"  {'race rounds':<17} {rounds[0]:>14} {rounds[1]:>14}")
-    low, high = ratio_interval([s.sim_s for s in sims], [r.without_check_s for r in reals])
-    lines.append(f"  whole less check, sim/real: 90% interval {low:.2f}-{high:.2f} (medians bootstrapped)")
+    low, high = ratio_interval([s.sim_s for s in sims], [r.simulated_s for r in reals])
+    lines.append(
+        f"  whole (less the start and the report), sim/real: 90% interval {low:.2f}-{high:.2f} "
+        "(medians bootstrapped)"
+    )
     return lines
 
 
@@ -450,7 +508,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "throughput over its truth), for a machine that ran slower or faster than on the survey's day",
     )  # fmt: skip
     parser.add_argument(
-        "--drift", type=float, nargs=2, metavar=("SD", "HOLD_S"),
+        "--drift",
+        type=float,
+        nargs=2,
+        metavar=("SD", "HOLD_S"),
         help="the simulated machine's speed wandering within a run (sim.Drift; default: none)",
     )
     parser.add_argument(
@@ -484,6 +545,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{model}: left out ({exc})")
             continue
         print("\n".join(report(model, reals, sims, start_s)))
+        print(f"{model}: the open-loop checks' points, rate / credited: measured / simulated latency / limit")
+        print("\n".join(check_points(survey, reals)))
     return 0
 
 

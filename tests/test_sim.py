@@ -114,16 +114,65 @@ def test_a_winner_is_judged_as_a_client_that_reads_latency_higher_would_read_it(
 
 
 def test_the_simulated_clock_is_what_servers_and_windows_take() -> None:
-    outcome = sim.simulate(QUIET, seed=0, max_trials=3, finalists=0)
+    outcome = sim.simulate(QUIET, seed=0, max_trials=3, finalists=0, open_loop_check=False)  # trials alone
     measured = [r for r in outcome.results if r.measurement is not None]
     windows = sum(p.windows for r in measured for p in r.measurement.points)  # type: ignore[union-attr]
     points = sum(len(r.measurement.points) for r in measured)  # type: ignore[union-attr]
     assert len(measured) == 3 and outcome.verifications == ()
     assert outcome.sim_s >= 3 * QUIET.start_s + windows * 0.5
     # and what a real run spends beyond them: each server's own, each point's
-    bare = sim.simulate(QUIET, seed=0, max_trials=3, finalists=0, overheads=sim.Overheads(0.0, 0.0))
+    bare = sim.simulate(
+        QUIET, seed=0, max_trials=3, finalists=0, open_loop_check=False, overheads=sim.Overheads(0.0, 0.0)
+    )
     spent = sim.Overheads()
     assert outcome.sim_s - bare.sim_s == pytest.approx(3 * spent.server_s + points * spent.point_s)
+
+
+class _OneServer:
+    """A closed loop on one server that serves a request in an exponential time of mean 1/mu:
+    n clients' requests each wait out n services (an Erlang latency)."""
+
+    mu = 100.0
+
+    def truth(self, candidate: Candidate, level: int) -> sim.Reading:
+        def erlang(q: float) -> float:
+            low, high = 0.0, 10 * (level + 5) / self.mu
+            for _ in range(60):
+                x = self.mu * (low + high) / 2  # services done by then: Poisson, fewer than n
+                below = 1 - sum(math.exp(k * math.log(x) - x - math.lgamma(k + 1)) for k in range(level))
+                low, high = ((low + high) / 2, high) if below < q else (low, (low + high) / 2)
+            return high * 1000
+
+        return sim.Reading(self.mu, *(erlang(q) for q in (0.5, 0.9, 0.95, 0.99)))
+
+
+def test_an_open_loop_is_the_closed_loops_server_fed_by_poisson_arrivals() -> None:
+    """On a server of one exponential service (an M/M/1 queue under Poisson arrivals) the open
+    loop's latency is exponential of rate mu - rate: its p99 read to within 10%."""
+    surface = _OneServer()
+    for rate in (20.0, 50.0, 80.0):
+        truth, clients = sim.open_loop_truth(surface, sim.BASELINE, rate, 99, horizon_s=10.0)  # type: ignore[arg-type]
+        assert truth.throughput == pytest.approx(rate, rel=1e-3)  # all it is sent, it serves
+        rho = rate / surface.mu
+        assert clients == pytest.approx(rho / (1 - rho), rel=1e-3)  # the queue's mean length
+        exact = -math.log(0.01) / (surface.mu - rate) * 1000
+        assert truth.p99_ms == pytest.approx(exact, rel=0.10)
+        assert truth.p50_ms < truth.p90_ms < truth.p99_ms
+    # sent more than it serves, its queue grows for the window and no more
+    over, clients = sim.open_loop_truth(surface, sim.BASELINE, 150.0, 99, horizon_s=0.5)  # type: ignore[arg-type]
+    assert over.throughput == pytest.approx(surface.mu, rel=0.01) and 50 < clients <= 76
+    assert over.p99_ms > 5 * -math.log(0.01) / surface.mu * 1000
+
+
+def test_a_simulated_run_checks_its_winner_in_an_open_loop_as_a_real_run_ends() -> None:
+    """The winner's rate is checked as :func:`autotune.finals.check_open_loop` checks it: its
+    credited rate first, then lower ones, on a server of its own. It takes simulated time
+    after the race and changes nothing before it; ``open_loop_check=False`` leaves it out."""
+    checked = sim.simulate(QUIET, seed=0, max_trials=6)
+    bare = sim.simulate(QUIET, seed=0, max_trials=6, open_loop_check=False)
+    assert checked.winner == bare.winner and checked.verifications == bare.verifications
+    assert bare.checked_s == 0.0 and checked.checked_s > QUIET.start_s
+    assert checked.sim_s == pytest.approx(bare.sim_s + checked.checked_s)
 
 
 def test_a_family_spans_its_noise_and_each_sla_bites_inside_the_concurrency_range() -> None:
@@ -475,9 +524,9 @@ def test_a_race_rounds_contenders_share_one_server_or_each_gets_its_own_when_it_
         assert bool(beside) == (kind is _Shared)  # rounds the gain compares round by round
         searched = outcome.measured
         if kind is _Shared:  # each shared server served three rounds
-            assert kind.alone + len(kind.shared) == searched + rounds - 2 * len(kind.shared)
+            assert kind.alone + len(kind.shared) == searched + rounds - 2 * len(kind.shared) + 1
         else:  # every round on a server of its own
-            assert kind.alone == searched + rounds
+            assert kind.alone == searched + rounds + 1  # and the open-loop check's
         assert outcome.winner in {v.trial for v in finalists}
 
 
@@ -490,7 +539,7 @@ def test_finalists_on_gpus_race_each_on_a_server_of_its_own() -> None:
     assert all(r.candidate is None or r.candidate.kind == "KIND_GPU" for r in outcome.results)
     rounds = sum(len(v.points) + sum(len(o) for _, o in v.others) for v in outcome.verifications)
     assert len([v for v in outcome.verifications if not v.control]) == 2 and _OnGpus.shared == []
-    assert _OnGpus.alone == outcome.measured + rounds
+    assert _OnGpus.alone == outcome.measured + rounds + 1  # and the open-loop check's
 
 
 def test_a_contender_sent_down_a_level_as_its_rounds_run_out_is_raced_there() -> None:
@@ -822,7 +871,7 @@ class _Rounds(sim.SimServers):
 
 def _race_beside_the_last_trials() -> tuple[list[tuple[float, float]], list[float], float]:
     """Four workers, 12 trials at most: the race rounds' spans, when each trial ended, and when
-    the run ended."""
+    the race ended (before the open-loop check)."""
     ends: list[float] = []
 
     class Ends(Trials):
@@ -839,7 +888,7 @@ def _race_beside_the_last_trials() -> tuple[list[tuple[float, float]], list[floa
     _Rounds.spans = []
     out = sim.simulate(QUIET, seed=2, max_trials=12, at_once=4, servers_type=_Rounds, trials_type=Ends)
     assert out.honest and out.winner is not None and len(ends) == 12
-    return sorted(_Rounds.spans), ends, out.sim_s
+    return sorted(_Rounds.spans), ends, out.sim_s - out.checked_s  # the race's end
 
 
 def test_the_workers_the_search_leaves_free_while_it_waits_begin_the_race() -> None:

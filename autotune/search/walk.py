@@ -286,20 +286,14 @@ def after_search_s(
     warm-ups and its output check). A point costs the mean of their points' windows (times add
     up, and a point near its limit takes more windows) and its warm-up: ``warmup_s`` first on its
     model (each racer's), :data:`RAMP_S` after. It is 0.0 before any trial was measured."""
-    measured = [r for r in results if r.measurement and r.measurement.points and r.duration_s > 0]
+    measured = [(r, m) for r in results if (m := r.measurement) and m.points and r.duration_s > 0]
     if not measured:
         return 0.0
     overheads: list[float] = []
     windows: list[float] = []
-    for r in measured:
-        assert r.measurement is not None
-        points = r.measurement.points
-        windows.extend(p.duration_s for p in points)
-        spent = (
-            sum(p.duration_s for p in points)
-            + _warm_ups(len(points), warmup_s)
-            + r.measurement.output_check_s
-        )
+    for r, m in measured:
+        windows.extend(p.duration_s for p in m.points)
+        spent = sum(p.duration_s for p in m.points) + _warm_ups(len(m.points), warmup_s) + m.output_check_s
         overheads.append(r.duration_s - spent)
     start, point = max(statistics.median(overheads), 0.0), statistics.fmean(windows)
     first = point + warmup_s

@@ -75,8 +75,9 @@ def test_the_held_out_set_shares_no_family_run_seed_or_survey_with_the_tuning_se
 
 def test_sim_vs_real_reads_a_benchmarks_runs_and_simulates_their_settings(tmp_path: Path) -> None:
     """benchmarks/sim_vs_real.py: each finished real run's steps (search, race to the open-loop
-    check's server, the check and the report, from its record and its logs) beside the
-    simulator's runs of the same options on the model's survey, and their medians' ratios."""
+    check's server, the check, from its record and its logs) beside the simulator's
+    runs of the same options on the model's survey, its open-loop check included, and their
+    medians' ratios."""
     import json
 
     import sim_vs_real
@@ -116,14 +117,17 @@ def test_sim_vs_real_reads_a_benchmarks_runs_and_simulates_their_settings(tmp_pa
     assert len(sims) == 2 and all(
         0 < s.searched_s < s.sim_s and 0 < s.measured <= s.trials <= 6 for s in sims
     )
+    assert all(3.0 < s.checked_s < s.sim_s - s.searched_s for s in sims)  # a server's start, and points
     assert start_s == 3.0  # neither the survey nor these runs timed a start: the simulator's own
     lines = sim_vs_real.report("cnn", reals, sims, start_s)
-    whole = statistics.median(s.sim_s for s in sims) / statistics.median(r.without_check_s for r in reals)
-    assert lines[2].split()[-1] == f"{whole:.2f}" and lines[2].startswith("  whole less check")
+    whole = statistics.median(s.sim_s for s in sims) / statistics.median(r.simulated_s for r in reals)
+    assert lines[2].split()[-1] == f"{whole:.2f}" and lines[2].startswith("  whole ")
+    check = statistics.median(s.checked_s for s in sims) / 9.5
+    assert next(line for line in lines if line.startswith("  check ")).split()[-1] == f"{check:.2f}"
     low, high = sim_vs_real.ratio_interval([1.0, 2.0, 3.0], [2.0, 2.0, 2.0, 2.0])
     assert low == pytest.approx(0.5) and high == pytest.approx(1.5)  # the real runs agree: the sims' range
     assert sim_vs_real.ratio_interval([2.0] * 3, [2.0] * 4) == (1.0, 1.0)
-    assert lines[-1].startswith("  whole less check, sim/real: 90% interval")
+    assert lines[-1].startswith("  whole (less the start and the report), sim/real: 90% interval")
     # a real run's own time beyond starts, warm-ups and windows: 0.4 s a server, 0.1 s a point
     # beyond the 0.5 s warm-up and the 0.3 s ramps the simulator charges already
     cycles = [(n, 0.4 + 0.5 + 0.3 * (n - 1) + 0.1 * n) for n in (1, 2, 4, 5)]
