@@ -596,14 +596,14 @@ def open_loop_truth(
             throughputs[n] = surface.truth(candidate, n).throughput
         return throughputs[n]
 
-    weights, weight, total = [1.0], 1.0, 1.0
+    logs, peak = [0.0], 0.0  # each state's weight, in logs (an overloaded queue's grow past floats)
     for n in range(1, max(2, math.ceil(rate * horizon_s)) + 1):
-        weight *= rate / served(n)
-        weights.append(weight)
-        total += weight
-        if weight < 1e-9 * total:
+        logs.append(logs[-1] + math.log(rate / max(served(n), 1e-9)))
+        peak = max(peak, logs[-1])
+        if logs[-1] < peak - 30:  # a share under 1e-13 of the likeliest state's: the rest is less
             break
-    states = [(n, w / total) for n, w in enumerate(weights) if w / total > 1e-9]
+    total = sum(math.exp(x - peak) for x in logs)
+    states = [(n, share) for n, x in enumerate(logs) if (share := math.exp(x - peak) / total) > 1e-9]
     z = statistics.NormalDist().inv_cdf(percentile / 100)
     parts = []  # (share, log-normal mu, sigma) of an arrival's latency, by the requests it found
     for n, share in states:

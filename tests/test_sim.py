@@ -162,6 +162,16 @@ def test_an_open_loop_is_the_closed_loops_server_fed_by_poisson_arrivals() -> No
     over, clients = sim.open_loop_truth(surface, sim.BASELINE, 150.0, 99, horizon_s=0.5)  # type: ignore[arg-type]
     assert over.throughput == pytest.approx(surface.mu, rel=0.01) and 50 < clients <= 76
     assert over.p99_ms > 5 * -math.log(0.01) / surface.mu * 1000
+    # sent far more than it serves: the queue's weights outgrow floats, and the window still ends it
+    flooded, clients = sim.open_loop_truth(_Flat(), sim.BASELINE, 1e5, 99, horizon_s=0.5)  # type: ignore[arg-type]
+    assert flooded.throughput == pytest.approx(100.0) and clients == pytest.approx(5e4, abs=1)
+
+
+class _Flat:
+    """A server that serves 100 requests a second at any load, each client's request in turn."""
+
+    def truth(self, candidate: Candidate, level: int) -> sim.Reading:
+        return sim.Reading(100.0, *(level * 10.0 * f for f in (0.9, 1.1, 1.2, 1.4)))
 
 
 def test_a_simulated_run_checks_its_winner_in_an_open_loop_as_a_real_run_ends() -> None:
