@@ -17,7 +17,9 @@ instant leaves the previous record whole.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -235,8 +237,9 @@ class RunDir:
         return self.path / "logs" / name
 
     def save_reference(self, reference: Reference) -> None:
-        """Keep your config's answers to the output check's requests (atomically)."""
-        tmp = self.path / f".{REFERENCE_FILE}.tmp.npz"
+        """Keep your config's answers to the output check's requests (atomically; each writer its
+        own temporary file, since Ray nodes on one machine may write them at once)."""
+        tmp = self.path / f".{REFERENCE_FILE}.{os.getpid()}.{uuid.uuid4().hex}.tmp.npz"
         np.savez(tmp, **reference.arrays())
         tmp.replace(self.path / REFERENCE_FILE)
 

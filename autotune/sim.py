@@ -36,7 +36,7 @@ from autotune import model_config as mcfg
 from autotune.events import Events
 from autotune.objective import Sla, scores
 from autotune.points import UNSTABLE, Point, WindowPlan
-from autotune.results import TrialResult, Verification, recommendation
+from autotune.results import OpenLoopCheck, TrialResult, Verification, recommendation
 from autotune.rundir import RunDir, RunRecord
 from autotune.search import walk
 from autotune.search.level_search import search_plan
@@ -974,6 +974,7 @@ class SimOutcome:
     steady_winner: int | None
     turned: int = 0  # race rounds a fresh server's warm-up turned (:func:`_turned`)
     checked_s: float = 0.0  # the open-loop check's time, its server's start included (0: none)
+    open_loop: OpenLoopCheck | None = None  # the open-loop check's record (None: none)
 
     @property
     def decided(self) -> bool:
@@ -1078,7 +1079,7 @@ def simulate(
     checked = [t for stage, t in servers.began.items() if stage.startswith("open-loop-")]
     return SimOutcome(
         seed, results, verifications, winner, servers.now, measured, truthful, steady_winner, servers.turned,
-        servers.now - checked[-1] if checked else 0.0,
+        servers.now - min(checked) if checked else 0.0, run.record.open_loop,
     )  # fmt: skip
 
 

@@ -10,14 +10,14 @@ A level is a concurrency (closed loop) or a request rate in requests per second 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.loadgen import read_intervals
 from autotune.objective import Sla
 from autotune.points import Measurement, Point
-from autotune.search.level_search import find_goodput, find_rate_goodput
+from autotune.search.level_search import find_goodput, find_rate_goodput, nice_rate
 from autotune.search.noise import Estimate, breaks, meets
 from autotune.search_space import SearchSpace
 from autotune.serving import Load
@@ -97,6 +97,27 @@ def check_sustained(at: Callable[[float], Point], sla: Sla, credited_rate: float
     except _AtTheLimit as stopped:
         return stopped.rate
     return 0.0
+
+
+def check_rates(credited_rate: float) -> list[float]:
+    """Every rate :func:`check_sustained` may measure, highest first: the credited one times
+    the bisection's step (the largest power-of-two root of 2 within :data:`CHECK_RESOLUTION`),
+    down to :data:`CHECK_FLOOR` of it. Several workers measure the highest untried ones at once."""
+    halvings = math.ceil(math.log2(1 / math.log2(1 + CHECK_RESOLUTION)))
+    steps = round(math.log2(1 / CHECK_FLOOR) * 2**halvings)
+    return [nice_rate(credited_rate * 2 ** (-k / 2**halvings)) for k in range(steps + 1)]
+
+
+def sustained_of(points: Sequence[Point], sla: Sla) -> tuple[float, bool]:
+    """What rates measured at once settle, read from the highest down: the first that meets the
+    SLA, or the first left undecided (:func:`at_the_limit`), ends it. Returns that rate (0.0:
+    none yet) and whether it was undecided."""
+    for point in sorted(points, key=lambda p: -p.request_rate):
+        if at_the_limit(point, sla):
+            return point.request_rate, True
+        if sla.met_by(point):
+            return point.request_rate, False
+    return 0.0, False
 
 
 def at_the_limit(point: Point, sla: Sla) -> bool:

@@ -23,6 +23,7 @@ from autotune.errors import UsageError
 from autotune.objective import Sla
 from autotune.search_space import Candidate
 from autotune.settings import RunSettings
+from autotune.traffic import check_rates
 from tests.conftest import CLI, servers_of, toy_run_args
 
 # every process of the cluster (head, node, driver, workers) on 127.0.0.1, never the interface
@@ -63,8 +64,12 @@ def cluster() -> Iterator[Any]:
         yield made
 
 
-def _run(cluster: Any, repo: Path, space: Path, reports: Path, *extra: str) -> subprocess.Popen[str]:
+def _run(
+    cluster: Any, repo: Path, space: Path, reports: Path, *extra: str, check: bool = False
+) -> subprocess.Popen[str]:
+    """``autotune run --ray`` on the toy model; with ``check``, its winner's open-loop check too."""
     argv = [*CLI, *toy_run_args(repo, space, reports, "--repeats", "1", "--ray", cluster.address, *extra)]
+    argv = [a for a in argv if a != "--no-open-loop-check"] if check else argv
     return subprocess.Popen(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, **LOOPBACK},
@@ -150,13 +155,17 @@ def test_tasks_that_ended_are_not_cancelled_and_one_in_flight_is(tmp_path: Path)
 def test_two_nodes_measure_two_trials_at_once_each_names_its_node_and_the_winner_is_a_local_runs(
     cluster: Any, toy_repo: Path, small_space: Path, tmp_path: Path
 ) -> None:
-    proc = _run(cluster, toy_repo, small_space, tmp_path / "reports", *SAME)
+    proc = _run(cluster, toy_repo, small_space, tmp_path / "reports", *SAME, check=True)
     out = proc.communicate(timeout=500)[0]
     assert proc.returncode == 0, out
     run_dir = next((tmp_path / "reports" / "toy").iterdir())
     trials = [t for t in _trials(run_dir) if t.state.name == "COMPLETE"]
     assert len(trials) >= 2, out
     nodes = {t.user_attrs["node"] for t in trials}
+    check = json.loads((run_dir / "run.json").read_text())["open_loop"]  # two rates at once, one a node
+    rates = [p["request_rate"] for p in check["points"]]
+    assert rates == check_rates(check["credited_rate"])[: len(rates)] and len(rates) >= 2, check
+    assert {p["node"] for p in check["points"][:2]} == nodes, check
     assert len(nodes) == 2 and all(nodes), nodes  # both nodes measured, each trial names its own
     spans = sorted((t.datetime_start, t.datetime_complete) for t in trials)
     assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), spans  # two at once

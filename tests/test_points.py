@@ -17,7 +17,7 @@ from autotune.points import BEHIND_SCHEDULE, Point
 from autotune.search.level_search import best_point, find_goodput, find_rate_goodput
 from autotune.search.noise import RATE_RESOLUTION, Estimate, Noise
 from autotune.search.sampling import is_stable, warm_windows
-from autotune.traffic import at_the_limit, check_sustained
+from autotune.traffic import at_the_limit, check_rates, check_sustained, sustained_of
 
 
 def point(c: int, throughput: float, p95: float, errors: int = 0) -> Point:
@@ -219,6 +219,12 @@ def test_the_open_loop_check_stops_at_the_first_rate_its_windows_leave_undecided
     assert check_sustained(windowed(0.01), sla, 400.0) == 0.0  # settled everywhere: bisected on
     assert calls == [400.0, 200.0, 283.0, 238.0]  # 238 meets: within the resolution of 283
     assert not at_the_limit(replace(windowed(0.2)(283.0), errors=1), sla)  # not admitted: broken
+    # several workers: the bisection's rates, the highest first, settle where the bisection did
+    rates = check_rates(400.0)
+    assert rates[:5] == [400.0, 336.0, 283.0, 238.0, 200.0] and rates[-1] == 50.0 and len(rates) == 13
+    assert sustained_of([windowed(0.01)(r) for r in rates[:4]], sla) == (238.0, False)  # 238 meets
+    assert sustained_of([windowed(0.2)(r) for r in rates[:4]], sla) == (283.0, True)  # 283 undecided
+    assert sustained_of([windowed(0.01)(r) for r in rates[:2]], sla) == (0.0, False)  # both broke: on
 
 
 def test_a_first_window_a_warm_up_held_is_dropped_by_the_runs_own_noise_not_a_fixed_ramp() -> None:

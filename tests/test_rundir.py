@@ -198,3 +198,33 @@ def test_undo_restores_a_write_back_made_before_rounds(tmp_path: Path) -> None:
     assert undo(run) == ([config], True)
     assert config.read_bytes() == backup.read_bytes()
     assert undo(run) == ([config], False)  # done before: nothing to restore
+
+
+def test_answers_kept_by_several_processes_at_once_are_each_kept_whole(tmp_path: Path) -> None:
+    """Two Ray nodes on one machine may keep your config's answers in one run directory at once:
+    each writes a file of its own, then renames it, so no writer loses its file to another's."""
+    import multiprocessing
+
+    import numpy as np
+
+    run = RunDir.create(tmp_path / "run", record(tmp_path))
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_keep_answers, args=(run, 40)) for _ in range(3)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+    assert [w.exitcode for w in writers] == [0, 0, 0]
+    kept = run.reference()
+    assert kept is not None and kept.datatypes == {"out": "INT64"}
+    assert np.array_equal(kept.answers[0]["out"], np.arange(3))
+    assert [p.name for p in run.path.iterdir() if p.name.startswith(".")] == []  # no file left behind
+
+
+def _keep_answers(run: RunDir, times: int) -> None:
+    import numpy as np
+
+    from autotune.outputs import Reference
+
+    for _ in range(times):
+        run.save_reference(Reference(({"out": np.arange(3)},), {"out": "INT64"}))

@@ -26,6 +26,7 @@ from autotune.results import Verification
 from autotune.search import walk
 from autotune.search_space import Candidate
 from autotune.settings import RunSettings
+from autotune.traffic import check_rates
 from autotune.trials import Trials
 from tests.test_noise import windowed
 
@@ -183,6 +184,18 @@ def test_a_simulated_run_checks_its_winner_in_an_open_loop_as_a_real_run_ends() 
     assert checked.winner == bare.winner and checked.verifications == bare.verifications
     assert bare.checked_s == 0.0 and checked.checked_s > QUIET.start_s
     assert checked.sim_s == pytest.approx(bare.sim_s + checked.checked_s)
+
+
+def test_several_workers_check_the_open_loop_at_once_and_settle_where_one_does() -> None:
+    """Four workers measure the check's rates highest first, each on a fresh server, a wave at
+    a time: on a quiet surface they settle on the rate one worker's bisection settles on, in
+    about half its simulated time (one server's start and point, not one start and four points)."""
+    one = sim.simulate(QUIET, seed=0, max_trials=6)
+    four = sim.simulate(QUIET, seed=0, max_trials=6, at_once=4)
+    assert one.winner_config == four.winner_config and one.open_loop and four.open_loop
+    assert [p.request_rate for p in four.open_loop.points] == check_rates(four.open_loop.credited_rate)[:4]
+    assert four.open_loop.sustained_rate == one.open_loop.sustained_rate > 0
+    assert four.checked_s < 0.6 * one.checked_s
 
 
 def test_a_family_spans_its_noise_and_each_sla_bites_inside_the_concurrency_range() -> None:

@@ -161,15 +161,15 @@ class Rates:
     resolution: float = RATE_RESOLUTION
 
     def first(self, start: float | None) -> float:
-        return _nice(min(max(start if start is not None else self.low, self.low), self.high))
+        return nice_rate(min(max(start if start is not None else self.low, self.low), self.high))
 
     def up(self, good: float, at: Callable[[float], Point], sla: Sla) -> float | None:
         far = at(good).latency_ms(sla.percentile) < RATE_HEADROOM * sla.limit_ms
-        rate = _nice(min(good * (2.0 if far else 1 + 2 * self.resolution), self.high))
+        rate = nice_rate(min(good * (2.0 if far else 1 + 2 * self.resolution), self.high))
         return rate if rate > good else None
 
     def down(self, bad: float) -> float | None:
-        rate = _nice(max(bad / 2, self.low))
+        rate = nice_rate(max(bad / 2, self.low))
         return rate if rate < bad else None
 
     def flat(self, above: Point, below: Point, noise: Noise, beat: Estimate | None) -> bool:
@@ -179,7 +179,7 @@ class Rates:
         return bad > good * (1 + self.resolution)
 
     def middle(self, good: float, bad: float) -> float | None:
-        mid = _nice((good * bad) ** 0.5)
+        mid = nice_rate((good * bad) ** 0.5)
         return mid if good < mid < bad else None
 
 
@@ -249,7 +249,8 @@ def _once(measure_at: Callable[[L], Point], points: dict[L, Point]) -> Callable[
     return lambda level: points[level] if level in points else points.setdefault(level, measure_at(level))
 
 
-def _nice(rate: float) -> float:
+def nice_rate(rate: float) -> float:
+    """A rate of three significant digits, as an open loop's levels are."""
     return float(f"{rate:.3g}")
 
 
