@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from autotune import openfiles, stopping
 from autotune.errors import LaunchError, MeasurementError
 from autotune.launch import read_tail
+from autotune.objective import Sla
 from autotune.points import Point, WindowPlan
 from autotune.prepare import Prepared
 from autotune.results import COMPLETE, OpenLoopCheck, TrialResult, recommendation
@@ -335,9 +336,20 @@ def _check_at_once(trials: Trials, workers: Workers, job: OpenLoopJob) -> OpenLo
         if trials.out_of_time():
             break
         stopping.check()
-    sustained = max((p.request_rate for p in done if sla.met_by(p)), default=0.0)
-    points, at_limit = tuple(done), rate if undecided else 0.0
-    return OpenLoopCheck(job.winner.number, job.credited, CHECK_DISTRIBUTION, points, sustained, at_limit)
+    return _checked(job, done, sla, rate if undecided else 0.0)
+
+
+def _checked(job: OpenLoopJob, points: Sequence[Point], sla: Sla, at_limit: float) -> OpenLoopCheck:
+    """The check's record: its points, the highest rate that met the SLA, the one left undecided."""
+    sustained = max((p.request_rate for p in points if sla.met_by(p)), default=0.0)
+    number, measured = job.winner.number, tuple(points)
+    return OpenLoopCheck(number, job.credited, CHECK_DISTRIBUTION, measured, sustained, at_limit)
+
+
+def _check_plan(trials: Trials) -> WindowPlan:
+    """The windows of a check's point, judged against the SLA itself."""
+    s = trials.prep.settings
+    return level_search.judged_at(s.plan, s.sla.limit_ms)
 
 
 @dataclass(frozen=True)
@@ -357,12 +369,12 @@ class OpenLoopJob:
 
 def serve_open_loop_rate(trials: Trials, job: OpenLoopJob) -> Point | str:
     """``job.rate`` of the check on a fresh server (:func:`_check_at_once`); why it failed, if it did."""
-    s, winner = trials.prep.settings, job.winner
+    winner = job.winner
     assert winner.candidate is not None
     name = f"open-loop-{winner.number:03d}-{job.rate:g}"
     try:
         with trials.serve(winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
-            gen = trials.generator(server, level_search.judged_at(s.plan, s.sla.limit_ms))
+            gen = trials.generator(server, _check_plan(trials))
             point = trials.named(gen.at_rate(job.rate, CHECK_DISTRIBUTION))
             stopping.check()
             return point
@@ -374,7 +386,7 @@ def serve_open_loop(trials: Trials, job: OpenLoopJob) -> OpenLoopCheck | str:
     """The check of ``job`` on a fresh server (:func:`check_open_loop`); why it failed, if it did."""
     s, winner = trials.prep.settings, job.winner
     assert winner.candidate is not None
-    name, plan = f"open-loop-{winner.number:03d}", level_search.judged_at(s.plan, s.sla.limit_ms)
+    name, plan = f"open-loop-{winner.number:03d}", _check_plan(trials)
     done: list[Point] = []
     try:
         with trials.serve(winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
@@ -391,5 +403,4 @@ def serve_open_loop(trials: Trials, job: OpenLoopJob) -> OpenLoopCheck | str:
             stopping.check()
     except (LaunchError, MeasurementError) as exc:
         return str(exc).splitlines()[0]
-    sustained = max((p.request_rate for p in done if s.sla.met_by(p)), default=0.0)
-    return OpenLoopCheck(winner.number, job.credited, CHECK_DISTRIBUTION, tuple(done), sustained, at_limit)
+    return _checked(job, done, s.sla, at_limit)

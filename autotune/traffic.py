@@ -100,9 +100,10 @@ def check_sustained(at: Callable[[float], Point], sla: Sla, credited_rate: float
 
 
 def check_rates(credited_rate: float) -> list[float]:
-    """Every rate :func:`check_sustained` may measure, highest first: the credited one times
-    the bisection's step (the largest power-of-two root of 2 within :data:`CHECK_RESOLUTION`),
-    down to :data:`CHECK_FLOOR` of it. Several workers measure the highest untried ones at once."""
+    """The rates :func:`check_sustained` bisects between, highest first (its rounding may move
+    one in the third digit): the credited one times the bisection's step (the largest
+    power-of-two root of 2 within :data:`CHECK_RESOLUTION`), down to :data:`CHECK_FLOOR` of it.
+    Several workers measure the highest untried ones at once."""
     halvings = math.ceil(math.log2(1 / math.log2(1 + CHECK_RESOLUTION)))
     steps = round(math.log2(1 / CHECK_FLOOR) * 2**halvings)
     return [nice_rate(credited_rate * 2 ** (-k / 2**halvings)) for k in range(steps + 1)]

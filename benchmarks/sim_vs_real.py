@@ -380,7 +380,10 @@ def check_points(survey: Path, reals: Sequence[Real]) -> list[str]:
     not) the two agree on."""
     from autotune.study import candidate_from_json
 
+    if not reals:
+        return []
     lines, logs, agree, points = [], [], 0, 0
+    surveyed = sim.Surveyed.load(survey, reals[0].sla)
     for real in reals:
         record = json.loads((real.run_dir / "run.json").read_text())
         check = record.get("open_loop")
@@ -389,7 +392,7 @@ def check_points(survey: Path, reals: Sequence[Real]) -> list[str]:
         trial = next(t for t in _trials_of(real.run_dir) if t.number == check["trial"])
         candidate = candidate_from_json(trial.user_attrs["candidate"])
         raced = [v for v in record["verifications"] if v["trial"] == check["trial"]]
-        surface = sim.Surveyed.load(survey, real.sla)
+        surface = replace(surveyed, sla=real.sla)
         try:
             level, found = (
                 raced[0]["concurrency"],
