@@ -724,7 +724,6 @@ class SimServers:
         self.warm_rng = warm_rng or random.Random(0)
         self.turned = 0  # race rounds a warm-up turned: over the limit, under it without the warm-up
         self.readings: dict[str, list[Point]] = {}  # every point handed out, by its server's stage
-        self.began: dict[str, float] = {}  # when each stage's server began to start
         # each race round's point read without its server's warm-up (the same windows), by the
         # id of the point as served: ``readings`` keeps that point alive, so no id is reused
         self.steady: dict[int, Point] = {}
@@ -745,7 +744,6 @@ class SimServers:
 
     @contextmanager
     def serve(self, candidate: Candidate, log: Path, stage_name: str) -> Iterator[SimServer]:
-        self.began[stage_name] = self.now
         self.now += self.surface.start_s
         server = self._fresh(candidate, stage_name.startswith("race-"))
         server.stage = stage_name
@@ -1068,6 +1066,7 @@ def simulate(
         verifications = run.record.verifications
         s = prep.settings
         winner = race_winner(verifications, results, s.search_sla, prep.scoring, prep.baseline)
+        raced_s = servers.now  # a wave's workers leave the clock at the wave's end
         if winner is not None:  # its open-loop check, as a real run's end measures it
             chosen = next(r for r in results if r.number == winner)
             run = finals.check_open_loop(prep, trials, run, chosen, workers)
@@ -1076,10 +1075,9 @@ def simulate(
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
     truthful = honest(results, told, prep, servers.readings)
-    checked = [t for stage, t in servers.began.items() if stage.startswith("open-loop-")]
     return SimOutcome(
         seed, results, verifications, winner, servers.now, measured, truthful, steady_winner, servers.turned,
-        servers.now - min(checked) if checked else 0.0, run.record.open_loop,
+        servers.now - raced_s, run.record.open_loop,
     )  # fmt: skip
 
 
