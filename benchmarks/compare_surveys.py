@@ -10,6 +10,7 @@ the figures of ``results/bertQA-days-20261129.txt`` before it):
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import sys
@@ -52,13 +53,20 @@ def compare(a: sim.Surveyed, b: sim.Surveyed, names: tuple[str, str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (1, 2):
-        print(__doc__, file=sys.stderr)
-        return 2
-    surveys = [sim.Surveyed.load(Path(p)) for p in argv]
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("surveys", nargs="+", type=Path, metavar="SURVEY", help="one survey file, or two")
+    args = parser.parse_args(argv)
+    if len(args.surveys) > 2:
+        parser.error("give one survey or two")
+    missing = [p for p in args.surveys if not p.exists()]
+    if missing:
+        parser.error(f"{missing[0]}: no such file")
+    surveys = [sim.Surveyed.load(p) for p in args.surveys]
     if len(surveys) == 2:
         a, b = (replace(s, again=()) for s in surveys)
-        compare(a, b, (Path(argv[0]).name.split(".")[0], Path(argv[1]).name.split(".")[0]))
+        compare(a, b, (args.surveys[0].name.split(".")[0], args.surveys[1].name.split(".")[0]))
         spreads(replace(a, again=(b.windows,)))  # the two as two servers of one survey
         return 0
     (s,) = surveys
