@@ -44,7 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -82,6 +82,8 @@ class Real:
     options: dict[str, Any]
     sla: Sla
     run_dir: Path
+    record: dict[str, Any] = field(repr=False, compare=False)  # its run.json
+    study: tuple[Any, ...] = field(repr=False, compare=False)  # its study's trials (none: no study.db)
 
     @property
     def simulated_s(self) -> float:
@@ -127,11 +129,11 @@ def make_runs(work: Path, model: str, runs: int) -> None:
         print(f"{model} run {k}: {status}, {wall:.0f} s, {trials} trials", flush=True)
 
 
-def _trials_of(run: Path) -> list[Any]:
-    """The run's trials, as its study holds them."""
+def _trials_of(run: Path, record: dict[str, Any] | None = None) -> list[Any]:
+    """The run's trials, as its study holds them (``record``: its run.json, read already)."""
     import optuna
 
-    record = json.loads((run / "run.json").read_text())
+    record = record if record is not None else json.loads((run / "run.json").read_text())
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     return optuna.load_study(study_name=record["study_name"], storage=f"sqlite:///{run / 'study.db'}").trials
 
@@ -157,7 +159,8 @@ def real_run(result: Path) -> Real | None:
     check = _stamp(logs[-1], started) if logs else None
     ended = (finished - started).total_seconds()
     checked = (finished - check).total_seconds() if check is not None else 0.0
-    measured = _measured(run, record)
+    study = tuple(_trials_of(run, record)) if (run / "study.db").exists() else ()
+    measured = [{**t.user_attrs, "number": t.number} for t in study if t.user_attrs.get("measurement")]
     readies = [t["measurement"]["ready_s"] for t in measured]
     first = next((t["measurement"] for t in measured if t.get("number") == 0), None)
     points = first["points"] if first else []
@@ -168,15 +171,8 @@ def real_run(result: Path) -> Real | None:
         ready_s=statistics.median(readies) if readies else 0.0,
         yours=tuple((int(p["concurrency"]), float(p["throughput"])) for p in points),
         options=record["options"],
-        sla=Sla.from_json(record["sla"]), run_dir=run,
+        sla=Sla.from_json(record["sla"]), run_dir=run, record=record, study=study,
     )  # fmt: skip
-
-
-def _measured(run: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The user attributes of the run's measured trials, as its study holds them."""
-    if not (run / "study.db").exists():
-        return []
-    return [{**t.user_attrs, "number": t.number} for t in _trials_of(run) if t.user_attrs.get("measurement")]
 
 
 def real_runs(work: Path, model: str, pattern: str = "autotune*") -> list[Real]:
@@ -236,7 +232,7 @@ def round_spreads(reals: Sequence[Real]) -> tuple[float, float]:
     def server_part(figure: str, windows: str) -> float:
         squares, df, within = 0.0, 0, []
         for real in reals:
-            for verification in json.loads((real.run_dir / "run.json").read_text()).get("verifications", []):
+            for verification in real.record.get("verifications", []):
                 points = verification["points"]
                 if len(points) < 2:
                     continue
@@ -271,9 +267,7 @@ def trial_cycles(real: Real) -> list[tuple[int, float]]:
     """Each measured trial's points, and the time its cycle left beyond the server's ready time
     and the points' windows. A cycle runs from the trial's Triton log's first line to the next
     log's."""
-    if not (real.run_dir / "study.db").exists():
-        return []
-    trials = {t.number: t.user_attrs.get("measurement") for t in _trials_of(real.run_dir)}
+    trials = {t.number: t.user_attrs.get("measurement") for t in real.study}
     logs = sorted((stamp, log) for log in (real.run_dir / "logs").glob("*.log") if (stamp := _seconds(log)))
     out = []
     for (began, log), (following, _) in itertools.pairwise(logs):
@@ -385,11 +379,11 @@ def check_points(survey: Path, reals: Sequence[Real]) -> list[str]:
     lines, logs, agree, points = [], [], 0, 0
     surveyed = sim.Surveyed.load(survey, reals[0].sla)
     for real in reals:
-        record = json.loads((real.run_dir / "run.json").read_text())
+        record = real.record
         check = record.get("open_loop")
-        if not check or not (real.run_dir / "study.db").exists():
+        if not check or not real.study:
             continue
-        trial = next(t for t in _trials_of(real.run_dir) if t.number == check["trial"])
+        trial = next(t for t in real.study if t.number == check["trial"])
         candidate = candidate_from_json(trial.user_attrs["candidate"])
         raced = [v for v in record["verifications"] if v["trial"] == check["trial"]]
         surface = replace(surveyed, sla=real.sla)
