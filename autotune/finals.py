@@ -3,8 +3,9 @@ measured under arrivals at a rate (:func:`check_open_loop`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from autotune import openfiles, stopping
 from autotune.errors import LaunchError, MeasurementError
@@ -22,6 +23,8 @@ from autotune.study import Study
 from autotune.traffic import CHECK_DISTRIBUTION, check_rates, check_sustained, sustained_of
 from autotune.trials import Trials
 from autotune.workers import OneAtATime, Workers
+
+T = TypeVar("T")
 
 
 def race(
@@ -369,38 +372,40 @@ class OpenLoopJob:
 
 def serve_open_loop_rate(trials: Trials, job: OpenLoopJob) -> Point | str:
     """``job.rate`` of the check on a fresh server (:func:`_check_at_once`); why it failed, if it did."""
-    winner = job.winner
-    assert winner.candidate is not None
-    name = f"open-loop-{winner.number:03d}-{job.rate:g}"
-    try:
-        with trials.serve(winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
-            gen = trials.generator(server, _check_plan(trials))
-            point = trials.named(gen.at_rate(job.rate, CHECK_DISTRIBUTION))
-            stopping.check()
-            return point
-    except (LaunchError, MeasurementError) as exc:
-        return str(exc).splitlines()[0]
+
+    def measure(server: Any) -> Point:
+        gen = trials.generator(server, _check_plan(trials))
+        return trials.named(gen.at_rate(job.rate, CHECK_DISTRIBUTION))
+
+    return _on_fresh_server(trials, job, f"open-loop-{job.winner.number:03d}-{job.rate:g}", measure)
 
 
 def serve_open_loop(trials: Trials, job: OpenLoopJob) -> OpenLoopCheck | str:
     """The check of ``job`` on a fresh server (:func:`check_open_loop`); why it failed, if it did."""
-    s, winner = trials.prep.settings, job.winner
-    assert winner.candidate is not None
-    name, plan = f"open-loop-{winner.number:03d}", _check_plan(trials)
-    done: list[Point] = []
-    try:
-        with trials.serve(winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
-            first = trials.generator(server, plan)
-            ramp = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, RAMP_S)))
+    sla, plan, done = trials.prep.settings.sla, _check_plan(trials), list[Point]()
 
-            def at(rate: float) -> Point:
-                point = trials.named((ramp if done else first).at_rate(rate, CHECK_DISTRIBUTION))
-                done.append(point)
-                stopping.check()
-                return point
+    def measure(server: Any) -> OpenLoopCheck:
+        first = trials.generator(server, plan)
+        ramp = first.with_plan(replace(plan, warmup_s=min(plan.warmup_s, RAMP_S)))
 
-            at_limit = check_sustained(at, s.sla, job.credited)
+        def at(rate: float) -> Point:
+            point = trials.named((ramp if done else first).at_rate(rate, CHECK_DISTRIBUTION))
+            done.append(point)
             stopping.check()
+            return point
+
+        return _checked(job, done, sla, check_sustained(at, sla, job.credited))
+
+    return _on_fresh_server(trials, job, f"open-loop-{job.winner.number:03d}", measure)
+
+
+def _on_fresh_server(trials: Trials, job: OpenLoopJob, name: str, measure: Callable[[Any], T]) -> T | str:
+    """``measure`` of the winner's fresh server, named ``name``; why it failed, if it did."""
+    assert job.winner.candidate is not None
+    try:
+        with trials.serve(job.winner.candidate, trials.run_dir.log(f"{name}.log"), name) as server:
+            out = measure(server)
+            stopping.check()
+            return out
     except (LaunchError, MeasurementError) as exc:
         return str(exc).splitlines()[0]
-    return _checked(job, done, s.sla, at_limit)
