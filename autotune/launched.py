@@ -129,7 +129,8 @@ class LaunchedServers:
                 protocol=self.prep.settings.protocol, plan=plan, workload=co.workload, data=data,
                 preflight=not self._beside_checked,
             )  # fmt: skip
-            beside.append(Beside(gen, co.weight, co.sla.percentile))
+            share = co.sla.limit_ms / self.prep.settings.sla.limit_ms
+            beside.append(Beside(gen, co.weight, co.sla.percentile, share))
         self._beside_checked = True
         return beside
 

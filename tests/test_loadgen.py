@@ -373,6 +373,38 @@ def test_a_points_windows_stop_once_its_latency_interval_lies_on_one_side_of_the
     assert point.latency_bound(95) > point.latency_estimate(95).low > 20.0  # the verdict: breaks
 
 
+def test_the_windows_go_on_until_a_model_beside_has_its_own_verdict() -> None:
+    """Several models on one server: the tuned model settles in two windows, but the model beside
+    it warmed up in its first (dropped); the windows go on until it too keeps two and its interval
+    lies on one side of its own limit. Stopped at two, its one window's interval was unbounded,
+    and the point broke its SLA at 10 ms of 20 (a flaky shared-server run)."""
+    from autotune.loadgen import Beside
+    from autotune.loadgen._windows import beside_windows
+
+    noise = Noise(0.05, 20)
+    plan = WindowPlan(window_s=1.0, warmup_s=0.0, max_windows=6, min_requests=1, limit_ms=20.0)
+    plan = replace(plan, latency_noise=noise)
+    raced = replace(plan, before_ms=(9.0,), before_figures_ms=(9.0,))  # the tuned model's earlier rounds
+    twin = Beside(None, 1.0, 99, 2.0).judged(raced)  # type: ignore[arg-type]
+    assert (twin.percentile, twin.limit_ms, twin.before_ms, twin.before_figures_ms) == (99, 40.0, (), ())
+    twin = replace(twin, limit_ms=20.0)
+
+    async def stats() -> StatsSnapshot:
+        return StatsSnapshot({}, 0, {})
+
+    async def scenario(beside: list[float]) -> tuple[int, Point]:
+        source, theirs = _Latencies([10.0, 10.5, 10.2, 10.4, 10.1, 10.3]), _Latencies(beside)
+        before, windows = await run_windows(source, stats, plan, beside=[(theirs, twin)])
+        mine = beside_windows(windows, 0)
+        return len(windows), summarise(before, mine, twin, concurrency=4, rate=0.0, batch=1)
+
+    windows, point = asyncio.run(scenario([60.0, 10.0, 10.5, 10.2, 10.4, 10.1]))
+    assert windows == 3 and point.warm_windows_ms == (60.0,) and point.window_latencies_ms == (10.0, 10.5)
+    assert point.stable and point.latency_bound(99) < 20.0
+    windows, point = asyncio.run(scenario([10.0, 10.5, 10.2, 10.4, 10.1, 10.3]))  # warm: two windows do
+    assert windows == 2 and point.latency_bound(99) < 20.0
+
+
 class _Gate:
     """An in-memory connection for the bookkeeping: answers are held until the gate opens."""
 

@@ -193,8 +193,11 @@ class LoadGenerator:
                 async with AsyncExitStack() as stack:
                     source = await stack.enter_async_context(_running(endpoint, job, self.workers))
                     theirs = [
-                        await stack.enter_async_context(
-                            _running(b.gen.endpoint(concurrency), Job(concurrency=concurrency), 1)
+                        (
+                            await stack.enter_async_context(
+                                _running(b.gen.endpoint(concurrency), Job(concurrency=concurrency), 1)
+                            ),
+                            b.judged(self.plan),
                         )
                         for b in self.beside
                     ]
@@ -307,18 +310,29 @@ class Beside:
     gen: LoadGenerator
     weight: float = 1.0
     percentile: int = 95
+    limit_share: float = 1.0  # its SLA's limit over the tuned model's
+
+    def judged(self, plan: WindowPlan) -> WindowPlan:
+        """The tuned model's ``plan`` for this model's windows: its percentile, and its limit in
+        the same proportion to the plan's as its SLA's to the tuned model's (the same headroom).
+        The race's earlier rounds are the tuned model's, so none are pooled."""
+        return replace(
+            plan, percentile=self.percentile, limit_ms=plan.limit_ms * self.limit_share,
+            before_ms=(), before_figures_ms=(),
+        )  # fmt: skip
 
     def point(
         self, answers: Sequence[Any], tallies: Sequence[Tally], plan: WindowPlan, clients: int
     ) -> Point:
         """Its figures over the measured model's windows (``answers``: the statistics before
-        them and at each one's end); a model that completed nothing in them breaks any SLA."""
+        them and at each one's end), judged by :meth:`judged`; a model that completed nothing in
+        them breaks any SLA."""
         name = self.gen.io.name
         snaps = [StatsSnapshot.parse(a, model=name) for a in answers]
         windows = [Window(t, snaps[i + 1]) for i, t in enumerate(tallies)]
         try:
             return summarise(
-                snaps[0], windows, replace(plan, percentile=self.percentile), concurrency=clients,
+                snaps[0], windows, self.judged(plan), concurrency=clients,
                 rate=0.0, batch=self.gen.payloads[0].batch_size,
             )  # fmt: skip
         except MeasurementError as exc:  # starved: nothing came back

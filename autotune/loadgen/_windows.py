@@ -73,15 +73,16 @@ async def run_windows(
     stats: Stats,
     plan: WindowPlan,
     probe: GpuProbe | None = None,
-    beside: Sequence[Source] = (),
+    beside: Sequence[tuple[Source, WindowPlan]] = (),
 ) -> tuple[StatsSnapshot, list[Window]]:
     """The snapshot before the first window, and the windows measured (each with a sample of
     ``probe``, when there is one). ``beside``: loads of other models running at the same time
-    (several models on one server), each collected at every window's end: their tallies cover
-    the same time as the window's; the windows stop by ``source``'s alone."""
+    (several models on one server), each with its own plan, collected at every window's end:
+    their tallies cover the same time as the window's. The windows stop once every model's may:
+    a model beside may still need windows after its warm-up, or to settle on its own limit."""
     await source.wait(plan.warmup_s)
     await source.collect()  # the warmup's tally is dropped
-    for other in beside:
+    for other, _ in beside:
         await other.collect()
     before = await _stats(stats)
     windows: list[Window] = []
@@ -91,12 +92,19 @@ async def run_windows(
         while tally.completions < plan.min_requests and waited < 4 * plan.window_s:
             await source.wait(plan.window_s / 4)
             tally, waited = tally.then(await source.collect()), waited + plan.window_s / 4
-        theirs = tuple([await other.collect() for other in beside])
+        theirs = tuple([await other.collect() for other, _ in beside])
         snapshot, gpus = await asyncio.gather(_stats(stats), _sample(probe))
         windows.append(Window(tally, snapshot, gpus, theirs))
-        if _done(windows, plan)[0]:
+        if _done(windows, plan)[0] and all(
+            _done(beside_windows(windows, i), their_plan)[0] for i, (_, their_plan) in enumerate(beside)
+        ):
             break
     return before, windows
+
+
+def beside_windows(windows: Sequence[Window], i: int) -> list[Window]:
+    """The windows of the ``i``-th model beside, each with the window's server snapshot."""
+    return [Window(w.beside[i], w.stats) for w in windows]
 
 
 async def _stats(stats: Stats) -> StatsSnapshot:
