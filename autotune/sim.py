@@ -423,6 +423,10 @@ class Judged:
     # the warm-up changed the winner: the same run without it (its draws apart) chose another
     # (None: not run without it)
     changed: bool | None = None
+    # where the time went (SimOutcome): the trials' own time summed, the search's end, the check
+    trial_s: float = 0.0
+    searched_s: float = 0.0
+    checked_s: float = 0.0
 
     @property
     def meets(self) -> bool:
@@ -449,6 +453,7 @@ def judge(
         return Judged(
             surface.name, outcome.seed, None, 0, 0.0, math.inf, outcome.sim_s, outcome.measured,
             outcome.honest, seen=seen, turned=outcome.turned, decided=outcome.decided,
+            trial_s=outcome.trial_s, searched_s=outcome.searched_s, checked_s=outcome.checked_s,
         )  # fmt: skip
     goodput, _ = true_goodput(surface, winner.candidate, space)
     steady = next((r.candidate for r in outcome.results if r.number == outcome.steady_winner), None)
@@ -466,7 +471,8 @@ def judge(
     share = true.latency_ms(surface.sla.percentile) / surface.sla.limit_ms if true is not None else math.inf
     return Judged(surface.name, outcome.seed, winner.candidate, level, ratio, share, outcome.sim_s,
                   outcome.measured, outcome.honest, there, seen, point, outcome.turned, outcome.decided,
-                  lost, users)  # fmt: skip
+                  lost, users, trial_s=outcome.trial_s, searched_s=outcome.searched_s,
+                  checked_s=outcome.checked_s)  # fmt: skip
 
 
 # ---------------------------------------------------------------- simulated servers and load
@@ -973,6 +979,8 @@ class SimOutcome:
     turned: int = 0  # race rounds a fresh server's warm-up turned (:func:`_turned`)
     checked_s: float = 0.0  # the open-loop check's time, its server's start included (0: none)
     open_loop: OpenLoopCheck | None = None  # the open-loop check's record (None: none)
+    searched_s: float = 0.0  # when the search ended: its last trial told
+    trial_s: float = 0.0  # the trials' own time, summed over them (several at once: over workers)
 
     @property
     def decided(self) -> bool:
@@ -1075,9 +1083,10 @@ def simulate(
         told = study.told_values()
     measured = sum(r.measurement is not None for r in results)
     truthful = honest(results, told, prep, servers.readings)
+    trial_s = sum(r.duration_s for r in results if r.measurement is not None)
     return SimOutcome(
         seed, results, verifications, winner, servers.now, measured, truthful, steady_winner, servers.turned,
-        servers.now - raced_s, run.record.open_loop,
+        servers.now - raced_s, run.record.open_loop, run.record.searched_s, trial_s,
     )  # fmt: skip
 
 
@@ -1219,8 +1228,12 @@ class Tally:
 
     @property
     def median_s(self) -> float:
-        times = sorted(j.sim_s for j in self.judged)
-        return times[len(times) // 2] if times else 0.0
+        return self.median(lambda j: j.sim_s)
+
+    def median(self, of: Callable[[Judged], float]) -> float:
+        """The median of ``of`` over the runs (the upper one of an even count; 0.0: no runs)."""
+        values = sorted(of(j) for j in self.judged)
+        return values[len(values) // 2] if values else 0.0
 
 
 # ---------------------------------------------------------------- surveyed surfaces

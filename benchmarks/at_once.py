@@ -3,6 +3,9 @@
 Per surface, the runs of ``simulate.py`` (the same options) at each ``--at-once N``: the median
 simulated wall time over N=1's, and ``good``, ``meets`` read 1.08x slower and ``users`` (see
 simulate.py), each beside N=1's 95% Wilson interval (``ok``: at or above its low end).
+``--phases``: where each N's wall goes, medians in simulated seconds: the trials' own time over
+the workers (the wall if they packed without a gap), the search's end (its last trial told), the
+race after it, and the open-loop check.
 
     .venv/bin/python benchmarks/at_once.py --set tuning --per-family 4 --jobs 2 --warm-up warmed
     .venv/bin/python benchmarks/at_once.py --set held-out --per-family 4 --jobs 2 --warm-up warmed
@@ -40,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max-trials-at-once", type=int, metavar="M",
         help="the runs of N > 1 with --max-trials M (default: --max-trials, as N=1's)",
     )  # fmt: skip
+    parser.add_argument("--phases", action="store_true", help="also print where each N's wall goes")
     args = parser.parse_args(argv)
     counts = sorted(set(args.at_once) | {1})
     started = time.monotonic()
@@ -77,7 +81,26 @@ def main(argv: list[str] | None = None) -> int:
             f"N={n}: wall {statistics.median(ratios[n]):.2f}x N=1's (median of the surfaces; "
             f"{min(ratios[n]):.2f}-{max(ratios[n]):.2f}); within N=1's interval: {shares}"
         )
+    if args.phases:
+        print(phases(chosen, counts, tallies))
     return 0
+
+
+def phases(chosen: list[Any], counts: list[int], tallies: dict[tuple[str, int], sim.Tally]) -> str:
+    """Per surface and N, medians in simulated seconds: the trials' own time over N (``work/N``),
+    the search's end (``search``), the race after it (``race``), the check and the wall."""
+    head = " ".join(f"{f'N={n}: work/N search race check wall':>37}" for n in counts)
+    lines = [f"\n{'surface':<28} {head}"]
+    for s in chosen:
+        cells = [f"{s.name:<28}"]
+        for n in counts:
+            t = tallies[(s.name, n)]
+            searched, checked = t.median(lambda j: j.searched_s), t.median(lambda j: j.checked_s)
+            race = t.median(lambda j: j.sim_s - j.checked_s - j.searched_s)
+            work = t.median(lambda j: j.trial_s) / n
+            cells.append(f"{work:>14.1f} {searched:>6.1f} {race:>4.1f} {checked:>5.1f} {t.median_s:>4.0f}")
+        lines.append(" ".join(cells))
+    return "\n".join(lines)
 
 
 def options(args: argparse.Namespace, n: int) -> dict[str, Any]:
