@@ -58,6 +58,17 @@ def test_a_finalist_outraced_leaves_after_the_round_that_shows_it() -> None:
     assert race.alive == [1, CONTROL]  # the control stays: it is never outraced
 
 
+def test_a_finalist_that_left_the_race_never_leads_it() -> None:
+    """The leader is chosen among the finalists still in the race. One that left it (outraced:
+    its rounds paired with the top's behind them) could still rank first unpaired; as the leader,
+    its rounds begun on free workers were stale on arrival and begun again, round after round."""
+    race = _race(repeats=5)
+    _play(race, {1: meets(8, 1000.0), 2: meets(8, 2000.0), CONTROL: meets(4, 300.0)})
+    assert race.leader() == 2
+    race.alive.remove(2)  # as outraced leaves it
+    assert race.leader() == 1 and not race.stale({1: 8.0, CONTROL: 4.0})
+
+
 def test_the_first_phase_ends_once_one_finalist_is_left_with_two_rounds() -> None:
     race = _race(finalists=1, repeats=6)
     _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})

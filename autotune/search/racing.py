@@ -309,12 +309,12 @@ class Race:
         return len(finalists) <= 1 and all(len(self.rounds[n]) >= SETTLE_ROUNDS for n in finalists)
 
     def leader(self) -> int | None:
-        """The :func:`race_leader` of the finalists whose rounds where they stand do not break
-        the SLA."""
+        """The :func:`race_leader` of the finalists still in the race whose rounds where they
+        stand do not break the SLA. One outraced has left: it never leads."""
         standing = {
             n: pts
             for n, pts in self.rounds.items()
-            if n != self.control and pts and not rounds_break(pts, self.sla)
+            if n != self.control and n in self.alive and pts and not rounds_break(pts, self.sla)
         }
         return race_leader(standing, self.shares, self.percentile, self.carries, self.changes)
 
