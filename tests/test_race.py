@@ -59,9 +59,9 @@ def test_a_finalist_outraced_leaves_after_the_round_that_shows_it() -> None:
 
 
 def test_a_finalist_that_left_the_race_never_leads_it() -> None:
-    """The leader is chosen among the finalists still in the race. One that left it (outraced:
-    its rounds paired with the top's behind them) could still rank first unpaired; as the leader,
-    its rounds begun on free workers were stale on arrival and begun again, round after round."""
+    """The leader is chosen among the finalists still in the race. One that left it (outraced)
+    could still rank first among every finalist with rounds; as the leader, its rounds begun on
+    free workers were stale on arrival and begun again, round after round."""
     race = _race(repeats=5)
     _play(race, {1: meets(8, 1000.0), 2: meets(8, 2000.0), CONTROL: meets(4, 300.0)})
     assert race.leader() == 2
