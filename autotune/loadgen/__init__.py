@@ -188,6 +188,7 @@ class LoadGenerator:
             answers.append(answer)
             return StatsSnapshot.parse(answer, model=self.io.name, steps=self.steps)
 
+        plans = [b.judged(self.plan) for b in self.beside]
         try:
             with _quiet_gc():
                 async with AsyncExitStack() as stack:
@@ -197,9 +198,9 @@ class LoadGenerator:
                             await stack.enter_async_context(
                                 _running(b.gen.endpoint(concurrency), Job(concurrency=concurrency), 1)
                             ),
-                            b.judged(self.plan),
+                            plan,
                         )
-                        for b in self.beside
+                        for b, plan in zip(self.beside, plans, strict=True)
                     ]
                     before, windows = await run_windows(source, stats, self.plan, self.gpu_probe, theirs)
         finally:
@@ -210,7 +211,7 @@ class LoadGenerator:
         if not self.beside:
             return point
         besides = [
-            b.point(answers, [w.beside[i] for w in windows], self.plan, concurrency)
+            b.point(answers, [w.beside[i] for w in windows], plans[i], concurrency)
             for i, b in enumerate(self.beside)
         ]
         return _combined(point, self.io.name, self.weight, self.beside, besides)
@@ -325,14 +326,14 @@ class Beside:
         self, answers: Sequence[Any], tallies: Sequence[Tally], plan: WindowPlan, clients: int
     ) -> Point:
         """Its figures over the measured model's windows (``answers``: the statistics before
-        them and at each one's end), judged by :meth:`judged`; a model that completed nothing in
-        them breaks any SLA."""
+        them and at each one's end), judged by ``plan`` (its :meth:`judged` plan); a model that
+        completed nothing in them breaks any SLA."""
         name = self.gen.io.name
         snaps = [StatsSnapshot.parse(a, model=name) for a in answers]
         windows = [Window(t, snaps[i + 1]) for i, t in enumerate(tallies)]
         try:
             return summarise(
-                snaps[0], windows, self.judged(plan), concurrency=clients,
+                snaps[0], windows, plan, concurrency=clients,
                 rate=0.0, batch=self.gen.payloads[0].batch_size,
             )  # fmt: skip
         except MeasurementError as exc:  # starved: nothing came back
