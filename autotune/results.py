@@ -94,6 +94,7 @@ class Verification:
     # recorded before races kept it): what autotune.search.racing.to_limit carries them to
     limit_ms: float = 0.0
     control: bool = False  # your config, raced beside the finalists (autotune.search.racing): it never wins
+    left: bool = False  # a finalist that left the race before its end (outraced): it wins only if none stayed
 
     @property
     def where(self) -> str:
@@ -132,6 +133,7 @@ class Verification:
             "redone": [{"level": level, "point": p.to_dict()} for level, p in self.redone],
             "limit_ms": self.limit_ms,
             "control": self.control,
+            "left": self.left,
         }
 
     @classmethod
@@ -145,7 +147,8 @@ class Verification:
         redone = tuple((float(r["level"]), Point.from_dict(r["point"])) for r in data.get("redone", ()))
         trial, concurrency, met = int(data["trial"]), int(data["concurrency"]), int(data["sla_met"])
         limit, control = float(data.get("limit_ms", 0.0)), bool(data.get("control", False))
-        return cls(trial, concurrency, points, met, rate, others, redone, limit, control)
+        left = bool(data.get("left", False))
+        return cls(trial, concurrency, points, met, rate, others, redone, limit, control, left)
 
 
 @dataclass(frozen=True)

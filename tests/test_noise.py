@@ -199,6 +199,18 @@ def test_the_race_drops_those_not_ahead_of_the_leader_and_the_lowest_latency_win
     assert racing.race_winner(failed, [one], SLA) == 5  # none passed every round: the best not raced
 
 
+def test_a_finalist_that_left_the_race_wins_only_where_none_stayed() -> None:
+    """The winner is one that stayed in the race to its end. One sent out earlier, its two rounds
+    reading higher, would lead the rounds as they stand; it wins only where none stayed."""
+    stayed = [windowed(8, v, 15.0) for v in (1000.0, 1010.0, 990.0, 1000.0)]
+    left = [windowed(8, v, 11.0) for v in (1100.0, 1090.0)]
+    made = [Verification(0, 8, tuple(stayed), 4), Verification(1, 8, tuple(left), 2, left=True)]
+    assert racing.race_winner([replace(v, left=False) for v in made], [], SLA) == 1
+    assert racing.race_winner(made, [], SLA) == 0
+    assert racing.race_winner(made[1:], [], SLA) == 1
+    assert Verification.from_json(made[1].to_json()) == made[1]
+
+
 def test_a_contender_falls_back_to_the_levels_its_search_found_meeting_the_sla() -> None:
     points = [
         windowed(4, 500.0, 8.0),

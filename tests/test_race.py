@@ -69,6 +69,14 @@ def test_a_finalist_that_left_the_race_never_leads_it() -> None:
     assert race.leader() == 1 and not race.stale({1: 8.0, CONTROL: 4.0})
 
 
+def test_a_finalist_that_left_the_race_is_marked_so_in_its_verification() -> None:
+    race = _race(repeats=5)
+    _play(race, {1: meets(8, 1000.0), 2: meets(8, 2000.0), CONTROL: meets(4, 300.0)})
+    race.alive.remove(1)  # as outraced leaves it
+    made = {v.trial: v for v in race.verifications([1, 2, CONTROL])}
+    assert made[1].left and not made[2].left and not made[CONTROL].left
+
+
 def test_the_first_phase_ends_once_one_finalist_is_left_with_two_rounds() -> None:
     race = _race(finalists=1, repeats=6)
     _play(race, {1: meets(8), CONTROL: meets(4, 300.0)})

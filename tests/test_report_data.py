@@ -274,6 +274,13 @@ def test_verifications_are_summarised() -> None:
     assert row_.median_latency_ms == 9
 
 
+def test_a_finalist_that_left_the_race_is_labelled_so() -> None:
+    winner = Verification(1, 4, (point(4, 250, 8), point(4, 252, 8)), sla_met=2)
+    out = Verification(2, 4, (point(4, 260, 8),), sla_met=1, left=True)
+    data = report_data(run(winner=1, verifications=(winner, out)), [trial(1, point(4, 250, 8))])
+    assert [v.label.startswith("left the race: ") for v in data.verifications] == [False, True]
+
+
 def test_on_a_ray_cluster_the_race_names_each_rounds_node_and_how_far_the_nodes_read_apart() -> None:
     def on(node: str, throughput: float) -> Point:
         return replace(point(4, throughput, 8), node=node)

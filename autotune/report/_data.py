@@ -436,7 +436,7 @@ def _verification_row(v: Verification, trials: pd.DataFrame, sla: Sla) -> Verifi
     throughputs = [p.throughput for p in v.points] or [0.0]
     return VerificationRow(
         trial=v.trial,
-        label=("your config, the control: " if v.control else "")
+        label=("your config, the control: " if v.control else "left the race: " if v.left else "")
         + (str(trials.loc[v.trial, "label"]) if v.trial in trials.index else ""),
         concurrency=v.concurrency,
         repeats=len(v.points),

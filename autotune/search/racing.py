@@ -335,7 +335,8 @@ class Race:
         concurrency, rate = (0, at) if self.carries is None else (int(at), 0.0)
         met = rounds_met(points, self.sla, spread)
         limit = self.sla.limit_ms
-        return Verification(n, concurrency, points, met, rate, tuple(past), (), limit, n == self.control)
+        control, left = n == self.control, n != self.control and n not in self.alive
+        return Verification(n, concurrency, points, met, rate, tuple(past), (), limit, control, left)
 
 
 def to_limit(result: TrialResult, limit_ms: float, percentile: int) -> Carry:
@@ -539,11 +540,13 @@ def race_winner(
     verifications: Sequence[Verification], results: Sequence[TrialResult], sla: Sla, scoring: Scoring = RAW,
     yours: Candidate | None = None,
 ) -> int | None:  # fmt: skip
-    """The :func:`race_leader` of the contenders that passed. In a closed loop, each one's rounds
-    are carried to the limit it was raced at (:func:`to_limit`). Ties go to the one nearest to
-    ``yours``. When none passed, it is the first :func:`ranked` trial that was not raced."""
+    """The :func:`race_leader` of the contenders that passed and stayed in the race to its end
+    (none stayed: of those that passed). In a closed loop, each one's rounds are carried to the
+    limit it was raced at (:func:`to_limit`). Ties go to the one nearest to ``yours``. When none
+    passed, it is the first :func:`ranked` trial that was not raced."""
     shares = {r.number: scoring.share(r.candidate) for r in results}
-    passed = {v.trial: v.points for v in verifications if v.passed and not v.control}
+    contenders = [v for v in verifications if v.passed and not v.control]
+    passed = {v.trial: v.points for v in [v for v in contenders if not v.left] or contenders}
     if passed:
         by_number = {r.number: r for r in results}
         carries = {
