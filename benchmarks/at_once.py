@@ -5,7 +5,8 @@ simulated wall time over N=1's, and ``good``, ``meets`` read 1.08x slower and ``
 simulate.py), each beside N=1's 95% Wilson interval (``ok``: at or above its low end).
 ``--phases``: where each N's wall goes, medians in simulated seconds: the trials' own time over
 the workers (the wall if they packed without a gap), the search's end (its last trial told), the
-race after it, and the open-loop check.
+race after it, and the open-loop check; and the wall ratio a check that cost nothing would give.
+``--tail``: per N, the longest run and the runs over twice their surface's median wall.
 
     .venv/bin/python benchmarks/at_once.py --set tuning --per-family 4 --jobs 2 --warm-up warmed
     .venv/bin/python benchmarks/at_once.py --set held-out --per-family 4 --jobs 2 --warm-up warmed
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the runs of N > 1 with --max-trials M (default: --max-trials, as N=1's)",
     )  # fmt: skip
     parser.add_argument("--phases", action="store_true", help="also print where each N's wall goes")
+    parser.add_argument("--tail", action="store_true", help="also print each N's longest runs")
     args = parser.parse_args(argv)
     counts = sorted(set(args.at_once) | {1})
     started = time.monotonic()
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.phases:
         print(phases(chosen, counts, tallies))
+    if args.tail:
+        print(tail(chosen, counts, tallies))
     return 0
 
 
@@ -100,6 +104,29 @@ def phases(chosen: list[Any], counts: list[int], tallies: dict[tuple[str, int], 
             work = t.median(lambda j: j.trial_s) / n
             cells.append(f"{work:>14.1f} {searched:>6.1f} {race:>4.1f} {checked:>5.1f} {t.median_s:>4.0f}")
         lines.append(" ".join(cells))
+    for n in counts[1:]:
+        free = [
+            (tallies[(s.name, n)].median_s - tallies[(s.name, n)].median(lambda j: j.checked_s))
+            / tallies[(s.name, 1)].median_s
+            for s in chosen
+        ]  # fmt: skip
+        lines.append(f"N={n}: with a check that cost nothing, wall {statistics.median(free):.2f}x N=1's")
+    return "\n".join(lines)
+
+
+def tail(chosen: list[Any], counts: list[int], tallies: dict[tuple[str, int], sim.Tally]) -> str:
+    """Per N, over every surface's runs: the longest and the runs over twice their surface's
+    median simulated wall."""
+    lines = [""]
+    for n in counts:
+        walls = {s.name: [j.sim_s for j in tallies[(s.name, n)].judged] for s in chosen}
+        longest = max(((w, name) for name, ws in walls.items() for w in ws), default=(0.0, "-"))
+        over = sum(w > 2 * statistics.median(ws) for ws in walls.values() if ws for w in ws)
+        runs = sum(map(len, walls.values()))
+        lines.append(
+            f"N={n}: runs {runs}, longest {longest[0]:.0f} s ({longest[1]}), "
+            f"runs over twice their surface's median wall: {over}"
+        )
     return "\n".join(lines)
 
 
