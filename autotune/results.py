@@ -94,7 +94,9 @@ class Verification:
     # recorded before races kept it): what autotune.search.racing.to_limit carries them to
     limit_ms: float = 0.0
     control: bool = False  # your config, raced beside the finalists (autotune.search.racing): it never wins
-    left: bool = False  # a finalist that left the race before its end (outraced): it wins only if none stayed
+    # a finalist that left the race before its end (outraced, failed, or no level left): it wins only if
+    # none stayed (autotune.search.racing.race_winner)
+    left: bool = False
 
     @property
     def where(self) -> str:
