@@ -150,9 +150,9 @@ class LocalLauncher(Launcher["subprocess.Popen[bytes]"]):
         self._extra_args = extra_args
         # A graceful stop takes seconds (the python backend's stubs unload one after another) and
         # tears them down while the next server is measured: it read bertQA's first point at p99
-        # 58.2 ms against 43.0 after a kill (benchmarks/results/stop_overlap-20261202.txt). So a
-        # server done with is killed, its group at once, and the shared memory its stubs left
-        # removed; an error or an interrupt still stops it gracefully.
+        # 58.2 ms against 43.0 after a kill (benchmarks/results/first-window-20261204.txt, its
+        # stop_overlap part). So a server done with is killed, its group at once, and the shared
+        # memory its stubs left removed; an error or an interrupt still stops it gracefully.
         self._kill_when_done = kill_when_done
         self._shm: dict[int, str] = {}  # a running server's (by pid) python backend shared-memory prefix
         self._started: dict[int, float] = {}  # a running server's (by pid) start, on the file clock
