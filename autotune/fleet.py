@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -70,6 +71,21 @@ def _ray() -> Any:
         raise UsageError("--ray needs Ray: pip install 'autotune[ray]'") from exc
 
 
+def _join_hint(address: str) -> str:
+    """What to try when the driver could not join the cluster at ``address``. ``ray start`` turns
+    on Ray's token authentication where a token exists (``~/.ray/auth_token``), but a driver that
+    names an address sends its token only with RAY_AUTH_MODE=token."""
+    if address == "auto":
+        return f"start one on this machine: ray start --head --resources '{{\"{RESOURCE}\": 1}}'"
+    if os.environ.get("RAY_AUTH_MODE"):
+        return "check the address: ray status on the head node prints it"
+    return (
+        "check the address (ray status on the head node prints it); a cluster with Ray's token "
+        "authentication admits a driver that names its address only with RAY_AUTH_MODE=token set "
+        "(and its token, as in ~/.ray/auth_token); on a node of the cluster, --ray auto needs neither"
+    )
+
+
 class RayWorkers:
     """:class:`autotune.workers.Workers` on a Ray cluster. ``at_once`` None: as many trials as
     the cluster's nodes offer (:data:`RESOURCE`), counted again before each trial starts."""
@@ -81,7 +97,8 @@ class RayWorkers:
             try:
                 self.ray.init(address=address, log_to_driver=False, logging_level="ERROR")
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise LaunchError(f"no Ray cluster at {address}: {str(exc).splitlines()[0]}") from exc
+                line = str(exc).splitlines()[0]
+                raise LaunchError(f"no Ray cluster at {address}: {line}", hint=_join_hint(address)) from exc
         offered = int(self.ray.cluster_resources().get(RESOURCE, 0))
         if offered < 1:
             self.close()

@@ -4,13 +4,18 @@ node offering one trial at a time; the toy model served by the local launcher on
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -354,3 +359,51 @@ def test_the_driver_stopped_leaves_no_server_on_a_node_and_the_same_command_resu
     assert all(t.state.name != "RUNNING" for t in trials)
     assert sum(not t.user_attrs.get("interrupted") for t in trials) <= 4
     assert servers_of(run_dir) == []
+
+
+@pytest.mark.integration
+@pytest.mark.ray
+def test_a_cluster_with_token_authentication_admits_a_driver_that_names_it_once_told_how(
+    toy_repo: Path, small_space: Path, tmp_path: Path
+) -> None:
+    """A cluster made by ``ray start --head`` where Ray's token authentication is on: a driver that
+    names its address sends no token unless RAY_AUTH_MODE=token. The error says so; so told, it runs."""
+    pytest.importorskip("ray", reason="Ray is the optional extra autotune[ray] (make install has it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex}
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: its sockets' paths must fit 107 bytes
+    head = subprocess.Popen(
+        [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--node-ip-address",
+         "127.0.0.1", "--port", str(port), "--num-cpus", "1", "--resources", '{"autotune": 1}',
+         "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", temp],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**plain, **LOOPBACK, **token},
+    )  # fmt: skip
+    try:
+        address = f"127.0.0.1:{port}"
+        argv = [*CLI, *toy_run_args(toy_repo, small_space, tmp_path / "reports", "--max-trials", "1")]
+        argv += ["--repeats", "0", "--ray", address]
+        deadline = time.monotonic() + 60
+        while socket.socket().connect_ex(("127.0.0.1", port)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(3)  # the raylet registers after the GCS answers
+        run = functools.partial(
+            subprocess.run, argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
+        )
+        refused = run(env={**plain, **LOOPBACK})
+        assert refused.returncode == 3, refused.stderr
+        assert f"no Ray cluster at {address}" in refused.stderr and "RAY_AUTH_MODE=token" in refused.stderr
+        assert not (tmp_path / "reports" / "toy").exists() or not any(
+            (tmp_path / "reports" / "toy").iterdir()
+        )
+        told = run(env={**plain, **LOOPBACK, **token})
+        assert told.returncode == 0, told.stderr
+        run_dir = next((tmp_path / "reports" / "toy").iterdir())
+        assert json.loads((run_dir / "run.json").read_text())["nodes"], told.stdout  # measured on the node
+    finally:
+        head.send_signal(signal.SIGTERM)  # --block: the cluster's processes end with it
+        head.wait(timeout=60)
+        shutil.rmtree(temp, ignore_errors=True)
