@@ -94,16 +94,16 @@ class RichEvents(Events):
         self._trials = self._progress.add_task("trials", total=total, status="")
 
     def search_ended(
-        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float = 0.0
+        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float = 0.0,
+        what: str = "the race and the open-loop check",
     ) -> None:  # fmt: skip
         if budget_s is None:
             return
         left = max(budget_s - elapsed_s, 0.0)
         took = f"{reserve_s:.0f}-{most_s:.0f} s" if round(most_s) > round(reserve_s) else f"{reserve_s:.0f} s"
-        self._log(
-            f"search done at {_clock(elapsed_s)}; the race and the open-loop check take {took} by this "
-            f"run's trials, {left:.0f} s are left of the budget"
-        )
+        verb = "take" if " and " in what else "takes"
+        follows = f"{what} {verb} {took} by this run's trials, " if what else ""
+        self._log(f"search done at {_clock(elapsed_s)}; {follows}{left:.0f} s are left of the budget")
 
     def said(self, text: str) -> None:
         self._log(text)

@@ -25,11 +25,12 @@ class Events:
         limit); ``then``: what follows the search, outside that budget ("" nothing)."""
 
     def search_ended(
-        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float = 0.0
+        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float = 0.0,
+        what: str = "the race and the open-loop check",
     ) -> None:  # fmt: skip
-        """The search ended after ``elapsed_s``; the race and the open-loop check follow, within
-        ``budget_s`` (None: no limit). By the run's own trials they take ``reserve_s`` with the
-        fewest rounds (what the budget keeps) and ``most_s`` with every round ``--repeats`` allows."""
+        """The search ended after ``elapsed_s``; ``what`` follows ("": nothing), within ``budget_s``
+        (None: no limit). By the run's own trials it takes ``reserve_s`` with the fewest rounds
+        (what the budget keeps) and ``most_s`` with every round ``--repeats`` allows."""
 
     def said(self, text: str) -> None:
         """Something the run did that people should know of (a step skipped, an overrun)."""

@@ -108,7 +108,8 @@ def search(prep: Prepared, trials: Trials, study: Study, workers: Workers | None
     results = study.results()
     trials.check_s = reserve_s(prep, results, rounds=0)  # the race leaves the open-loop check its time
     most = reserve_s(prep, results, rounds=prep.settings.repeats)
-    trials.events.search_ended(trials.clock() - started, reserve_s(prep, results), budget, most)
+    what = after_search(prep, short=True)
+    trials.events.search_ended(trials.clock() - started, reserve_s(prep, results), budget, most, what)
     return finals.race(prep, trials, trials.run_dir, study, workers, early)
 
 
@@ -155,15 +156,16 @@ def reserve_s(prep: Prepared, results: Sequence[TrialResult], rounds: int = raci
     )
 
 
-def after_search(prep: Prepared) -> str:
+def after_search(prep: Prepared, short: bool = False) -> str:
     """What the run does after its search, for people: the race (your config beside the
-    finalists), the open-loop check."""
+    finalists), the open-loop check ("": neither; ``short``: their names alone)."""
     s = prep.settings
     steps = []
     if s.repeats >= 1 and s.finalists >= 1:
-        steps.append(f"the race of up to {s.finalists} finalists and your config (up to {s.repeats} rounds)")
+        rounds = f" of up to {s.finalists} finalists and your config (up to {s.repeats} rounds)"
+        steps.append(f"the race{'' if short else rounds}")
     if s.repeats >= 1 and s.open_loop_check and not prep.loader.open_loop and not s.beside:
-        steps.append("the winner's open-loop check")
+        steps.append("the open-loop check" if short else "the winner's open-loop check")
     return " and ".join(steps)
 
 

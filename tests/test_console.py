@@ -274,6 +274,11 @@ def test_the_search_s_end_gives_the_race_s_time_from_its_fewest_rounds_to_its_mo
     out = capsys.readouterr().err  # not a terminal: a line each, on stderr
     assert "the race and the open-loop check take 22-50 s by this run's trials, 633 s are left" in out
     assert "take 22 s by this run's trials" in out
+    events.search_ended(87.0, 9.6, 720.0, 9.6, "the race")  # --no-open-loop-check
+    events.search_ended(87.0, 0.0, 720.0, 0.0, "")  # --repeats 0: nothing follows
+    out = capsys.readouterr().err
+    assert "search done at 1:27; the race takes 10 s by this run's trials, 633 s are left" in out
+    assert "search done at 1:27; 633 s are left of the budget" in out and "open-loop" not in out
 
 
 def test_a_race_round_past_repeats_shows_its_number_alone() -> None:
