@@ -1,15 +1,22 @@
-# Sourced by the scripts that run on a lent GPU machine (gpu_path.sh, gpu_survey.sh), from the
-# repository root with .gpu/ carried (scripts/gpu_bundle.sh makes it here): unpacks tritonserver,
-# installs the carried wheels and autotune into /tmp/autotune-site, sends everything printed to
-# $OUT/$1.log as well, and prints what the machine is.
+# Sourced by the scripts that run on a lent GPU machine (gpu_path.sh, gpu_survey.sh, gpu_ray.sh), from
+# the repository root with .gpu/ carried (scripts/gpu_bundle.sh makes it here), or .gpu-ray/ in a later
+# call on the same warm machine (scripts/gpu_bundle_ray.sh): unpacks tritonserver, installs the carried
+# wheels and autotune into /tmp/autotune-site, sends everything printed to $OUT/$1.log as well, and
+# prints what the machine is.
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/$1.log") 2>&1
 export PYTHONUNBUFFERED=1
 SITE=/tmp/autotune-site
 mkdir -p "$SITE"
-tar -xJf .gpu/tritonserver.tar.xz -C "$SITE" || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/wheels/*.whl || exit 1
+if [ ! -d "$SITE/pytriton" ]; then  # once a machine: a later call on it finds them there
+  [ -d .gpu ] || { echo "no .gpu/ carried and no tritonserver in $SITE: carry .gpu first"; exit 2; }
+  tar -xJf .gpu/tritonserver.tar.xz -C "$SITE" || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/wheels/*.whl || exit 1
+fi
+if [ -d .gpu-ray ]; then  # a call of its own (scripts/gpu_bundle_ray.sh): Ray and what it imports
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu-ray/*.whl || exit 1
+fi
 # autotune itself, installed as a user installs it (its templates and search spaces inside)
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target "$SITE" . || exit 1
 export PYTHONPATH="$SITE"
