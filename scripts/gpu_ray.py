@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -75,12 +74,13 @@ def tune(out: Path, name: str, *extra: str) -> Path | None:
 
 def ray_head(gpus: int) -> tuple[subprocess.Popen[bytes], str]:
     """A one-node Ray cluster (``ray start --head --block``: it ends with its process) offering one
-    trial at a time and ``gpus`` GPUs; its address once it answers."""
+    trial at a time and ``gpus`` GPUs; its address once it answers. Its folder is short: its
+    sockets' paths must fit 107 bytes."""
     port = free_port()
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--node-ip-address",
             "127.0.0.1", "--port", str(port), "--num-cpus", "8", "--num-gpus", str(gpus), "--resources",
             '{"autotune": 1}', "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir",
-            tempfile.mkdtemp(prefix="ray", dir="/tmp")]  # fmt: skip
+            str(WORK / "ray")]  # fmt: skip
     log = (WORK / "ray-head.log").open("wb")
     head = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **RAY_ENV})
     deadline = time.monotonic() + 90
