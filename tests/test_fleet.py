@@ -120,7 +120,8 @@ from autotune.fleet import RayWorkers
 # Ray's cancel raises KeyboardInterrupt in the task; a worker that inherits an ignored SIGINT (a
 # shell's background job, as in CI) never sees it. Ray's workers start from this driver here.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-ray.init(num_cpus=2, log_to_driver=False, logging_level="ERROR")
+# address="local": a cluster of its own, though a stale /tmp/ray/ray_current_cluster names another
+ray.init(address="local", num_cpus=2, log_to_driver=False, logging_level="ERROR")
 quick = ray.remote(max_retries=3, retry_exceptions=False)(lambda s: time.sleep(s))
 workers = RayWorkers.__new__(RayWorkers)
 workers.ray = ray
