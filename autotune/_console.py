@@ -94,8 +94,7 @@ class RichEvents(Events):
         self._trials = self._progress.add_task("trials", total=total, status="")
 
     def search_ended(
-        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float = 0.0,
-        what: str = "the race and the open-loop check",
+        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float, what: str
     ) -> None:  # fmt: skip
         if budget_s is None:
             return

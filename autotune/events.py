@@ -25,8 +25,7 @@ class Events:
         limit); ``then``: what follows the search, outside that budget ("" nothing)."""
 
     def search_ended(
-        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float = 0.0,
-        what: str = "the race and the open-loop check",
+        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float, what: str
     ) -> None:  # fmt: skip
         """The search ended after ``elapsed_s``; ``what`` follows ("": nothing), within ``budget_s``
         (None: no limit). By the run's own trials it takes ``reserve_s`` with the fewest rounds

@@ -188,8 +188,7 @@ class _Clocked(Events):
     searched_s = 0.0
 
     def search_ended(
-        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float = 0.0,
-        what: str = "",
+        self, elapsed_s: float, reserve_s: float, budget_s: float | None, most_s: float, what: str
     ) -> None:  # fmt: skip
         self.searched_s = elapsed_s
 

@@ -43,7 +43,8 @@ load:
 """
 SAME = ["--max-trials", "4", "--seed", "1", "--finalists", "2", "--repeats", "2", "--no-open-loop-check",
         "--time-budget", "200s"]  # fmt: skip
-MODEL = ("torch_mlp", ROOT / "tests" / "gpu_models", "20")  # its name, repository and p95 limit in ms
+GPU_MODEL = ("torch_mlp", ROOT / "tests" / "gpu_models", "20")  # its name, repository, p95 limit in ms
+CPU_MODEL = ("toy", ROOT / "tests" / "models", "60")
 
 
 def free_port() -> int:
@@ -52,11 +53,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def tune(out: Path, name: str, *extra: str) -> Path | None:
+def tune(out: Path, name: str, model: tuple[str, Path, str], *extra: str) -> Path | None:
     """``autotune run`` (``extra``: its further arguments): its files copied to OUT/name-*; its run
     directory (None: it failed)."""
-    reports, (model, repository, limit) = WORK / f"reports-{name}", MODEL
-    argv = [sys.executable, "-m", "autotune.cli", "run", "--model", model, "--model-repository",
+    reports, (model_name, repository, limit) = WORK / f"reports-{name}", model
+    argv = [sys.executable, "-m", "autotune.cli", "run", "--model", model_name, "--model-repository",
             str(repository), "--sla-p95-ms", limit, *SAME, "--search-space", str(WORK / "space.yaml"),
             "--reports-dir", str(reports), *extra]  # fmt: skip
     done = subprocess.run(
@@ -65,7 +66,7 @@ def tune(out: Path, name: str, *extra: str) -> Path | None:
     )  # fmt: skip
     (out / f"{name}-run.log").write_text(done.stdout + done.stderr, encoding="utf-8")
     print("\n".join("  " + line for line in (done.stdout + done.stderr).splitlines()[-12:]))
-    runs = sorted((reports / model).glob("*/run.json"))
+    runs = sorted((reports / model_name).glob("*/run.json"))
     for file in ("run.json", "trials.csv", "winner.pbtxt", "report.html"):
         if runs and (runs[-1].parent / file).is_file():
             shutil.copy(runs[-1].parent / file, out / f"{name}-{file}")
@@ -94,10 +95,7 @@ def ray_head(gpus: int) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def main() -> int:
-    global MODEL
     cpu = "--cpu" in sys.argv[1:]
-    if cpu:
-        MODEL = ("toy", ROOT / "tests" / "models", "60")
     args = [a for a in sys.argv[1:] if a != "--cpu"]
     out = Path(args[0] if args else "gpu-out")
     out.mkdir(parents=True, exist_ok=True)
@@ -109,18 +107,18 @@ def main() -> int:
         else SPACE
     )
     (WORK / "space.yaml").write_text(space, encoding="utf-8")
-    name, repository, limit = MODEL  # both runs tune a copy: the checkout stays as it is
+    name, repository, limit = CPU_MODEL if cpu else GPU_MODEL
     shutil.copytree(repository, WORK / "repo", ignore=shutil.ignore_patterns("__pycache__"))
-    MODEL = (name, WORK / "repo", limit)
+    model = (name, WORK / "repo", limit)  # both runs tune a copy: the checkout stays as it is
     print("== the tuning on the local launcher", flush=True)
     start = time.monotonic()
-    local = tune(out, "local")
+    local = tune(out, "local", model)
     print(f"  {'good' if local else 'WRONG'} ({time.monotonic() - start:.0f} s)", flush=True)
     print("== the same tuning with --ray, each trial asking Ray for the GPU", flush=True)
     start = time.monotonic()
     head, address = ray_head(0 if cpu else 1)
     try:
-        raced = tune(out, "ray", "--ray", address)
+        raced = tune(out, "ray", model, "--ray", address)
     finally:
         head.send_signal(signal.SIGTERM)  # --block: the cluster's processes end with it
         try:

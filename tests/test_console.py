@@ -269,8 +269,9 @@ def test_the_search_s_end_gives_the_race_s_time_from_its_fewest_rounds_to_its_mo
     from autotune._console import RichEvents
 
     events = RichEvents()
-    events.search_ended(87.0, 22.4, 720.0, 50.2)
-    events.search_ended(87.0, 22.4, 720.0, 22.3)  # --repeats 2 or fewer: one figure
+    both = "the race and the open-loop check"
+    events.search_ended(87.0, 22.4, 720.0, 50.2, both)
+    events.search_ended(87.0, 22.4, 720.0, 22.3, both)  # --repeats 2 or fewer: one figure
     out = capsys.readouterr().err  # not a terminal: a line each, on stderr
     assert "the race and the open-loop check take 22-50 s by this run's trials, 633 s are left" in out
     assert "take 22 s by this run's trials" in out
