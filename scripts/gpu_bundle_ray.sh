@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What scripts/gpu_ray.sh needs on a lent GPU machine beyond what scripts/gpu_bundle.sh carries:
 # .gpu-ray/ (git-ignored through .git/info/exclude), holding Ray's wheel for CPython 3.12 without
-# its Java jars (32 MB that a Python driver never loads) and the wheels Ray imports. About 55 MB:
+# its Java jars (32 MB that a Python driver never loads) and the wheels Ray imports. About 49 MB:
 # it travels in a call of its own, after gpu_path.sh's call on the same warm machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."

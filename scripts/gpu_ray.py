@@ -47,12 +47,6 @@ GPU_MODEL = ("torch_mlp", ROOT / "tests" / "gpu_models", "20")  # its name, repo
 CPU_MODEL = ("toy", ROOT / "tests" / "models", "60")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def tune(out: Path, name: str, model: tuple[str, Path, str], *extra: str) -> Path | None:
     """``autotune run`` (``extra``: its further arguments): its files copied to OUT/name-*; its run
     directory (None: it failed)."""
@@ -77,13 +71,15 @@ def ray_head(gpus: int) -> tuple[subprocess.Popen[bytes], str]:
     """A one-node Ray cluster (``ray start --head --block``: it ends with its process) offering one
     trial at a time and ``gpus`` GPUs; its address once it answers. Its folder is short: its
     sockets' paths must fit 107 bytes."""
-    port = free_port()
+    from autotune.launch import free_ports
+
+    (port,) = free_ports(1)
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--node-ip-address",
             "127.0.0.1", "--port", str(port), "--num-cpus", "8", "--num-gpus", str(gpus), "--resources",
             '{"autotune": 1}', "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir",
             str(WORK / "ray")]  # fmt: skip
-    log = (WORK / "ray-head.log").open("wb")
-    head = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **RAY_ENV})
+    with (WORK / "ray-head.log").open("wb") as log:  # the head keeps its own copy of the file
+        head = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **RAY_ENV})
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and head.poll() is None:
         with socket.socket() as s:

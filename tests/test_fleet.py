@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from autotune.errors import UsageError
+from autotune.launch import free_ports
 from autotune.objective import Sla
 from autotune.search_space import Candidate
 from autotune.settings import RunSettings
@@ -370,9 +371,7 @@ def test_a_cluster_with_token_authentication_admits_a_driver_that_names_it_once_
     """A cluster made by ``ray start --head`` where Ray's token authentication is on: a driver that
     names its address sends no token unless RAY_AUTH_MODE=token. The error says so; so told, it runs."""
     pytest.importorskip("ray", reason="Ray is the optional extra autotune[ray] (make install has it)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    (port,) = free_ports(1)
     plain = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex}
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: its sockets' paths must fit 107 bytes
@@ -388,7 +387,10 @@ def test_a_cluster_with_token_authentication_admits_a_driver_that_names_it_once_
         argv = [*CLI, *toy_run_args(toy_repo, small_space, tmp_path / "reports", "--max-trials", "1")]
         argv += ["--repeats", "0", "--ray", address]
         deadline = time.monotonic() + 60
-        while socket.socket().connect_ex(("127.0.0.1", port)) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
             time.sleep(0.5)
         time.sleep(3)  # the raylet registers after the GCS answers
         run = functools.partial(
